@@ -1,0 +1,426 @@
+"""The records that join the control plane (`autotuner/`) and the data plane (`workers/`).
+
+`TrialConfig` says what one trial runs; `TrialResult` says what happened. Both are plain,
+versioned, JSON round-trippable pydantic models, stored verbatim beside the indexed columns.
+Everything else can change on one side without the other as long as these two hold.
+
+This module imports nothing heavy (no torch, no NVML): the CLI and service import it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from autotuner.presets import MODEL_PRESETS
+
+SCHEMA_VERSION = 1
+
+
+class _Record(BaseModel):
+    """Strict base: unknown keys are errors (a typo must not be silently ignored)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=False, validate_assignment=True)
+
+
+# --------------------------------------------------------------------------- model spec
+
+
+class ModelFamily(StrEnum):
+    GPT2 = "gpt2"  # LayerNorm, GELU MLP, learned positions, tied embeddings
+    LLAMA = "llama"  # RMSNorm, SwiGLU, RoPE, grouped-query attention
+    HF = "hf"  # any Hugging Face causal-LM config, built with from_config (no weights)
+
+
+class ModelSpec(_Record):
+    """A transformer to tune: a preset name, explicit sizes, or a Hugging Face config.
+
+    Written by users in YAML/JSON. `ModelSpec.resolve(data)` fills a preset's sizes and lets
+    explicit fields override them (e.g. `preset: gpt2-124m` with `seq_len: 2048`).
+    """
+
+    family: ModelFamily
+    preset: str | None = None
+    n_layer: int = Field(gt=0, le=1024)
+    d_model: int = Field(gt=0, le=65536)
+    n_head: int = Field(gt=0, le=1024)
+    n_kv_head: int | None = Field(default=None, gt=0, le=1024)
+    d_ff: int | None = Field(default=None, gt=0, le=1_048_576)
+    vocab_size: int = Field(gt=0, le=4_194_304)
+    seq_len: int = Field(gt=0, le=1_048_576)
+    tie_embeddings: bool = True
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    # For family "hf": the config.json contents (model_type, sizes...). Built with
+    # transformers' AutoModelForCausalLM.from_config on the worker; no weights are fetched.
+    hf_config: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _check_shapes(self) -> ModelSpec:
+        if self.d_model % self.n_head:
+            raise ValueError(
+                f"n_head={self.n_head} must divide d_model={self.d_model}; "
+                f"pick n_head from the divisors of d_model (e.g. {_divisors_near(self.d_model, self.n_head)})"
+            )
+        kv = self.n_kv_head or self.n_head
+        if self.n_head % kv:
+            raise ValueError(
+                f"n_kv_head={kv} must divide n_head={self.n_head} (grouped-query attention shares "
+                f"each key/value head among n_head/n_kv_head query heads)"
+            )
+        if self.family == ModelFamily.HF and not self.hf_config:
+            raise ValueError("family 'hf' needs hf_config: the model's config.json as a mapping")
+        if self.family == ModelFamily.GPT2 and self.n_kv_head not in (None, self.n_head):
+            raise ValueError("family 'gpt2' has no grouped-query attention; drop n_kv_head or use family 'llama'")
+        return self
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_head or self.n_head
+
+    @property
+    def ffn_dim(self) -> int:
+        if self.d_ff:
+            return self.d_ff
+        if self.family == ModelFamily.LLAMA:
+            # Llama's convention: 2/3 of 4*d, rounded up to a multiple of 256.
+            hidden = int(2 * 4 * self.d_model / 3)
+            return 256 * ((hidden + 255) // 256)
+        return 4 * self.d_model
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+    @classmethod
+    def resolve(cls, data: dict[str, Any]) -> ModelSpec:
+        """Build a spec from user data, expanding `preset` and applying overrides."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a model spec must be a mapping, got {type(data).__name__}")
+        data = dict(data)
+        preset = data.get("preset")
+        if preset is not None:
+            if preset not in MODEL_PRESETS:
+                known = ", ".join(sorted(MODEL_PRESETS))
+                raise ValueError(f"unknown preset {preset!r}; known presets: {known}")
+            merged = dict(MODEL_PRESETS[preset])
+            merged.update({k: v for k, v in data.items() if v is not None})
+            data = merged
+        elif "hf_config" in data and "family" not in data:
+            data["family"] = "hf"
+        if data.get("family") == "hf" and isinstance(data.get("hf_config"), dict):
+            data = {**_sizes_from_hf(data["hf_config"]), **data}
+        return cls.model_validate(data)
+
+    def describe(self) -> str:
+        name = self.preset or self.family.value
+        return (
+            f"{name}: {self.n_layer} layers, d_model {self.d_model}, {self.n_head} heads"
+            f"{'' if self.kv_heads == self.n_head else f' ({self.kv_heads} kv)'}, "
+            f"ffn {self.ffn_dim}, vocab {self.vocab_size}, seq {self.seq_len}"
+        )
+
+
+def _divisors_near(n: int, around: int) -> list[int]:
+    divs = [d for d in range(1, min(n, 1024) + 1) if n % d == 0]
+    return sorted(divs, key=lambda d: abs(d - around))[:3]
+
+
+def _sizes_from_hf(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Read the sizes the cost model needs from a Hugging Face config (names vary by model)."""
+
+    def pick(*names: str) -> Any:
+        for name in names:
+            if name in cfg:
+                return cfg[name]
+        return None
+
+    out = {
+        "n_layer": pick("num_hidden_layers", "n_layer", "num_layers"),
+        "d_model": pick("hidden_size", "n_embd", "d_model"),
+        "n_head": pick("num_attention_heads", "n_head"),
+        "n_kv_head": pick("num_key_value_heads"),
+        "d_ff": pick("intermediate_size", "n_inner", "ffn_dim"),
+        "vocab_size": pick("vocab_size"),
+        "seq_len": pick("max_position_embeddings", "n_positions", "n_ctx"),
+        "tie_embeddings": pick("tie_word_embeddings"),
+    }
+    missing = [k for k in ("n_layer", "d_model", "n_head", "vocab_size") if out[k] is None]
+    if missing:
+        raise ValueError(
+            f"hf_config lacks {', '.join(missing)}; give them in hf_config (e.g. num_hidden_layers, "
+            f"hidden_size, num_attention_heads, vocab_size) or as top-level fields"
+        )
+    return {k: v for k, v in out.items() if v is not None}
+
+
+# --------------------------------------------------------------------------- knobs
+
+
+class Precision(StrEnum):
+    FP32 = "fp32"  # plain fp32 matmuls (TF32 off)
+    TF32 = "tf32"  # fp32 weights, TF32 tensor-core matmuls
+    FP16 = "fp16"  # fp16 autocast + dynamic loss scaling (GradScaler)
+    BF16 = "bf16"  # bf16 autocast, fp32 master weights
+    FP8_TENSORWISE = "fp8-tensorwise"  # torchao float8 training, tensorwise scaling (+ bf16 autocast)
+    FP8_ROWWISE = "fp8-rowwise"  # torchao float8 training, rowwise scaling (+ bf16 autocast)
+
+    @property
+    def is_half(self) -> bool:
+        return self not in (Precision.FP32, Precision.TF32)
+
+    @property
+    def is_fp8(self) -> bool:
+        return self in (Precision.FP8_TENSORWISE, Precision.FP8_ROWWISE)
+
+
+class CompileMode(StrEnum):
+    NONE = "none"
+    DEFAULT = "default"
+    REDUCE_OVERHEAD = "reduce-overhead"
+    MAX_AUTOTUNE_NO_CUDAGRAPHS = "max-autotune-no-cudagraphs"
+    MAX_AUTOTUNE = "max-autotune"
+
+
+class Attention(StrEnum):
+    MATH = "math"  # SDPA math backend (reference; materialises the score matrix)
+    EFFICIENT = "efficient"  # SDPA memory-efficient backend
+    FLASH = "flash"  # SDPA flash backend (fp16/bf16 only)
+    CUDNN = "cudnn"  # SDPA cuDNN backend (fp16/bf16, Hopper/Ampere)
+    FLEX = "flex"  # FlexAttention with a causal block mask (needs torch.compile to be fast)
+
+
+class Checkpointing(StrEnum):
+    NONE = "none"
+    SELECTIVE = "selective"  # recompute the attention/MLP inner activations, keep block outputs
+    FULL = "full"  # recompute every transformer block in backward
+
+
+class Optimizer(StrEnum):
+    ADAMW_FOREACH = "adamw-foreach"
+    ADAMW_FUSED = "adamw-fused"
+
+
+class DataSource(StrEnum):
+    SYNTHETIC = "synthetic"  # random tokens generated on the device: the data path costs nothing
+    LOADER = "loader"  # a real torch DataLoader over a token file (workers, pinned memory, prefetch)
+
+
+class Knobs(_Record):
+    """The values one trial applies. Every field must really change what runs."""
+
+    micro_batch_size: int = Field(default=1, ge=1, le=4096)
+    grad_accum: int = Field(default=1, ge=1, le=4096)
+    precision: Precision = Precision.BF16
+    compile_mode: CompileMode = CompileMode.NONE
+    attention: Attention = Attention.EFFICIENT
+    checkpointing: Checkpointing = Checkpointing.NONE
+    optimizer: Optimizer = Optimizer.ADAMW_FUSED
+    vocab_pad_multiple: Literal[1, 64, 128] = 1
+    data_source: DataSource = DataSource.SYNTHETIC
+    loader_workers: int = Field(default=2, ge=0, le=64)
+    pin_memory: bool = True
+    prefetch_factor: int = Field(default=2, ge=1, le=64)
+    # Multi-GPU / process-level settings (applied to the trial's process environment).
+    nccl_algo: Literal["default", "Ring", "Tree"] = "default"
+    nccl_proto: Literal["default", "Simple", "LL", "LL128"] = "default"
+    nccl_min_channels: int | None = Field(default=None, ge=1, le=64)
+    ddp_bucket_cap_mb: int = Field(default=25, ge=1, le=1024)
+    grad_compression: Literal["none", "fp16", "bf16"] = "none"
+
+    @classmethod
+    def knob_names(cls) -> list[str]:
+        return list(cls.model_fields)
+
+
+class Device(StrEnum):
+    AUTO = "auto"  # cuda when a GPU is visible, else cpu
+    CUDA = "cuda"
+    CPU = "cpu"
+
+
+class MeasureSettings(_Record):
+    """How a trial measures (see MEASUREMENT.md). Defaults suit a GPU; the CPU demo shortens them."""
+
+    warmup_min_steps: int = Field(default=3, ge=1, le=1000)
+    warmup_max_steps: int = Field(default=30, ge=1, le=10000)
+    warmup_stable_rel: float = Field(default=0.05, gt=0, le=1)
+    repeats: int = Field(default=3, ge=1, le=100)
+    steps_per_repeat: int | None = Field(default=None, ge=1, le=100000)  # None: auto from min_repeat_s
+    min_repeat_s: float = Field(default=1.0, gt=0, le=600)
+    timeout_s: float = Field(default=900.0, gt=0, le=86400)
+    telemetry_hz: float = Field(default=10.0, ge=0, le=100)
+    seed: int = 0
+    device: Device = Device.AUTO
+    # Caps memory for the trial (GiB): the CUDA per-process fraction on a GPU, RLIMIT_AS on the
+    # CPU. None: the device's full memory. Used to model smaller GPUs and to provoke OOM in tests.
+    memory_limit_gib: float | None = Field(default=None, gt=0)
+    peak_flops: float | None = Field(default=None, gt=0)  # override the per-GPU peak table
+    cpu_threads: int | None = Field(default=None, ge=1, le=1024)
+
+
+class TrialConfig(_Record):
+    """What one trial runs: the model, the knob values, how to measure, how many GPUs."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    study_id: str | None = None
+    trial_number: int | None = None
+    model: ModelSpec
+    knobs: Knobs = Field(default_factory=Knobs)
+    measure: MeasureSettings = Field(default_factory=MeasureSettings)
+    num_gpus: int = Field(default=1, ge=0, le=1024)
+    # Extra environment for the trial's process (set before torch is imported).
+    env: dict[str, str] = Field(default_factory=dict)
+    # Deliberate faults for tests (a named, reusable fake: see workers/faults.py). Never set by
+    # the search; a poisoned loss provokes `numerics`, a sleep provokes `timeout`.
+    fault: Literal["none", "nan_loss", "hang", "segfault", "exit"] = "none"
+
+
+# --------------------------------------------------------------------------- result
+
+
+class TrialStatus(StrEnum):
+    OK = "ok"
+    FAILED = "failed"
+
+
+class FailureClass(StrEnum):
+    # Properties of the config: told to the search as infeasible, never retried.
+    OOM = "oom"
+    UNSUPPORTED = "unsupported"
+    COMPILE_ERROR = "compile_error"
+    NUMERICS = "numerics"
+    # Not properties of the config: infra failures, retried once.
+    TIMEOUT = "timeout"
+    CRASH = "crash"
+    INFRA = "infra"
+
+    @property
+    def is_config_failure(self) -> bool:
+        return self in CONFIG_FAILURES
+
+
+CONFIG_FAILURES = frozenset(
+    {FailureClass.OOM, FailureClass.UNSUPPORTED, FailureClass.COMPILE_ERROR, FailureClass.NUMERICS}
+)
+
+
+class Fingerprint(_Record):
+    """Hardware and software a result was measured on. Compare results only within one key."""
+
+    device_type: Literal["cuda", "cpu"]
+    device_name: str
+    device_count: int
+    compute_capability: str | None = None
+    memory_total_gib: float | None = None
+    driver: str | None = None
+    cuda: str | None = None
+    torch: str
+    nccl: str | None = None
+    python: str
+    hostname: str
+    cpu: str | None = None
+    interconnect: str | None = None
+
+    @property
+    def key(self) -> str:
+        """Stable short id over what makes results comparable (not the hostname)."""
+        parts = [
+            self.device_type, self.device_name, str(self.device_count),
+            self.compute_capability or "", self.driver or "", self.cuda or "", self.torch,
+        ]
+        return hashlib.sha1("|".join(parts).encode()).hexdigest()[:12]
+
+
+class Telemetry(_Record):
+    """NVML samples during the measured repeats, summarised (None where NVML is absent)."""
+
+    samples: int = 0
+    sm_util_mean_pct: float | None = None
+    mem_util_mean_pct: float | None = None
+    power_mean_w: float | None = None
+    energy_j: float | None = None
+    sm_clock_mean_mhz: float | None = None
+    sm_clock_max_mhz: float | None = None  # the device's max SM clock, for comparison
+    temperature_max_c: float | None = None
+    throttle_reasons: list[str] = Field(default_factory=list)
+    nvml_used_gib: float | None = None
+
+
+class TrialResult(_Record):
+    """What one trial measured, or how it failed."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    status: TrialStatus
+    failure_class: FailureClass | None = None
+    error_message: str | None = None
+    # Throughput: the median repeat, with the min and max repeats as its spread.
+    tokens_per_s: float | None = None
+    tokens_per_s_min: float | None = None
+    tokens_per_s_max: float | None = None
+    tokens_per_s_per_gpu: float | None = None
+    repeat_tokens_per_s: list[float] = Field(default_factory=list)
+    tokens_per_step: int | None = None  # micro_batch x seq_len x grad_accum x data-parallel ranks
+    steps_per_repeat: int | None = None
+    step_time_s: float | None = None
+    # Model FLOPs utilisation (see flops_convention) against peak_flops per GPU.
+    mfu: float | None = None
+    flops_per_token: float | None = None
+    flops_convention: str | None = None
+    peak_flops: float | None = None
+    peak_flops_source: str | None = None
+    # Memory: the peak of the measured steps and the limit it was measured against.
+    peak_mem_gib: float | None = None
+    peak_reserved_gib: float | None = None
+    memory_kind: Literal["cuda", "cpu_rss"] | None = None
+    memory_limit_gib: float | None = None
+    required_mem_gib: float | None = None  # for an OOM: what the failing allocation asked for
+    # Time outside the measurement: reported, never counted in throughput.
+    first_step_s: float | None = None
+    compile_s: float | None = None
+    warmup_steps: int | None = None
+    warmup_s: float | None = None
+    build_s: float | None = None
+    wall_s: float | None = None
+    # Sanity: loss over the measured steps on synthetic data.
+    loss_first: float | None = None
+    loss_last: float | None = None
+    param_count: int | None = None
+    fingerprint: Fingerprint | None = None
+    telemetry: Telemetry | None = None
+    notes: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrialResult:
+        if self.status == TrialStatus.OK:
+            if self.tokens_per_s is None or self.tokens_per_s <= 0:
+                raise ValueError("an ok result needs a positive tokens_per_s")
+            if self.failure_class is not None:
+                raise ValueError("an ok result has no failure_class")
+        elif self.failure_class is None:
+            raise ValueError("a failed result needs a failure_class")
+        return self
+
+    @classmethod
+    def failure(cls, failure_class: FailureClass, message: str, **extra: Any) -> TrialResult:
+        return cls(status=TrialStatus.FAILED, failure_class=failure_class,
+                   error_message=message[:4000], **extra)
+
+    @property
+    def spread_rel(self) -> float | None:
+        """Half the min-max range of the repeats, relative to the median (the noise band)."""
+        if not self.tokens_per_s or self.tokens_per_s_min is None or self.tokens_per_s_max is None:
+            return None
+        return (self.tokens_per_s_max - self.tokens_per_s_min) / 2 / self.tokens_per_s
+
+
+def dumps(record: BaseModel) -> str:
+    return record.model_dump_json()
+
+
+def canonical_params(params: dict[str, Any]) -> str:
+    """A stable string for a knob assignment (dedupe, landscape lookups)."""
+    return json.dumps(params, sort_keys=True, separators=(",", ":"), default=str)

@@ -1,0 +1,126 @@
+"""SQLAlchemy 2 models: studies and their trials.
+
+The schema is created and changed only by Alembic (`migrations/`); a test checks that these
+models and the migrations agree. JSON columns hold the verbatim records (`TrialConfig`,
+`TrialResult`); the indexed columns beside them are what queries sort and filter on.
+Times are timezone-aware UTC (`timestamptz` on Postgres).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+# JSONB on Postgres (indexable, compact), plain JSON on SQLite.
+JsonType = JSON().with_variant(JSONB(), "postgresql")
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dt.datetime: DateTime(timezone=True), dict[str, Any]: JsonType}
+
+
+class StudyStatus(StrEnum):
+    QUEUED = "queued"  # submitted, no coordinator has picked it up yet
+    RUNNING = "running"
+    COMPLETED = "completed"  # budget spent or converged; has a recommendation if any trial ran
+    CANCELLED = "cancelled"
+    FAILED = "failed"  # the study itself could not run (e.g. every trial failed for infra)
+
+
+class TrialState(StrEnum):
+    RUNNING = "running"  # dispatched; heartbeat_at moves while it runs
+    COMPLETE = "complete"  # measured
+    INFEASIBLE = "infeasible"  # a config failure (oom, unsupported, compile_error, numerics)
+    FAILED = "failed"  # an infra failure (timeout, crash, infra); may be retried once
+    LOST = "lost"  # its coordinator died or its heartbeat stopped; retried once
+    PRUNED = "pruned"  # never launched: rules or the cost model ruled it out
+
+    @property
+    def finished(self) -> bool:
+        return self != TrialState.RUNNING
+
+
+class Study(Base):
+    __tablename__ = "studies"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(16), default=StudyStatus.QUEUED, index=True)
+    model_spec: Mapped[dict[str, Any]]
+    space: Mapped[dict[str, Any]]  # the validated search space, verbatim
+    objective: Mapped[str] = mapped_column(String(32), default="tokens_per_s")
+    max_trials: Mapped[int | None] = mapped_column(Integer)
+    max_minutes: Mapped[float | None] = mapped_column(Float)
+    gpus_per_trial: Mapped[int] = mapped_column(Integer, default=1)
+    sampler: Mapped[str] = mapped_column(String(32), default="tpe")
+    seed: Mapped[int] = mapped_column(Integer, default=0)
+    options: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)  # price, ceilings...
+    # Single writer: the coordinator that owns the study renews this lease while it runs it.
+    owner: Mapped[str | None] = mapped_column(String(64))
+    lease_expires_at: Mapped[dt.datetime | None]
+    best_trial_number: Mapped[int | None] = mapped_column(Integer)
+    recommendation: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
+    error_message: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[dt.datetime | None]
+    finished_at: Mapped[dt.datetime | None]
+
+    trials: Mapped[list[Trial]] = relationship(
+        back_populates="study", cascade="all, delete-orphan", order_by="Trial.number"
+    )
+
+
+class Trial(Base):
+    __tablename__ = "trials"
+    __table_args__ = (
+        UniqueConstraint("study_id", "number", name="uq_trials_study_number"),
+        Index("ix_trials_study_state", "study_id", "state"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    study_id: Mapped[str] = mapped_column(ForeignKey("studies.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)  # 0, 1, 2... unique within the study
+    state: Mapped[str] = mapped_column(String(16), default=TrialState.RUNNING)
+    purpose: Mapped[str] = mapped_column(String(16), default="search")  # search|seed|remeasure
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    retry_of: Mapped[int | None] = mapped_column(Integer)  # the trial number this one retries
+    params: Mapped[dict[str, Any]]  # the knob values Optuna proposed
+    config: Mapped[dict[str, Any]]  # the TrialConfig sent to the worker, verbatim
+    result: Mapped[dict[str, Any] | None] = mapped_column(JsonType)  # the TrialResult, verbatim
+    tokens_per_s: Mapped[float | None] = mapped_column(Float)
+    tokens_per_s_per_gpu: Mapped[float | None] = mapped_column(Float)
+    mfu: Mapped[float | None] = mapped_column(Float)
+    peak_mem_gib: Mapped[float | None] = mapped_column(Float)
+    compile_s: Mapped[float | None] = mapped_column(Float)
+    objective_value: Mapped[float | None] = mapped_column(Float)
+    error_class: Mapped[str | None] = mapped_column(String(32))
+    error_message: Mapped[str | None] = mapped_column(Text)
+    worker: Mapped[str | None] = mapped_column(String(200))  # node / process that ran it
+    fingerprint: Mapped[str | None] = mapped_column(String(32), index=True)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[dt.datetime | None]
+    finished_at: Mapped[dt.datetime | None]
+    heartbeat_at: Mapped[dt.datetime | None]
+    retried: Mapped[bool] = mapped_column(Boolean, default=False)  # a retry has been scheduled
+
+    study: Mapped[Study] = relationship(back_populates="trials")
