@@ -63,7 +63,8 @@ class ModelSpec(_Record):
         if self.d_model % self.n_head:
             raise ValueError(
                 f"n_head={self.n_head} must divide d_model={self.d_model}; "
-                f"pick n_head from the divisors of d_model (e.g. {_divisors_near(self.d_model, self.n_head)})"
+                f"pick n_head from the divisors of d_model "
+                f"(e.g. {_divisors_near(self.d_model, self.n_head)})"
             )
         kv = self.n_kv_head or self.n_head
         if self.n_head % kv:
@@ -74,7 +75,9 @@ class ModelSpec(_Record):
         if self.family == ModelFamily.HF and not self.hf_config:
             raise ValueError("family 'hf' needs hf_config: the model's config.json as a mapping")
         if self.family == ModelFamily.GPT2 and self.n_kv_head not in (None, self.n_head):
-            raise ValueError("family 'gpt2' has no grouped-query attention; drop n_kv_head or use family 'llama'")
+            raise ValueError(
+                "family 'gpt2' has no grouped-query attention; drop n_kv_head or use family 'llama'"
+            )
         return self
 
     @property
@@ -151,8 +154,8 @@ def _sizes_from_hf(cfg: dict[str, Any]) -> dict[str, Any]:
     missing = [k for k in ("n_layer", "d_model", "n_head", "vocab_size") if out[k] is None]
     if missing:
         raise ValueError(
-            f"hf_config lacks {', '.join(missing)}; give them in hf_config (e.g. num_hidden_layers, "
-            f"hidden_size, num_attention_heads, vocab_size) or as top-level fields"
+            f"hf_config lacks {', '.join(missing)}; give them in hf_config (e.g. "
+            f"num_hidden_layers, hidden_size, num_attention_heads, vocab_size) or top-level"
         )
     return {k: v for k, v in out.items() if v is not None}
 
@@ -165,7 +168,9 @@ class Precision(StrEnum):
     TF32 = "tf32"  # fp32 weights, TF32 tensor-core matmuls
     FP16 = "fp16"  # fp16 autocast + dynamic loss scaling (GradScaler)
     BF16 = "bf16"  # bf16 autocast, fp32 master weights
-    FP8_TENSORWISE = "fp8-tensorwise"  # torchao float8 training, tensorwise scaling (+ bf16 autocast)
+    FP8_TENSORWISE = (
+        "fp8-tensorwise"  # torchao float8 training, tensorwise scaling (+ bf16 autocast)
+    )
     FP8_ROWWISE = "fp8-rowwise"  # torchao float8 training, rowwise scaling (+ bf16 autocast)
 
     @property
@@ -206,7 +211,9 @@ class Optimizer(StrEnum):
 
 class DataSource(StrEnum):
     SYNTHETIC = "synthetic"  # random tokens generated on the device: the data path costs nothing
-    LOADER = "loader"  # a real torch DataLoader over a token file (workers, pinned memory, prefetch)
+    LOADER = (
+        "loader"  # a real torch DataLoader over a token file (workers, pinned memory, prefetch)
+    )
 
 
 class Knobs(_Record):
@@ -243,13 +250,15 @@ class Device(StrEnum):
 
 
 class MeasureSettings(_Record):
-    """How a trial measures (see MEASUREMENT.md). Defaults suit a GPU; the CPU demo shortens them."""
+    """How a trial measures (MEASUREMENT.md). Defaults suit a GPU; the CPU demo shortens them."""
 
     warmup_min_steps: int = Field(default=3, ge=1, le=1000)
     warmup_max_steps: int = Field(default=30, ge=1, le=10000)
     warmup_stable_rel: float = Field(default=0.05, gt=0, le=1)
     repeats: int = Field(default=3, ge=1, le=100)
-    steps_per_repeat: int | None = Field(default=None, ge=1, le=100000)  # None: auto from min_repeat_s
+    steps_per_repeat: int | None = Field(
+        default=None, ge=1, le=100000
+    )  # None: auto from min_repeat_s
     min_repeat_s: float = Field(default=1.0, gt=0, le=600)
     timeout_s: float = Field(default=900.0, gt=0, le=86400)
     telemetry_hz: float = Field(default=10.0, ge=0, le=100)
@@ -329,8 +338,13 @@ class Fingerprint(_Record):
     def key(self) -> str:
         """Stable short id over what makes results comparable (not the hostname)."""
         parts = [
-            self.device_type, self.device_name, str(self.device_count),
-            self.compute_capability or "", self.driver or "", self.cuda or "", self.torch,
+            self.device_type,
+            self.device_name,
+            str(self.device_count),
+            self.compute_capability or "",
+            self.driver or "",
+            self.cuda or "",
+            self.torch,
         ]
         return hashlib.sha1("|".join(parts).encode()).hexdigest()[:12]
 
@@ -406,8 +420,12 @@ class TrialResult(_Record):
 
     @classmethod
     def failure(cls, failure_class: FailureClass, message: str, **extra: Any) -> TrialResult:
-        return cls(status=TrialStatus.FAILED, failure_class=failure_class,
-                   error_message=message[:4000], **extra)
+        return cls(
+            status=TrialStatus.FAILED,
+            failure_class=failure_class,
+            error_message=message[:4000],
+            **extra,
+        )
 
     @property
     def spread_rel(self) -> float | None:

@@ -1,0 +1,177 @@
+"""Run each trial as a Ray task in a fresh worker process.
+
+`max_calls=1` makes Ray retire the worker process after one trial, and the task itself runs the
+trial in a further subprocess (`workers.launch.run_trial_process`), so CUDA contexts, compile
+caches, leaked memory and process-level settings (NCCL env, allocator) never leak between
+trials, and a hung or crashed trial is killed and classified by process id.
+
+Concurrency comes from the cluster: one trial per `gpus_per_trial` free GPUs. On a CPU-only
+cluster trials run one at a time, because two trials sharing cores would measure each other.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from autotuner.executors.base import Completed, Target
+from autotuner.spec import FailureClass, TrialConfig, TrialResult
+
+# Extra seconds past a trial's own limit before the coordinator gives up on its Ray task
+# (the subprocess timeout inside the task fires first; this catches a lost node).
+TASK_GRACE_S = 60.0
+
+
+def _run_trial_task(config_json: str) -> tuple[str, str]:
+    """Runs on a Ray worker: one trial in a fresh subprocess; returns (result json, worker)."""
+    import socket
+
+    from workers.launch import run_trial_process
+
+    config = TrialConfig.model_validate_json(config_json)
+    result = run_trial_process(config)
+    return result.model_dump_json(), f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _probe_task() -> dict[str, Any]:
+    from workers.probe import probe_gpus
+
+    return probe_gpus()
+
+
+@dataclass
+class _Running:
+    ref: Any
+    config: TrialConfig
+    started: float
+
+
+class RayExecutor:
+    """Trials as Ray tasks on a local or remote cluster (`RAY_ADDRESS` / `address`)."""
+
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        num_cpus: int | None = None,
+        num_gpus: int | None = None,
+    ) -> None:
+        import ray
+
+        self._ray = ray
+        if not ray.is_initialized():
+            address = address or os.environ.get("RAY_ADDRESS") or None
+            kwargs: dict[str, Any] = {
+                "include_dashboard": False,
+                "log_to_driver": False,
+                "logging_level": "WARNING",
+            }
+            if address is None:
+                # A local cluster started on demand; num_gpus lets tests declare logical GPUs.
+                kwargs.update(num_cpus=num_cpus or os.cpu_count(), num_gpus=num_gpus)
+            ray.init(address=address, **kwargs)
+        self._task = ray.remote(max_calls=1, max_retries=0)(_run_trial_task)
+        self._running: dict[str, _Running] = {}
+        self._counter = 0
+        self._target: Target | None = None
+
+    # ------------------------------------------------------------------ Executor
+
+    def target(self) -> Target:
+        if self._target is None:
+            gpus = int(self._ray.cluster_resources().get("GPU", 0))
+            if gpus == 0:
+                self._target = Target("cpu", 0)
+            else:
+                probe = self._ray.get(
+                    self._ray.remote(num_gpus=1, max_calls=1)(_probe_task).remote(), timeout=120
+                )
+                cc = probe.get("compute_capability")
+                self._target = Target(
+                    "cuda",
+                    gpus,
+                    probe.get("name"),
+                    tuple(cc) if cc else None,
+                    probe.get("memory_gib"),
+                )
+        return self._target
+
+    def free_slots(self, gpus_per_trial: int) -> int:
+        target = self.target()
+        if target.device_type == "cpu":
+            return 0 if self._running else 1
+        available = int(self._ray.available_resources().get("GPU", 0))
+        # available_resources lags behind submissions; count what we have in flight ourselves.
+        in_flight = sum(r.config.num_gpus for r in self._running.values())
+        free = min(available, target.gpus_total - in_flight)
+        return max(0, free // max(gpus_per_trial, 1))
+
+    def submit(self, config: TrialConfig) -> str:
+        self._counter += 1
+        handle = f"t{self._counter}"
+        options: dict[str, Any] = {"num_cpus": 1}
+        if config.num_gpus and self.target().device_type == "cuda":
+            options["num_gpus"] = config.num_gpus
+        ref = self._task.options(**options).remote(config.model_dump_json())
+        self._running[handle] = _Running(ref, config, time.monotonic())
+        return handle
+
+    def collect(self, timeout_s: float) -> list[Completed]:
+        if not self._running:
+            time.sleep(min(timeout_s, 0.05))
+            return []
+        by_ref = {r.ref: h for h, r in self._running.items()}
+        ready, _ = self._ray.wait(list(by_ref), num_returns=1, timeout=timeout_s)
+        if ready:  # take everything else that is already done too
+            ready, _ = self._ray.wait(list(by_ref), num_returns=len(by_ref), timeout=0)
+        done = [self._finish(by_ref[ref]) for ref in ready]
+        done += self._expire_overdue()
+        return done
+
+    def cancel(self, handle: str) -> None:
+        running = self._running.pop(handle, None)
+        if running is not None:
+            self._ray.cancel(running.ref, force=True)
+
+    def running(self) -> list[str]:
+        return list(self._running)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _finish(self, handle: str) -> Completed:
+        running = self._running.pop(handle)
+        try:
+            result_json, worker = self._ray.get(running.ref)
+            return Completed(handle, TrialResult.model_validate_json(result_json), worker)
+        except Exception as exc:  # the task itself failed: worker or node lost, scheduling
+            return Completed(
+                handle,
+                TrialResult.failure(
+                    FailureClass.INFRA,
+                    f"Ray task failed: {type(exc).__name__}: {exc}"[:2000],
+                    wall_s=time.monotonic() - running.started,
+                ),
+            )
+
+    def _expire_overdue(self) -> list[Completed]:
+        now = time.monotonic()
+        out = []
+        for handle, running in list(self._running.items()):
+            limit = running.config.measure.timeout_s + TASK_GRACE_S
+            if now - running.started > limit:
+                self.cancel(handle)
+                out.append(
+                    Completed(
+                        handle,
+                        TrialResult.failure(
+                            FailureClass.INFRA,
+                            f"no answer from the trial's Ray task {limit:.0f} s after launch "
+                            f"(its own limit is {running.config.measure.timeout_s:.0f} s); "
+                            f"the worker node may be lost",
+                            wall_s=now - running.started,
+                        ),
+                    )
+                )
+        return out

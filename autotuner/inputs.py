@@ -1,0 +1,77 @@
+"""Reading user input files (model specs, spaces) with errors that say what to fix."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from autotuner.spec import ModelSpec
+
+
+class UserError(ValueError):
+    """Bad input from the user; the message names what was wrong and how to fix it."""
+
+
+def read_structured_file(path: Path) -> Any:
+    """Read YAML or JSON; a syntax error names the file and line."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        if path.suffix == ".json":
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}:" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise UserError(f"{path}:{where} malformed YAML: {problem}") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: line {exc.lineno}: malformed JSON: {exc.msg}") from None
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """The first error of a pydantic validation, as `field: what to fix`."""
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = "unknown field; remove it or check its spelling"
+    elif err["type"] == "missing":
+        msg = "missing; it is required (or use a preset, e.g. `preset: gpt2-124m`)"
+    return f"{loc}: {msg}" if loc else msg
+
+
+def parse_model_spec(data: Any, *, source: str = "model spec") -> ModelSpec:
+    if isinstance(data, dict) and set(data) == {"model"}:
+        data = data["model"]
+    if not isinstance(data, dict):
+        raise UserError(f"{source}: a model spec must be a mapping (e.g. `preset: gpt2-124m`)")
+    try:
+        return ModelSpec.resolve(data)
+    except ValidationError as exc:
+        raise UserError(f"{source}: {describe_validation_error(exc)}") from None
+    except ValueError as exc:
+        raise UserError(f"{source}: {exc}") from None
+
+
+def load_model_spec(path: str | Path) -> ModelSpec:
+    """A model spec from a YAML/JSON file, or a preset name such as `gpt2-124m`."""
+    p = Path(path)
+    if not p.exists():
+        from autotuner.presets import MODEL_PRESETS
+
+        if str(path) in MODEL_PRESETS:
+            return ModelSpec.resolve({"preset": str(path)})
+        raise UserError(
+            f"{path}: no such file (or preset); give a YAML/JSON model spec or one of "
+            f"the presets: {', '.join(MODEL_PRESETS)}"
+        )
+    return parse_model_spec(read_structured_file(p), source=str(p))
