@@ -1,0 +1,37 @@
+"""Storage: studies and trials in Postgres (or an embedded SQLite file), schema by Alembic.
+
+    db = Database.open(resolve_database_url(args.db))      # checks, then migrates to head
+    with db.session() as session:                           # one transaction
+        trial = TrialRepo(session).create_running(study.id, params=..., config=...)
+"""
+
+from autotuner.storage.models import Study, StudyStatus, Trial, TrialState
+from autotuner.storage.repository import (
+    StudyNotFound,
+    StudyRepo,
+    TrialAlreadyFinished,
+    TrialRepo,
+)
+from autotuner.storage.session import (
+    Database,
+    DatabaseUnavailable,
+    redact,
+    resolve_database_url,
+    upgrade_database,
+)
+
+__all__ = [
+    "Database",
+    "DatabaseUnavailable",
+    "Study",
+    "StudyNotFound",
+    "StudyRepo",
+    "StudyStatus",
+    "Trial",
+    "TrialAlreadyFinished",
+    "TrialRepo",
+    "TrialState",
+    "redact",
+    "resolve_database_url",
+    "upgrade_database",
+]

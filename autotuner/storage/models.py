@@ -3,7 +3,8 @@
 The schema is created and changed only by Alembic (`migrations/`); a test checks that these
 models and the migrations agree. JSON columns hold the verbatim records (`TrialConfig`,
 `TrialResult`); the indexed columns beside them are what queries sort and filter on.
-Times are timezone-aware UTC (`timestamptz` on Postgres).
+Times are timezone-aware UTC (`timestamptz` on Postgres; `UtcDateTime` normalises SQLite's
+naive values on the way in and out).
 """
 
 from __future__ import annotations
@@ -16,27 +17,71 @@ from sqlalchemy import (
     JSON,
     Boolean,
     DateTime,
+    Dialect,
     Float,
     ForeignKey,
     Index,
     Integer,
+    MetaData,
     String,
     Text,
+    TypeDecorator,
     UniqueConstraint,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-# JSONB on Postgres (indexable, compact), plain JSON on SQLite.
-JsonType = JSON().with_variant(JSONB(), "postgresql")
+# JSONB on Postgres (indexable, compact), plain JSON on SQLite. none_as_null: a Python None is
+# stored as SQL NULL (so `result IS NULL` means "no result"), not as the JSON literal `null`.
+JsonType = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+
+# Named constraints, so later migrations can drop or alter them (SQLite batch mode needs names).
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
 
 
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+class UtcDateTime(TypeDecorator[dt.datetime]):
+    """`timestamptz` that always hands back aware UTC datetimes, on Postgres and on SQLite.
+
+    SQLite has no time zone type: SQLAlchemy stores the wall-clock fields and reads them back
+    naive. Converting to UTC before storing makes the stored text sort and compare correctly.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(
+                f"naive datetime {value.isoformat()} has no time zone; "
+                "pass an aware UTC one, e.g. datetime.now(datetime.UTC)"
+            )
+        return value.astimezone(dt.UTC)
+
+    def process_result_value(
+        self, value: dt.datetime | None, dialect: Dialect
+    ) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:  # SQLite: stored as UTC, read back naive
+            return value.replace(tzinfo=dt.UTC)
+        return value.astimezone(dt.UTC)
+
+
 class Base(DeclarativeBase):
-    type_annotation_map = {dt.datetime: DateTime(timezone=True), dict[str, Any]: JsonType}
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {dt.datetime: UtcDateTime(), dict[str, Any]: JsonType}
 
 
 class StudyStatus(StrEnum):
@@ -64,7 +109,7 @@ class Study(Base):
     __tablename__ = "studies"
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    name: Mapped[str] = mapped_column(String(200))
+    name: Mapped[str] = mapped_column(String(200), index=True)  # studies are looked up by name
     status: Mapped[str] = mapped_column(String(16), default=StudyStatus.QUEUED, index=True)
     model_spec: Mapped[dict[str, Any]]
     space: Mapped[dict[str, Any]]  # the validated search space, verbatim

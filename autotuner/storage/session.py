@@ -1,0 +1,260 @@
+"""Where the database is, how to connect to it, and one transaction per unit of work.
+
+`resolve_database_url` picks the URL (`--db` > `AUTOTUNER_DATABASE_URL` > an SQLite file in the
+user data folder). `Database` wraps a cached engine: `with db.session() as s:` is one
+transaction that commits on success and rolls back on error. `upgrade_database` runs Alembic;
+migrations are the only way the schema is created.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+from sqlalchemy import Engine, create_engine, event, exc, text
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import StaticPool
+
+ENV_VAR = "AUTOTUNER_DATABASE_URL"
+PG_CONNECT_TIMEOUT_S = 5
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+_REMEDY = "set --db or AUTOTUNER_DATABASE_URL"
+
+
+class DatabaseUnavailable(RuntimeError):
+    """The database cannot be reached or opened; the message says what to do about it."""
+
+
+def resolve_database_url(cli_value: str | None) -> str:
+    """The database URL: `--db` value > $AUTOTUNER_DATABASE_URL > the embedded SQLite file.
+
+    `postgres://` and `postgresql://` become `postgresql+psycopg://`; a bare path means an SQLite
+    file. The default file lives in the user data folder, which is created if missing.
+    """
+    for value in (cli_value, os.environ.get(ENV_VAR)):
+        if value and value.strip():
+            return normalize_url(value.strip())
+    folder = Path(platformdirs.user_data_dir("autotuner"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{folder / 'autotuner.db'}"
+
+
+def normalize_url(url: str) -> str:
+    """Pick the psycopg 3 driver for Postgres URLs; turn a bare file path into an SQLite URL."""
+    if "://" not in url:
+        return f"sqlite:///{Path(url).expanduser().resolve()}"
+    scheme, rest = url.split("://", 1)
+    if scheme in ("postgres", "postgresql"):
+        return f"postgresql+psycopg://{rest}"
+    return url
+
+
+def redact(url: str | URL) -> str:
+    """The URL as it may be shown to a user: the password masked."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except exc.ArgumentError:
+        return str(url)
+
+
+# --------------------------------------------------------------------------- engines
+
+_engines: dict[str, Engine] = {}
+_engines_lock = threading.Lock()
+
+
+def get_engine(url: str) -> Engine:
+    """The process-wide engine for `url` (created on first use, then cached)."""
+    url = normalize_url(url)
+    with _engines_lock:
+        engine = _engines.get(url)
+        if engine is None:
+            engine = _engines[url] = _create_engine(url)
+        return engine
+
+
+def dispose_engines() -> None:
+    """Close every cached engine's connections (tests; after a fork)."""
+    with _engines_lock:
+        for engine in _engines.values():
+            engine.dispose()
+        _engines.clear()
+
+
+def _create_engine(url: str) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        memory = parsed.database in (None, "", ":memory:")
+        engine = create_engine(
+            url,
+            json_serializer=json_dumps,
+            # One shared connection for :memory: (each new connection would be a new database).
+            poolclass=StaticPool if memory else None,
+            connect_args={"check_same_thread": False},
+        )
+        configure_sqlite(engine, foreign_keys=True)
+        return engine
+    connect_args: dict[str, Any] = {}
+    if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
+        connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
+    return create_engine(
+        url, json_serializer=json_dumps, pool_pre_ping=True, connect_args=connect_args
+    )
+
+
+def configure_sqlite(engine: Engine, *, foreign_keys: bool) -> None:
+    """WAL, a busy timeout, and BEGIN IMMEDIATE for every transaction.
+
+    pysqlite opens transactions lazily (deferred), so two writers that both read first can
+    deadlock on the upgrade to a write lock and one fails at once with "database is locked".
+    Taking the write lock at BEGIN serialises writers cleanly; WAL keeps readers of other
+    processes unblocked. Migrations pass foreign_keys=False: batch mode copies and drops tables,
+    which with foreign keys ON would cascade deletes.
+    """
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we emit BEGIN ourselves (below)
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")  # durable enough with WAL, much faster
+        cursor.execute(f"PRAGMA foreign_keys = {'ON' if foreign_keys else 'OFF'}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def json_dumps(value: Any) -> str:
+    """JSON for the database. NaN and infinities become null: Postgres JSONB rejects them."""
+    try:
+        return json.dumps(value, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(value), allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+# --------------------------------------------------------------------------- Database
+
+
+class Database:
+    """One database: a cached engine and transactional sessions over it."""
+
+    def __init__(self, url: str) -> None:
+        self.url = normalize_url(url)
+        self.engine = get_engine(self.url)
+        # expire_on_commit=False: objects stay readable after their transaction ends.
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    @classmethod
+    def open(cls, url: str, *, migrate: bool = True) -> Database:
+        """Check the database answers, then (by default) bring its schema to the latest revision."""
+        db = cls(url)
+        db.check()
+        if migrate:
+            upgrade_database(db.url)
+        return db
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.engine.dialect.name == "sqlite"
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """One transaction: commits when the block ends, rolls back if it raises."""
+        with self._sessions() as session, session.begin():
+            yield session
+
+    def check(self) -> None:
+        """Connect once; raise DatabaseUnavailable with a remedy if that fails."""
+        try:
+            with self.engine.connect() as connection:
+                connection.execute(text("SELECT 1"))
+        except exc.DBAPIError as error:
+            raise DatabaseUnavailable(_explain(self.url, error)) from error
+
+    def __repr__(self) -> str:
+        return f"Database({redact(self.url)!r})"
+
+
+def _explain(url: str, error: exc.DBAPIError) -> str:
+    parsed = make_url(url)
+    shown = redact(parsed)
+    detail = str(error.orig or error).strip()
+    lower = detail.lower()
+    if parsed.get_backend_name() == "sqlite":
+        first = detail.splitlines()[0] if detail else "unknown error"
+        return (
+            f"cannot open the SQLite database at {shown}: {first}; "
+            f"check that its folder exists and is writable, or {_REMEDY}"
+        )
+    where = f"{parsed.host or 'localhost'}:{parsed.port or 5432}"
+    prefix = f"cannot reach the database at {shown}"
+    if "refused" in lower:
+        return f"{prefix}: connection refused; is PostgreSQL running at {where}? {_REMEDY}"
+    if "timeout" in lower or "timed out" in lower:
+        return (
+            f"{prefix}: no answer within {PG_CONNECT_TIMEOUT_S} s; is {where} reachable and "
+            f"PostgreSQL listening there? {_REMEDY}"
+        )
+    if "does not exist" in lower and "database" in lower:
+        return (
+            f"{prefix}: database {parsed.database!r} does not exist; create it "
+            f"(createdb -h {parsed.host or 'localhost'} -U {parsed.username or 'postgres'} "
+            f"{parsed.database}) or {_REMEDY}"
+        )
+    if "authentication failed" in lower or "no password supplied" in lower:
+        return (
+            f"{prefix}: authentication failed for user {parsed.username!r}; "
+            f"check the user and password in the URL, or {_REMEDY}"
+        )
+    if "resolve" in lower or "name or service not known" in lower or "nodename" in lower:
+        return f"{prefix}: unknown host {parsed.host!r}; check the host in the URL, or {_REMEDY}"
+    first = detail.splitlines()[0] if detail else type(error.orig).__name__
+    return f"{prefix}: {first}; {_REMEDY}"
+
+
+# --------------------------------------------------------------------------- migrations
+
+
+def migrations_dir() -> Path:
+    import autotuner
+
+    return Path(autotuner.__file__).resolve().parent.parent / "migrations"
+
+
+def upgrade_database(url: str, revision: str = "head") -> None:
+    """Run `alembic upgrade <revision>` on `url` (safe to run from several processes at once)."""
+    from alembic import command
+
+    command.upgrade(alembic_config(url), revision)
+
+
+def alembic_config(url: str) -> Any:
+    """An Alembic config for `url` without alembic.ini (the URL travels in attributes, so a
+    percent-encoded password is not mangled by configparser interpolation)."""
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(migrations_dir()))
+    config.attributes["url"] = normalize_url(url)
+    return config
