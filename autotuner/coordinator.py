@@ -27,7 +27,7 @@ from autotuner.executors.base import Completed, Executor
 from autotuner.objective import Objective, objective_value
 from autotuner.recommend import recommend
 from autotuner.rules import incompatibility
-from autotuner.search import Observation, new_study, replay, tell
+from autotuner.search import Observation, distributions, new_study, replay, tell
 from autotuner.space import SearchSpace
 from autotuner.spec import (
     Device,
@@ -137,6 +137,7 @@ class StudyRunner:
                 self.on_event(Event("lost", lost.number, lost.params, TrialState.LOST))
         self.target = self.executor.target()
         self.optuna = new_study(self.space, self.sampler_name, self.seed)
+        self.distributions = distributions(self.space)
         self._rebuild()
 
     def _rebuild(self) -> None:
@@ -202,7 +203,7 @@ class StudyRunner:
             if self.retry_queue:
                 params, retry_of = self.retry_queue.pop(0)
                 self.optuna.enqueue_trial(params, skip_if_exists=False)
-            ask = self.optuna.ask()
+            ask = self.optuna.ask(self.distributions)
             params = dict(ask.params)
             key = canonical_params(params)
             knobs = self.space.knobs_for(params, self.model, self.gpus_per_trial)

@@ -1,0 +1,117 @@
+"""The coordinator driven one step at a time against a ReplayExecutor (no GPU, no Ray)."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotuner.coordinator import StudyRunner, create_study
+from autotuner.executors.replay import ReplayExecutor
+from autotuner.space import parse_space
+from autotuner.spec import ModelSpec
+from autotuner.storage.models import StudyStatus, TrialState
+from autotuner.storage.repository import StudyRepo, TrialRepo
+from autotuner.storage.session import Database
+from tests.fakes import synthetic_landscape
+
+KNOBS = {
+    "micro_batch_size": [4, 8, 16, 32, 64, 128],
+    "precision": ["fp32", "bf16"],
+    "checkpointing": ["none", "full"],
+    "optimizer": ["adamw-foreach", "adamw-fused"],
+}
+SPACE = parse_space({
+    "name": "replay-test",
+    "knobs": KNOBS,
+    "fixed": {"attention": "efficient"},
+    "defaults": {"micro_batch_size": 16, "precision": "bf16"},
+    "rules": [{"if": {"checkpointing": ["full"]}, "then": {"micro_batch_size": [32, 64, 128]},
+               "why": "full checkpointing only pays off at large micro-batches"}],
+})
+MODEL = ModelSpec.resolve({"preset": "tiny"})
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db(request: pytest.FixtureRequest) -> Database:
+    url = request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
+    return Database(url)
+
+
+def _runner(db: Database, *, trials: int, slots: int = 1, seed: int = 0):
+    study_id = create_study(db, model=MODEL, space=SPACE, max_trials=trials, seed=seed)
+    executor = ReplayExecutor(synthetic_landscape(KNOBS), list(KNOBS), slots=slots)
+    return StudyRunner(db, study_id, executor, poll_s=0.0), executor
+
+
+def test_first_trial_is_the_expert_default_and_budget_is_respected(db: Database) -> None:
+    runner, executor = _runner(db, trials=12)
+    runner.run()
+    with db.session() as s:
+        study = StudyRepo(s).require(runner.study_id)
+        trials = TrialRepo(s).list(study.id)
+        assert study.status == StudyStatus.COMPLETED
+        launched = [t for t in trials if t.state != TrialState.PRUNED]
+        assert len(launched) == 12 == len(executor.submitted)
+        first = launched[0]
+        assert first.purpose == "seed"
+        assert first.params["micro_batch_size"] == 16 and first.params["precision"] == "bf16"
+        numbers = [t.number for t in trials]
+        assert numbers == sorted(set(numbers)) == list(range(len(trials)))
+        assert study.recommendation is not None
+        best = max(t.objective_value or 0 for t in trials)
+        assert study.recommendation["objective_value"] == best
+
+
+def test_ruled_out_configs_never_launch(db: Database) -> None:
+    runner, executor = _runner(db, trials=20)
+    runner.run()
+    for config in executor.submitted:
+        k = config.knobs
+        assert not (k.checkpointing == "full" and k.micro_batch_size < 32)
+    with db.session() as s:
+        pruned = TrialRepo(s).list(runner.study_id, states=[TrialState.PRUNED])
+        assert all("large micro-batches" in (t.error_message or "") for t in pruned)
+
+
+def test_oom_is_infeasible_and_no_config_runs_twice(db: Database) -> None:
+    runner, executor = _runner(db, trials=30, slots=2)
+    runner.run()
+    keys = [c.knobs.model_dump_json() for c in executor.submitted]
+    assert len(keys) == len(set(keys))
+    with db.session() as s:
+        infeasible = TrialRepo(s).list(runner.study_id, states=[TrialState.INFEASIBLE])
+        assert infeasible, "the landscape has OOM configs; a 30-trial search should meet one"
+        assert {t.error_class for t in infeasible} == {"oom"}
+
+
+def test_restart_resumes_without_losing_or_repeating(db: Database) -> None:
+    runner, executor = _runner(db, trials=10)
+    runner.start()
+    while len(executor.submitted) < 4:
+        runner.step()
+    # The coordinator dies with a trial in flight: its row stays "running".
+    assert runner.in_flight
+    with db.session() as s:
+        StudyRepo(s).release(runner.study_id, runner.owner)
+    resumed = StudyRunner(db, runner.study_id, executor, poll_s=0.0)
+    resumed.run()
+    with db.session() as s:
+        trials = TrialRepo(s).list(runner.study_id)
+        lost = [t for t in trials if t.state == TrialState.LOST]
+        assert len(lost) == 1 and lost[0].retried
+        retry = [t for t in trials if t.retry_of == lost[0].number]
+        assert len(retry) == 1 and retry[0].state == TrialState.COMPLETE
+        launched = [t for t in trials if t.state != TrialState.PRUNED and t.retry_of is None]
+        assert len(launched) == 10
+        assert [t.number for t in trials] == list(range(len(trials)))
+
+
+def test_cancel_stops_the_study(db: Database) -> None:
+    runner, _ = _runner(db, trials=50)
+    runner.start()
+    runner.step()
+    with db.session() as s:
+        StudyRepo(s).set_status(StudyRepo(s).require(runner.study_id), StudyStatus.CANCELLED)
+    runner.step()
+    assert runner.done
+    with db.session() as s:
+        assert StudyRepo(s).require(runner.study_id).status == StudyStatus.CANCELLED
