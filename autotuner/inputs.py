@@ -45,7 +45,7 @@ def describe_validation_error(exc: ValidationError) -> str:
     if err["type"] == "extra_forbidden":
         msg = "unknown field; remove it or check its spelling"
     elif err["type"] == "missing":
-        msg = "missing; it is required (or use a preset, e.g. `preset: gpt2-124m`)"
+        msg = "missing; it is required"
     return f"{loc}: {msg}" if loc else msg
 
 
@@ -57,7 +57,10 @@ def parse_model_spec(data: Any, *, source: str = "model spec") -> ModelSpec:
     try:
         return ModelSpec.resolve(data)
     except ValidationError as exc:
-        raise UserError(f"{source}: {describe_validation_error(exc)}") from None
+        hint = ""
+        if "preset" not in data and exc.errors()[0]["type"] == "missing":
+            hint = " (or start from a preset, e.g. `preset: gpt2-124m`)"
+        raise UserError(f"{source}: {describe_validation_error(exc)}{hint}") from None
     except ValueError as exc:
         raise UserError(f"{source}: {exc}") from None
 

@@ -101,6 +101,13 @@ class SearchSpace(BaseModel):
         for name, domain in value.items():
             if isinstance(domain, dict) and set(domain) == {"values"}:
                 domain = domain["values"]
+            elif isinstance(domain, dict):
+                try:
+                    domain = IntRange.model_validate(domain)
+                except ValidationError as exc:
+                    raise ValueError(f"{name}: {describe_validation_error(exc)}") from None
+            elif not isinstance(domain, list):
+                raise ValueError(f"{name}: give a list of values or a {{low, high}} range")
             out[name] = domain
         return out
 

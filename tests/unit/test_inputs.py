@@ -1,0 +1,116 @@
+"""User input: model specs and search spaces fail with a message naming the field and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotuner.inputs import UserError, load_model_spec, parse_model_spec
+from autotuner.space import SpaceError, builtin_space_names, load_space, parse_space
+from autotuner.spec import Knobs, ModelSpec, TrialConfig, TrialResult
+
+
+def test_presets_resolve_and_overrides_apply() -> None:
+    spec = parse_model_spec({"preset": "gpt2-124m", "seq_len": 2048})
+    assert (spec.n_layer, spec.d_model, spec.seq_len, spec.vocab_size) == (12, 768, 2048, 50257)
+    llama = parse_model_spec({"preset": "llama-1b"})
+    assert llama.kv_heads == 8 and llama.ffn_dim == 8192
+
+
+@pytest.mark.parametrize(
+    ("data", "needle"),
+    [
+        ({"preset": "gpt5"}, "unknown preset 'gpt5'; known presets"),
+        ({"family": "bert", "n_layer": 2, "d_model": 64, "n_head": 4, "vocab_size": 9,
+          "seq_len": 8}, "family"),
+        ({"family": "gpt2", "n_layer": 2, "d_model": 100, "n_head": 3, "vocab_size": 9,
+          "seq_len": 8}, "n_head=3 must divide d_model=100"),
+        ({"family": "gpt2", "n_layer": 0, "d_model": 64, "n_head": 4, "vocab_size": 9,
+          "seq_len": 8}, "n_layer: Input should be greater than 0"),
+        ({"preset": "tiny", "n_layers": 4}, "n_layers: unknown field"),
+        ({"family": "llama", "n_layer": 2, "d_model": 64, "n_head": 4, "n_kv_head": 3,
+          "vocab_size": 9, "seq_len": 8}, "n_kv_head=3 must divide n_head=4"),
+        ({"family": "gpt2", "n_layer": 2}, "missing"),
+        (["not", "a", "mapping"], "must be a mapping"),
+    ],
+)
+def test_bad_model_specs_name_the_field(data: object, needle: str) -> None:
+    with pytest.raises(UserError) as info:
+        parse_model_spec(data, source="m.yaml")
+    assert needle in str(info.value)
+    assert str(info.value).startswith("m.yaml: ")
+
+
+def test_hf_config_sizes_are_read(tmp_path: Path) -> None:
+    cfg = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 256,
+           "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 688,
+           "vocab_size": 1000, "max_position_embeddings": 128}
+    spec = parse_model_spec({"hf_config": cfg})
+    assert spec.family == "hf" and spec.n_layer == 4 and spec.kv_heads == 2
+
+
+def test_malformed_yaml_names_the_line(tmp_path: Path) -> None:
+    f = tmp_path / "m.yaml"
+    f.write_text("preset: tiny\nseq_len: [1, 2\n")
+    with pytest.raises(UserError, match=r"m.yaml: line \d+, column \d+: malformed YAML"):
+        load_model_spec(f)
+
+
+def test_every_builtin_space_loads() -> None:
+    names = builtin_space_names()
+    assert {"cpu-demo", "single-gpu", "single-gpu-quick", "multi-gpu"} <= set(names)
+    for name in names:
+        space = load_space(name)
+        knobs = space.knobs_for(space.seed_params(), parse_model_spec({"preset": "tiny"}), 1)
+        assert isinstance(knobs, Knobs)
+
+
+@pytest.mark.parametrize(
+    ("data", "needle"),
+    [
+        ({"name": "x", "knobs": {"micro_batch": [1]}}, "knobs.micro_batch: unknown knob"),
+        ({"name": "x", "knobs": {"precision": ["bf16", "fp12"]}},
+         "knobs.precision: 'fp12' is not a valid precision"),
+        ({"name": "x", "knobs": {"micro_batch_size": [0, 1]}},
+         "knobs.micro_batch_size: 0 is not a valid micro_batch_size"),
+        ({"name": "x", "knobs": {}}, "at least one knob"),
+        ({"name": "x", "knobs": {"micro_batch_size": [1, 2]}, "defaults": {"micro_batch_size": 4}},
+         "defaults.micro_batch_size: 4 is not one of"),
+        ({"name": "x", "knobs": {"micro_batch_size": {"low": 8, "high": 2}}}, "low (8) must be"),
+        ({"name": "x", "knobs": {"grad_accum": [1, 2]}, "global_batch_tokens": 1024},
+         "global_batch_tokens derives grad_accum"),
+        ({"name": "x", "knobs": {"precision": ["bf16"]}, "measure": {"repeats": 0}},
+         "measure.repeats"),
+        ({"name": "x", "knobs": {"precision": ["bf16"]}, "colour": 1}, "colour: unknown field"),
+    ],
+)
+def test_bad_spaces_name_the_field(data: dict, needle: str) -> None:
+    with pytest.raises(SpaceError) as info:
+        parse_space(data, source="s.yaml")
+    assert needle in str(info.value)
+
+
+def test_unknown_space_lists_builtins() -> None:
+    with pytest.raises(SpaceError, match="built-ins: .*cpu-demo"):
+        load_space("no-such-space")
+
+
+def test_global_batch_derives_accumulation() -> None:
+    space = parse_space({"name": "x", "knobs": {"micro_batch_size": [4, 8]},
+                         "global_batch_tokens": 65536})
+    model = parse_model_spec({"preset": "gpt2-124m"})
+    assert space.knobs_for({"micro_batch_size": 8}, model, 1).grad_accum == 8
+    assert space.knobs_for({"micro_batch_size": 4}, model, 2).grad_accum == 8
+
+
+def test_records_round_trip_json() -> None:
+    config = TrialConfig(model=ModelSpec.resolve({"preset": "llama-tiny"}))
+    assert TrialConfig.model_validate_json(config.model_dump_json()) == config
+    ok = TrialResult(status="ok", tokens_per_s=10.0, tokens_per_s_min=9.0, tokens_per_s_max=11.0)
+    assert TrialResult.model_validate_json(ok.model_dump_json()) == ok
+    assert ok.spread_rel == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="positive tokens_per_s"):
+        TrialResult(status="ok", tokens_per_s=0.0)
+    with pytest.raises(ValueError, match="needs a failure_class"):
+        TrialResult(status="failed")
