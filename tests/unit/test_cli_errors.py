@@ -1,0 +1,70 @@
+"""Bad input gives one clear error line, a non-zero exit, and writes nothing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("AUTOTUNER_DATABASE_URL", None)
+    full_env.pop("AUTOTUNER_SERVER", None)
+    return subprocess.run(
+        [sys.executable, "-m", "autotuner.cli", *args], capture_output=True, text=True,
+        cwd=REPO, env=full_env, timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    ("files", "args", "needle"),
+    [
+        ({"m.yaml": "preset: tiny\nseq_len: [1, 2\n"}, ["m.yaml"], "malformed YAML"),
+        ({"m.yaml": "preset: tiny\nlayers: 3\n"}, ["m.yaml"], "layers: unknown field"),
+        ({"m.yaml": "preset: tiny\n", "s.yaml": "name: s\nknobs: {micro_batch: [1]}\n"},
+         ["m.yaml", "--space", "s.yaml"], "knobs.micro_batch: unknown knob"),
+        ({"m.yaml": "preset: tiny\n", "s.yaml": "name: s\nknobs: {precision: [bf16, fp12]}\n"},
+         ["m.yaml", "--space", "s.yaml"], "'fp12' is not a valid precision"),
+        ({"m.yaml": "preset: tiny\n"}, ["m.yaml", "--space", "nope"], "no search space 'nope'"),
+        ({"m.yaml": "preset: tiny\n"}, ["m.yaml", "--sampler", "bayes"], "--sampler 'bayes'"),
+        ({}, ["missing.yaml"], "missing.yaml: no such file"),
+    ],
+)
+def test_tune_rejects_bad_input_and_writes_nothing(
+    tmp_path: Path, files: dict[str, str], args: list[str], needle: str
+) -> None:
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    db_file = tmp_path / "results.db"
+    resolved = [str(tmp_path / a) if a in files or a.endswith(".yaml") else a for a in args]
+    proc = run_cli("tune", *resolved, "--db", f"sqlite:///{db_file}", "--trials", "1")
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error:") and needle in lines[0], lines[0]
+    assert not db_file.exists(), "a rejected command must not create the database"
+
+
+def test_unreachable_database_is_one_clear_line(tmp_path: Path) -> None:
+    (tmp_path / "m.yaml").write_text("preset: tiny\n")
+    url = "postgresql+psycopg://postgres@127.0.0.1:5999/autotuner"
+    proc = run_cli("tune", str(tmp_path / "m.yaml"), "--space", "cpu-demo", "--db", url)
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "127.0.0.1:5999" in lines[0], proc.stderr
+
+
+def test_unknown_study_says_how_to_find_one(tmp_path: Path) -> None:
+    from autotuner.storage.session import upgrade_database
+
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    upgrade_database(url)
+    proc = run_cli("best", "st-doesnotexist", "--db", url)
+    assert proc.returncode == 2
+    assert "st-doesnotexist" in proc.stderr
