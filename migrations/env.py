@@ -8,7 +8,7 @@ resolution the application uses, never a URL written in alembic.ini.
 from __future__ import annotations
 
 from logging.config import fileConfig
-from typing import Any
+from typing import Any, Literal
 
 from alembic import context
 from sqlalchemy import Connection, Engine, create_engine, text
@@ -38,7 +38,7 @@ def _url() -> str:
     return resolve_database_url(given)
 
 
-def _render_item(type_: str, obj: Any, autogen_context: Any) -> str | bool:
+def _render_item(type_: str, obj: Any, autogen_context: Any) -> str | Literal[False]:
     # Keep generated revisions free of application imports: UtcDateTime is timestamptz.
     if type_ == "type" and isinstance(obj, UtcDateTime):
         return "sa.DateTime(timezone=True)"

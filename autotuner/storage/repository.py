@@ -41,6 +41,15 @@ class TrialAlreadyFinished(RuntimeError):
     """A trial can be finished (or marked lost) once: a second result is refused, not recorded."""
 
 
+def _fits(field: str, value: str | None, limit: int, remedy: str) -> None:
+    """Refuse a value longer than its column on every backend (SQLite would silently keep it,
+    Postgres would fail mid-transaction with a bare "value too long")."""
+    if value is not None and len(value) > limit:
+        raise ValueError(
+            f"{field} {value[:40]!r}... is {len(value)} characters, over {limit}; {remedy}"
+        )
+
+
 def _set(obj: Any, **values: Any) -> None:
     """Mirror values already written by an UPDATE onto a loaded object, without marking it dirty."""
     for key, value in values.items():
@@ -83,6 +92,7 @@ class StudyRepo:
         options: dict[str, Any] | None = None,
     ) -> Study:
         """A new queued study with a fresh id `st-xxxxxxxx`."""
+        _fits("study name", name, 200, "use a shorter name")
         study = Study(
             id=f"st-{uuid.uuid4().hex[:8]}",
             name=name,
@@ -182,6 +192,7 @@ class StudyRepo:
         One atomic conditional UPDATE: it succeeds if nobody holds the lease, the holder's lease
         has expired, or `owner` already holds it. Two coordinators racing: exactly one wins.
         """
+        _fits("lease owner", owner, 64, "use a shorter owner id, e.g. host:pid")
         now = utcnow()
         result = self.session.execute(
             update(Study)
@@ -307,6 +318,8 @@ class TrialRepo:
         if locked is None:
             raise StudyNotFound(f"no study with id {study_id!r}; {_LIST_HINT}")
         last = self.session.scalar(select(func.max(Trial.number)).where(Trial.study_id == study_id))
+        _fits("worker", fields.get("worker"), 200, "use a shorter worker name")
+        _fits("purpose", fields.get("purpose"), 16, "use search, seed or remeasure")
         fields.setdefault("purpose", "search")
         fields.setdefault("attempt", 1)
         trial = Trial(
