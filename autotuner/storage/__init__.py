@@ -1,5 +1,7 @@
 """Storage: studies and trials in Postgres (or an embedded SQLite file), schema by Alembic.
 
+Typical use:
+
     db = Database.open(resolve_database_url(args.db))      # checks, then migrates to head
     with db.session() as session:                           # one transaction
         trial = TrialRepo(session).create_running(study.id, params=..., config=...)
