@@ -139,11 +139,11 @@ class SearchSpace(BaseModel):
             _check_value(f"fixed.{name}", name, v)
         for name, v in self.defaults.items():
             _check_value(f"defaults.{name}", name, v)
-            domain = self.knobs.get(name)
-            if isinstance(domain, list) and _as_str(v) not in {_as_str(d) for d in domain}:
-                raise ValueError(f"defaults.{name}: {v!r} is not one of knobs.{name} {domain}")
-            if isinstance(domain, IntRange) and not domain.low <= v <= domain.high:
-                raise ValueError(f"defaults.{name}: {v} is outside [{domain.low}, {domain.high}]")
+            dom = self.knobs.get(name)
+            if isinstance(dom, list) and _as_str(v) not in {_as_str(d) for d in dom}:
+                raise ValueError(f"defaults.{name}: {v!r} is not one of knobs.{name} {dom}")
+            if isinstance(dom, IntRange) and not dom.low <= v <= dom.high:
+                raise ValueError(f"defaults.{name}: {v} is outside [{dom.low}, {dom.high}]")
         if self.global_batch_tokens and "grad_accum" in {*self.knobs, *self.fixed}:
             raise ValueError(
                 "global_batch_tokens derives grad_accum; remove grad_accum from knobs/fixed "
