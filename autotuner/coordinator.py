@@ -17,11 +17,12 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
+from optuna.trial import TrialState as OptunaState
 
 from autotuner.executors.base import Completed, Executor
 from autotuner.objective import Objective, objective_value
@@ -173,26 +174,55 @@ class StudyRunner:
         """One round of the state machine (see the module docstring)."""
         if self.done:
             return
-        for completed in self.executor.collect(timeout_s=self.poll_s):
-            self._record(completed)
+        self.advance(self.executor.collect(timeout_s=self.poll_s))
+
+    def advance(self, completed: Iterable[Completed], *, max_launches: int | None = None) -> int:
+        """One round without collecting: record `completed`, honour a cancel, launch up to
+        `max_launches` trials (None: as many as the executor has slots for), keep the lease.
+
+        A scheduler that shares one executor among many studies collects once and hands each
+        runner its own results. If the database fails midway, the results not yet recorded stay
+        in `in_flight`, so calling again with the same list records them. Returns how many
+        trials were launched.
+        """
+        if self.done:
+            return 0
+        for item in completed:
+            self._record(item)
         if self._cancel_requested():
             for handle in list(self.in_flight):
                 self.executor.cancel(handle)
                 self._finish_trial(
-                    self.in_flight.pop(handle),
+                    self.in_flight[handle],
                     TrialState.FAILED,
                     None,
                     FailureClass.INFRA,
                     "cancelled with the study",
                 )
+                del self.in_flight[handle]
             self._finish_study(StudyStatus.CANCELLED)
-            return
-        while not self._budget_spent() and self.executor.free_slots(self.gpus_per_trial) > 0:
-            if not self._launch_next():
-                break
+            return 0
+        launched = self.launch(max_launches)
         self._keep_alive()
         if not self.in_flight and (self._budget_spent() or self._exhausted):
             self._finish_study(StudyStatus.COMPLETED)
+        return launched
+
+    def launch(self, max_count: int | None = None) -> int:
+        """Dispatch up to max_count new trials while the budget and the executor allow."""
+        launched = 0
+        while (max_count is None or launched < max_count) and not self.done:
+            if self._budget_spent() or self.executor.free_slots(self.gpus_per_trial) <= 0:
+                break
+            if not self._launch_next():
+                break
+            launched += 1
+        return launched
+
+    @property
+    def wants_trials(self) -> bool:
+        """Whether this runner would launch a trial if it had a free slot."""
+        return not self.done and not self._exhausted and not self._budget_spent()
 
     # ------------------------------------------------------------------ launching
 
@@ -200,8 +230,9 @@ class StudyRunner:
         """Dispatch one new trial; False when the sampler has nothing new to offer."""
         while self._idle_proposals < MAX_IDLE_PROPOSALS:
             retry_of = None
-            if self.retry_queue:
-                params, retry_of = self.retry_queue.pop(0)
+            retry = self.retry_queue.pop(0) if self.retry_queue else None
+            if retry is not None:
+                params, retry_of = retry
                 self.optuna.enqueue_trial(params, skip_if_exists=False)
             ask = self.optuna.ask(self.distributions)
             params = dict(ask.params)
@@ -229,7 +260,15 @@ class StudyRunner:
                 self._idle_proposals += 1
                 self.on_event(Event("pruned", number, params, TrialState.PRUNED, message=reason))
                 continue
-            self._dispatch(ask, params, knobs, retry_of)
+            try:
+                self._dispatch(ask, params, knobs, retry_of)
+            except BaseException:
+                # Nothing was dispatched (e.g. the database is down): put the retry back and
+                # close the Optuna trial, so calling again later starts from a clean state.
+                if retry is not None:
+                    self.retry_queue.insert(0, retry)
+                self.optuna.tell(ask, state=OptunaState.FAIL)
+                raise
             self._idle_proposals = 0
             return True
         self._exhausted = True
@@ -290,10 +329,11 @@ class StudyRunner:
     # ------------------------------------------------------------------ recording
 
     def _record(self, completed: Completed) -> None:
-        flight = self.in_flight.pop(completed.handle, None)
+        flight = self.in_flight.get(completed.handle)
         if flight is None:
             return  # cancelled earlier; its late result is discarded
         result = completed.result
+        retry = False
         if result.status == TrialStatus.OK:
             value = objective_value(self.objective, result, self.gpus_per_trial, self.options)
             self._finish_trial(
@@ -308,11 +348,15 @@ class StudyRunner:
             else:
                 state = TrialState.FAILED
                 obs = Observation(flight.params, None)
-                if flight.attempt == 1:
-                    self.retry_queue.append((flight.params, flight.number))
+                retry = flight.attempt == 1
             self._finish_trial(
                 flight, state, result, fclass, result.error_message, None, completed.worker
             )
+        # Only once the result is stored: a failed write leaves the trial in flight, to be
+        # recorded by a later call with the same result.
+        del self.in_flight[completed.handle]
+        if retry:
+            self.retry_queue.append((flight.params, flight.number))
         tell(self.optuna, flight.ask, obs)
         if obs.value is not None:
             self.measured[canonical_params(flight.params)] = obs
