@@ -1,0 +1,100 @@
+"""The dashboard renders real studies from the database: lists, charts' data, trial detail."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from autotuner import dashboard
+from autotuner.coordinator import StudyRunner, create_study
+from autotuner.executors.replay import ReplayExecutor
+from autotuner.space import parse_space
+from autotuner.spec import ModelSpec
+from autotuner.storage.session import Database
+from tests.fakes import synthetic_landscape
+
+KNOBS = {"micro_batch_size": [8, 16, 32, 64, 128], "precision": ["fp32", "bf16"]}
+
+
+def make_app(db: Database) -> FastAPI:
+    app = FastAPI()
+    app.state.db = db
+    app.include_router(dashboard.router)
+    app.mount("/static", dashboard.static, name="static")
+    return app
+
+
+@pytest.fixture
+def study(sqlite_url: str) -> tuple[Database, str]:
+    db = Database(sqlite_url)
+    space = parse_space({"name": "dash", "knobs": KNOBS})
+    study_id = create_study(db, model=ModelSpec.resolve({"preset": "tiny"}), space=space,
+                            max_trials=10)
+    executor = ReplayExecutor(synthetic_landscape(KNOBS), list(KNOBS))
+    StudyRunner(db, study_id, executor, poll_s=0).run()
+    return db, study_id
+
+
+def _embedded(html: str) -> dict:
+    match = re.search(r'<script id="page-data" type="application/json">(.*?)</script>', html, re.S)
+    assert match, "the page embeds its data"
+    return json.loads(match.group(1))
+
+
+def test_studies_page_lists_the_study(study: tuple[Database, str]) -> None:
+    db, study_id = study
+    client = TestClient(make_app(db))
+    page = client.get("/")
+    assert page.status_code == 200
+    assert f'href="http://testserver/studies/{study_id}"' in page.text
+    assert _embedded(page.text)["studies"][0]["status"] == "completed"
+
+
+def test_study_page_has_every_trial_and_chart_data(study: tuple[Database, str]) -> None:
+    db, study_id = study
+    client = TestClient(make_app(db))
+    page = client.get(f"/studies/{study_id}")
+    assert page.status_code == 200
+    data = _embedded(page.text)
+    assert len(data["trials"]) >= 10
+    assert page.text.count("<tr class=") == len(data["trials"])
+    assert {"micro_batch_size", "precision"} == set(data["effects"])
+    # The synthetic landscape OOMs above 32 (fp32) / 64 (bf16): those values show failures.
+    mb = {row["value"]: row for row in data["effects"]["micro_batch_size"]}
+    assert any(row["failed"] for row in mb.values())
+    ok = [t for t in data["trials"] if t["state"] == "complete"]
+    front = [t for t in ok if t["number"] in data["pareto"]]
+    assert front and max(t["tokens_per_s"] for t in front) == max(t["tokens_per_s"] for t in ok)
+    assert data["best"]["trial_number"] in data["pareto"]
+    as_json = client.get(f"/studies/{study_id}?format=json").json()
+    assert as_json["study"]["id"] == study_id and len(as_json["trials"]) == len(data["trials"])
+
+
+def test_trial_page_shows_config_result_and_error(study: tuple[Database, str]) -> None:
+    db, study_id = study
+    client = TestClient(make_app(db))
+    data = client.get(f"/studies/{study_id}?format=json").json()
+    failed = next(t for t in data["trials"] if t["state"] == "infeasible")
+    page = client.get(f"/studies/{study_id}/trials/{failed['number']}")
+    assert page.status_code == 200 and 'id="error"' in page.text and "oom" in page.text
+    ok = next(t for t in data["trials"] if t["state"] == "complete")
+    page = client.get(f"/studies/{study_id}/trials/{ok['number']}")
+    assert 'id="config"' in page.text and "FakeGpu H200" in page.text
+
+
+def test_unknown_study_and_trial_are_404(study: tuple[Database, str]) -> None:
+    db, study_id = study
+    client = TestClient(make_app(db))
+    assert client.get("/studies/st-nope").status_code == 404
+    assert client.get(f"/studies/{study_id}/trials/999").status_code == 404
+
+
+def test_static_chart_library_is_served(study: tuple[Database, str]) -> None:
+    db, _ = study
+    client = TestClient(make_app(db))
+    js = client.get("/static/chart.umd.min.js")
+    assert js.status_code == 200 and "Chart.js v4" in js.text[:200]
