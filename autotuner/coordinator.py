@@ -72,7 +72,8 @@ class _InFlight:
 
 
 def default_owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    # The lease column holds 64 characters: keep the hostname part short.
+    return f"{socket.gethostname()[:40]}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
 class StudyRunner:

@@ -77,5 +77,9 @@ def trial_page(request: Request, study_id: str, number: int) -> Response:
         trial = TrialRepo(s).get(study.id, number)
         if trial is None:
             raise HTTPException(404, f"study {study.id} has no trial #{number}")
-        data = {"study_id": study.id, "study_name": study.name, "trial": trial_view(trial, full=True)}
+        data = {
+            "study_id": study.id,
+            "study_name": study.name,
+            "trial": trial_view(trial, full=True),
+        }
     return _respond(request, "trial.html", data)

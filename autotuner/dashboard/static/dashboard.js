@@ -72,7 +72,10 @@
     }
   }
 
-  function drawAll(d) { drawProgress(d); drawPareto(d); drawEffects(d); }
+  function drawAll(d) {
+    drawProgress(d); drawPareto(d); drawEffects(d);
+    document.body.dataset.charts = String(Object.keys(charts).length); // for browser tests
+  }
   drawAll(data);
 
   // Live: poll while the study runs; reload the page once it finishes so tables are complete.
