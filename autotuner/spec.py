@@ -392,6 +392,11 @@ class TrialResult(_Record):
     memory_kind: Literal["cuda", "cpu_rss"] | None = None
     memory_limit_gib: float | None = None
     required_mem_gib: float | None = None  # for an OOM: what the failing allocation asked for
+    # For `unsupported`: the knob values the worker names as the cause (e.g. {"attention":
+    # "cudnn", "precision": "fp32"}). The search learns a rule over exactly these and never
+    # proposes a matching config again in the study; None: it falls back to the (attention,
+    # precision, compile_mode) of the failing trial.
+    unsupported_knobs: dict[str, Any] | None = None
     # Time outside the measurement: reported, never counted in throughput.
     first_step_s: float | None = None
     compile_s: float | None = None
