@@ -11,6 +11,7 @@ cluster trials run one at a time, because two trials sharing cores would measure
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -62,14 +63,18 @@ class RayExecutor:
 
         self._ray = ray
         if not ray.is_initialized():
+            # Ray's start-up notices (auth token, dashboard) are noise on a user's terminal.
+            logging.getLogger("ray").setLevel(logging.ERROR)
             address = address or os.environ.get("RAY_ADDRESS") or None
             kwargs: dict[str, Any] = {
                 "include_dashboard": False,
                 "log_to_driver": False,
-                "logging_level": "WARNING",
+                "logging_level": logging.ERROR,
             }
             if address is None:
-                # A local cluster started on demand; num_gpus lets tests declare logical GPUs.
+                # A new local cluster, started on demand ("local": never silently join another
+                # cluster running on this machine); num_gpus lets tests declare logical GPUs.
+                address = "local"
                 kwargs.update(num_cpus=num_cpus or os.cpu_count(), num_gpus=num_gpus)
             ray.init(address=address, **kwargs)
         self._task = ray.remote(max_calls=1, max_retries=0)(_run_trial_task)
