@@ -1,0 +1,156 @@
+"""Run one trial in a fresh process and turn however it ended into a TrialResult.
+
+This runs inside the coordinator's Ray task, so it imports no torch: the trial's process does.
+A fresh process per trial is what makes a measurement honest (no allocator, compile cache or
+CUDA context left over from another config) and what makes a hang or a segfault survivable.
+
+How it ended                          -> result
+  wrote a result file                 -> that result (wall_s replaced by the launcher's)
+  still running at the wall-clock cap -> `timeout` (its whole process group killed)
+  killed by a signal                  -> `crash`, naming the signal
+  exited non-zero without a result    -> `crash`, with the last lines of its stderr
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from autotuner.spec import FailureClass, TrialConfig, TrialResult
+
+HEARTBEAT_INTERVAL_S = 5.0
+KILL_GRACE_S = 3.0  # SIGTERM first so the CUDA context is torn down cleanly, then SIGKILL
+STDERR_TAIL_LINES = 20
+_REPO_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+def _stderr_tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def _kill_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone already
+        os.killpg(pgid, sig)
+
+
+def _terminate(proc: subprocess.Popen) -> None:
+    _kill_group(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=KILL_GRACE_S)
+    _kill_group(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _trial_env(config: TrialConfig) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(config.env)
+    # The trial imports `workers` and `autotuner` from this checkout, wherever it runs from.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, env.get("PYTHONPATH")) if p)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def run_trial_process(
+    config: TrialConfig,
+    *,
+    timeout_s: float | None = None,
+    python: str = sys.executable,
+    on_heartbeat: Callable[[], None] | None = None,
+) -> TrialResult:
+    """Run `python -m workers.trial` for `config` in a fresh process group and wait for it.
+
+    timeout_s defaults to config.measure.timeout_s. on_heartbeat is called every few seconds
+    while the trial runs (the coordinator uses it to keep the trial's lease alive).
+    """
+    limit = config.measure.timeout_s if timeout_s is None else timeout_s
+    with tempfile.TemporaryDirectory(prefix="autotuner-trial-") as tmp:
+        tmpdir = Path(tmp)
+        cfg_path, result_path = tmpdir / "config.json", tmpdir / "result.json"
+        stdout_path, stderr_path = tmpdir / "stdout.log", tmpdir / "stderr.log"
+        cfg_path.write_text(config.model_dump_json())
+        start = time.monotonic()
+        with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+            proc = subprocess.Popen(
+                [
+                    python,
+                    "-m",
+                    "workers.trial",
+                    "--config",
+                    str(cfg_path),
+                    "--result",
+                    str(result_path),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,  # a file, not a pipe: a chatty trial can never block on it
+                env=_trial_env(config),
+                cwd=tmp,
+                start_new_session=True,  # its own process group: loader/compile workers too
+            )
+            timed_out = False
+            while True:
+                remaining = limit - (time.monotonic() - start)
+                if remaining <= 0:
+                    timed_out = True
+                    _terminate(proc)
+                    break
+                try:
+                    proc.wait(timeout=min(HEARTBEAT_INTERVAL_S, remaining))
+                    break
+                except subprocess.TimeoutExpired:
+                    if on_heartbeat is not None:
+                        on_heartbeat()
+            # The trial is over: anything it left in its group (loader workers, inductor's
+            # compile pool) goes with it.
+            _kill_group(proc.pid, signal.SIGKILL)
+        wall_s = time.monotonic() - start
+        rc = proc.returncode
+        tail = _stderr_tail(stderr_path)
+
+        if timed_out:
+            return TrialResult.failure(
+                FailureClass.TIMEOUT,
+                f"trial still running after {limit:.0f} s; its process group was killed"
+                + (f"\nlast stderr lines:\n{tail}" if tail else ""),
+                wall_s=wall_s,
+            )
+        if result_path.exists():
+            try:
+                result = TrialResult.model_validate_json(result_path.read_text())
+            except ValueError as exc:
+                return TrialResult.failure(
+                    FailureClass.CRASH,
+                    f"the trial wrote an unreadable result ({exc}); exit status {rc}",
+                    wall_s=wall_s,
+                )
+            result.wall_s = wall_s
+            if rc != 0:
+                result.notes.append(f"the trial process exited with status {rc} after its result")
+            return result
+        if rc < 0:
+            name = signal.Signals(-rc).name if -rc in signal.valid_signals() else f"signal {-rc}"
+            return TrialResult.failure(
+                FailureClass.CRASH,
+                f"trial process died by {name}" + (f"\nlast stderr lines:\n{tail}" if tail else ""),
+                wall_s=wall_s,
+            )
+        return TrialResult.failure(
+            FailureClass.CRASH,
+            f"trial process exited with status {rc} without a result"
+            + (f"\nlast stderr lines:\n{tail}" if tail else ""),
+            wall_s=wall_s,
+        )

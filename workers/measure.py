@@ -1,0 +1,105 @@
+"""The timing protocol of MEASUREMENT.md, over any `step()` and `sync()`.
+
+1. First step, timed alone: it holds torch.compile's tracing and codegen, cuDNN/cuBLAS
+   heuristics, allocator growth. Reported as first_step_s, never counted in throughput.
+2. Warm-up: single steps, each synced and timed, until the last few agree within
+   `warmup_stable_rel` (CUDA-graph recording and autotuning happen on steps 2-3) and at least
+   `warmup_min_steps` ran.
+3. Repeats: R repeats of S steps. The device is synced only at each repeat's edges, so
+   the host can run ahead and queue kernels as it does in real training; syncing every step
+   would add a bubble per step and understate throughput.
+
+Losses are kept as device tensors and read at the repeat edges (already synced): reading
+them inside a repeat would add syncs.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from autotuner.spec import MeasureSettings
+from workers.errors import NumericsError
+
+STABLE_WINDOW = 3
+
+
+@dataclass
+class Timing:
+    first_step_s: float
+    warmup_step_s: list[float]
+    warmup_stable: bool
+    step_time_s: float  # the steady step time that chose S
+    steps_per_repeat: int = 0
+    repeat_s: list[float] = field(default_factory=list)
+    loss_initial: float = math.nan  # the first step's loss
+    loss_first: float = math.nan  # the first measured step's loss
+    loss_last: float = math.nan  # the last measured step's loss
+
+
+def _check_finite(loss: float, where: str) -> float:
+    if not math.isfinite(loss):
+        raise NumericsError(f"loss is {loss} at {where}: the config produces non-finite values")
+    return loss
+
+
+def warm_up(
+    step: Callable[[], torch.Tensor], sync: Callable[[], None], s: MeasureSettings
+) -> Timing:
+    sync()
+    t0 = time.perf_counter()
+    loss = step()
+    sync()
+    first = time.perf_counter() - t0
+    loss_initial = _check_finite(float(loss), "the first step")
+    times: list[float] = []
+    stable = False
+    window = min(STABLE_WINDOW, s.warmup_max_steps)
+    while len(times) < s.warmup_max_steps:
+        t0 = time.perf_counter()
+        loss = step()
+        sync()
+        times.append(time.perf_counter() - t0)
+        _check_finite(float(loss), f"warm-up step {len(times)}")  # synced already: free
+        if len(times) >= max(s.warmup_min_steps, window):
+            last = times[-window:]
+            if (max(last) - min(last)) / statistics.median(last) <= s.warmup_stable_rel:
+                stable = True
+                break
+    step_time = statistics.median(times[-window:])
+    return Timing(first, times, stable, step_time, loss_initial=loss_initial)
+
+
+def steps_per_repeat(step_time_s: float, s: MeasureSettings) -> int:
+    """S: enough steps that one repeat lasts at least min_repeat_s."""
+    if s.steps_per_repeat is not None:
+        return s.steps_per_repeat
+    return max(1, min(100_000, math.ceil(s.min_repeat_s / max(step_time_s, 1e-9))))
+
+
+def timed_repeats(
+    step: Callable[[], torch.Tensor],
+    sync: Callable[[], None],
+    timing: Timing,
+    s: MeasureSettings,
+) -> Timing:
+    S = timing.steps_per_repeat = steps_per_repeat(timing.step_time_s, s)
+    first_loss = None
+    for r in range(s.repeats):
+        sync()  # repeat edge: everything queued before is finished
+        t0 = time.perf_counter()
+        for _ in range(S):
+            loss = step()
+            if first_loss is None:
+                first_loss = loss
+        sync()  # repeat edge: everything this repeat queued is finished
+        timing.repeat_s.append(time.perf_counter() - t0)
+        _check_finite(float(loss), f"the end of repeat {r + 1}")
+    timing.loss_first = _check_finite(float(first_loss), "the first measured step")
+    timing.loss_last = float(loss)
+    return timing

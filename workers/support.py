@@ -1,0 +1,92 @@
+"""Up-front support checks: a config with no kernel on this worker is `unsupported`, with a
+remedy, before anything is built (minutes of model build and compile saved, and no guessing from
+an exception's text later).
+
+Two layers: `static_check` encodes the known rules (dtype/device/capability), and
+`probe_attention` asks the real SDPA dispatcher with a tiny forward+backward of the trial's
+head shape and dtype, which catches what the rules do not know (e.g. a head_dim a kernel lacks).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+
+from autotuner.spec import Attention, CompileMode, Precision, TrialConfig
+from workers.precision import autocast_dtype
+
+_CUDA_ONLY_SDPA = (Attention.EFFICIENT, Attention.CUDNN)
+_HALF_ONLY_SDPA = (Attention.FLASH, Attention.CUDNN)
+_CUDAGRAPH_MODES = (CompileMode.REDUCE_OVERHEAD, CompileMode.MAX_AUTOTUNE)
+
+
+def static_check(config: TrialConfig, device: torch.device) -> str | None:
+    """The remedy message for a config this worker cannot run, or None."""
+    k = config.knobs
+    if config.num_gpus > 1:
+        return (
+            f"num_gpus={config.num_gpus}: data-parallel trials are not implemented in this "
+            "worker yet; measure with num_gpus 1"
+        )
+    if device.type == "cpu":
+        if k.precision == Precision.TF32:
+            return "tf32 is a CUDA tensor-core mode; on the CPU use fp32 or bf16"
+        if k.precision.is_fp8:
+            return (
+                f"{k.precision.value} needs an NVIDIA GPU with compute capability >= 8.9 "
+                "(Ada/Hopper) and torchao; on the CPU use bf16"
+            )
+        if k.compile_mode in _CUDAGRAPH_MODES:
+            return (
+                f"compile mode {k.compile_mode.value!r} captures CUDA graphs and needs a CUDA "
+                "device; on the CPU use 'default' or 'max-autotune-no-cudagraphs'"
+            )
+        if k.attention in _CUDA_ONLY_SDPA:
+            return (
+                f"the {k.attention.value!r} SDPA backend exists only on CUDA; on the CPU use "
+                "'math' or 'flash' (PyTorch's CPU flash kernel)"
+            )
+        if k.attention == Attention.FLEX:
+            return (
+                f"FlexAttention has no CPU backward in torch {torch.__version__}; on the CPU "
+                "use 'math' or 'flash'"
+            )
+        return None
+    major, minor = torch.cuda.get_device_capability(device)
+    if k.attention in _HALF_ONLY_SDPA and not k.precision.is_half:
+        return (
+            f"{k.attention.value} attention needs fp16 or bf16; remove {k.attention.value!r} or "
+            f"drop {k.precision.value} from the space"
+        )
+    if k.precision.is_fp8:
+        if (major, minor) < (8, 9):
+            return (
+                f"{k.precision.value} needs compute capability >= 8.9 (Ada/Hopper); this GPU is "
+                f"{major}.{minor}: use bf16"
+            )
+        if importlib.util.find_spec("torchao") is None:
+            return f"{k.precision.value} needs torchao on the worker: pip install torchao"
+    return None
+
+
+def probe_attention(config: TrialConfig, device: torch.device) -> str | None:
+    """Run the chosen SDPA backend once on a tiny tensor of the trial's head shape and dtype."""
+    from workers.models.attention import attend
+
+    k = config.knobs
+    if k.attention == Attention.FLEX:
+        return None  # compiled on CUDA: a probe would cost a compile; the static rules cover it
+    dtype = autocast_dtype(k.precision) or torch.float32
+    spec = config.model
+    shape = (1, spec.n_head, min(spec.seq_len, 128), spec.head_dim)
+    q = torch.randn(shape, device=device, dtype=dtype, requires_grad=True)
+    try:
+        attend(q, q, q, k.attention).sum().backward()
+    except (RuntimeError, NotImplementedError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return (
+            f"no {k.attention.value!r} attention kernel for {dtype} with head_dim "
+            f"{spec.head_dim} on {device.type}: {first_line[:300]}; pick another attention backend"
+        )
+    return None

@@ -1,0 +1,83 @@
+"""One optimizer step: `grad_accum` micro-batches forward/backward, clip, AdamW, zero grads.
+
+This is the hot path. It never synchronises with the device (no .item(), no printing): the
+timing loop in workers/measure.py syncs only at the edges of a repeat. The one exception is
+inherent to fp16 with a non-fused optimizer: GradScaler reads its inf flag on the host every
+step, and that cost is real, so it is measured.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from autotuner.spec import Optimizer
+from workers import faults
+
+LEARNING_RATE = 3e-4
+GRAD_CLIP = 1.0
+
+
+def build_optimizer(model: nn.Module, kind: Optimizer) -> torch.optim.AdamW:
+    """AdamW as nanoGPT sets it up: decay on matrices only; foreach or fused kernels."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    # foreach: a few multi-tensor kernels per step. fused: one kernel per dtype/device group
+    # (CUDA, and the CPU since torch 2.4).
+    impl = {"fused": True} if kind == Optimizer.ADAMW_FUSED else {"foreach": True}
+    return torch.optim.AdamW(groups, lr=LEARNING_RATE, betas=(0.9, 0.95), **impl)
+
+
+class TrainStep:
+    """Callable: runs one optimizer step and returns the step's mean loss (a device tensor)."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        batches,
+        *,
+        grad_accum: int,
+        autocast,
+        scaler: torch.amp.GradScaler | None,
+        cudagraphs: bool,
+        fault: str = "none",
+    ):
+        self.model, self.optimizer, self.batches = model, optimizer, batches
+        self.grad_accum, self.autocast, self.scaler = grad_accum, autocast, scaler
+        self.cudagraphs, self.fault = cudagraphs, fault
+        self.params = [p for g in optimizer.param_groups for p in g["params"]]
+
+    def __call__(self) -> torch.Tensor:
+        loss_sum = None
+        for _ in range(self.grad_accum):
+            x, y = self.batches.next()
+            if self.cudagraphs:
+                # Tell CUDA-graph trees a new iteration starts: the previous replay's outputs
+                # (already consumed by backward) may be overwritten.
+                torch.compiler.cudagraph_mark_step_begin()
+            with self.autocast():
+                # Divide so the accumulated gradient is the mean over all micro-batches.
+                loss = self.model(x, y) / self.grad_accum
+            loss = faults.poison_loss(loss, self.fault)
+            if self.scaler is not None:
+                self.scaler.scale(loss).backward()
+            else:
+                loss.backward()
+            detached = loss.detach()
+            if self.cudagraphs:  # a graph's output memory is reused by the next replay
+                detached = detached.clone()
+            loss_sum = detached if loss_sum is None else loss_sum + detached
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)  # clip the true gradients, not scaled ones
+        nn.utils.clip_grad_norm_(self.params, GRAD_CLIP)
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss_sum

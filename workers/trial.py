@@ -1,0 +1,316 @@
+"""Run one trial, top to bottom, in this process; and the CLI the launcher starts.
+
+    python -m workers.trial --config cfg.json --result out.json     ("-": stdin / stdout)
+
+The order follows MEASUREMENT.md: process-level state first (environment, NCCL variables,
+before torch is imported), then torch-level state (threads, matmul precision, memory cap), then
+the support checks, then model -> float8 -> optimizer -> compile -> data, then the timing
+protocol (workers/measure.py). Every outcome is a TrialResult; a config failure (oom,
+unsupported, compile_error, numerics) is a result like any other and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from typing import Any
+
+from autotuner.spec import (
+    CompileMode,
+    DataSource,
+    Device,
+    FailureClass,
+    TrialConfig,
+    TrialResult,
+    TrialStatus,
+)
+
+_PROCESS_START = time.perf_counter()
+
+
+def apply_process_env(config: TrialConfig) -> None:
+    """Environment the trial's libraries read at import or init (call before importing torch)."""
+    os.environ.update(config.env)
+    k = config.knobs
+    nccl = {
+        "NCCL_ALGO": None if k.nccl_algo == "default" else k.nccl_algo,
+        "NCCL_PROTO": None if k.nccl_proto == "default" else k.nccl_proto,
+        "NCCL_MIN_NCHANNELS": None if k.nccl_min_channels is None else str(k.nccl_min_channels),
+    }
+    for name, value in nccl.items():
+        if value is not None:
+            os.environ[name] = value
+
+
+def inactive_knobs(config: TrialConfig, device_type: str) -> list[str]:
+    """Knobs whose value cannot change what this trial runs (reported in the result's notes)."""
+    k, off = config.knobs, []
+    if k.data_source == DataSource.SYNTHETIC:
+        off += ["loader_workers", "pin_memory", "prefetch_factor"]
+    else:
+        if k.loader_workers == 0:
+            off.append("prefetch_factor")
+        if device_type != "cuda":
+            off.append("pin_memory")
+    if config.num_gpus <= 1:
+        off += [
+            "nccl_algo",
+            "nccl_proto",
+            "nccl_min_channels",
+            "ddp_bucket_cap_mb",
+            "grad_compression",
+        ]
+    return off
+
+
+def resolve_device(config: TrialConfig):
+    import torch
+
+    want = config.measure.device
+    if want == Device.CPU or (want == Device.AUTO and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise _InfraError("measure.device is 'cuda' but this worker sees no CUDA device")
+    return torch.device("cuda", 0)
+
+
+class _InfraError(Exception):
+    pass
+
+
+def _compile(model, mode: CompileMode):
+    import torch
+
+    if mode == CompileMode.NONE:
+        return model
+    return torch.compile(model, mode=mode.value)
+
+
+def run_trial(config: TrialConfig) -> TrialResult:
+    """Run one trial in this process and return its result (never raises for a failed config)."""
+    # Everything the trial and its failure path import is imported now, before a memory cap
+    # applies: an import that fails under the cap must not turn an OOM into a crash.
+    import torch._dynamo  # noqa: F401  (the optimizer and torch.compile import it lazily)
+
+    import workers.models.gpt
+    import workers.models.llama  # noqa: F401
+    from workers import fingerprint as fp_mod
+    from workers import memory
+    from workers.failures import classify, compile_error_types
+
+    compile_error_types()
+    apply_process_env(config)  # again, for in-process callers (tests); main() did it first
+    info: dict[str, Any] = {"notes": []}
+    try:
+        device = resolve_device(config)
+        info["fingerprint"] = fp_mod.collect(device)
+        return _run(config, device, info)
+    except _InfraError as exc:
+        return TrialResult.failure(FailureClass.INFRA, str(exc), **_public(info))
+    except Exception as exc:
+        memory.release_cap()
+        failure_class, message, extra = classify(exc)
+        return TrialResult.failure(failure_class, message, **_public(info), **extra)
+    finally:
+        batches = info.pop("_batches", None)
+        if batches is not None:
+            batches.close()  # stop loader workers, remove the token file
+
+
+def _public(info: dict[str, Any]) -> dict[str, Any]:
+    """The result fields gathered so far (keys starting with _ are the trial's own state)."""
+    return {key: value for key, value in info.items() if not key.startswith("_")}
+
+
+def build_step(config: TrialConfig, device, info: dict[str, Any]):
+    """Check support, then build model -> float8 -> optimizer -> compile -> data -> TrainStep.
+
+    Fills info (param_count, notes, _batches). Raises UnsupportedConfig before building
+    anything when this worker has no kernel for the config.
+    """
+    import torch
+
+    from workers import precision, support
+    from workers.data import make_batches
+    from workers.errors import UnsupportedConfig
+    from workers.models import build_model
+    from workers.training import TrainStep, build_optimizer
+
+    k, m, spec = config.knobs, config.measure, config.model
+    remedy = support.static_check(config, device) or support.probe_attention(config, device)
+    if remedy:
+        raise UnsupportedConfig(remedy)
+
+    torch.manual_seed(m.seed)
+    model = build_model(spec, k).to(device)
+    model.train()
+    info["param_count"] = sum(p.numel() for p in model.parameters())
+    if k.precision.is_fp8:
+        n = precision.convert_fp8(model, k.precision)
+        info["notes"].append(f"{k.precision.value}: {n} Linear layers run in float8 (torchao)")
+    # The optimizer holds the original parameters; the compiled wrapper shares them.
+    optimizer = build_optimizer(model, k.optimizer)
+    compiled = _compile(model, k.compile_mode)
+    batches = make_batches(k, spec.vocab_size, spec.seq_len, device, m.seed)
+    info["_batches"] = batches
+    return TrainStep(
+        compiled,
+        optimizer,
+        batches,
+        grad_accum=k.grad_accum,
+        autocast=lambda: precision.autocast(k.precision, device.type),
+        scaler=precision.grad_scaler(k.precision, device.type),
+        cudagraphs=k.compile_mode in (CompileMode.REDUCE_OVERHEAD, CompileMode.MAX_AUTOTUNE),
+        fault=config.fault,
+    )
+
+
+def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult:
+    import torch
+
+    from autotuner import flops
+    from workers import faults, measure, memory, precision, telemetry
+    from workers.errors import NumericsError
+
+    k, m, spec = config.knobs, config.measure, config.model
+    notes: list[str] = info["notes"]
+    dp_ranks = 1  # one process, one device (support.static_check refuses num_gpus > 1)
+    tokens_per_step = k.micro_batch_size * spec.seq_len * k.grad_accum * dp_ranks
+    info["tokens_per_step"] = tokens_per_step
+
+    # --- torch-level process state, before anything is built
+    if m.cpu_threads:
+        torch.set_num_threads(m.cpu_threads)
+    precision.set_matmul_precision(k.precision, device.type)
+    info["memory_limit_gib"] = memory.apply_cap(device, m.memory_limit_gib)
+    off = inactive_knobs(config, device.type)
+    if off:
+        notes.append("inactive knobs (no effect in this config): " + ", ".join(off))
+
+    # --- support checks, then build
+    t_build = time.perf_counter()
+    step = build_step(config, device, info)
+    info["build_s"] = time.perf_counter() - t_build
+    faults.before_training(config.fault)
+
+    # --- measure
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    t_warm = time.perf_counter()
+    timing = measure.warm_up(step, sync, m)
+    info.update(
+        first_step_s=timing.first_step_s,
+        warmup_steps=len(timing.warmup_step_s),
+        warmup_s=time.perf_counter() - t_warm,
+    )
+    if k.compile_mode != CompileMode.NONE:
+        # Compilation happens inside the first step (forward and backward graphs); a steady
+        # step's own work is subtracted so compile_s is the compile overhead alone.
+        info["compile_s"] = max(0.0, timing.first_step_s - timing.step_time_s)
+    if not timing.warmup_stable:
+        last = timing.warmup_step_s[-3:]
+        notes.append(
+            f"warm-up did not settle within {m.warmup_max_steps} steps "
+            f"(last step times {', '.join(f'{t * 1e3:.1f} ms' for t in last)})"
+        )
+    memory.reset_peak(device)
+    with telemetry.Sampler(m.telemetry_hz if device.type == "cuda" else 0) as sampler:
+        measure.timed_repeats(step, sync, timing, m)
+    peak_mem, peak_reserved, memory_kind = memory.peaks(device)
+
+    # --- sanity: the loss must fall (same fixed batches every step for synthetic data)
+    reference = timing.loss_first
+    if k.data_source == DataSource.LOADER:
+        reference = timing.loss_initial  # fresh windows each step: compare with the start
+        notes.append("loss compared with the first step's (loader data differs step to step)")
+    if not timing.loss_last < reference:
+        raise NumericsError(
+            f"loss did not decrease ({reference:.4f} -> {timing.loss_last:.4f} over "
+            f"{timing.steps_per_repeat * m.repeats} measured steps): the config does not train"
+        )
+
+    # --- throughput, MFU
+    S = timing.steps_per_repeat
+    per_repeat = sorted(tokens_per_step * S / t for t in timing.repeat_s)
+    median = statistics.median(per_repeat)
+    flops_per_token = flops.flops_per_token(spec)
+    if m.peak_flops is not None:
+        peak, peak_source = m.peak_flops, "measure.peak_flops (user)"
+    elif device.type == "cuda":
+        peak = flops.peak_flops_for(info["fingerprint"].device_name)
+        peak_source = "autotuner.flops table (dense bf16)" if peak else None
+    else:
+        peak, peak_source = None, None
+    per_gpu = median / dp_ranks
+    return TrialResult(
+        status=TrialStatus.OK,
+        tokens_per_s=median,
+        tokens_per_s_min=per_repeat[0],
+        tokens_per_s_max=per_repeat[-1],
+        tokens_per_s_per_gpu=per_gpu,
+        repeat_tokens_per_s=[tokens_per_step * S / t for t in timing.repeat_s],
+        steps_per_repeat=S,
+        step_time_s=statistics.median(timing.repeat_s) / S,
+        mfu=None if peak is None else flops.mfu(per_gpu, flops_per_token, peak),
+        flops_per_token=flops_per_token,
+        flops_convention=flops.FLOPS_CONVENTION,
+        peak_flops=peak,
+        peak_flops_source=peak_source,
+        peak_mem_gib=peak_mem,
+        peak_reserved_gib=peak_reserved,
+        memory_kind=memory_kind,
+        loss_first=timing.loss_first,
+        loss_last=timing.loss_last,
+        telemetry=sampler.result,
+        wall_s=time.perf_counter() - _PROCESS_START,
+        **_public(info),
+    )
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _read_config(path: str) -> TrialConfig:
+    if path == "-":
+        text = sys.stdin.read()
+    else:
+        with open(path) as f:
+            text = f.read()
+    return TrialConfig.model_validate_json(text)
+
+
+def _write_result(result: TrialResult, path: str) -> None:
+    text = result.model_dump_json(indent=1)
+    if path == "-":
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+        return
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)  # atomic: the launcher never reads half a result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console script `autotuner-trial`: read a TrialConfig, run it, write a TrialResult."""
+    parser = argparse.ArgumentParser(prog="autotuner-trial", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True, help="TrialConfig JSON file, or - for stdin")
+    parser.add_argument("--result", required=True, help="TrialResult JSON file, or - for stdout")
+    args = parser.parse_args(argv)
+    try:
+        config = _read_config(args.config)
+    except (OSError, ValueError) as exc:
+        print(f"autotuner-trial: cannot read the config: {exc}", file=sys.stderr)
+        return 2
+    apply_process_env(config)  # before torch is imported anywhere
+    result = run_trial(config)
+    if result.wall_s is None:
+        result.wall_s = time.perf_counter() - _PROCESS_START
+    _write_result(result, args.result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
