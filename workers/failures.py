@@ -90,7 +90,7 @@ def classify(exc: BaseException) -> tuple[FailureClass, str, dict]:
                 {"required_mem_gib": _requested_gib(e)},
             )
     if isinstance(exc, UnsupportedConfig):
-        return FailureClass.UNSUPPORTED, str(exc), {}
+        return FailureClass.UNSUPPORTED, str(exc), {"unsupported_knobs": exc.knobs}
     if isinstance(exc, NumericsError):
         return FailureClass.NUMERICS, str(exc), {}
     compile_types = compile_error_types()

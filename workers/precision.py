@@ -73,7 +73,8 @@ def convert_fp8(model: nn.Module, precision: Precision) -> int:
     except ImportError as exc:
         raise UnsupportedConfig(
             f"{precision.value} needs torchao on the worker: pip install torchao "
-            "(or drop fp8 from the space)"
+            "(or drop fp8 from the space)",
+            {"precision": precision.value},
         ) from exc
     recipe = "tensorwise" if precision == Precision.FP8_TENSORWISE else "rowwise"
     config = Float8LinearConfig.from_recipe_name(recipe)
@@ -82,6 +83,7 @@ def convert_fp8(model: nn.Module, precision: Precision) -> int:
     if converted == 0:
         raise UnsupportedConfig(
             f"{precision.value}: no Linear layer has both dims divisible by 16, so float8 would "
-            "change nothing; use bf16 for this model"
+            "change nothing; use bf16 for this model",
+            {"precision": precision.value},
         )
     return converted

@@ -14,6 +14,7 @@ import importlib.util
 import torch
 
 from autotuner.spec import Attention, CompileMode, Precision, TrialConfig
+from workers.errors import UnsupportedConfig
 from workers.precision import autocast_dtype
 
 _CUDA_ONLY_SDPA = (Attention.EFFICIENT, Attention.CUDNN)
@@ -21,56 +22,68 @@ _HALF_ONLY_SDPA = (Attention.FLASH, Attention.CUDNN)
 _CUDAGRAPH_MODES = (CompileMode.REDUCE_OVERHEAD, CompileMode.MAX_AUTOTUNE)
 
 
-def static_check(config: TrialConfig, device: torch.device) -> str | None:
-    """The remedy message for a config this worker cannot run, or None."""
+def static_check(config: TrialConfig, device: torch.device) -> UnsupportedConfig | None:
+    """Why this worker cannot run the config (message with a remedy + the knobs to blame)."""
     k = config.knobs
+    precision = {"precision": k.precision.value}
+    attention = {"attention": k.attention.value}
     if config.num_gpus > 1:
-        return (
+        return UnsupportedConfig(
             f"num_gpus={config.num_gpus}: data-parallel trials are not implemented in this "
             "worker yet; measure with num_gpus 1"
         )
     if device.type == "cpu":
         if k.precision == Precision.TF32:
-            return "tf32 is a CUDA tensor-core mode; on the CPU use fp32 or bf16"
+            return UnsupportedConfig(
+                "tf32 is a CUDA tensor-core mode; on the CPU use fp32 or bf16", precision
+            )
         if k.precision.is_fp8:
-            return (
+            return UnsupportedConfig(
                 f"{k.precision.value} needs an NVIDIA GPU with compute capability >= 8.9 "
-                "(Ada/Hopper) and torchao; on the CPU use bf16"
+                "(Ada/Hopper) and torchao; on the CPU use bf16",
+                precision,
             )
         if k.compile_mode in _CUDAGRAPH_MODES:
-            return (
+            return UnsupportedConfig(
                 f"compile mode {k.compile_mode.value!r} captures CUDA graphs and needs a CUDA "
-                "device; on the CPU use 'default' or 'max-autotune-no-cudagraphs'"
+                "device; on the CPU use 'default' or 'max-autotune-no-cudagraphs'",
+                {"compile_mode": k.compile_mode.value},
             )
         if k.attention in _CUDA_ONLY_SDPA:
-            return (
+            return UnsupportedConfig(
                 f"the {k.attention.value!r} SDPA backend exists only on CUDA; on the CPU use "
-                "'math' or 'flash' (PyTorch's CPU flash kernel)"
+                "'math' or 'flash' (PyTorch's CPU flash kernel)",
+                attention,
             )
         if k.attention == Attention.FLEX:
-            return (
+            return UnsupportedConfig(
                 f"FlexAttention has no CPU backward in torch {torch.__version__}; on the CPU "
-                "use 'math' or 'flash'"
+                "use 'math' or 'flash'",
+                attention,
             )
         return None
     major, minor = torch.cuda.get_device_capability(device)
     if k.attention in _HALF_ONLY_SDPA and not k.precision.is_half:
-        return (
+        return UnsupportedConfig(
             f"{k.attention.value} attention needs fp16 or bf16; remove {k.attention.value!r} or "
-            f"drop {k.precision.value} from the space"
+            f"drop {k.precision.value} from the space",
+            {**attention, **precision},
         )
     if k.precision.is_fp8:
         if (major, minor) < (8, 9):
-            return (
+            return UnsupportedConfig(
                 f"{k.precision.value} needs compute capability >= 8.9 (Ada/Hopper); this GPU is "
-                f"{major}.{minor}: use bf16"
+                f"{major}.{minor}: use bf16",
+                precision,
             )
         if importlib.util.find_spec("torchao") is None:
-            return f"{k.precision.value} needs torchao on the worker: pip install torchao"
+            return UnsupportedConfig(
+                f"{k.precision.value} needs torchao on the worker: pip install torchao", precision
+            )
     return None
 
 
-def probe_attention(config: TrialConfig, device: torch.device) -> str | None:
+def probe_attention(config: TrialConfig, device: torch.device) -> UnsupportedConfig | None:
     """Run the chosen SDPA backend once on a tiny tensor of the trial's head shape and dtype."""
     from workers.models.attention import attend
 
@@ -85,8 +98,10 @@ def probe_attention(config: TrialConfig, device: torch.device) -> str | None:
         attend(q, q, q, k.attention).sum().backward()
     except (RuntimeError, NotImplementedError) as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return (
+        return UnsupportedConfig(
             f"no {k.attention.value!r} attention kernel for {dtype} with head_dim "
-            f"{spec.head_dim} on {device.type}: {first_line[:300]}; pick another attention backend"
+            f"{spec.head_dim} on {device.type}: {first_line[:300]}; pick another attention "
+            "backend",
+            {"attention": k.attention.value, "precision": k.precision.value},
         )
     return None

@@ -135,14 +135,13 @@ def build_step(config: TrialConfig, device, info: dict[str, Any]):
 
     from workers import precision, support
     from workers.data import make_batches
-    from workers.errors import UnsupportedConfig
     from workers.models import build_model
     from workers.training import TrainStep, build_optimizer
 
     k, m, spec = config.knobs, config.measure, config.model
-    remedy = support.static_check(config, device) or support.probe_attention(config, device)
-    if remedy:
-        raise UnsupportedConfig(remedy)
+    refusal = support.static_check(config, device) or support.probe_attention(config, device)
+    if refusal is not None:
+        raise refusal
 
     torch.manual_seed(m.seed)
     model = build_model(spec, k).to(device)

@@ -64,7 +64,8 @@ def build_hf(
     if checkpointing == Checkpointing.SELECTIVE:
         raise UnsupportedConfig(
             "selective checkpointing is implemented for the built-in families only; "
-            "use checkpointing 'none' or 'full' with family 'hf'"
+            "use checkpointing 'none' or 'full' with family 'hf'",
+            {"checkpointing": "selective"},
         )
     cfg = dict(spec.hf_config or {})
     model_type = cfg.pop("model_type", None)

@@ -1,0 +1,51 @@
+"""Helpers for the data-plane tests: tiny models on the real CPU torch, short measurements."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from autotuner.spec import Knobs, MeasureSettings, ModelSpec, TrialConfig
+
+# Short but complete: the same protocol as on a GPU, scaled down to keep the folder fast.
+FAST = MeasureSettings(
+    repeats=2,
+    min_repeat_s=0.05,
+    warmup_min_steps=1,
+    warmup_max_steps=3,
+    timeout_s=120,
+    device="cpu",
+)
+
+# Knobs' defaults target a GPU (bf16 + efficient attention); these run on any CPU.
+CPU_KNOBS = {"precision": "fp32", "attention": "math"}
+
+
+def make_config(preset: str = "tiny", model: dict | None = None, **knobs) -> TrialConfig:
+    fault = knobs.pop("fault", "none")
+    measure = knobs.pop("measure", FAST)
+    return TrialConfig(
+        model=ModelSpec.resolve({"preset": preset, **(model or {})}),
+        knobs=Knobs(**{**CPU_KNOBS, **knobs}),
+        measure=measure,
+        fault=fault,
+    )
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts the aten ops that really run (below autograd), by short name."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts: collections.Counter[str] = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.counts[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.fixture
+def config_factory():
+    return make_config

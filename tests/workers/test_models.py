@@ -1,0 +1,118 @@
+"""The model builders: each structural knob value changes the module or the ops that run."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from autotuner.spec import Knobs, ModelSpec
+from workers.errors import UnsupportedConfig
+from workers.models import build_model, padded_vocab_size
+from workers.models.llama import apply_rope, rope_tables
+
+from .conftest import OpCounter
+
+
+def _fwd_bwd_ops(model, vocab: int = 512, seq: int = 64) -> dict[str, int]:
+    x = torch.randint(0, vocab, (2, seq))
+    with OpCounter() as ops:
+        model(x, x).backward()
+    return ops.counts
+
+
+@pytest.mark.parametrize("multiple, rows", [(1, 1025), (64, 1088), (128, 1152)])
+def test_vocab_padding_pads_embedding_and_output_rows(multiple, rows):
+    spec = ModelSpec.resolve({"preset": "tiny", "vocab_size": 1025})
+    assert padded_vocab_size(1025, multiple) == rows
+    gpt = build_model(spec, Knobs(vocab_pad_multiple=multiple, attention="math"))
+    assert gpt.wte.weight.shape[0] == gpt.lm_head.weight.shape[0] == rows
+    assert gpt.wte.weight is gpt.lm_head.weight  # still tied
+    llama_spec = spec.model_copy(update={"family": "llama"})
+    llama = build_model(llama_spec, Knobs(vocab_pad_multiple=multiple))
+    assert llama.output.weight.shape[0] == rows
+
+
+@pytest.mark.parametrize("preset", ["tiny", "llama-tiny"])
+def test_attention_backend_selects_the_kernel(preset):
+    spec = ModelSpec.resolve({"preset": preset})
+    math_ops = _fwd_bwd_ops(build_model(spec, Knobs(attention="math")))
+    flash_ops = _fwd_bwd_ops(build_model(spec, Knobs(attention="flash")))
+    fused = "_scaled_dot_product_flash_attention_for_cpu"
+    assert flash_ops[fused] == spec.n_layer and math_ops[fused] == 0
+    # The math backend materialises the score matrix: batched matmuls and a softmax.
+    assert math_ops["_safe_softmax"] + math_ops["_softmax"] == spec.n_layer
+    assert math_ops["bmm"] > 0 and flash_ops["bmm"] == 0
+
+
+@pytest.mark.parametrize("preset, act", [("tiny", "gelu"), ("llama-tiny", "silu")])
+def test_checkpointing_recomputes_what_it_says(preset, act):
+    spec = ModelSpec.resolve({"preset": preset})
+    ops = {
+        mode: _fwd_bwd_ops(build_model(spec, Knobs(attention="flash", checkpointing=mode)))
+        for mode in ("none", "selective", "full")
+    }
+    matmuls = {m: ops[m]["mm"] + ops[m]["addmm"] for m in ops}
+    attn = "_scaled_dot_product_flash_attention_for_cpu"
+    L = spec.n_layer
+    # none: every op once. full: the whole block again in backward (matmuls and attention too).
+    assert ops["none"][act] == L and ops["full"][act] == 2 * L
+    assert ops["full"][attn] == 2 * L and matmuls["full"] > matmuls["none"]
+    # selective: cheap ops (activation, norms) recomputed, matmuls and attention kept.
+    assert ops["selective"][act] == 2 * L
+    assert ops["selective"][attn] == L and matmuls["selective"] == matmuls["none"]
+
+
+def test_llama_shapes_gqa_swiglu_rmsnorm():
+    spec = ModelSpec.resolve({"preset": "llama-tiny"})  # 4 heads, 2 kv heads, d 64
+    model = build_model(spec, Knobs(attention="math"))
+    block = model.layers[0]
+    assert block.attention.wq.out_features == 4 * 16
+    assert block.attention.wk.out_features == block.attention.wv.out_features == 2 * 16
+    assert isinstance(block.attention_norm, torch.nn.RMSNorm)
+    assert {"w1", "w2", "w3"} <= {n for n, _ in block.feed_forward.named_children()}
+    assert all(lin.bias is None for lin in (block.attention.wq, block.feed_forward.w1))
+
+
+def test_rope_rotates_by_position_and_keeps_norms():
+    rope = rope_tables(8, 16)
+    x = torch.randn(1, 2, 8, 16)
+    y = apply_rope(x, rope)
+    torch.testing.assert_close(y[..., 0, :], x[..., 0, :])  # position 0: no rotation
+    torch.testing.assert_close(y.norm(dim=-1), x.norm(dim=-1))  # a rotation keeps lengths
+    assert not torch.allclose(y[..., 1:, :], x[..., 1:, :])
+
+
+HF_SPEC = {
+    "hf_config": {
+        "model_type": "llama",
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 128,
+        "vocab_size": 500,
+        "max_position_embeddings": 64,
+    }
+}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is not None, reason="has transformers")
+def test_hf_without_transformers_is_unsupported_with_the_install_hint():
+    with pytest.raises(UnsupportedConfig, match="pip install transformers"):
+        build_model(ModelSpec.resolve(HF_SPEC), Knobs(attention="math"))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers")
+def test_hf_model_routes_attention_through_attend(monkeypatch):
+    import workers.models.hf as hf
+
+    calls = []
+    real = hf.attend
+    monkeypatch.setattr(hf, "attend", lambda *a, **k: calls.append(a[3]) or real(*a, **k))
+    model = build_model(ModelSpec.resolve(HF_SPEC), Knobs(attention="flash", vocab_pad_multiple=64))
+    assert model.inner.get_input_embeddings().weight.shape[0] == 512
+    x = torch.randint(0, 500, (2, 64))
+    model(x, x).backward()
+    assert calls == ["flash", "flash"]
