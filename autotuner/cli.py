@@ -46,6 +46,17 @@ DbOption = Annotated[
     ),
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of tables.")]
+ServerOption = Annotated[
+    str | None,
+    typer.Option(
+        "--server",
+        envvar="AUTOTUNER_SERVER",
+        help="The autotuner service's URL (e.g. http://tuner:8000); sends $AUTOTUNER_TOKEN. "
+        "Without it, commands work on the local database (--db).",
+        show_default=False,
+    ),
+]
+StudyArg = Annotated[str, typer.Argument(help="Study id (or a unique prefix, or its name).")]
 
 
 def friendly_errors(fn: F) -> F:
@@ -53,17 +64,34 @@ def friendly_errors(fn: F) -> F:
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from autotuner.inputs import UserError
-        from autotuner.storage.repository import StudyNotFound
-        from autotuner.storage.session import DatabaseUnavailable
-
         try:
             return fn(*args, **kwargs)
-        except (UserError, DatabaseUnavailable, StudyNotFound) as exc:
-            err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        except Exception as exc:
+            if not _user_facing(exc):
+                raise
+            from rich.markup import escape
+
+            err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _user_facing(exc: Exception) -> bool:
+    from autotuner.inputs import UserError
+
+    if isinstance(exc, UserError):
+        return True
+    # Checked only if already imported: a command talking to the service never loads SQLAlchemy.
+    for module, name in (
+        ("autotuner.storage.repository", "StudyNotFound"),
+        ("autotuner.storage.session", "DatabaseUnavailable"),
+        ("autotuner.studies", "NotFound"),
+    ):
+        loaded = sys.modules.get(module)
+        if loaded is not None and isinstance(exc, getattr(loaded, name)):
+            return True
+    return False
 
 
 def _open_db(db_url: str | None, *, migrate: bool) -> Any:
@@ -165,7 +193,9 @@ def tune(
     except KeyboardInterrupt:
         err.print(f"interrupted; resume or inspect with: autotuner trials {study_id}")
         raise typer.Exit(130) from None
-    _print_best(database, study_id, as_json)
+    from autotuner.studies import get_best
+
+    _show_best(get_best(database, study_id), as_json)
 
 
 class _TuneProgress:
@@ -222,32 +252,113 @@ class _TuneProgress:
             self.progress.console.print(f"trial #{event.trial_number} was lost; retrying once")
 
 
-# --------------------------------------------------------------------------- read back
+# --------------------------------------------------------------------------- submit, read back
 
 
-def _load(db: Any, study_ref: str) -> tuple[Any, list[Any]]:
-    from autotuner.storage.repository import StudyRepo, TrialRepo
+def _backend(server: str | None, db: str | None) -> Any:
+    from autotuner.client import connect
 
-    with db.session() as s:
-        study = StudyRepo(s).require(study_ref)
-        trials = TrialRepo(s).list(study.id)
-        s.expunge_all()
-    return study, trials
+    return connect(server, db)
 
 
-def _print_best(db: Any, study_ref: str, as_json: bool) -> None:
-    from autotuner.views import best_view
+@app.command()
+@friendly_errors
+def submit(
+    spec: Annotated[
+        str, typer.Argument(help="Model spec: a YAML/JSON file, or a preset name like gpt2-124m.")
+    ],
+    space: Annotated[
+        str,
+        typer.Option("--space", "-s", help="Search space: a built-in name or a YAML/JSON file."),
+    ] = "single-gpu-quick",
+    gpus: Annotated[int, typer.Option("--gpus", min=1, help="GPUs per trial.")] = 1,
+    trials: Annotated[
+        int | None, typer.Option("--trials", "-n", min=1, help="Stop after this many trials.")
+    ] = None,
+    minutes: Annotated[
+        float | None, typer.Option("--minutes", "-m", min=0.1, help="Stop launching after this.")
+    ] = None,
+    objective: Annotated[
+        str, typer.Option(help="tokens_per_s, tokens_per_s_per_gpu or mtokens_per_usd.")
+    ] = "tokens_per_s",
+    usd_per_gpu_hour: Annotated[
+        float | None, typer.Option(help="Price of a GPU hour (for mtokens_per_usd).")
+    ] = None,
+    sampler: Annotated[str, typer.Option(help="tpe (default), random, grid or gp.")] = "tpe",
+    seed: Annotated[int, typer.Option(help="Sampler seed (same seed, same proposals).")] = 0,
+    name: Annotated[str | None, typer.Option(help="A name for the study.")] = None,
+    server: ServerOption = None,
+    db: DbOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Queue a study on the service (or the local database) and print its id.
 
-    study, trials = _load(db, study_ref)
-    view = best_view(study, trials)
+    The model spec and a space file are read here and sent as data; the service validates
+    them and answers with what to fix if anything is wrong.
+    """
+    body: dict[str, Any] = {
+        "model": _read_model_arg(spec),
+        "space": _read_space_arg(space),
+        "gpus_per_trial": gpus,
+        "max_trials": trials if trials is not None or minutes is not None else 20,
+        "max_minutes": minutes,
+        "objective": objective,
+        "sampler": sampler,
+        "seed": seed,
+    }
+    if name:
+        body["name"] = name
+    if usd_per_gpu_hour is not None:
+        body["options"] = {"usd_per_gpu_hour": usd_per_gpu_hour}
+    view = _backend(server, db).submit(body)
     if as_json:
         print(json.dumps(view, indent=2, default=str))
         return
+    print(view["id"])
+    where = "the service" if server else "the local database (run it with `autotuner serve`)"
+    err.print(
+        f"queued study [bold]{view['id']}[/] ({view['name']}) on {where}; "
+        f"follow it with: autotuner best {view['id']} --watch",
+        highlight=False,
+    )
+
+
+def _read_model_arg(spec: str) -> Any:
+    from autotuner.inputs import read_structured_file
+    from autotuner.presets import MODEL_PRESETS
+
+    path = Path(spec)
+    if path.exists():
+        return read_structured_file(path)
+    if spec in MODEL_PRESETS:
+        return spec
+    from autotuner.inputs import UserError
+
+    raise UserError(
+        f"{spec}: no such file (or preset); give a YAML/JSON model spec or one of the "
+        f"presets: {', '.join(MODEL_PRESETS)}"
+    )
+
+
+def _read_space_arg(space: str) -> Any:
+    from autotuner.inputs import read_structured_file
+
+    path = Path(space)
+    return read_structured_file(path) if path.exists() else space
+
+
+def _best_renderable(view: dict[str, Any]) -> Any:
+    from rich.text import Text
+
     rec = view["best"]
     if rec is None:
-        out.print(f"study {study.id} ({study.status}): no completed trial yet")
-        return
-    table = Table(title=f"Recommended config: study {study.id} ({study.status})", show_header=False)
+        return Text(
+            f"study {view['study']} ({view['status']}): no completed trial yet "
+            f"({view['total_trials']} trial(s) so far)"
+        )
+    table = Table(
+        title=f"Recommended config: study {view['study']} ({view['status']})", show_header=False
+    )
     table.add_column(style="bold")
     table.add_column()
     for k, v in rec["knobs"].items():
@@ -273,36 +384,103 @@ def _print_best(db: Any, study_ref: str, as_json: bool) -> None:
             f"noise ±{runner['noise_rel']:.1%}: {verdict}",
         )
     table.add_row("trial", f"#{rec['trial_number']} of {view['total_trials']}")
-    out.print(table)
+    return table
+
+
+def _show_best(view: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(view, indent=2, default=str))
+    else:
+        out.print(_best_renderable(view))
+
+
+FINISHED = ("completed", "cancelled", "failed")
 
 
 @app.command()
 @friendly_errors
 def best(
-    study: Annotated[str, typer.Argument(help="Study id (or a unique prefix, or its name).")],
+    study: StudyArg,
+    watch: Annotated[
+        bool, typer.Option("--watch", "-w", help="Keep redrawing as trials land, until it ends.")
+    ] = False,
+    interval: Annotated[
+        float, typer.Option(min=0.2, help="Seconds between redraws with --watch.")
+    ] = 2.0,
+    server: ServerOption = None,
     db: DbOption = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Show the best trial so far: config, tokens/s with its spread, MFU, peak memory."""
-    _print_best(_open_db(db, migrate=False), study, as_json)
+    backend = _backend(server, db)
+    if not watch:
+        _show_best(backend.best(study), as_json)
+        return
+    try:
+        if as_json:
+            _watch_json(backend, study, interval)
+        else:
+            _watch_table(backend, study, interval)
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
+
+
+def _watch_json(backend: Any, study: str, interval: float) -> None:
+    """One JSON line per change (for scripts), until the study ends."""
+    import time
+
+    last = None
+    while True:
+        view = backend.best(study)
+        line = json.dumps(view, default=str, sort_keys=True)
+        if line != last:
+            print(line, flush=True)
+            last = line
+        if view["status"] in FINISHED:
+            return
+        time.sleep(interval)
+
+
+def _watch_table(backend: Any, study: str, interval: float) -> None:
+    import time
+
+    from rich.console import Group
+    from rich.live import Live
+    from rich.text import Text
+
+    def frame(view: dict[str, Any]) -> Any:
+        stamp = time.strftime("%H:%M:%S")
+        line = (
+            f"{view['status']}: {view['completed_trials']} measured of {view['total_trials']} "
+            f"trial(s); updated {stamp}"
+            + ("" if view["status"] in FINISHED else f", every {interval:g} s (Ctrl-C to stop)")
+        )
+        return Group(_best_renderable(view), Text(line, style="dim"))
+
+    view = backend.best(study)
+    with Live(frame(view), console=out, auto_refresh=False) as live:
+        while view["status"] not in FINISHED:
+            time.sleep(interval)
+            view = backend.best(study)
+            live.update(frame(view), refresh=True)
 
 
 @app.command()
 @friendly_errors
 def trials(
-    study: Annotated[str, typer.Argument(help="Study id (or a unique prefix, or its name).")],
+    study: StudyArg,
+    server: ServerOption = None,
     db: DbOption = None,
     as_json: JsonFlag = False,
 ) -> None:
     """List every trial of a study with what it measured or why it failed."""
-    from autotuner.views import trial_view
-
-    s, rows = _load(_open_db(db, migrate=False), study)
-    views = [trial_view(t) for t in rows]
+    backend = _backend(server, db)
+    views = backend.trials(study)
     if as_json:
         print(json.dumps(views, indent=2, default=str))
         return
-    table = Table(title=f"Trials of study {s.id} ({s.status})")
+    s = backend.study(study)
+    table = Table(title=f"Trials of study {s['id']} ({s['status']})")
     for col in ("#", "state", "params", "tokens/s", "spread", "MFU", "peak GiB", "note"):
         table.add_column(col, justify="right" if col in ("#", "tokens/s", "MFU") else "left")
     for v in views:
@@ -310,6 +488,9 @@ def trials(
         spread = ""
         if tps and v["tokens_per_s_min"] is not None:
             spread = f"±{(v['tokens_per_s_max'] - v['tokens_per_s_min']) / 2 / tps:.1%}"
+        note = f"{v['error_class']}: {v['error_message'] or ''}"[:80] if v["error_class"] else ""
+        if v.get("retry_of") is not None:
+            note = f"retry of #{v['retry_of']}" + (f"; {note}" if note else "")
         table.add_row(
             str(v["number"]),
             v["state"],
@@ -318,7 +499,7 @@ def trials(
             spread,
             f"{v['mfu']:.1%}" if v["mfu"] is not None else "",
             f"{v['peak_mem_gib']:.2f}" if v["peak_mem_gib"] is not None else "",
-            (f"{v['error_class']}: {v['error_message'] or ''}"[:80] if v["error_class"] else ""),
+            note,
         )
     out.print(table)
 
@@ -329,17 +510,13 @@ def status(
     study: Annotated[
         str | None, typer.Argument(help="A study; omit to list recent studies.")
     ] = None,
+    server: ServerOption = None,
     db: DbOption = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Show one study's progress, or list recent studies."""
-    from autotuner.storage.repository import StudyRepo, TrialRepo
-    from autotuner.views import study_view
-
-    database = _open_db(db, migrate=False)
-    with database.session() as s:
-        studies = [StudyRepo(s).require(study)] if study else StudyRepo(s).list(limit=50)
-        views = [study_view(st, TrialRepo(s).list(st.id)) for st in studies]
+    backend = _backend(server, db)
+    views = [backend.study(study)] if study else backend.studies(limit=50)
     if as_json:
         print(json.dumps(views[0] if study else views, indent=2, default=str))
         return
@@ -357,29 +534,147 @@ def status(
             (v["created_at"] or "")[:19],
         )
     out.print(table)
+    if study and views[0].get("error_message"):
+        err.print(f"error: {views[0]['error_message']}", highlight=False, soft_wrap=True)
+
+
+@app.command()
+@friendly_errors
+def cancel(
+    study: StudyArg,
+    server: ServerOption = None,
+    db: DbOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Cancel a queued or running study; its running trials are stopped."""
+    view = _backend(server, db).cancel(study)
+    if as_json:
+        print(json.dumps(view, indent=2, default=str))
+    else:
+        out.print(f"study {view['id']} cancelled", highlight=False)
 
 
 @app.command()
 @friendly_errors
 def export(
-    study: Annotated[str, typer.Argument(help="Study id (or a unique prefix, or its name).")],
-    fmt: Annotated[str, typer.Option("--format", "-f", help="json, yaml or env.")] = "json",
+    study: StudyArg,
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            "-f",
+            help="json, yaml, env (shell exports) or torchrun (a script that re-runs the "
+            "winning trial with this repo's trial runner).",
+        ),
+    ] = "json",
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")
     ] = None,
+    server: ServerOption = None,
     db: DbOption = None,
 ) -> None:
-    """Write the recommended config in a form you can use (JSON, YAML or shell env vars)."""
-    from autotuner.export import render
-    from autotuner.views import best_view
+    """Write the recommended config in a form you can use."""
+    from autotuner.service.schemas import EXPORT_FORMATS
 
-    s, rows = _load(_open_db(db, migrate=False), study)
-    text = render(best_view(s, rows)["best"], fmt, study_id=s.id)
+    if fmt not in EXPORT_FORMATS:
+        from autotuner.inputs import UserError
+
+        raise UserError(f"--format {fmt!r}: choose one of {', '.join(EXPORT_FORMATS)}")
+    text = _backend(server, db).export(study, fmt)
     if output:
         output.write_text(text)
+        if fmt == "torchrun":
+            output.chmod(0o755)
         err.print(f"wrote {output}")
     else:
         sys.stdout.write(text)
+
+
+# --------------------------------------------------------------------------- serve
+
+
+@app.command()
+@friendly_errors
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8000,
+    db: DbOption = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-address", envvar="RAY_ADDRESS", help="Existing Ray cluster; default: local."
+        ),
+    ] = None,
+    migrate: Annotated[
+        bool,
+        typer.Option(
+            help="Bring the schema to the latest revision on start (--no-migrate when a "
+            "separate step runs `alembic upgrade head`)."
+        ),
+    ] = True,
+    coordinator: Annotated[
+        bool, typer.Option(help="Run studies in this process (--no-coordinator: API only).")
+    ] = True,
+    coordinator_id: Annotated[
+        str | None,
+        typer.Option(
+            envvar="AUTOTUNER_COORDINATOR_ID",
+            help="Lease owner id of this coordinator; default serve@HOST:PORT. A restarted "
+            "service with the same id takes its studies back at once.",
+        ),
+    ] = None,
+    executor: Annotated[
+        str, typer.Option(hidden=True, envvar="AUTOTUNER_EXECUTOR", help="ray | replay:FILE")
+    ] = "ray",
+    lease_ttl: Annotated[float, typer.Option(hidden=True, min=2.0)] = 60.0,
+    heartbeat_interval: Annotated[float, typer.Option(hidden=True, min=0.1)] = 5.0,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Run the service: the JSON API (/api, OpenAPI at /docs) and the coordinator.
+
+    Mutating calls need $AUTOTUNER_TOKEN as a bearer token when it is set (always set it when
+    the service listens beyond localhost). Studies left unfinished by a previous run are picked
+    up again on start.
+    """
+    import logging
+    import os
+
+    import uvicorn
+
+    from autotuner.service.app import ServiceSettings, create_app
+    from autotuner.storage.session import resolve_database_url
+
+    token = os.environ.get("AUTOTUNER_TOKEN") or None
+    if not token and host not in ("127.0.0.1", "localhost", "::1"):
+        err.print(
+            f"[bold yellow]warning:[/] listening on {host} without AUTOTUNER_TOKEN: anyone "
+            "who reaches this port can submit and cancel studies"
+        )
+    logging.basicConfig(
+        level=log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    settings = ServiceSettings(
+        db_url=resolve_database_url(db),
+        token=token,
+        executor=executor,
+        ray_address=ray_address,
+        owner=coordinator_id,
+        port=port,
+        coordinator=coordinator,
+        migrate=migrate,
+        lease_ttl_s=lease_ttl,
+        heartbeat_interval_s=heartbeat_interval,
+    )
+    uvicorn.run(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_level=log_level.lower(),
+        timeout_graceful_shutdown=10,
+    )
 
 
 @app.command()

@@ -48,10 +48,14 @@ def trial_view(t: Trial, *, full: bool = False) -> dict[str, Any]:
     return out
 
 
-def study_view(study: Study, trials: Sequence[Trial]) -> dict[str, Any]:
-    counts: dict[str, int] = {}
-    for t in trials:
-        counts[t.state] = counts.get(t.state, 0) + 1
+def study_view(
+    study: Study, trials: Sequence[Trial], *, counts: dict[str, int] | None = None
+) -> dict[str, Any]:
+    """A study's summary; `counts` (trials per state) spares loading the trials for a list."""
+    if counts is None:
+        counts = {}
+        for t in trials:
+            counts[t.state] = counts.get(t.state, 0) + 1
     return {
         "id": study.id,
         "name": study.name,

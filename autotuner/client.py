@@ -1,0 +1,185 @@
+"""Two backends with one interface, so each CLI verb has one code path and one renderer:
+
+- `ServiceClient`: the autotuner service over HTTP (`--server URL` / $AUTOTUNER_SERVER), sending
+  $AUTOTUNER_TOKEN as a bearer token;
+- `LocalClient`: a database opened directly (`--db URL` / $AUTOTUNER_DATABASE_URL / the
+  embedded SQLite file), through the same `autotuner.studies` functions the service runs.
+
+Both return the `autotuner.views` JSON shapes.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Protocol
+from urllib.parse import quote
+
+from autotuner.inputs import UserError
+
+SERVER_ENV = "AUTOTUNER_SERVER"
+TOKEN_ENV = "AUTOTUNER_TOKEN"
+
+
+class ServiceError(UserError):
+    """The service refused a request, or could not be reached; the message says why."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Backend(Protocol):
+    def submit(self, body: dict[str, Any]) -> dict[str, Any]: ...
+    def studies(self, status: str | None = None, limit: int = 50) -> list[dict[str, Any]]: ...
+    def study(self, ref: str) -> dict[str, Any]: ...
+    def trials(self, ref: str) -> list[dict[str, Any]]: ...
+    def trial(self, ref: str, number: int) -> dict[str, Any]: ...
+    def best(self, ref: str) -> dict[str, Any]: ...
+    def cancel(self, ref: str) -> dict[str, Any]: ...
+    def export(self, ref: str, fmt: str) -> str: ...
+
+
+def connect(server: str | None, db: str | None) -> Backend:
+    """The service if a server URL is given (flag or env), else the local database."""
+    if server and server.strip():
+        return ServiceClient(server.strip(), token=os.environ.get(TOKEN_ENV) or None)
+    return LocalClient(db)
+
+
+class ServiceClient:
+    """The service's JSON API."""
+
+    def __init__(self, base_url: str, *, token: str | None = None, timeout_s: float = 30.0):
+        import httpx
+
+        if "://" not in base_url:
+            base_url = f"http://{base_url}"
+        self.base_url = base_url.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s)
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        import httpx
+
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise ServiceError(
+                f"cannot reach the autotuner service at {self.base_url} ({type(exc).__name__}: "
+                f"{exc}); is `autotuner serve` running there? set --server or {SERVER_ENV}"
+            ) from None
+        if response.status_code >= 400:
+            raise ServiceError(_detail(response), response.status_code)
+        return response
+
+    def submit(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self._call("POST", "/api/studies", json=body).json()
+
+    def studies(self, status: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"limit": limit}
+        if status:
+            params["status"] = status
+        return self._call("GET", "/api/studies", params=params).json()
+
+    def study(self, ref: str) -> dict[str, Any]:
+        return self._call("GET", f"/api/studies/{_ref(ref)}").json()
+
+    def trials(self, ref: str) -> list[dict[str, Any]]:
+        return self._call("GET", f"/api/studies/{_ref(ref)}/trials").json()
+
+    def trial(self, ref: str, number: int) -> dict[str, Any]:
+        return self._call("GET", f"/api/studies/{_ref(ref)}/trials/{number}").json()
+
+    def best(self, ref: str) -> dict[str, Any]:
+        return self._call("GET", f"/api/studies/{_ref(ref)}/best").json()
+
+    def cancel(self, ref: str) -> dict[str, Any]:
+        return self._call("POST", f"/api/studies/{_ref(ref)}/cancel").json()
+
+    def export(self, ref: str, fmt: str) -> str:
+        return self._call("GET", f"/api/studies/{_ref(ref)}/export", params={"format": fmt}).text
+
+    def health(self) -> dict[str, Any]:
+        import httpx
+
+        try:
+            return self._http.get("/healthz").json()
+        except (httpx.TransportError, ValueError) as exc:
+            raise ServiceError(f"cannot reach {self.base_url}: {exc}") from None
+
+
+def _ref(ref: str) -> str:
+    return quote(ref.strip(), safe="")
+
+
+def _detail(response: Any) -> str:
+    try:
+        detail = response.json().get("detail")
+    except (ValueError, AttributeError):
+        detail = None
+    if isinstance(detail, list):  # FastAPI's default shape, from an older service
+        detail = "; ".join(str(d.get("msg", d)) for d in detail)
+    text = detail or response.text[:300] or response.reason_phrase
+    if response.status_code == 401:
+        text += f"; the CLI sends ${TOKEN_ENV}: set it to the service's token"
+    return f"{text} [HTTP {response.status_code}]"
+
+
+class LocalClient:
+    """A database opened in this process."""
+
+    def __init__(self, db_url: str | None) -> None:
+        from autotuner.storage.session import Database, resolve_database_url
+
+        self.db = Database(resolve_database_url(db_url))
+        self.db.check()
+
+    def submit(self, body: dict[str, Any]) -> dict[str, Any]:
+        from pydantic import ValidationError
+
+        from autotuner import studies
+        from autotuner.inputs import describe_validation_error
+        from autotuner.service.schemas import StudyRequest
+        from autotuner.storage.session import upgrade_database
+
+        try:
+            request = StudyRequest.model_validate(body)
+        except ValidationError as exc:
+            raise UserError(describe_validation_error(exc)) from None
+        upgrade_database(self.db.url)
+        return studies.submit_study(self.db, request)
+
+    def studies(self, status: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+        from autotuner import studies
+
+        return studies.list_studies(self.db, status=status, limit=limit)
+
+    def study(self, ref: str) -> dict[str, Any]:
+        from autotuner import studies
+
+        return studies.get_study(self.db, ref)
+
+    def trials(self, ref: str) -> list[dict[str, Any]]:
+        from autotuner import studies
+
+        return studies.list_trials(self.db, ref)
+
+    def trial(self, ref: str, number: int) -> dict[str, Any]:
+        from autotuner import studies
+
+        return studies.get_trial(self.db, ref, number)
+
+    def best(self, ref: str) -> dict[str, Any]:
+        from autotuner import studies
+
+        return studies.get_best(self.db, ref)
+
+    def cancel(self, ref: str) -> dict[str, Any]:
+        from autotuner import studies
+
+        return studies.cancel_study(self.db, ref)
+
+    def export(self, ref: str, fmt: str) -> str:
+        from autotuner import studies
+
+        return studies.export_best(self.db, ref, fmt)

@@ -1,0 +1,289 @@
+"""The FastAPI application: settings, edge checks (body size, token), error mapping, lifespan.
+
+    autotuner serve --db postgresql+psycopg://... [--ray-address ...]
+
+One process serves the JSON API under /api and runs the coordinator (`Scheduler`) in a
+background thread. Errors a client can fix are 4xx with a `detail` that says what to fix; a
+database outage is 503 (retry); nothing a client sends can make the service write half a study.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from autotuner.inputs import UserError
+from autotuner.storage.repository import StudyNotFound
+from autotuner.storage.session import Database, redact, upgrade_database
+from autotuner.studies import Conflict, NotFound
+
+log = logging.getLogger("autotuner.service")
+
+MAX_BODY_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    """How `autotuner serve` was started. The token comes from $AUTOTUNER_TOKEN only."""
+
+    db_url: str
+    token: str | None = None
+    executor: str = "ray"  # or replay:FILE (see autotuner.service.executors)
+    ray_address: str | None = None
+    owner: str | None = None  # the coordinator's lease owner id; default serve@host:port
+    port: int = 8000
+    coordinator: bool = True
+    migrate: bool = True
+    max_body_bytes: int = MAX_BODY_BYTES
+    lease_ttl_s: float = 60.0
+    heartbeat_interval_s: float = 5.0
+    poll_s: float = 0.5
+
+    @property
+    def coordinator_id(self) -> str:
+        # Stable across restarts of the same service (same host and port), so a restarted
+        # service takes its studies back at once instead of waiting for its old leases to
+        # expire. Two live services can't share it: they can't listen on one host:port.
+        return (self.owner or f"serve@{socket.gethostname()}:{self.port}")[:64]
+
+
+# --------------------------------------------------------------------------- edge checks
+
+
+class BodySizeLimit:
+    """Refuse request bodies over `max_bytes` with 413, by header and while streaming."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None:
+            try:
+                too_big = int(length) > self.max_bytes
+            except ValueError:
+                await _send_json(send, 400, "Content-Length is not a number")
+                return
+            if too_big:
+                await self._refuse(send)
+                return
+        received = 0
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise _TooLarge(self.max_bytes)
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except _TooLarge:
+            if not started:
+                await self._refuse(send)
+
+    async def _refuse(self, send: Send) -> None:
+        await _send_json(send, 413, _TooLarge(self.max_bytes).detail)
+
+
+class _TooLarge(HTTPException):
+    # An HTTPException, so FastAPI's body reader passes it through (it turns any other error
+    # while reading into a generic 400) and the client gets the 413 with its remedy.
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(
+            413,
+            f"request body over {max_bytes // 1024} KiB; send a smaller model spec or space "
+            "(a space lists knob values, not configurations)",
+        )
+
+
+async def _send_json(send: Send, status: int, detail: str) -> None:
+    import json
+
+    body = json.dumps({"detail": detail}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"connection", b"close")],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+_bearer = HTTPBearer(auto_error=False, description="The service's AUTOTUNER_TOKEN")
+
+
+def require_token(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> None:
+    """Mutating calls need `Authorization: Bearer <AUTOTUNER_TOKEN>` when the service has one."""
+    token: str | None = request.app.state.settings.token
+    if not token:
+        return
+    given = credentials.credentials if credentials is not None else ""
+    # Constant-time: the comparison must not reveal how much of a guess was right.
+    if not hmac.compare_digest(given.encode(), token.encode()):
+        raise StarletteHTTPException(
+            401,
+            "this call changes state and needs the service's token: send "
+            "'Authorization: Bearer <token>'",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def _validation_detail(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:3]:
+        loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path")]
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        if err.get("type") == "json_invalid":
+            msg = f"malformed JSON ({err.get('ctx', {}).get('error', 'syntax error')})"
+            loc = []
+        elif err.get("type") == "extra_forbidden":
+            msg = "unknown field; remove it or check its spelling"
+        elif err.get("type") == "missing":
+            msg = "missing; it is required"
+        parts.append(f"{'.'.join(loc)}: {msg}" if loc else msg)
+    return "; ".join(parts)
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    from autotuner.service.scheduler import DB_ERRORS
+
+    def detail(status: int, message: str) -> JSONResponse:
+        return JSONResponse({"detail": message}, status_code=status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return detail(422, _validation_detail(exc))
+
+    @app.exception_handler(Conflict)
+    async def _conflict(request: Request, exc: Conflict) -> JSONResponse:
+        return detail(409, str(exc))
+
+    @app.exception_handler(UserError)
+    async def _user(request: Request, exc: UserError) -> JSONResponse:
+        return detail(422, str(exc))
+
+    @app.exception_handler(StudyNotFound)
+    async def _no_study(request: Request, exc: StudyNotFound) -> JSONResponse:
+        return detail(404, str(exc))
+
+    @app.exception_handler(NotFound)
+    async def _not_found(request: Request, exc: NotFound) -> JSONResponse:
+        return detail(404, str(exc))
+
+    async def _db_down(request: Request, exc: Exception) -> JSONResponse:
+        # The driver's message names host and user: log it, don't send it.
+        log.warning(
+            "database unavailable during %s %s: %s",
+            request.method,
+            request.url.path,
+            str(exc).splitlines()[0][:200],
+        )
+        return JSONResponse(
+            {"detail": "the database is unavailable; retry in a few seconds"},
+            status_code=503,
+            headers={"Retry-After": "5"},
+        )
+
+    for error in DB_ERRORS:
+        app.add_exception_handler(error, _db_down)
+
+    @app.exception_handler(RecursionError)
+    async def _too_deep(request: Request, exc: RecursionError) -> JSONResponse:
+        return detail(400, "the request body is nested too deeply; flatten it")
+
+
+# --------------------------------------------------------------------------- the app
+
+
+def create_app(settings: ServiceSettings) -> FastAPI:
+    """The API with its coordinator; both start and stop with the app's lifespan."""
+    from autotuner.service.routes import health, router
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        db = Database(settings.db_url)
+        db.check()
+        if settings.migrate:
+            upgrade_database(db.url)
+        app.state.db = db
+        scheduler = None
+        if settings.coordinator:
+            from autotuner.service.executors import build_executor
+            from autotuner.service.scheduler import Scheduler
+
+            scheduler = Scheduler(
+                db,
+                lambda: build_executor(settings.executor, ray_address=settings.ray_address),
+                owner=settings.coordinator_id,
+                poll_s=settings.poll_s,
+                lease_ttl_s=settings.lease_ttl_s,
+                heartbeat_interval_s=settings.heartbeat_interval_s,
+            )
+            scheduler.start()
+        app.state.scheduler = scheduler
+        log.info(
+            "serving; database %s, executor %s, coordinator %s, token %s",
+            redact(db.url),
+            settings.executor,
+            settings.coordinator_id if scheduler else "off",
+            "required for changes" if settings.token else "NOT SET (anyone may submit)",
+        )
+        try:
+            yield
+        finally:
+            if scheduler is not None:
+                scheduler.stop()
+
+    app = FastAPI(
+        title="autotuner",
+        version=_version(),
+        summary="Finds the fastest way to train an LLM on given GPUs with measured trials.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.scheduler = None
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    _install_error_handlers(app)
+    app.include_router(router)
+    app.include_router(health)
+    return app
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("autotuner")
+    except PackageNotFoundError:
+        return "0"

@@ -1,0 +1,164 @@
+"""The JSON API under /api, plus /healthz. Bodies are the `autotuner.views` shapes.
+
+Handlers are plain functions (FastAPI runs them in its thread pool): each is one call into
+`autotuner.studies`, the same code the CLI runs on a local database.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from autotuner import studies
+from autotuner.service.app import require_token
+from autotuner.service.schemas import EXPORT_FORMATS, StudyRequest
+from autotuner.storage.models import StudyStatus
+
+router = APIRouter(prefix="/api")
+health = APIRouter()
+
+StudyRef = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=200,
+        description="A study id, a unique prefix of one, or a study name.",
+    ),
+]
+_MEDIA = {
+    "json": "application/json",
+    "yaml": "application/yaml",
+    "env": "text/x-shellscript",
+    "torchrun": "text/x-shellscript",
+}
+_STUDY_ERRORS: dict[int | str, dict[str, Any]] = {404: {"description": "No such study"}}
+_AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"description": "The service has a token and the call did not send it"},
+    413: {"description": "Body over the size limit"},
+    422: {"description": "Invalid input; `detail` says what to fix"},
+}
+
+
+def _db(request: Request) -> Any:
+    return request.app.state.db
+
+
+def _wake(request: Request) -> None:
+    scheduler = request.app.state.scheduler
+    if scheduler is not None:
+        scheduler.wake()
+
+
+# --------------------------------------------------------------------------- studies
+
+
+@router.post(
+    "/studies",
+    status_code=201,
+    dependencies=[Depends(require_token)],
+    responses=_AUTH_ERRORS,
+    summary="Submit a study",
+)
+def submit_study(body: StudyRequest, request: Request) -> dict[str, Any]:
+    """Validate and queue a study; the coordinator starts it as soon as GPUs are free."""
+    scheduler = request.app.state.scheduler
+    target = scheduler.target() if scheduler is not None else None
+    view = studies.submit_study(_db(request), body, target)
+    _wake(request)
+    return view
+
+
+@router.get("/studies", summary="List studies, newest first")
+def list_studies(
+    request: Request,
+    status: Annotated[StudyStatus | None, Query(description="Only studies in this status")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> list[dict[str, Any]]:
+    return studies.list_studies(_db(request), status=status.value if status else None, limit=limit)
+
+
+@router.get("/studies/{study}", responses=_STUDY_ERRORS, summary="One study's progress")
+def get_study(study: StudyRef, request: Request) -> dict[str, Any]:
+    return studies.get_study(_db(request), study)
+
+
+@router.get("/studies/{study}/trials", responses=_STUDY_ERRORS, summary="A study's trials")
+def list_trials(study: StudyRef, request: Request) -> list[dict[str, Any]]:
+    return studies.list_trials(_db(request), study)
+
+
+@router.get(
+    "/studies/{study}/trials/{number}",
+    responses=_STUDY_ERRORS,
+    summary="One trial with its full config and result",
+)
+def get_trial(
+    study: StudyRef, number: Annotated[int, Path(ge=0, le=10_000_000)], request: Request
+) -> dict[str, Any]:
+    return studies.get_trial(_db(request), study, number)
+
+
+@router.get("/studies/{study}/best", responses=_STUDY_ERRORS, summary="The best trial so far")
+def get_best(study: StudyRef, request: Request) -> dict[str, Any]:
+    return studies.get_best(_db(request), study)
+
+
+@router.post(
+    "/studies/{study}/cancel",
+    dependencies=[Depends(require_token)],
+    responses={**_STUDY_ERRORS, **_AUTH_ERRORS, 409: {"description": "Already finished"}},
+    summary="Cancel a queued or running study",
+)
+def cancel_study(study: StudyRef, request: Request) -> dict[str, Any]:
+    view = studies.cancel_study(_db(request), study)
+    _wake(request)
+    return view
+
+
+@router.get(
+    "/studies/{study}/export",
+    responses={**_STUDY_ERRORS, 422: {"description": "No completed trial yet, or bad format"}},
+    response_class=PlainTextResponse,
+    summary="The best config as json, yaml, env (shell exports) or torchrun (a runnable script)",
+)
+def export_best(
+    study: StudyRef,
+    request: Request,
+    format: Annotated[str, Query(pattern="^(" + "|".join(EXPORT_FORMATS) + ")$")] = "json",
+) -> PlainTextResponse:
+    text = studies.export_best(_db(request), study, format)
+    return PlainTextResponse(text, media_type=_MEDIA[format])
+
+
+@router.get("/spaces", summary="The built-in search spaces")
+def list_spaces() -> list[dict[str, Any]]:
+    from autotuner.space import builtin_space_names, load_space, spaces_dir
+
+    out = []
+    for name in builtin_space_names():
+        space = load_space(str(spaces_dir() / f"{name}.yaml"))
+        out.append({"name": name, "description": space.description, "size": space.size()})
+    return out
+
+
+# --------------------------------------------------------------------------- health
+
+
+@health.get("/healthz", summary="Liveness and readiness: the database and the coordinator")
+def healthz(request: Request) -> JSONResponse:
+    db = request.app.state.db
+    scheduler = request.app.state.scheduler
+    try:
+        db.check()
+        database = "ok"
+    except Exception:
+        database = "unavailable"
+    body = {
+        "status": "ok" if database == "ok" else "degraded",
+        "database": database,
+        "coordinator": scheduler.status() if scheduler is not None else {"state": "off"},
+        "version": request.app.version,
+    }
+    return JSONResponse(body, status_code=200 if database == "ok" else 503)

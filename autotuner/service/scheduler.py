@@ -1,0 +1,338 @@
+"""The service's coordinator: one background thread running every study over one executor.
+
+Each study keeps its own `StudyRunner` (its state machine, its Optuna study, its lease: still one
+writer per study). The scheduler owns what they share:
+
+- the executor: it calls `collect()` once per round and routes each finished trial to the runner
+  that launched it (by handle), then lets each runner record, honour a cancel and keep its lease;
+- the free slots: it hands them out one at a time, round-robin over the running studies, starting
+  from a different study each round, so one large study cannot starve the others. How many
+  slots there are is the executor's answer (Ray's free GPUs), never a guess;
+- discovery: on start, and then every few seconds or when the API wakes it, it picks up queued
+  studies and unfinished ones left by a dead coordinator. `StudyRunner.start()` then marks that
+  coordinator's running trials lost and queues each for one retry.
+
+The database may go away (a Postgres restart): a round that fails on it is retried, and a
+finished trial whose result could not be stored stays in its runner's `in_flight` and is stored
+on a later round. Nothing is dropped and nothing is dispatched twice.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import exc as sa_exc
+from sqlalchemy import select
+
+from autotuner.coordinator import StudyRunner
+from autotuner.executors.base import Completed, Executor
+from autotuner.storage.models import Study, StudyStatus
+from autotuner.storage.repository import StudyRepo, TrialRepo
+from autotuner.storage.session import Database, DatabaseUnavailable
+
+log = logging.getLogger(__name__)
+
+# Errors that mean "the database is unreachable right now", not "this study is broken".
+DB_ERRORS = (
+    sa_exc.OperationalError,
+    sa_exc.InterfaceError,
+    sa_exc.TimeoutError,
+    DatabaseUnavailable,
+)
+
+
+@dataclass
+class _Slot:
+    runner: StudyRunner
+    backlog: list[Completed] = field(default_factory=list)  # results not yet stored
+
+
+class Scheduler:
+    """Runs many studies at once over one executor, in one background thread."""
+
+    def __init__(
+        self,
+        db: Database,
+        make_executor: Callable[[], Executor],
+        *,
+        owner: str,
+        poll_s: float = 0.5,
+        discover_s: float = 2.0,
+        lease_ttl_s: float = 60.0,
+        heartbeat_interval_s: float = 5.0,
+    ) -> None:
+        self.db = db
+        self.make_executor = make_executor
+        self.owner = owner
+        self.poll_s = poll_s
+        self.discover_s = discover_s
+        self.lease_ttl_s = lease_ttl_s
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.executor: Executor | None = None
+        self.state = "starting"  # starting | running | database unavailable | stopped | error
+        self.last_error: str | None = None
+        self._slots: dict[str, _Slot] = {}
+        self._blocked: dict[str, float] = {}  # study id -> monotonic time to try again
+        self._rr = 0
+        self._last_discover = 0.0
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._db_down_since: float | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._main, name="autotuner-scheduler", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop launching, cancel what runs, and give every lease back (graceful shutdown).
+
+        The trials that were running stay `running` in the database; whoever runs the study
+        next marks them lost and retries each once.
+        """
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def wake(self) -> None:
+        """Look for new studies now (the API calls this after a submit or a cancel)."""
+        self._last_discover = 0.0
+        self._wake.set()
+
+    def status(self) -> dict[str, Any]:
+        in_flight = sum(len(s.runner.in_flight) for s in list(self._slots.values()))
+        return {
+            "state": self.state,
+            "owner": self.owner,
+            "studies_running": len(self._slots),
+            "trials_in_flight": in_flight,
+            "last_error": self.last_error,
+        }
+
+    def target(self) -> Any:
+        """The executor's hardware, once the executor is up (None before)."""
+        return self.executor.target() if self.executor is not None else None
+
+    # ------------------------------------------------------------------ the loop
+
+    def _main(self) -> None:
+        try:
+            self.executor = self._connect()
+            if self.executor is None:
+                return
+            self.executor.target()  # probe the hardware once, before the first study
+            self.state = "running"
+            while not self._stop.is_set():
+                self.tick()
+        except Exception as exc:  # a bug: say so loudly, keep the API answering
+            log.exception("the coordinator stopped")
+            self.state, self.last_error = "error", f"{type(exc).__name__}: {exc}"
+        finally:
+            self._shutdown()
+
+    def _connect(self) -> Executor | None:
+        delay = 1.0
+        while not self._stop.is_set():
+            try:
+                return self.make_executor()
+            except Exception as exc:
+                self.last_error = f"cannot start the executor: {type(exc).__name__}: {exc}"
+                log.error("%s; retrying in %.0f s", self.last_error, delay)
+                self._stop.wait(delay)
+                delay = min(delay * 2, 30.0)
+        return None
+
+    def tick(self) -> None:
+        """One round: discover, collect, record, then hand out free slots round-robin."""
+        assert self.executor is not None
+        now = time.monotonic()
+        if now - self._last_discover >= self.discover_s:
+            self._discover()
+            self._last_discover = time.monotonic()
+        if not self._slots:
+            self._wake.wait(self.discover_s)
+            self._wake.clear()
+            return
+        self._route(self.executor.collect(timeout_s=self.poll_s))
+        order = self._order()
+        for slot in order:  # record results, honour cancels, keep leases: no launching yet
+            pending, slot.backlog = slot.backlog, []
+            self._guard(
+                slot, lambda s=slot, p=pending: s.runner.advance(p, max_launches=0), pending
+            )
+        progressed = True
+        while progressed and not self._stop.is_set():
+            progressed = False
+            for slot in order:
+                runner = slot.runner
+                if not runner.wants_trials:
+                    continue
+                if self.executor.free_slots(runner.gpus_per_trial) <= 0:
+                    continue
+                if self._guard(slot, lambda r=runner: r.launch(1)):
+                    progressed = True
+        for study_id in [k for k, s in self._slots.items() if s.runner.done]:
+            del self._slots[study_id]
+            log.info("study %s finished", study_id)
+        if not any(s.runner.in_flight for s in self._slots.values()):
+            # Nothing runs (e.g. every study waits for a slot it cannot get): don't spin.
+            self._wake.wait(self.poll_s)
+            self._wake.clear()
+
+    def _order(self) -> list[_Slot]:
+        slots = list(self._slots.values())
+        if not slots:
+            return []
+        self._rr = (self._rr + 1) % len(slots)
+        return slots[self._rr :] + slots[: self._rr]
+
+    def _route(self, completed: list[Completed]) -> None:
+        owners = {h: slot for slot in self._slots.values() for h in slot.runner.in_flight}
+        for item in completed:
+            slot = owners.get(item.handle)
+            if slot is None:
+                log.info("discarding the result of %s: no study waits for it", item.handle)
+                continue
+            slot.backlog.append(item)
+
+    def _guard(
+        self, slot: _Slot, action: Callable[[], Any], pending: Sequence[Completed] = ()
+    ) -> Any:
+        """Run one runner action; a database outage defers it, a bug fails that study only."""
+        try:
+            result = action()
+        except DB_ERRORS as exc:
+            # Results not yet stored are still in the runner's in_flight: store them next round.
+            slot.backlog = [c for c in pending if c.handle in slot.runner.in_flight] + slot.backlog
+            self._database_down(exc)
+            return 0
+        except Exception as exc:
+            self._fail(slot, exc)
+            return 0
+        self._database_up()
+        return result
+
+    # ------------------------------------------------------------------ discovery
+
+    def _discover(self) -> None:
+        try:
+            with self.db.session() as s:
+                ids = list(
+                    s.scalars(
+                        select(Study.id)
+                        .where(Study.status.in_([StudyStatus.QUEUED, StudyStatus.RUNNING]))
+                        .order_by(Study.created_at, Study.id)
+                    )
+                )
+        except DB_ERRORS as exc:
+            self._database_down(exc)
+            return
+        self._database_up()
+        now = time.monotonic()
+        for study_id in ids:
+            if study_id in self._slots or self._blocked.get(study_id, 0.0) > now:
+                continue
+            self._adopt(study_id)
+
+    def _adopt(self, study_id: str) -> None:
+        assert self.executor is not None
+        runner = StudyRunner(
+            self.db,
+            study_id,
+            self.executor,
+            owner=self.owner,
+            heartbeat_interval_s=self.heartbeat_interval_s,
+            lease_ttl_s=self.lease_ttl_s,
+            poll_s=self.poll_s,
+        )
+        try:
+            runner.start()
+        except DB_ERRORS as exc:
+            self._database_down(exc)
+            return
+        except Exception as exc:
+            if isinstance(exc, RuntimeError) and "another coordinator" in str(exc):
+                # Another coordinator holds the lease (or a dead one's has not expired yet).
+                log.info("%s", exc)
+                self._blocked[study_id] = time.monotonic() + min(self.lease_ttl_s / 4, 15.0)
+            else:
+                self._fail(_Slot(runner), exc)
+            return
+        self._blocked.pop(study_id, None)
+        if not runner.done:
+            self._slots[study_id] = _Slot(runner)
+            log.info("running study %s", study_id)
+
+    # ------------------------------------------------------------------ failures
+
+    def _database_down(self, exc: BaseException) -> None:
+        if self._db_down_since is None:
+            self._db_down_since = time.monotonic()
+            log.warning("database unavailable (%s); retrying", str(exc).splitlines()[0][:200])
+        self.state = "database unavailable"
+        self.last_error = str(exc).splitlines()[0][:500]
+        self._stop.wait(min(self.poll_s * 2, 1.0))
+
+    def _database_up(self) -> None:
+        if self._db_down_since is not None:
+            log.warning("database back after %.1f s", time.monotonic() - self._db_down_since)
+            self._db_down_since = None
+            self.state = "running"
+
+    def _fail(self, slot: _Slot, exc: Exception) -> None:
+        """A study whose runner raised (a bug, or a lost lease) stops; the others go on."""
+        runner = slot.runner
+        self._slots.pop(runner.study_id, None)
+        for handle in list(runner.in_flight):
+            if self.executor is not None:
+                self.executor.cancel(handle)
+        message = f"{type(exc).__name__}: {exc}"
+        try:
+            with self.db.session() as s:
+                study = s.get(Study, runner.study_id)
+                if study is None or (study.owner not in (None, self.owner)):
+                    log.warning(
+                        "study %s: %s; another coordinator has it", runner.study_id, message
+                    )
+                    return
+                log.error("study %s failed: %s", runner.study_id, message, exc_info=exc)
+                # Its running trials are ours and will never report: lost, like a dead worker.
+                far = dt.datetime.now(dt.UTC) + dt.timedelta(days=1)
+                TrialRepo(s).mark_lost(runner.study_id, heartbeat_older_than=far)
+                studies = StudyRepo(s)
+                studies.set_status(
+                    study,
+                    StudyStatus.FAILED,
+                    error_message=f"the coordinator failed on this study: {message}"[:2000],
+                )
+                studies.release(runner.study_id, self.owner)
+        except DB_ERRORS as db_exc:
+            self._database_down(db_exc)
+            self._blocked[runner.study_id] = 0.0  # try it again once the database is back
+
+    def _shutdown(self) -> None:
+        slots = list(self._slots.values())
+        self._slots.clear()
+        for slot in slots:
+            for handle in list(slot.runner.in_flight):
+                if self.executor is not None:
+                    try:
+                        self.executor.cancel(handle)
+                    except Exception:
+                        log.exception("cancelling %s", handle)
+            try:
+                with self.db.session() as s:
+                    StudyRepo(s).release(slot.runner.study_id, self.owner)
+            except DB_ERRORS:
+                pass  # the lease simply expires
+        if self.state != "error":
+            self.state = "stopped"

@@ -1,0 +1,212 @@
+"""Study operations shared by the HTTP API and the CLI on a local database.
+
+Each function is one unit of work on a `Database` and returns the `autotuner.views` JSON shape,
+so `autotuner status --server URL` and `autotuner status --db URL` print the same thing from the
+same code. Validation happens before anything is written: a rejected submit leaves no row.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from autotuner.inputs import UserError, describe_validation_error, parse_model_spec
+from autotuner.service.schemas import EXPORT_FORMATS, StudyRequest
+from autotuner.space import SearchSpace, SpaceError, builtin_space_names, load_space, spaces_dir
+from autotuner.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from autotuner.executors.base import Target
+    from autotuner.storage.session import Database
+
+FINISHED = ("completed", "cancelled", "failed")
+
+
+class NotFound(LookupError):
+    """A trial (or other object) the caller named does not exist; the message says so."""
+
+
+class Conflict(UserError):
+    """The request is valid but the study's state does not allow it (e.g. cancel a finished one)."""
+
+
+# --------------------------------------------------------------------------- submit
+
+
+def resolve_model(value: dict[str, Any] | str) -> ModelSpec:
+    if isinstance(value, str):
+        return parse_model_spec({"preset": value}, source="model")
+    return parse_model_spec(value, source="model")
+
+
+def resolve_space(value: dict[str, Any] | str) -> SearchSpace:
+    """An inline space mapping, or a built-in space by name (never a file path: this runs on
+    the server, where a path would read the server's files)."""
+    if isinstance(value, dict):
+        from autotuner.space import parse_space
+
+        return parse_space(value, source="space")
+    names = builtin_space_names()
+    if value not in names:
+        raise SpaceError(
+            f"space {value!r} is not a built-in space (built-ins: {', '.join(names)}); "
+            "pick one of those or send the space inline as a mapping"
+        )
+    return load_space(str(spaces_dir() / f"{value}.yaml"))
+
+
+def validate_request(
+    req: StudyRequest, target: Target | None = None
+) -> tuple[ModelSpec, SearchSpace]:
+    """Everything a study needs, checked before anything is written."""
+    model = resolve_model(req.model)
+    space = resolve_space(req.space)
+    try:
+        space.knobs_for(space.seed_params(), model, req.gpus_per_trial)
+    except ValidationError as exc:
+        raise SpaceError(
+            f"space {space.name}: its default config does not build for this model: "
+            f"{describe_validation_error(exc)}"
+        ) from None
+    if (
+        target is not None
+        and target.device_type == "cuda"
+        and req.gpus_per_trial > max(target.gpus_total, 0)
+    ):
+        raise UserError(
+            f"gpus_per_trial={req.gpus_per_trial} but the cluster has {target.gpus_total} "
+            f"GPU(s); ask for at most {target.gpus_total} per trial, or add GPU workers"
+        )
+    return model, space
+
+
+def submit_study(db: Database, req: StudyRequest, target: Target | None = None) -> dict[str, Any]:
+    """Validate and record a new queued study; a coordinator picks it up."""
+    model, space = validate_request(req, target)
+    from autotuner.coordinator import create_study
+
+    study_id = create_study(
+        db,
+        model=model,
+        space=space,
+        name=req.name,
+        objective=req.objective,
+        max_trials=req.max_trials,
+        max_minutes=req.max_minutes,
+        gpus_per_trial=req.gpus_per_trial,
+        sampler=req.sampler,
+        seed=req.seed,
+        options=req.options.model_dump(exclude_none=True),
+    )
+    return get_study(db, study_id)
+
+
+# --------------------------------------------------------------------------- read
+
+
+def list_studies(db: Database, *, status: str | None = None, limit: int = 100) -> list[dict]:
+    from sqlalchemy import func, select
+
+    from autotuner.storage.models import StudyStatus, Trial
+    from autotuner.storage.repository import StudyRepo
+    from autotuner.views import study_view
+
+    if status is not None and status not in {s.value for s in StudyStatus}:
+        raise UserError(
+            f"status {status!r}: choose one of {', '.join(s.value for s in StudyStatus)}"
+        )
+    with db.session() as s:
+        studies = StudyRepo(s).list(status=status, limit=limit)
+        counts: dict[str, dict[str, int]] = {st.id: {} for st in studies}
+        if studies:
+            rows = s.execute(
+                select(Trial.study_id, Trial.state, func.count())
+                .where(Trial.study_id.in_(list(counts)))
+                .group_by(Trial.study_id, Trial.state)
+            )
+            for study_id, state, n in rows:
+                counts[study_id][state] = n
+        return [study_view(st, (), counts=counts[st.id]) for st in studies]
+
+
+def get_study(db: Database, ref: str) -> dict[str, Any]:
+    from autotuner.storage.repository import StudyRepo, TrialRepo
+    from autotuner.views import study_view
+
+    with db.session() as s:
+        study = StudyRepo(s).require(ref)
+        return study_view(study, TrialRepo(s).list(study.id))
+
+
+def list_trials(db: Database, ref: str) -> list[dict[str, Any]]:
+    from autotuner.storage.repository import StudyRepo, TrialRepo
+    from autotuner.views import trial_view
+
+    with db.session() as s:
+        study = StudyRepo(s).require(ref)
+        return [trial_view(t) for t in TrialRepo(s).list(study.id)]
+
+
+def get_trial(db: Database, ref: str, number: int) -> dict[str, Any]:
+    from autotuner.storage.repository import StudyRepo, TrialRepo
+    from autotuner.views import trial_view
+
+    with db.session() as s:
+        study = StudyRepo(s).require(ref)
+        trial = TrialRepo(s).get(study.id, number)
+        if trial is None:
+            count = TrialRepo(s).count(study.id)
+            raise NotFound(
+                f"study {study.id} has no trial #{number} (it has {count} trial(s), "
+                f"numbered from 0); list them with `autotuner trials {study.id}`"
+            )
+        return trial_view(trial, full=True)
+
+
+def get_best(db: Database, ref: str) -> dict[str, Any]:
+    from autotuner.storage.repository import StudyRepo, TrialRepo
+    from autotuner.views import best_view
+
+    with db.session() as s:
+        study = StudyRepo(s).require(ref)
+        return best_view(study, TrialRepo(s).list(study.id))
+
+
+def export_best(db: Database, ref: str, fmt: str) -> str:
+    """The best config as text in `fmt` (json, yaml, env or torchrun)."""
+    from autotuner.export import render
+    from autotuner.storage.repository import StudyRepo, TrialRepo
+    from autotuner.views import best_view
+
+    if fmt not in EXPORT_FORMATS:
+        raise UserError(f"format {fmt!r}: choose one of {', '.join(EXPORT_FORMATS)}")
+    with db.session() as s:
+        study = StudyRepo(s).require(ref)
+        trials = TrialRepo(s).list(study.id)
+        rec = best_view(study, trials)["best"]
+        config = None
+        if rec is not None:
+            config = next((t.config for t in trials if t.number == rec["trial_number"]), None)
+        return render(rec, fmt, study_id=study.id, config=config)
+
+
+# --------------------------------------------------------------------------- cancel
+
+
+def cancel_study(db: Database, ref: str) -> dict[str, Any]:
+    """Cancel a queued or running study. Its coordinator stops its trials within a step."""
+    from autotuner.storage.models import Study, StudyStatus
+    from autotuner.storage.repository import StudyRepo, TrialRepo
+    from autotuner.views import study_view
+
+    with db.session() as s:
+        studies = StudyRepo(s)
+        found = studies.require(ref)
+        # Lock the row: a coordinator taking the study at this moment waits, then sees it.
+        study = s.get(Study, found.id, with_for_update=True, populate_existing=True)
+        assert study is not None
+        if study.status in FINISHED:
+            raise Conflict(f"study {study.id} is already {study.status}; nothing to cancel")
+        studies.set_status(study, StudyStatus.CANCELLED)
+        return study_view(study, TrialRepo(s).list(study.id))
