@@ -26,8 +26,8 @@ from optuna.trial import TrialState as OptunaState
 
 from autotuner.executors.base import Completed, Executor
 from autotuner.objective import Objective, objective_value
+from autotuner.policy import Prune, SearchPolicy
 from autotuner.recommend import recommend
-from autotuner.rules import incompatibility
 from autotuner.search import Observation, distributions, new_study, replay, tell
 from autotuner.space import SearchSpace
 from autotuner.spec import (
@@ -65,9 +65,10 @@ class Event:
 class _InFlight:
     trial_id: int
     number: int
-    ask: optuna.Trial
+    ask: optuna.Trial | None  # None for a re-measurement: the sampler is not told
     params: dict[str, Any]
     attempt: int
+    purpose: str = "search"
     heartbeat_at: float = field(default_factory=time.monotonic)
 
 
@@ -106,6 +107,7 @@ class StudyRunner:
         self._last_heartbeat = 0.0
         self._idle_proposals = 0
         self._exhausted = False
+        self._search_exhausted = False
 
     # ------------------------------------------------------------------ start
 
@@ -140,6 +142,15 @@ class StudyRunner:
         self.target = self.executor.target()
         self.optuna = new_study(self.space, self.sampler_name, self.seed)
         self.distributions = distributions(self.space)
+        # Rules, cost model, seeding, re-measurement and early stop (autotuner/policy.py).
+        self.policy = SearchPolicy(
+            space=self.space,
+            model=self.model,
+            target=self.target,
+            gpus_per_trial=self.gpus_per_trial,
+            objective=self.objective,
+            options=self.options,
+        )
         self._rebuild()
 
     def _rebuild(self) -> None:
@@ -150,7 +161,8 @@ class StudyRunner:
             )
             observations = []
             for t in trials:
-                obs = _observation(t)
+                self.policy.observe_row(t)
+                obs = self.policy.observation(t)
                 if obs is None:
                     continue
                 observations.append(obs)
@@ -161,8 +173,10 @@ class StudyRunner:
                     self.retry_queue.append((t.params, t.number))
             replay(self.optuna, self.space, observations)
         if not trials:
-            # The first trial is the expert default, so the study starts from a good config.
-            self.optuna.enqueue_trial(self.space.seed_params())
+            # The expert default first, so the study starts from a good config; then earlier
+            # winners on this GPU and model family.
+            for params in self.policy.seeds(self.db):
+                self.optuna.enqueue_trial(params)
 
     # ------------------------------------------------------------------ loop
 
@@ -229,6 +243,8 @@ class StudyRunner:
 
     def _launch_next(self) -> bool:
         """Dispatch one new trial; False when the sampler has nothing new to offer."""
+        if not self.retry_queue and self._search_over():
+            return self._launch_remeasure()
         while self._idle_proposals < MAX_IDLE_PROPOSALS:
             retry_of = None
             retry = self.retry_queue.pop(0) if self.retry_queue else None
@@ -243,23 +259,10 @@ class StudyRunner:
                 tell(self.optuna, ask, self.measured[key])  # a repeat: no GPU time spent
                 self._idle_proposals += 1
                 continue
-            reason = self._ruled_out(knobs)
-            if reason is not None:
-                config = self._config(knobs, None)
-                with self.db.session() as s:
-                    t = TrialRepo(s).create_pruned(
-                        self.study_id,
-                        params=params,
-                        config=config.model_dump(mode="json"),
-                        error_class=FailureClass.UNSUPPORTED.value,
-                        error_message=reason,
-                    )
-                    number = t.number
-                obs = Observation(params, 0.0, 1.0)
-                tell(self.optuna, ask, obs)
-                self.measured[key] = obs
+            prune = self.policy.screen(params, knobs) if retry_of is None else None
+            if prune is not None:
+                self._record_pruned(ask, params, knobs, prune)
                 self._idle_proposals += 1
-                self.on_event(Event("pruned", number, params, TrialState.PRUNED, message=reason))
                 continue
             try:
                 self._dispatch(ask, params, knobs, retry_of)
@@ -272,14 +275,50 @@ class StudyRunner:
                 raise
             self._idle_proposals = 0
             return True
-        self._exhausted = True
-        return False
+        self._search_exhausted = True
+        return self._launch_remeasure()
 
-    def _ruled_out(self, knobs: Any) -> str | None:
-        reason = incompatibility(knobs, self.target)
-        if reason is None and (rule := self.space.violated_rule(knobs)) is not None:
-            reason = rule.why
-        return reason
+    def _record_pruned(
+        self, ask: optuna.Trial, params: dict[str, Any], knobs: Any, prune: Prune
+    ) -> None:
+        config = self._config(knobs, None)
+        with self.db.session() as s:
+            t = TrialRepo(s).create_pruned(
+                self.study_id,
+                params=params,
+                config=config.model_dump(mode="json"),
+                error_class=prune.error_class.value,
+                error_message=prune.message,
+            )
+            if prune.result is not None:  # a predicted OOM keeps its numbers
+                t.result = prune.result.model_dump(mode="json")
+            number = t.number
+        obs = Observation(params, 0.0, prune.violation)
+        tell(self.optuna, ask, obs)
+        self.measured[canonical_params(params)] = obs
+        self.on_event(Event("pruned", number, params, TrialState.PRUNED, message=prune.message))
+
+    def _search_over(self) -> bool:
+        elapsed = None
+        if self.max_minutes:
+            seconds = (dt.datetime.now(dt.UTC) - _aware(self.started_at)).total_seconds()
+            elapsed = seconds / (self.max_minutes * 60)
+        return self._search_exhausted or self.policy.search_over(
+            self.launched, self.max_trials, elapsed
+        )
+
+    def _launch_remeasure(self) -> bool:
+        """After the search: re-measure the top candidates in fresh processes, one at a time,
+        interleaved A B A B (the plan is autotuner/policy.py's)."""
+        if self.in_flight:
+            return False  # the candidates are known once every search trial has reported
+        params = self.policy.next_remeasure(self.max_trials)
+        if params is None:
+            self._exhausted = True
+            return False
+        knobs = self.space.knobs_for(params, self.model, self.gpus_per_trial)
+        self._dispatch(None, params, knobs, None, purpose="remeasure")
+        return True
 
     def _config(self, knobs: Any, number: int | None) -> TrialConfig:
         measure: MeasureSettings = self.space.measure
@@ -297,9 +336,15 @@ class StudyRunner:
         )
 
     def _dispatch(
-        self, ask: optuna.Trial, params: dict[str, Any], knobs: Any, retry_of: int | None
+        self,
+        ask: optuna.Trial | None,
+        params: dict[str, Any],
+        knobs: Any,
+        retry_of: int | None,
+        purpose: str | None = None,
     ) -> None:
         attempt = 2 if retry_of is not None else 1
+        purpose = purpose or self.policy.purpose(params)
         with self.db.session() as s:
             trials = TrialRepo(s)
             if retry_of is not None:
@@ -312,7 +357,7 @@ class StudyRunner:
                 config={},
                 retry_of=retry_of,
                 attempt=attempt,
-                purpose="seed" if self._is_first() else "search",
+                purpose=purpose,
             )
             config = self._config(knobs, row.number)
             row.config = config.model_dump(mode="json")
@@ -320,12 +365,9 @@ class StudyRunner:
         handle = self.executor.submit(config)
         if retry_of is None:
             self.launched += 1
-        self.in_flight[handle] = _InFlight(trial_id, number, ask, params, attempt)
+        self.in_flight[handle] = _InFlight(trial_id, number, ask, params, attempt, purpose)
         kind = "retry" if retry_of is not None else "launched"
         self.on_event(Event(kind, number, params, TrialState.RUNNING))
-
-    def _is_first(self) -> bool:
-        return not self.measured and not self.in_flight
 
     # ------------------------------------------------------------------ recording
 
@@ -340,12 +382,12 @@ class StudyRunner:
             self._finish_trial(
                 flight, TrialState.COMPLETE, result, None, None, value, completed.worker
             )
-            obs = Observation(flight.params, value, 0.0)
+            obs = Observation(flight.params, value, self.policy.violation(flight.params, result))
         else:
             fclass = result.failure_class or FailureClass.INFRA
             if fclass.is_config_failure:
                 state = TrialState.INFEASIBLE
-                obs = Observation(flight.params, 0.0, _violation(result))
+                obs = Observation(flight.params, 0.0, self.policy.violation(flight.params, result))
             else:
                 state = TrialState.FAILED
                 obs = Observation(flight.params, None)
@@ -358,7 +400,9 @@ class StudyRunner:
         del self.in_flight[completed.handle]
         if retry:
             self.retry_queue.append((flight.params, flight.number))
-        tell(self.optuna, flight.ask, obs)
+        self.policy.observe(flight.number, flight.params, result, flight.purpose)
+        if flight.ask is not None:
+            tell(self.optuna, flight.ask, obs)
         if obs.value is not None:
             self.measured[canonical_params(flight.params)] = obs
 
@@ -431,38 +475,18 @@ class StudyRunner:
         with self.db.session() as s:
             studies = StudyRepo(s)
             study = studies.require(self.study_id)
-            rec = recommend(TrialRepo(s).list(self.study_id), self.objective)
+            trials = TrialRepo(s).list(self.study_id)
+            evidence = self.policy.report(trials)
+            evidence["stopped"] = self.policy.stop_reason(self._budget_spent())
+            rec = recommend(
+                trials, self.objective, options=self.options, evidence=True, extras=evidence
+            )
             studies.set_best(study, rec["trial_number"] if rec else None, rec)
             if study.status != StudyStatus.CANCELLED or status == StudyStatus.CANCELLED:
                 studies.set_status(study, status)
             studies.release(self.study_id, self.owner)
         self.done = True
         self.on_event(Event("done", state=status))
-
-
-def _violation(result: TrialResult) -> float:
-    """How far over the boundary an infeasible config is (OOM: needed / available - 1)."""
-    if (
-        result.failure_class == FailureClass.OOM
-        and result.required_mem_gib
-        and result.memory_limit_gib
-    ):
-        return max(result.required_mem_gib / result.memory_limit_gib - 1.0, 0.01)
-    return 1.0
-
-
-def _observation(t: Trial) -> Observation | None:
-    state = TrialState(t.state)
-    if state == TrialState.COMPLETE:
-        return Observation(t.params, t.objective_value, 0.0)
-    if state in (TrialState.INFEASIBLE, TrialState.PRUNED):
-        violation = 1.0
-        if t.result:
-            violation = _violation(TrialResult.model_validate(t.result))
-        return Observation(t.params, 0.0, violation)
-    if state in (TrialState.FAILED, TrialState.LOST):
-        return Observation(t.params, None)
-    return None
 
 
 def _aware(value: dt.datetime) -> dt.datetime:

@@ -1,7 +1,19 @@
-"""What a study maximises, computed from a measured result.
+"""What a study maximises, computed from a measured result, and the constraints it honours.
 
 Every objective is expressed so that larger is better (Optuna direction "maximize"), which keeps
 infeasible trials simple: they are told as 0.0 with a violated constraint.
+
+- tokens_per_s: whole-trial throughput (the default).
+- tokens_per_s_per_gpu: throughput per GPU, for trials that differ in GPU count.
+- mtokens_per_usd: million tokens per dollar; needs options.usd_per_gpu_hour.
+- time_to_train: the planned run's effective tokens/s with compile time charged,
+  planned_tokens / (compile_s + planned_tokens / tokens_per_s); needs options.planned_tokens
+  (or options.planned_hours: the share of those hours left after compiling, times tokens/s).
+
+`time_to_train` is reported as a rate so that larger stays better; the recommendation also gives
+the run's hours. A memory ceiling (`options.max_mem_gib`) is a constraint, not an objective: a
+trial whose measured peak is above it is told to the sampler as infeasible by how far it is over
+and is never recommended.
 """
 
 from __future__ import annotations
@@ -18,13 +30,37 @@ class Objective(StrEnum):
     MTOKENS_PER_USD = (
         "mtokens_per_usd"  # million tokens per dollar (needs options.usd_per_gpu_hour)
     )
+    TIME_TO_TRAIN = "time_to_train"  # planned run's effective tokens/s, compile time charged
 
     def describe(self) -> str:
         return {
             Objective.TOKENS_PER_S: "tokens/s",
             Objective.TOKENS_PER_S_PER_GPU: "tokens/s per GPU",
             Objective.MTOKENS_PER_USD: "million tokens per $",
+            Objective.TIME_TO_TRAIN: "effective tokens/s over the planned run (compile charged)",
         }[self]
+
+
+def check_options(objective: Objective, options: dict[str, Any]) -> None:
+    """Raise ValueError with the fix when an objective lacks the options it needs."""
+    if objective == Objective.MTOKENS_PER_USD and not _positive(options.get("usd_per_gpu_hour")):
+        raise ValueError("objective mtokens_per_usd needs options.usd_per_gpu_hour (a price > 0)")
+    if objective == Objective.TIME_TO_TRAIN and not (
+        _positive(options.get("planned_tokens")) or _positive(options.get("planned_hours"))
+    ):
+        raise ValueError(
+            "objective time_to_train needs the run's length: options.planned_tokens (e.g. 2e9) "
+            "or options.planned_hours (e.g. 24)"
+        )
+    if "max_mem_gib" in options and not _positive(options.get("max_mem_gib")):
+        raise ValueError("options.max_mem_gib must be a number of GiB > 0")
+
+
+def _positive(value: Any) -> bool:
+    try:
+        return value is not None and float(value) > 0
+    except (TypeError, ValueError):
+        return False
 
 
 def objective_value(
@@ -36,8 +72,38 @@ def objective_value(
         return result.tokens_per_s
     if objective == Objective.TOKENS_PER_S_PER_GPU:
         return result.tokens_per_s_per_gpu or result.tokens_per_s / max(num_gpus, 1)
-    price = options.get("usd_per_gpu_hour")
-    if not price:
-        raise ValueError("objective mtokens_per_usd needs options.usd_per_gpu_hour (a price > 0)")
-    usd_per_s = float(price) * max(num_gpus, 1) / 3600.0
+    check_options(objective, options)
+    if objective == Objective.TIME_TO_TRAIN:
+        return result.tokens_per_s * train_efficiency(result, options)
+    usd_per_s = float(options["usd_per_gpu_hour"]) * max(num_gpus, 1) / 3600.0
     return result.tokens_per_s / 1e6 / usd_per_s
+
+
+def train_efficiency(result: TrialResult, options: dict[str, Any]) -> float:
+    """Fraction of the planned run spent training rather than compiling (0..1].
+
+    Only compile time is charged: warm-up steps train the model like any other step, and the
+    build (model, optimizer, data) costs the same for every config.
+    """
+    assert result.tokens_per_s
+    compile_s = result.compile_s or 0.0
+    if _positive(options.get("planned_tokens")):
+        train_s = float(options["planned_tokens"]) / result.tokens_per_s
+        return train_s / (train_s + compile_s)
+    run_s = float(options["planned_hours"]) * 3600.0
+    return max(run_s - compile_s, 0.0) / run_s or 1e-9
+
+
+def time_to_train_h(result: TrialResult, options: dict[str, Any]) -> float | None:
+    """Hours the planned run takes with this config (compile included), when planned_tokens."""
+    if not result.tokens_per_s or not _positive(options.get("planned_tokens")):
+        return None
+    return (float(options["planned_tokens"]) / result.tokens_per_s + (result.compile_s or 0)) / 3600
+
+
+def memory_violation(result: TrialResult, options: dict[str, Any]) -> float:
+    """How far a measured peak is over options.max_mem_gib (peak / ceiling - 1); 0 if under."""
+    ceiling = options.get("max_mem_gib")
+    if not _positive(ceiling) or result.peak_mem_gib is None:
+        return 0.0
+    return max(result.peak_mem_gib / float(ceiling) - 1.0, 0.0)

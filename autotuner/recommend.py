@@ -1,59 +1,229 @@
-"""The recommendation: the best measured trial, its margin over the runner-up, and whether
-that margin is larger than the measurement noise (otherwise it is called a tie)."""
+"""The recommendation: the winner, its margin over the runner-up, and the evidence behind it.
+
+Measurements of one config are pooled: the search trial and its re-measurements (purpose
+`remeasure`, fresh processes, interleaved A B A B after the search) count together, each
+measurement being the median of its repeats. When the top candidates were re-measured, the
+winner is chosen among them on the pooled median, and the margin over the runner-up is compared
+with the noise: the larger of the within-trial repeat spread and the spread between fresh
+processes. A margin inside the noise is called a tie, plainly.
+
+Also here: the Pareto set of throughput against peak memory, and the knob report
+(`autotuner.importance`). A trial over the memory ceiling (options.max_mem_gib) is never
+recommended.
+"""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from autotuner.objective import Objective
-from autotuner.spec import TrialResult
+from autotuner.importance import knob_report
+from autotuner.objective import Objective, memory_violation, time_to_train_h
+from autotuner.spec import TrialResult, canonical_params
 from autotuner.storage.models import Trial, TrialState
 
-
-def _noise_rel(trial: Trial) -> float:
-    if not trial.result:
-        return 0.0
-    return TrialResult.model_validate(trial.result).spread_rel or 0.0
+MIN_NOISE_REL = 0.005  # timing on a quiet machine is never better than this
 
 
-def recommend(trials: Sequence[Trial], objective: Objective) -> dict[str, Any] | None:
-    """A JSON-able summary of the winner, or None when no trial completed."""
-    done = [t for t in trials if t.state == TrialState.COMPLETE and t.objective_value]
-    if not done:
+@dataclass
+class ConfigMeasurements:
+    """Every measurement of one config (its search trial and its re-measurements)."""
+
+    key: str
+    trials: list[Trial] = field(default_factory=list)
+    results: list[TrialResult] = field(default_factory=list)
+
+    @property
+    def values(self) -> list[float]:
+        return [t.objective_value or 0.0 for t in self.trials]
+
+    @property
+    def median(self) -> float:
+        return float(statistics.median(self.values))
+
+    @property
+    def first(self) -> Trial:
+        return self.trials[0]
+
+    @property
+    def remeasured(self) -> bool:
+        return any(t.purpose == "remeasure" for t in self.trials)
+
+    @property
+    def within_rel(self) -> float:
+        """Median half-range of the repeats inside each measurement, relative."""
+        spreads = [r.spread_rel for r in self.results if r.spread_rel is not None]
+        return float(statistics.median(spreads)) if spreads else 0.0
+
+    @property
+    def between_rel(self) -> float:
+        """Half-range of the measurements' medians across fresh processes, relative."""
+        vals = self.values
+        if len(vals) < 2 or not self.median:
+            return 0.0
+        return (max(vals) - min(vals)) / 2 / self.median
+
+    @property
+    def noise_rel(self) -> float:
+        return max(self.within_rel, self.between_rel, MIN_NOISE_REL)
+
+
+def group_measurements(
+    trials: Sequence[Trial], options: dict[str, Any] | None = None
+) -> list[ConfigMeasurements]:
+    """Feasible measured configs, best pooled median first."""
+    groups: dict[str, ConfigMeasurements] = {}
+    for t in trials:
+        if t.state != TrialState.COMPLETE or not t.objective_value or not t.result:
+            continue
+        result = TrialResult.model_validate(t.result)
+        if options and memory_violation(result, options) > 0:
+            continue
+        g = groups.setdefault(
+            canonical_params(t.params), ConfigMeasurements(canonical_params(t.params))
+        )
+        g.trials.append(t)
+        g.results.append(result)
+    ranked = sorted(groups.values(), key=lambda g: g.median, reverse=True)
+    # Re-measured candidates were the search's top ones; a single unrepeated measurement must
+    # not beat them on luck alone, so they rank first.
+    if any(g.remeasured for g in ranked):
+        ranked.sort(key=lambda g: not g.remeasured)
+    return ranked
+
+
+def study_noise_rel(groups: Sequence[ConfigMeasurements]) -> float:
+    """The study's noise band: median repeat spread, or the fresh-process spread if larger."""
+    within = [g.within_rel for g in groups if g.results]
+    between = [g.between_rel for g in groups if len(g.trials) > 1]
+    return max(
+        statistics.median(within) if within else 0.0,
+        max(between) if between else 0.0,
+        MIN_NOISE_REL,
+    )
+
+
+def recommend(
+    trials: Sequence[Trial],
+    objective: Objective,
+    *,
+    options: dict[str, Any] | None = None,
+    evidence: bool = False,
+    extras: dict[str, Any] | None = None,
+) -> dict[str, Any] | None:
+    """A JSON-able summary of the winner, or None when no trial completed.
+
+    `evidence` adds the knob report (PED-ANOVA with permutations: a second or so), which the
+    coordinator stores once at the end of a study; live views leave it out.
+    """
+    options = options or {}
+    groups = group_measurements(trials, options)
+    if not groups:
         return None
-    ranked = sorted(done, key=lambda t: t.objective_value or 0.0, reverse=True)
-    best = ranked[0]
-    result = TrialResult.model_validate(best.result)
+    best = groups[0]
+    result = best.results[0]
     rec: dict[str, Any] = {
-        "trial_number": best.number,
+        "trial_number": best.first.number,
         "objective": objective.value,
-        "objective_value": best.objective_value,
-        "params": best.params,
-        "knobs": best.config.get("knobs", {}),
-        "model": best.config.get("model", {}),
-        "tokens_per_s": result.tokens_per_s,
-        "tokens_per_s_min": result.tokens_per_s_min,
-        "tokens_per_s_max": result.tokens_per_s_max,
+        "objective_value": best.median,
+        "params": best.first.params,
+        "knobs": best.first.config.get("knobs", {}),
+        "model": best.first.config.get("model", {}),
+        "tokens_per_s": statistics.median(r.tokens_per_s or 0.0 for r in best.results),
+        "tokens_per_s_min": _min(r.tokens_per_s_min for r in best.results),
+        "tokens_per_s_max": _max(r.tokens_per_s_max for r in best.results),
         "tokens_per_s_per_gpu": result.tokens_per_s_per_gpu,
         "mfu": result.mfu,
         "peak_mem_gib": result.peak_mem_gib,
         "compile_s": result.compile_s,
         "fingerprint": result.fingerprint.model_dump() if result.fingerprint else None,
-        "completed_trials": len(done),
+        "completed_trials": sum(len(g.trials) for g in groups),
+        "measurements": len(best.trials),
+        "measured_trials": [t.number for t in best.trials],
+        "noise_rel": round(study_noise_rel(groups), 4),
         "runner_up": None,
     }
-    if len(ranked) > 1:
-        second = ranked[1]
-        margin = (best.objective_value or 0) / (second.objective_value or 1) - 1.0
-        noise = max(_noise_rel(best), _noise_rel(second))
-        rec["runner_up"] = {
-            "trial_number": second.number,
-            "objective_value": second.objective_value,
-            "params": second.params,
-            "margin_rel": margin,
-            "noise_rel": noise,
-            # Medians closer than their spread are indistinguishable: say so.
-            "tie": margin <= noise,
-        }
+    if objective == Objective.TIME_TO_TRAIN:
+        rec["time_to_train_h"] = time_to_train_h(result, options)
+    if len(groups) > 1:
+        rec["runner_up"] = _runner_up(best, groups[1])
+    rec["pareto"] = pareto(groups)
+    if evidence:
+        rec["importance"] = knob_report(
+            [(g.first.params, g.median) for g in groups], rec["noise_rel"]
+        )
+    if extras:
+        rec.update(extras)
     return rec
+
+
+def _runner_up(best: ConfigMeasurements, second: ConfigMeasurements) -> dict[str, Any]:
+    margin = best.median / (second.median or 1.0) - 1.0
+    noise = max(best.noise_rel, second.noise_rel)
+    out: dict[str, Any] = {
+        "trial_number": second.first.number,
+        "objective_value": second.median,
+        "params": second.first.params,
+        "margin_rel": margin,
+        "noise_rel": noise,
+        # Medians closer than their spread are indistinguishable: say so.
+        "tie": margin <= noise,
+        "measurements": len(second.trials),
+    }
+    pairs = _interleaved_pairs(best, second)
+    if pairs:
+        out["interleaved"] = {
+            "pairs": len(pairs),
+            "winner_ahead": sum(1 for a, b in pairs if a > b),
+            "ratios": [round(a / b, 4) for a, b in pairs],
+        }
+    out["text"] = (
+        f"a tie: {margin:+.1%} is within the noise (±{noise:.1%}); either config will do"
+        if out["tie"]
+        else f"wins by {margin:+.1%}, beyond the noise (±{noise:.1%})"
+    )
+    return out
+
+
+def _interleaved_pairs(a: ConfigMeasurements, b: ConfigMeasurements) -> list[tuple[float, float]]:
+    ra = [t for t in a.trials if t.purpose == "remeasure"]
+    rb = [t for t in b.trials if t.purpose == "remeasure"]
+    return [
+        (x.objective_value or 0.0, y.objective_value or 0.0) for x, y in zip(ra, rb, strict=False)
+    ]
+
+
+def pareto(groups: Sequence[ConfigMeasurements]) -> list[dict[str, Any]]:
+    """Configs no other config beats on both objective (higher) and peak memory (lower)."""
+    points = []
+    for g in groups:
+        mems = [r.peak_mem_gib for r in g.results if r.peak_mem_gib is not None]
+        if mems:
+            points.append((g, g.median, statistics.median(mems)))
+    front = [
+        (g, v, m)
+        for g, v, m in points
+        if not any((v2 >= v and m2 <= m) and (v2 > v or m2 < m) for _, v2, m2 in points)
+    ]
+    front.sort(key=lambda p: p[2])
+    return [
+        {
+            "trial_number": g.first.number,
+            "objective_value": v,
+            "peak_mem_gib": m,
+            "params": g.first.params,
+        }
+        for g, v, m in front
+    ]
+
+
+def _min(values: Any) -> float | None:
+    vals = [v for v in values if v is not None]
+    return min(vals) if vals else None
+
+
+def _max(values: Any) -> float | None:
+    vals = [v for v in values if v is not None]
+    return max(vals) if vals else None

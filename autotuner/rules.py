@@ -1,35 +1,182 @@
 """Compatibility rules: combinations that cannot run on the target, removed before launch.
 
-Each rule returns a remedy-style reason, so a pruned trial says what to change. Space-specific
-rules (`rules:` in a space file) apply on top of these built-in ones.
+Three layers, checked in this order before any GPU time is spent:
+
+1. Built-in rules (`incompatibility`): what the hardware, the model's shape and the worker
+   cannot do (flash/cuDNN need fp16/bf16, fp8 needs compute capability >= 8.9, CUDA-only kernels
+   on the CPU, ...), and knobs that do nothing in this setup (NCCL settings with one GPU), whose
+   other values would only measure the same config again.
+2. The space's own rules (`rules:` in a space file), see autotuner/space.py.
+3. Learned rules (`LearnedRules`): what a worker reported as `unsupported` in this study. The
+   rule covers exactly the knob values the worker names as the cause
+   (`TrialResult.unsupported_knobs`); when it names none, the (attention, precision,
+   compile_mode) of the failing trial, the narrowest projection that still covers every
+   kernel-availability failure we know of.
+
+Each rule returns a remedy-style reason, so a pruned trial says what to change.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from autotuner.executors.base import Target
-from autotuner.spec import Attention, CompileMode, Knobs, Precision
+from autotuner.spec import (
+    Attention,
+    CompileMode,
+    Knobs,
+    ModelSpec,
+    Precision,
+)
+
+_CUDA_GRAPH_MODES = (CompileMode.REDUCE_OVERHEAD, CompileMode.MAX_AUTOTUNE)
+_MULTI_GPU_KNOBS = ("nccl_algo", "nccl_proto", "nccl_min_channels", "grad_compression")
+_DEFAULTS = Knobs()
 
 
-def incompatibility(knobs: Knobs, target: Target) -> str | None:
-    """Why these knobs cannot run on the target, or None when they can."""
-    on_cpu = target.device_type == "cpu"
-    if knobs.attention in (Attention.FLASH, Attention.CUDNN):
-        if on_cpu and knobs.attention == Attention.CUDNN:
-            return "cuDNN attention needs a CUDA GPU; use math or flash on the CPU"
-        if not on_cpu and not knobs.precision.is_half:
-            return (
-                f"{knobs.attention.value} attention needs fp16 or bf16; not {knobs.precision.value}"
-            )
-    if on_cpu and knobs.attention == Attention.EFFICIENT:
-        return "the memory-efficient SDPA kernel needs a CUDA GPU; use math or flash on the CPU"
-    if knobs.precision.is_fp8:
-        if on_cpu:
-            return "fp8 training needs a CUDA GPU with compute capability >= 8.9"
-        cc = target.compute_capability
-        if cc is not None and cc < (8, 9):
-            return f"fp8 training needs compute capability >= 8.9; this GPU has {cc[0]}.{cc[1]}"
-    if on_cpu and knobs.precision == Precision.FP16:
-        return "fp16 with loss scaling is a GPU mode; use fp32 or bf16 on the CPU"
-    if on_cpu and knobs.compile_mode == CompileMode.REDUCE_OVERHEAD:
-        return "reduce-overhead uses CUDA graphs, which need a CUDA GPU"
+def incompatibility(
+    knobs: Knobs,
+    target: Target,
+    model: ModelSpec | None = None,
+    num_gpus: int | None = None,
+) -> str | None:
+    """Why these knobs cannot run on the target (or would repeat another config), else None."""
+    for check in (_device_rules, _capability_rules, _shape_rules):
+        reason = check(knobs, target, model)
+        if reason:
+            return reason
+    if num_gpus is not None and num_gpus <= 1:
+        for name in _MULTI_GPU_KNOBS:
+            if getattr(knobs, name) != getattr(_DEFAULTS, name):
+                return (
+                    f"{name}={getattr(knobs, name)} does nothing with one GPU per trial (no "
+                    f"collectives run); it would re-measure the default config: search it only "
+                    f"with --gpus 2 or more"
+                )
     return None
+
+
+def _device_rules(knobs: Knobs, target: Target, model: ModelSpec | None) -> str | None:
+    if target.device_type != "cpu":
+        if knobs.attention in (Attention.FLASH, Attention.CUDNN) and not knobs.precision.is_half:
+            return (
+                f"{knobs.attention.value} attention needs fp16 or bf16, not "
+                f"{knobs.precision.value}; remove {knobs.attention.value!r} or drop "
+                f"{knobs.precision.value} from the space"
+            )
+        return None
+    # The CPU (the worker's support checks say the same; here nothing is launched at all).
+    if knobs.attention in (Attention.EFFICIENT, Attention.CUDNN):
+        return (
+            f"the {knobs.attention.value!r} SDPA backend exists only on CUDA; on the CPU use "
+            "'math' or 'flash'"
+        )
+    if knobs.attention == Attention.FLEX:
+        return "FlexAttention has no CPU backward; on the CPU use 'math' or 'flash'"
+    if knobs.precision.is_fp8:
+        return "fp8 training needs a CUDA GPU with compute capability >= 8.9; on the CPU use bf16"
+    if knobs.precision == Precision.FP16:
+        return "fp16 with loss scaling is a GPU mode; use fp32 or bf16 on the CPU"
+    if knobs.precision == Precision.TF32:
+        return "tf32 is a CUDA tensor-core mode; on the CPU it is fp32, use fp32"
+    if knobs.compile_mode in _CUDA_GRAPH_MODES:
+        return (
+            f"compile mode {knobs.compile_mode.value!r} captures CUDA graphs, which need a CUDA "
+            "GPU; on the CPU use 'default' or 'max-autotune-no-cudagraphs'"
+        )
+    return None
+
+
+def _capability_rules(knobs: Knobs, target: Target, model: ModelSpec | None) -> str | None:
+    cc = target.compute_capability
+    if target.device_type == "cpu" or cc is None:
+        return None
+    name = f"{cc[0]}.{cc[1]}"
+    if knobs.precision.is_fp8 and cc < (8, 9):
+        return f"fp8 training needs compute capability >= 8.9 (Ada/Hopper); this GPU is {name}"
+    if knobs.precision == Precision.BF16 and cc < (8, 0):
+        return f"bf16 needs compute capability >= 8.0 (Ampere); this GPU is {name}: use fp16"
+    if knobs.attention in (Attention.FLASH, Attention.CUDNN) and cc < (8, 0):
+        return (
+            f"{knobs.attention.value} attention needs compute capability >= 8.0 (Ampere); this "
+            f"GPU is {name}: use 'efficient'"
+        )
+    if knobs.precision == Precision.TF32 and cc < (8, 0):
+        return f"tf32 needs compute capability >= 8.0 (Ampere); this GPU is {name}: use fp32"
+    return None
+
+
+def _shape_rules(knobs: Knobs, target: Target, model: ModelSpec | None) -> str | None:
+    if model is None:
+        return None
+    hd = model.head_dim
+    if knobs.attention == Attention.FLASH and target.device_type != "cpu" and (hd > 256 or hd % 8):
+        return (
+            f"flash attention needs head_dim <= 256 and a multiple of 8; this model's is "
+            f"{hd}: use 'efficient' or 'math'"
+        )
+    if knobs.precision.is_fp8 and (model.d_model % 16 or model.ffn_dim % 16):
+        return (
+            f"fp8 matmuls need dims that are multiples of 16 (d_model={model.d_model}, "
+            f"ffn={model.ffn_dim}), so no layer would convert: use bf16"
+        )
+    return None
+
+
+# --------------------------------------------------------------------------- learned rules
+
+# The fallback granularity when a worker does not name the cause: kernel availability depends
+# on these three (and the hardware, which is fixed within a study).
+FALLBACK_PROJECTION = ("attention", "precision", "compile_mode")
+
+
+@dataclass(frozen=True)
+class LearnedRule:
+    """Knob values that a worker could not run; any config matching all of them is pruned."""
+
+    match: tuple[tuple[str, str], ...]
+    trial_number: int | None
+    message: str
+
+    def matches(self, flat: dict[str, Any]) -> bool:
+        return all(_as_str(flat.get(k)) == v for k, v in self.match)
+
+    def describe(self) -> str:
+        values = ", ".join(f"{k}={v}" for k, v in self.match)
+        src = f"trial {self.trial_number}" if self.trial_number is not None else "a worker"
+        return f"learned from {src}: {values} is unsupported here ({self.message[:200]})"
+
+
+class LearnedRules:
+    """Unsupported combinations learned from this study's trials (never proposed again)."""
+
+    def __init__(self) -> None:
+        self.rules: list[LearnedRule] = []
+
+    def learn(
+        self,
+        knobs: Knobs,
+        unsupported_knobs: dict[str, Any] | None,
+        trial_number: int | None,
+        message: str | None,
+    ) -> LearnedRule:
+        flat = knobs.model_dump(mode="json")
+        named = {k: v for k, v in (unsupported_knobs or {}).items() if k in flat}
+        if not named:
+            named = {k: flat[k] for k in FALLBACK_PROJECTION}
+        match = tuple(sorted((k, _as_str(v)) for k, v in named.items()))
+        for rule in self.rules:
+            if rule.match == match:
+                return rule
+        rule = LearnedRule(match, trial_number, message or "unsupported")
+        self.rules.append(rule)
+        return rule
+
+    def violated_by(self, knobs: Knobs) -> LearnedRule | None:
+        flat = knobs.model_dump(mode="json")
+        return next((r for r in self.rules if r.matches(flat)), None)
+
+
+def _as_str(value: Any) -> str:
+    return str(getattr(value, "value", value))

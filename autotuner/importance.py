@@ -1,0 +1,139 @@
+"""Which knobs mattered, and which did not (within noise), for the recommendation.
+
+Two views per knob, both honest about noise:
+
+- **Effect**: the best objective reached with each value of the knob, and the ratio between the
+  best and the worst of those (`effect_rel`). It reads as "the best config we found with the
+  worst setting of this knob is this much slower than the best overall". When that ratio is
+  smaller than the measurement noise (`noise_rel`: repeat spread, and the spread between fresh
+  processes where the top candidates were re-measured), the knob *does not matter within noise*
+  and the recommendation says so plainly. Under-explored values look worse than they are, so
+  this errs toward "matters", never toward a false "does not matter".
+- **Importance**: Optuna's PED-ANOVA (`optuna.importance.PedAnovaImportanceEvaluator`; fANOVA
+  would need scikit-learn, which the control plane does not ship), computed on the feasible
+  configs, with a permutation baseline: the same (unnormalised) importance on the objective
+  values shuffled across configs, N times. A knob whose importance is not above the
+  baseline's 90th percentile (`above_baseline` false) is indistinguishable from shuffled data
+  by this measure. With the few dozen configs a study measures, and a sampler that
+  concentrates them near the optimum, this test is weak; the verdict therefore rests on the
+  effect, and the importance is reported beside it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.distributions import CategoricalDistribution
+from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
+
+PERMUTATIONS = 10
+MIN_CONFIGS_FOR_IMPORTANCE = 6
+
+
+def knob_report(
+    configs: Sequence[tuple[dict[str, Any], float]],
+    noise_rel: float,
+    *,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """One row per knob, most important first: effect, importance, baseline and a verdict.
+
+    `configs`: (params, objective value) of each distinct feasible config (repeats pooled).
+    """
+    if not configs:
+        return []
+    knobs = sorted({k for params, _ in configs for k in params})
+    best = max(v for _, v in configs)
+    raw, baseline = _importances(configs, knobs, seed)
+    total = sum(raw.values())
+    importance = {k: round(v / total, 4) for k, v in raw.items()} if total > 0 else {}
+    rows = []
+    for knob in knobs:
+        levels: dict[str, float] = {}
+        for params, value in configs:
+            if knob in params:
+                level = str(params[knob])
+                levels[level] = max(levels.get(level, 0.0), value)
+        row: dict[str, Any] = {
+            "knob": knob,
+            "levels": {k: round(v, 6) for k, v in sorted(levels.items(), key=lambda kv: -kv[1])},
+            "importance": importance.get(knob),  # share of the summed PED-ANOVA importance
+            "importance_raw": raw.get(knob),
+            "baseline_raw": baseline.get(knob),
+            "above_baseline": (
+                raw[knob] > baseline[knob] if knob in raw and knob in baseline else None
+            ),
+            "noise_rel": round(noise_rel, 4),
+        }
+        if len(levels) < 2:
+            row.update(effect_rel=None, verdict="not explored")
+            row["text"] = f"not explored: only {next(iter(levels), '-')} was measured"
+        else:
+            top = max(levels, key=lambda k: levels[k])
+            worst = min(levels, key=lambda k: levels[k])
+            effect = levels[top] / levels[worst] - 1.0 if levels[worst] > 0 else float("inf")
+            row["effect_rel"] = round(effect, 4)
+            row["best_level"], row["worst_level"] = top, worst
+            if effect <= noise_rel:
+                row["verdict"] = "within noise"
+                row["text"] = (
+                    f"does not matter (within noise): the best with any value is within "
+                    f"{effect:.1%}, noise ±{noise_rel:.1%}"
+                )
+            else:
+                row["verdict"] = "matters"
+                row["text"] = (
+                    f"matters: best with {top} is {effect:.1%} above best with {worst} "
+                    f"(noise ±{noise_rel:.1%}; best overall {best:,.4g})"
+                )
+        rows.append(row)
+    order = {"matters": 0, "within noise": 1, "not explored": 2}
+    rows.sort(key=lambda r: (order[r["verdict"]], -(r["effect_rel"] or 0.0)))
+    return rows
+
+
+def _importances(
+    configs: Sequence[tuple[dict[str, Any], float]], knobs: list[str], seed: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    varied = [k for k in knobs if len({str(p.get(k)) for p, _ in configs}) > 1]
+    usable = [(p, v) for p, v in configs if all(k in p for k in varied)]
+    if len(varied) < 1 or len(usable) < MIN_CONFIGS_FOR_IMPORTANCE:
+        return {}, {}
+    dists = {k: CategoricalDistribution(sorted({str(p[k]) for p, _ in usable})) for k in varied}
+    params = [{k: str(p[k]) for k in varied} for p, _ in usable]
+    values = np.array([v for _, v in usable])
+    observed = _ped_anova(params, values, dists)
+    rng = np.random.default_rng(seed)
+    shuffled: dict[str, list[float]] = {k: [] for k in varied}
+    for _ in range(PERMUTATIONS):
+        for k, v in _ped_anova(params, rng.permutation(values), dists).items():
+            shuffled[k].append(v)
+    baseline = {k: round(float(np.percentile(v, 90)), 6) for k, v in shuffled.items() if v}
+    return {k: round(v, 6) for k, v in observed.items()}, baseline
+
+
+def _ped_anova(
+    params: list[dict[str, str]], values: np.ndarray, dists: dict[str, CategoricalDistribution]
+) -> dict[str, float]:
+    study = optuna.create_study(direction="maximize")
+    for p, v in zip(params, values, strict=True):
+        study.add_trial(optuna.trial.create_trial(params=p, distributions=dists, value=float(v)))
+    # PED-ANOVA compares the top quantile with the rest; with few trials a 10% quantile holds
+    # one or two configs, so use a quarter (at least two configs).
+    quantile = min(max(0.25, 2.0 / len(params)), 0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return dict(
+                get_param_importances(
+                    study,
+                    evaluator=PedAnovaImportanceEvaluator(target_quantile=quantile),
+                    normalize=False,
+                )
+            )
+        except (RuntimeError, ValueError):
+            return {}

@@ -1,0 +1,498 @@
+"""The search policy: what the coordinator asks besides Optuna, so no GPU time is wasted.
+
+`StudyRunner` (autotuner/coordinator.py) owns the state machine, the database and the sampler;
+this class owns the judgement, one study at a time:
+
+- **screen** a proposal before launch: built-in compatibility rules, the space's rules, rules
+  learned from `unsupported` results, the OOM boundary (a micro-batch at or above one that ran
+  out of memory, everything else equal), and the cost model's predicted OOM. A screened-out
+  proposal is recorded as a pruned trial and told to the sampler as a violated constraint.
+- **learn** from each finished trial: calibrate the cost model on measured peaks and OOMs,
+  learn unsupported rules, track the best value and whether it still improves beyond noise.
+- **seed** a new study: the expert default first (bf16, a fused attention kernel, compile
+  default, the largest micro-batch the cost model says fits), then the winners of earlier
+  completed studies on the same GPU and model family.
+- **finish**: stop early once no trial has improved beyond noise for `patience` trials, then
+  re-measure the top candidates in fresh processes, interleaved A B A B, before recommending.
+
+Options (study `options`, all optional; the ablation switches exist for the replay benchmark):
+`rules`, `cost_model`, `expert_seed` (bools, default true), `history_seeds` (earlier winners to
+try, default 3), `remeasure_top` (default 2), `remeasure_rounds` (default 2),
+`early_stop_patience` (default 12; 0 disables), `max_mem_gib` (memory ceiling).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+
+from autotuner.costmodel import CostModel, error_summary, sequential_errors
+from autotuner.executors.base import Target
+from autotuner.flops import flops_per_token, param_count
+from autotuner.objective import Objective, memory_violation
+from autotuner.rules import LearnedRules, incompatibility
+from autotuner.search import Observation
+from autotuner.space import IntRange, SearchSpace
+from autotuner.spec import (
+    FailureClass,
+    Knobs,
+    ModelSpec,
+    TrialResult,
+    TrialStatus,
+    canonical_params,
+)
+from autotuner.storage.models import Study, StudyStatus, Trial, TrialState
+from autotuner.storage.session import Database
+
+# Prune on a predicted OOM only when even the prediction's optimistic end (mean - Z sd) is over
+# the limit: a config pruned by mistake is lost to the search, one launched by mistake costs a
+# short failed trial. The expert seed is chosen with the pessimistic end (mean + Z_SEED sd).
+Z_PRUNE = 1.64
+Z_SEED = 1.0
+DEFAULT_PATIENCE = 12
+REMEASURE_SHARE = 5  # at most 1/5 of a trial budget goes to re-measurement
+SEARCH_TIME_SHARE = 0.85  # with a time budget, the search stops here and re-measuring begins
+
+# The expert's preference order for each knob (first allowed value wins).
+EXPERT = {
+    "precision": ["bf16", "fp16", "tf32", "fp32"],
+    "attention": ["flash", "cudnn", "efficient", "flex", "math"],
+    "compile_mode": ["default", "none"],
+    "checkpointing": ["none", "selective", "full"],
+    "optimizer": ["adamw-fused", "adamw-foreach"],
+    "vocab_pad_multiple": [64, 128, 1],
+    "data_source": ["synthetic", "loader"],
+    "nccl_algo": ["default"],
+    "nccl_proto": ["default"],
+    "grad_compression": ["none"],
+}
+
+
+@dataclass(frozen=True)
+class Prune:
+    """Why a proposal is not launched, and how the sampler is told."""
+
+    error_class: FailureClass
+    message: str
+    violation: float
+    result: TrialResult | None = None  # kept on the pruned row (a predicted OOM's numbers)
+
+
+class SearchPolicy:
+    def __init__(
+        self,
+        *,
+        space: SearchSpace,
+        model: ModelSpec,
+        target: Target,
+        gpus_per_trial: int,
+        objective: Objective,
+        options: dict[str, Any],
+    ) -> None:
+        self.space, self.model, self.target = space, model, target
+        self.gpus = gpus_per_trial
+        self.objective = objective
+        self.options = options
+        self.use_rules = bool(options.get("rules", True))
+        self.use_cost_model = bool(options.get("cost_model", True))
+        self.use_expert_seed = bool(options.get("expert_seed", True))
+        self.history_seeds = int(options.get("history_seeds", 3))
+        self.remeasure_top = int(options.get("remeasure_top", 2))
+        self.remeasure_rounds = int(options.get("remeasure_rounds", 2))
+        self.patience = int(options.get("early_stop_patience", DEFAULT_PATIENCE))
+        self.on_cuda = target.device_type != "cpu"
+        limits = [x for x in (space.measure.memory_limit_gib, target.memory_gib) if x]
+        self.limit_gib = min(limits) if limits else None
+        self.ceiling_gib = options.get("max_mem_gib")
+        self.cost = CostModel(
+            model, num_gpus=max(gpus_per_trial, 1), on_cuda=self.on_cuda, limit_gib=self.limit_gib
+        )
+        self.learned = LearnedRules()
+        self.ooms: list[tuple[dict[str, Any], int, int]] = []  # (other params, micro-batch, n)
+        self.seed_keys: set[str] = set()
+        # Progress of the search (search and seed trials, in order).
+        self.best: float | None = None
+        self.since_improvement = 0
+        self.search_trials = 0
+        self.spreads: list[float] = []
+        # canonical params -> (params, best search value) of each feasible config
+        self.values: dict[str, tuple[dict[str, Any], float]] = {}
+        self.remeasured = 0
+        self.pruned_predicted = 0
+
+    # ------------------------------------------------------------------ screening
+
+    def knobs(self, params: dict[str, Any]) -> Knobs:
+        return self.space.knobs_for(params, self.model, self.gpus)
+
+    def screen(self, params: dict[str, Any], knobs: Knobs) -> Prune | None:
+        """Why not to launch this proposal, or None to launch it."""
+        if self.use_rules:
+            reason = incompatibility(knobs, self.target, self.model, self.gpus)
+            if reason is None and (rule := self.space.violated_rule(knobs)) is not None:
+                reason = rule.why
+            if reason is not None:
+                return Prune(FailureClass.UNSUPPORTED, reason, 1.0)
+            if (learned := self.learned.violated_by(knobs)) is not None:
+                return Prune(FailureClass.UNSUPPORTED, learned.describe(), 1.0)
+        if not self.use_cost_model:
+            return None
+        if (oom := self._oom_boundary(params, knobs)) is not None:
+            return oom
+        return self._predicted_oom(knobs)
+
+    def _oom_boundary(self, params: dict[str, Any], knobs: Knobs) -> Prune | None:
+        # Memory grows with the micro-batch, everything else equal: at or above a micro-batch
+        # that ran out of memory is out of memory too.
+        mb = knobs.micro_batch_size
+        rest = {k: v for k, v in params.items() if k != "micro_batch_size"}
+        for other, oom_mb, number in self.ooms:
+            if other == rest and mb >= oom_mb:
+                pred = self.cost.predict(knobs)
+                return Prune(
+                    FailureClass.OOM,
+                    f"predicted out of memory: micro_batch_size {oom_mb} ran out of memory in "
+                    f"trial {number} with the same other knobs; {mb} needs more",
+                    max(pred.over_rel, 0.01),
+                    self._predicted_result(pred, "boundary"),
+                )
+        return None
+
+    def _predicted_oom(self, knobs: Knobs) -> Prune | None:
+        pred = self.cost.predict(knobs)
+        over_limit = pred.surely_over(Z_PRUNE)
+        over_ceiling = False
+        if self.ceiling_gib:
+            low = pred.allocated_gib - Z_PRUNE * pred.sd_gib / self.cost.calibration.fragmentation
+            over_ceiling = low > float(self.ceiling_gib)
+        if not (over_limit or over_ceiling):
+            return None
+        if over_limit:
+            what = f"the {pred.limit_gib:.1f} GiB limit"
+            violation = pred.over_rel
+        else:
+            what = f"the {float(self.ceiling_gib):.1f} GiB ceiling (max_mem_gib)"
+            violation = pred.allocated_gib / float(self.ceiling_gib) - 1.0
+        self.pruned_predicted += 1
+        return Prune(
+            FailureClass.OOM,
+            f"predicted out of memory: needs {pred.need_gib:.1f} ± {pred.sd_gib:.1f} GiB, over "
+            f"{what} (cost model calibrated on {self.cost.calibration.measured} measured trials)",
+            max(violation, 0.01),
+            self._predicted_result(pred, "cost model"),
+        )
+
+    def _predicted_result(self, pred: Any, source: str) -> TrialResult:
+        return TrialResult.failure(
+            FailureClass.OOM,
+            f"predicted out of memory ({source}); not launched",
+            required_mem_gib=round(pred.need_gib, 3),
+            memory_limit_gib=pred.limit_gib,
+            notes=["predicted", source],
+        )
+
+    # ------------------------------------------------------------------ learning
+
+    def observe(
+        self, number: int, params: dict[str, Any], result: TrialResult | None, purpose: str
+    ) -> None:
+        """Learn from a finished trial (live, or replayed from the database on restart)."""
+        if result is None or "predicted" in result.notes:
+            return
+        knobs = self.knobs(params)
+        self.cost.observe(knobs, result)
+        fclass = result.failure_class
+        if fclass == FailureClass.UNSUPPORTED:
+            self.learned.learn(knobs, result.unsupported_knobs, number, result.error_message)
+        if fclass == FailureClass.OOM:
+            rest = {k: v for k, v in params.items() if k != "micro_batch_size"}
+            self.ooms.append((rest, knobs.micro_batch_size, number))
+        if purpose == "remeasure":
+            self.remeasured += 1
+            return
+        if fclass is not None and not fclass.is_config_failure:
+            return  # infra: says nothing about the config, and it is retried
+        self.search_trials += 1
+        value = self._value(result)
+        if value is None:
+            self.since_improvement += 1
+            return
+        key = canonical_params(params)
+        self.values[key] = (params, max(value, self.values.get(key, (params, 0.0))[1]))
+        if result.spread_rel is not None:
+            self.spreads.append(result.spread_rel)
+        if self.best is None or value > self.best * (1.0 + self.noise_rel()):
+            self.since_improvement = 0
+        else:
+            self.since_improvement += 1
+        self.best = max(self.best or 0.0, value)
+
+    def observe_row(self, t: Trial) -> None:
+        """`observe` for a trial row read back from the database."""
+        if t.state == TrialState.PRUNED or not t.result:
+            return
+        result = TrialResult.model_validate(t.result)
+        self.observe(t.number, t.params, result, t.purpose)
+
+    def observation(self, t: Trial) -> Observation | None:
+        """What the sampler is told about a recorded trial (rebuilding after a restart)."""
+        state = TrialState(t.state)
+        result = TrialResult.model_validate(t.result) if t.result else None
+        if state == TrialState.COMPLETE:
+            violation = self.violation(t.params, result) if result else 0.0
+            return Observation(t.params, t.objective_value, violation)
+        if state in (TrialState.INFEASIBLE, TrialState.PRUNED):
+            violation = 1.0
+            if result is not None and "predicted" in result.notes:
+                limit = result.memory_limit_gib
+                need = result.required_mem_gib
+                violation = max(need / limit - 1.0, 0.01) if need and limit else 1.0
+            elif result is not None:
+                violation = self.violation(t.params, result)
+            return Observation(t.params, 0.0, violation)
+        if state in (TrialState.FAILED, TrialState.LOST):
+            return Observation(t.params, None)
+        return None
+
+    def _value(self, result: TrialResult) -> float | None:
+        from autotuner.objective import objective_value
+
+        if result.status != TrialStatus.OK or memory_violation(result, self.options) > 0:
+            return None
+        try:
+            return objective_value(self.objective, result, self.gpus, self.options)
+        except ValueError:
+            return None
+
+    def violation(self, params: dict[str, Any], result: TrialResult) -> float:
+        """The constraint value told to the sampler for a finished trial (0: feasible)."""
+        if result.status == TrialStatus.OK:
+            return memory_violation(result, self.options)
+        if result.failure_class == FailureClass.OOM:
+            return self.cost.oom_violation(self.knobs(params), result)
+        return 1.0
+
+    def noise_rel(self) -> float:
+        spreads = sorted(self.spreads)
+        return max(spreads[len(spreads) // 2] if spreads else 0.0, 0.005)
+
+    # ------------------------------------------------------------------ seeding
+
+    def seeds(self, db: Database) -> list[dict[str, Any]]:
+        """Params to enqueue first: the expert default, then earlier winners on this GPU."""
+        out: list[dict[str, Any]] = []
+        if self.use_expert_seed:
+            out.append(self.expert_params())
+        if self.history_seeds > 0:
+            out.extend(self._history(db))
+        unique: list[dict[str, Any]] = []
+        for p in out:
+            if canonical_params(p) not in {canonical_params(u) for u in unique}:
+                unique.append(p)
+        self.seed_keys = {canonical_params(p) for p in unique}
+        return unique
+
+    def expert_params(self) -> dict[str, Any]:
+        """bf16, a fused attention kernel, compile default, and the largest micro-batch that the
+        cost model says fits; the space's `defaults` win over these choices."""
+        params: dict[str, Any] = {}
+        domains = self.space.knobs
+        for name, domain in domains.items():
+            if name == "micro_batch_size" and name not in self.space.defaults:
+                continue
+            params[name] = self.space.defaults.get(name, _first(domain))
+            if name in self.space.defaults or name not in EXPERT or isinstance(domain, IntRange):
+                continue
+            allowed = [v for v in EXPERT[name] if _in(domain, v)]
+            for value in allowed:
+                params[name] = value
+                if self._allowed(params):
+                    break
+        if "micro_batch_size" in domains and "micro_batch_size" not in params:
+            params["micro_batch_size"] = self._largest_fitting_mb(params)
+        return params
+
+    def _allowed(self, partial: dict[str, Any]) -> bool:
+        domains = self.space.knobs
+        filled = {k: partial.get(k, _first(d)) for k, d in domains.items()}
+        if "micro_batch_size" in domains and "micro_batch_size" not in partial:
+            filled["micro_batch_size"] = _values(domains["micro_batch_size"])[0]
+        knobs = self.knobs(filled)
+        if incompatibility(knobs, self.target, self.model, self.gpus) is not None:
+            return False
+        return self.space.violated_rule(knobs) is None
+
+    def _largest_fitting_mb(self, params: dict[str, Any]) -> int:
+        sizes = sorted(_values(self.space.knobs["micro_batch_size"]))
+        fitting = [
+            mb
+            for mb in sizes
+            if self.cost.predict(self.knobs({**params, "micro_batch_size": mb})).surely_fits(Z_SEED)
+        ]
+        return fitting[-1] if fitting else sizes[0]
+
+    def _history(self, db: Database) -> list[dict[str, Any]]:
+        """Earlier winners on this GPU and model family, mapped into this space."""
+        out: list[dict[str, Any]] = []
+        with db.session() as s:
+            studies = s.scalars(
+                select(Study)
+                .where(Study.status == StudyStatus.COMPLETED.value)
+                .order_by(Study.created_at.desc())
+                .limit(200)
+            ).all()
+            found = []
+            for st in studies:
+                rec = st.recommendation or {}
+                fp = rec.get("fingerprint") or {}
+                if not rec.get("knobs") or (st.model_spec or {}).get("family") != self.model.family:
+                    continue
+                if not self._same_gpu(fp):
+                    continue
+                same_preset = (st.model_spec or {}).get("preset") == self.model.preset
+                found.append((not same_preset, rec["knobs"]))
+            found.sort(key=lambda f: f[0])  # same preset first, newest first within
+        for _, knobs in found[: self.history_seeds]:
+            params = self._into_space(knobs)
+            if params is not None:
+                out.append(params)
+        return out
+
+    def _same_gpu(self, fp: dict[str, Any]) -> bool:
+        if not fp or fp.get("device_type") != self.target.device_type:
+            return False
+        if self.target.device_name and fp.get("device_name") != self.target.device_name:
+            return False
+        cc = self.target.compute_capability
+        return not (cc and fp.get("compute_capability") not in (None, f"{cc[0]}.{cc[1]}"))
+
+    def _into_space(self, knobs: dict[str, Any]) -> dict[str, Any] | None:
+        expert = self.expert_params()
+        params = {}
+        for name, domain in self.space.knobs.items():
+            value = knobs.get(name)
+            params[name] = value if value is not None and _in(domain, value) else expert[name]
+        try:
+            k = self.knobs(params)
+        except ValueError:
+            return None
+        return None if self.screen(params, k) is not None else params
+
+    def purpose(self, params: dict[str, Any]) -> str:
+        return "seed" if canonical_params(params) in self.seed_keys else "search"
+
+    # ------------------------------------------------------------------ finishing
+
+    def remeasure_reserve(self, max_trials: int | None) -> int:
+        """Trials of the budget kept for re-measuring the top candidates."""
+        want = self.remeasure_top * self.remeasure_rounds
+        if want <= 0 or self.remeasure_top < 1:
+            return 0
+        if max_trials is None:
+            return want
+        room = (max_trials // REMEASURE_SHARE) // self.remeasure_top * self.remeasure_top
+        return max(0, min(want, room))
+
+    def converged(self) -> bool:
+        """No search trial improved the best beyond noise in the last `patience` trials."""
+        if self.patience <= 0 or self.best is None:
+            return False
+        # A few trials beyond the patience, so the sampler's random start-up phase is over.
+        started = self.search_trials >= self.patience + 4
+        return started and self.since_improvement >= self.patience
+
+    def search_over(
+        self, launched: int, max_trials: int | None, elapsed_share: float | None
+    ) -> bool:
+        if self.converged():
+            return True
+        if max_trials is not None and launched >= max_trials - self.remeasure_reserve(max_trials):
+            return True
+        reserve_time = self.remeasure_reserve(None) > 0
+        return elapsed_share is not None and reserve_time and elapsed_share >= SEARCH_TIME_SHARE
+
+    def next_remeasure(self, max_trials: int | None) -> dict[str, Any] | None:
+        """The next config to re-measure (A B A B ...), or None when done."""
+        plan = self.remeasure_plan(max_trials)
+        return plan[self.remeasured] if self.remeasured < len(plan) else None
+
+    def remeasure_plan(self, max_trials: int | None) -> list[dict[str, Any]]:
+        reserve = self.remeasure_reserve(max_trials)
+        ranked = sorted(self.values.values(), key=lambda pv: pv[1], reverse=True)
+        top = [params for params, _ in ranked[: self.remeasure_top]]
+        if not top:
+            return []
+        rounds = max(1, reserve // len(top)) if reserve else 0
+        return [p for _ in range(rounds) for p in top][:reserve]
+
+    def stop_reason(self, budget_spent: bool) -> str:
+        if self.converged():
+            return (
+                f"converged: no improvement beyond noise (±{self.noise_rel():.1%}) in the last "
+                f"{self.since_improvement} trials"
+            )
+        return "budget spent" if budget_spent else "search space exhausted"
+
+    def report(self, trials: list[Trial]) -> dict[str, Any]:
+        """Evidence for the recommendation: cost-model accuracy, learned rules, pruning counts."""
+        measured = []
+        for t in sorted(trials, key=lambda t: t.number):
+            if t.state == TrialState.PRUNED or not t.result:
+                continue
+            result = TrialResult.model_validate(t.result)
+            measured.append((t.number, self.knobs(t.params), result))
+        errors = sequential_errors(
+            self.model,
+            measured,
+            num_gpus=max(self.gpus, 1),
+            on_cuda=self.on_cuda,
+            limit_gib=self.limit_gib,
+        )
+        pruned = [t for t in trials if t.state == TrialState.PRUNED]
+        cal = self.cost.calibration
+        return {
+            "cost_model": {
+                "param_count": param_count(self.model),
+                "flops_per_token": flops_per_token(self.model),
+                "memory_limit_gib": self.limit_gib,
+                "calibration": {
+                    "measured": cal.measured,
+                    "fragmentation": round(cal.fragmentation, 3),
+                    "model_rel_sd": round(cal.rel_sd, 4),
+                },
+                "errors": error_summary(errors),
+                "trials": errors[-200:],
+                "predicted_oom_pruned": sum(1 for t in pruned if t.error_class == "oom"),
+            },
+            "pruned": {
+                "unsupported": sum(1 for t in pruned if t.error_class == "unsupported"),
+                "oom": sum(1 for t in pruned if t.error_class == "oom"),
+            },
+            "learned_rules": [r.describe() for r in self.learned.rules],
+        }
+
+
+def _values(domain: list[Any] | IntRange) -> list[Any]:
+    if isinstance(domain, IntRange):
+        vals = [domain.low]
+        v = 1
+        while v <= domain.high:
+            if v > domain.low:
+                vals.append(v)
+            v *= 2
+        if domain.high not in vals:
+            vals.append(domain.high)
+        return [x for x in vals if (x - domain.low) % domain.step == 0 or domain.log]
+    return [getattr(v, "value", v) for v in domain]
+
+
+def _first(domain: list[Any] | IntRange) -> Any:
+    return domain.low if isinstance(domain, IntRange) else getattr(domain[0], "value", domain[0])
+
+
+def _in(domain: list[Any] | IntRange, value: Any) -> bool:
+    if isinstance(domain, IntRange):
+        return isinstance(value, int) and domain.low <= value <= domain.high
+    return str(getattr(value, "value", value)) in {str(getattr(d, "value", d)) for d in domain}
