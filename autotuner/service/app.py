@@ -277,6 +277,10 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     _install_error_handlers(app)
     app.include_router(router)
     app.include_router(health)
+    from autotuner import dashboard  # HTML pages at / over the same database
+
+    app.include_router(dashboard.router)
+    app.mount("/static", dashboard.static, name="static")
     return app
 
 

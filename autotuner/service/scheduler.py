@@ -79,7 +79,7 @@ class Scheduler:
         self.last_error: str | None = None
         self._slots: dict[str, _Slot] = {}
         self._blocked: dict[str, float] = {}  # study id -> monotonic time to try again
-        self._rr = 0
+        self._last_served: str | None = None  # round-robin: the next turn is after it
         self._last_discover = 0.0
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -180,6 +180,7 @@ class Scheduler:
                     continue
                 if self._guard(slot, lambda r=runner: r.launch(1)):
                     progressed = True
+                    self._last_served = runner.study_id
         for study_id in [k for k, s in self._slots.items() if s.runner.done]:
             del self._slots[study_id]
             log.info("study %s finished", study_id)
@@ -189,11 +190,11 @@ class Scheduler:
             self._wake.clear()
 
     def _order(self) -> list[_Slot]:
+        """The studies in turn order: starting after the last one that got a slot."""
         slots = list(self._slots.values())
-        if not slots:
-            return []
-        self._rr = (self._rr + 1) % len(slots)
-        return slots[self._rr :] + slots[: self._rr]
+        ids = [slot.runner.study_id for slot in slots]
+        start = ids.index(self._last_served) + 1 if self._last_served in ids else 0
+        return slots[start:] + slots[:start]
 
     def _route(self, completed: list[Completed]) -> None:
         owners = {h: slot for slot in self._slots.values() for h in slot.runner.in_flight}
