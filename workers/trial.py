@@ -144,7 +144,10 @@ def build_step(config: TrialConfig, device, info: dict[str, Any]):
         raise refusal
 
     torch.manual_seed(m.seed)
-    model = build_model(spec, k).to(device)
+    # Parameters are created and initialised on the device itself: initialising a 1B model on
+    # the CPU and copying it over would cost seconds per trial and measure nothing.
+    with device:
+        model = build_model(spec, k)
     model.train()
     info["param_count"] = sum(p.numel() for p in model.parameters())
     if k.precision.is_fp8:

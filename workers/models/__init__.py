@@ -24,6 +24,11 @@ def padded_vocab_size(vocab_size: int, multiple: int) -> int:
 
 def build_model(spec: ModelSpec, knobs: Knobs) -> nn.Module:
     """Build the model the spec describes, with the knobs that change its structure applied."""
+    import torch
+
+    from workers.models.attention import prepare
+
+    prepare(knobs.attention, spec.seq_len, torch.get_default_device())
     kwargs = dict(
         padded_vocab=padded_vocab_size(spec.vocab_size, knobs.vocab_pad_multiple),
         attention=knobs.attention,

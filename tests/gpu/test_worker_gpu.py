@@ -1,0 +1,80 @@
+"""The data plane on a real GPU: named configs, each in a fresh process (run on the lent H200).
+
+python -m pytest tests/gpu/test_worker_gpu.py -m gpu -q
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from autotuner.spec import FailureClass, Knobs, MeasureSettings, ModelSpec, TrialConfig, TrialStatus
+from workers.launch import run_trial_process
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+MEASURE = MeasureSettings(repeats=3, min_repeat_s=0.2, warmup_min_steps=3, warmup_max_steps=10)
+# GPT-2 124M's shapes with 2 layers: the real kernels, seconds per trial.
+GPT2_2L = {"preset": "gpt2-124m", "n_layer": 2}
+
+NAMED = {
+    "gpt2-2l bf16 flash eager": (GPT2_2L, {"precision": "bf16", "attention": "flash"}),
+    "gpt2-2l fp16 cudnn eager": (GPT2_2L, {"precision": "fp16", "attention": "cudnn"}),
+    "llama-tiny bf16 efficient ckpt-selective": (
+        {"preset": "llama-tiny"},
+        {"precision": "bf16", "attention": "efficient", "checkpointing": "selective"},
+    ),
+    "gpt2-2l tf32 math foreach": (
+        GPT2_2L,
+        {"precision": "tf32", "attention": "math", "optimizer": "adamw-foreach"},
+    ),
+}
+
+
+def _config(model, knobs, **measure) -> TrialConfig:
+    return TrialConfig(
+        model=ModelSpec.resolve(model),
+        knobs=Knobs(micro_batch_size=8, vocab_pad_multiple=64, **knobs),
+        measure=MEASURE.model_copy(update=measure),
+    )
+
+
+@pytest.mark.parametrize("name", list(NAMED))
+def test_named_config_measures(name):
+    model, knobs = NAMED[name]
+    r = run_trial_process(_config(model, knobs), timeout_s=300)
+    assert r.status == TrialStatus.OK, f"{name}: {r.failure_class}: {r.error_message}"
+    assert r.memory_kind == "cuda" and r.peak_mem_gib > 0 and r.peak_reserved_gib >= r.peak_mem_gib
+    assert r.fingerprint.device_type == "cuda" and r.fingerprint.compute_capability
+    assert r.mfu is not None and 0 < r.mfu < 0.6, f"{name}: implausible MFU {r.mfu}"
+    assert r.telemetry is not None and r.telemetry.samples > 0
+    assert r.loss_last < r.loss_first
+
+
+def test_flash_in_fp32_is_unsupported_before_building():
+    r = run_trial_process(_config(GPT2_2L, {"precision": "fp32", "attention": "flash"}))
+    assert r.failure_class == FailureClass.UNSUPPORTED
+    assert r.unsupported_knobs == {"attention": "flash", "precision": "fp32"}
+
+
+def test_memory_cap_provokes_a_real_cuda_oom():
+    config = _config(GPT2_2L, {"precision": "bf16", "attention": "math"}, memory_limit_gib=1.0)
+    config.knobs.micro_batch_size = 64
+    r = run_trial_process(config, timeout_s=300)
+    assert r.failure_class == FailureClass.OOM, r.error_message
+    assert r.memory_limit_gib == 1.0 and r.required_mem_gib is not None
+
+
+def test_fp8_tensorwise_runs_or_is_refused_by_capability():
+    r = run_trial_process(
+        _config(GPT2_2L, {"precision": "fp8-tensorwise", "attention": "flash"}), timeout_s=300
+    )
+    if torch.cuda.get_device_capability() < (8, 9):
+        assert r.failure_class == FailureClass.UNSUPPORTED
+    else:
+        assert r.status == TrialStatus.OK, r.error_message
+        assert any("float8" in n for n in r.notes)
