@@ -116,7 +116,12 @@ class RayExecutor:
     def submit(self, config: TrialConfig) -> str:
         self._counter += 1
         handle = f"t{self._counter}"
-        options: dict[str, Any] = {"num_cpus": 1}
+        # The task's name shows in `ray list tasks`, the Ray dashboard and the worker's process
+        # title (`ray::trial st-1234abcd#7`), so an operator can tell which trial is which.
+        options: dict[str, Any] = {
+            "num_cpus": 1,
+            "name": f"trial {config.study_id or '-'}#{config.trial_number}",
+        }
         if config.num_gpus and self.target().device_type == "cuda":
             options["num_gpus"] = config.num_gpus
         ref = self._task.options(**options).remote(config.model_dump_json())
