@@ -287,7 +287,7 @@ class StudyRunner:
                 self.study_id,
                 params=params,
                 config=config.model_dump(mode="json"),
-                error_class=prune.error_class.value,
+                error_class=prune.error_class,
                 error_message=prune.message,
             )
             if prune.result is not None:  # a predicted OOM keeps its numbers

@@ -248,17 +248,24 @@ class Calibration:
     def measured(self) -> int:
         return sum(1 for p in self.points if not p.censored)
 
-    def add_peak(self, est: MemoryEstimate, peak_gib: float, reserved_gib: float | None) -> None:
+    def add_peak(
+        self, est: MemoryEstimate, peak_gib: float, reserved_gib: float | None, *, fit: bool = True
+    ) -> None:
         """A measured trial: its allocator peak (and reserved peak for fragmentation)."""
         self.points.append(_Point(est.vector(), float(peak_gib)))
         if reserved_gib and peak_gib > 0:
             self.reserved_ratios.append(reserved_gib / peak_gib)
-        self._fit()
+        if fit:
+            self._fit()
 
-    def add_oom(self, est: MemoryEstimate, need_at_least_gib: float) -> None:
+    def add_oom(self, est: MemoryEstimate, need_at_least_gib: float, *, fit: bool = True) -> None:
         """A measured OOM: its need was at least this (GiB, as need_gib, not allocated)."""
         bound = (need_at_least_gib - self.overhead_gib) / self.fragmentation
         self.points.append(_Point(est.vector(), max(bound, 0.0), censored=True))
+        if fit:
+            self._fit()
+
+    def refit(self) -> None:
         self._fit()
 
     def predict(self, est: MemoryEstimate, limit_gib: float | None) -> Prediction:
@@ -332,16 +339,18 @@ class CostModel:
     def predict(self, knobs: Knobs, limit_gib: float | None = None) -> Prediction:
         return self.calibration.predict(self.estimate(knobs), limit_gib or self.limit_gib)
 
-    def observe(self, knobs: Knobs, result: TrialResult) -> None:
-        """Learn from a finished trial: a measured peak, or an OOM (a lower bound)."""
+    def observe(self, knobs: Knobs, result: TrialResult, *, fit: bool = True) -> None:
+        """Learn from a finished trial: a measured peak, or an OOM (a lower bound).
+
+        fit=False only records it (for batches: call `calibration.refit()` after the last)."""
         if result.peak_mem_gib and result.tokens_per_s:
             self.calibration.add_peak(
-                self.estimate(knobs), result.peak_mem_gib, result.peak_reserved_gib
+                self.estimate(knobs), result.peak_mem_gib, result.peak_reserved_gib, fit=fit
             )
         elif result.failure_class == FailureClass.OOM and "predicted" not in result.notes:
             limit = result.memory_limit_gib or self.limit_gib
             if limit:
-                self.calibration.add_oom(self.estimate(knobs), oom_need_gib(result, limit))
+                self.calibration.add_oom(self.estimate(knobs), oom_need_gib(result, limit), fit=fit)
 
     def oom_violation(self, knobs: Knobs, result: TrialResult) -> float:
         """How far over the limit a measured OOM was (need / limit - 1, at least 0.01)."""

@@ -18,7 +18,8 @@ this class owns the judgement, one study at a time:
 Options (study `options`, all optional; the ablation switches exist for the replay benchmark):
 `rules`, `cost_model`, `expert_seed` (bools, default true), `history_seeds` (earlier winners to
 try, default 3), `remeasure_top` (default 2), `remeasure_rounds` (default 2),
-`early_stop_patience` (default 12; 0 disables), `max_mem_gib` (memory ceiling).
+`early_stop_patience` (default 12; 0 disables), `neighbour_seeds` (default true),
+`max_mem_gib` (memory ceiling).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from autotuner.rules import LearnedRules, incompatibility
 from autotuner.search import Observation
 from autotuner.space import IntRange, SearchSpace
 from autotuner.spec import (
+    Checkpointing,
     FailureClass,
     Knobs,
     ModelSpec,
@@ -55,6 +57,16 @@ DEFAULT_PATIENCE = 12
 REMEASURE_SHARE = 5  # at most 1/5 of a trial budget goes to re-measurement
 SEARCH_TIME_SHARE = 0.85  # with a time budget, the search stops here and re-measuring begins
 
+# Every guard off: the sampler alone (the replay benchmark's baselines).
+PLAIN_SAMPLER_OPTIONS = {
+    "rules": False,
+    "cost_model": False,
+    "expert_seed": False,
+    "history_seeds": 0,
+    "remeasure_top": 0,
+    "early_stop_patience": 0,
+}
+
 # The expert's preference order for each knob (first allowed value wins).
 EXPERT = {
     "precision": ["bf16", "fp16", "tf32", "fp32"],
@@ -70,11 +82,15 @@ EXPERT = {
 }
 
 
+# A pruned config that would run, but that another config beats for sure (error_class).
+DOMINATED = "dominated"
+
+
 @dataclass(frozen=True)
 class Prune:
     """Why a proposal is not launched, and how the sampler is told."""
 
-    error_class: FailureClass
+    error_class: str  # a FailureClass value (oom, unsupported) or "dominated"
     message: str
     violation: float
     result: TrialResult | None = None  # kept on the pruned row (a predicted OOM's numbers)
@@ -134,14 +150,40 @@ class SearchPolicy:
             if reason is None and (rule := self.space.violated_rule(knobs)) is not None:
                 reason = rule.why
             if reason is not None:
-                return Prune(FailureClass.UNSUPPORTED, reason, 1.0)
+                return Prune(FailureClass.UNSUPPORTED.value, reason, 1.0)
             if (learned := self.learned.violated_by(knobs)) is not None:
-                return Prune(FailureClass.UNSUPPORTED, learned.describe(), 1.0)
+                return Prune(FailureClass.UNSUPPORTED.value, learned.describe(), 1.0)
         if not self.use_cost_model:
             return None
         if (oom := self._oom_boundary(params, knobs)) is not None:
             return oom
-        return self._predicted_oom(knobs)
+        if (oom := self._predicted_oom(knobs)) is not None:
+            return oom
+        return self._dominated(knobs)
+
+    def _dominated(self, knobs: Knobs) -> Prune | None:
+        # Checkpointing trades compute for memory: at the same micro-batch it is always slower,
+        # so it is only worth measuring where less checkpointing would not fit.
+        domain = self.space.knobs.get("checkpointing")
+        if domain is None or isinstance(domain, IntRange):
+            return None  # not searched: the user chose it
+        order = [Checkpointing.NONE, Checkpointing.SELECTIVE, Checkpointing.FULL]
+        level = order.index(knobs.checkpointing)
+        for lighter in order[:level]:
+            if not _in(domain, lighter.value):
+                continue
+            alt = knobs.model_copy(update={"checkpointing": lighter})
+            if self.space.violated_rule(alt) is None and self.cost.predict(alt).surely_fits(
+                Z_PRUNE
+            ):
+                return Prune(
+                    DOMINATED,
+                    f"dominated: checkpointing={knobs.checkpointing.value} only recomputes; "
+                    f"checkpointing={lighter.value} fits at micro-batch "
+                    f"{knobs.micro_batch_size} (cost model) and is faster",
+                    0.01,
+                )
+        return None
 
     def _oom_boundary(self, params: dict[str, Any], knobs: Knobs) -> Prune | None:
         # Memory grows with the micro-batch, everything else equal: at or above a micro-batch
@@ -152,7 +194,7 @@ class SearchPolicy:
             if other == rest and mb >= oom_mb:
                 pred = self.cost.predict(knobs)
                 return Prune(
-                    FailureClass.OOM,
+                    FailureClass.OOM.value,
                     f"predicted out of memory: micro_batch_size {oom_mb} ran out of memory in "
                     f"trial {number} with the same other knobs; {mb} needs more",
                     max(pred.over_rel, 0.01),
@@ -177,7 +219,7 @@ class SearchPolicy:
             violation = pred.allocated_gib / float(self.ceiling_gib) - 1.0
         self.pruned_predicted += 1
         return Prune(
-            FailureClass.OOM,
+            FailureClass.OOM.value,
             f"predicted out of memory: needs {pred.need_gib:.1f} ± {pred.sd_gib:.1f} GiB, over "
             f"{what} (cost model calibrated on {self.cost.calibration.measured} measured trials)",
             max(violation, 0.01),
@@ -281,12 +323,17 @@ class SearchPolicy:
     # ------------------------------------------------------------------ seeding
 
     def seeds(self, db: Database) -> list[dict[str, Any]]:
-        """Params to enqueue first: the expert default, then earlier winners on this GPU."""
+        """Params to enqueue first: the expert default, earlier winners on this GPU, then the
+        expert's closest alternatives (next micro-batch up, the other fused attention kernel,
+        another compile mode): the local search an engineer would do by hand."""
         out: list[dict[str, Any]] = []
-        if self.use_expert_seed:
-            out.append(self.expert_params())
+        expert = self.expert_params() if self.use_expert_seed else None
+        if expert is not None:
+            out.append(expert)
         if self.history_seeds > 0:
             out.extend(self._history(db))
+        if expert is not None and self.options.get("neighbour_seeds", True):
+            out.extend(self._neighbours(expert))
         unique: list[dict[str, Any]] = []
         for p in out:
             if canonical_params(p) not in {canonical_params(u) for u in unique}:
@@ -313,6 +360,29 @@ class SearchPolicy:
         if "micro_batch_size" in domains and "micro_batch_size" not in params:
             params["micro_batch_size"] = self._largest_fitting_mb(params)
         return params
+
+    def _neighbours(self, expert: dict[str, Any]) -> list[dict[str, Any]]:
+        out = []
+        domains = self.space.knobs
+        if "micro_batch_size" in domains and "micro_batch_size" not in self.space.defaults:
+            sizes = sorted(_values(domains["micro_batch_size"]))
+            larger = [v for v in sizes if v > expert["micro_batch_size"]]
+            if larger:
+                out.append({**expert, "micro_batch_size": larger[0]})
+        for name in ("attention", "compile_mode"):
+            domain = domains.get(name)
+            if domain is None or isinstance(domain, IntRange) or name in self.space.defaults:
+                continue
+            prefs = {
+                "attention": ["cudnn", "flash", "efficient"],
+                "compile_mode": ["max-autotune-no-cudagraphs", "reduce-overhead", "default"],
+            }
+            for value in prefs[name]:
+                alt = {**expert, name: value}
+                if value != expert[name] and _in(domain, value) and self._allowed(alt):
+                    out.append(alt)
+                    break
+        return out
 
     def _allowed(self, partial: dict[str, Any]) -> bool:
         domains = self.space.knobs

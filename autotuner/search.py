@@ -64,10 +64,19 @@ def make_sampler(name: str, space: SearchSpace, seed: int) -> optuna.samplers.Ba
                 grid[knob] = list(range(domain.low, domain.high + 1, domain.step))
             else:
                 grid[knob] = [_plain(v) for v in domain]
-        return optuna.samplers.GridSampler(grid, seed=seed)
+        return _AskTellGridSampler(grid, seed=seed)
     if name == "gp":
         return optuna.samplers.GPSampler(seed=seed)
     raise ValueError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
+
+
+class _AskTellGridSampler(optuna.samplers.GridSampler):
+    """GridSampler for ask-and-tell: Optuna's stops the study once the grid is visited, which
+    only works inside `study.optimize`. Here the coordinator notices the repeats instead (a
+    fully visited grid proposes measured configs only, and the study ends as exhausted)."""
+
+    def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+        return None
 
 
 def new_study(space: SearchSpace, sampler: str, seed: int) -> optuna.Study:

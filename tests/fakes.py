@@ -50,3 +50,89 @@ def synthetic_landscape(
             )
         entries.append((p, result))
     return Landscape(entries)
+
+
+# --------------------------------------------------------------------------- a physical fake
+
+FAKE_H200 = Fingerprint(
+    device_type="cuda", device_name="FakeGpu H200", device_count=1, compute_capability="9.0",
+    memory_total_gib=139.8, driver="0", cuda="13.0", torch="2.13.0", python="3.11",
+    hostname="fake",
+)
+# How the "true" memory of the fake GPU differs from the cost model's uncalibrated estimate:
+# the model must learn these from measured trials (that is what calibration is for).
+TRUE_MEMORY_FACTORS = {
+    "static": 1.1, "activations": 1.35, "activations_compiled": 0.9, "scores": 1.2,
+    "logits": 0.8, "logits_compiled": 0.7, "base": 3.0,
+}
+
+
+def physical_landscape(
+    model: Any,
+    knobs: dict[str, list[Any]],
+    *,
+    fixed: dict[str, Any] | None = None,
+    limit_gib: float = 139.8,
+    fingerprint: Fingerprint = FAKE_H200,
+) -> Landscape:
+    """A deterministic landscape whose memory behaves like a real GPU's, for a real model spec.
+
+    Peak memory is the cost model's component estimate times hidden per-component factors
+    (TRUE_MEMORY_FACTORS) plus a little noise, so a calibrated cost model can learn it and an
+    uncalibrated one is off by 10-35%; configs over `limit_gib` are `oom` (with the failing
+    request as required_mem_gib, as the worker reports it). Configs the built-in rules call
+    impossible are `unsupported`, as a worker would report them. Throughput: half precision
+    1.8x fp32 (tf32 1.5x), flash/cudnn > efficient > flex > math, compile +12% (and 40 s of
+    compile time), reduce-overhead +15%, checkpointing -25% (selective -10%), fused AdamW +2%,
+    vocab padding to 64 +3%; micro-batch saturates; a 1% repeat spread.
+    """
+    from autotuner.costmodel import estimate
+    from autotuner.executors.base import Target
+    from autotuner.rules import incompatibility
+    from autotuner.spec import Knobs
+
+    target = Target.from_fingerprint(fingerprint)
+    names = list(knobs)
+    entries = []
+    for values in itertools.product(*(knobs[n] for n in names)):
+        p = dict(zip(names, values, strict=True))
+        k = Knobs.model_validate({**(fixed or {}), **p})
+        crc = zlib.crc32(str(sorted(p.items())).encode())
+        reason = incompatibility(k, target, model)
+        if reason:
+            entries.append((p, TrialResult.failure(
+                FailureClass.UNSUPPORTED, reason, wall_s=4.0, fingerprint=fingerprint,
+                unsupported_knobs={"attention": k.attention.value, "precision": k.precision.value},
+            )))
+            continue
+        est = estimate(model, k, on_cuda=True)
+        peak = sum(v * TRUE_MEMORY_FACTORS[c] for c, v in est.components.items())
+        peak *= 1.0 + 0.02 * ((crc % 7) - 3) / 3
+        need = peak * 1.04 + 0.6
+        compile_s = 0.0 if k.compile_mode == "none" else 40.0
+        if need > limit_gib:
+            entries.append((p, TrialResult.failure(
+                FailureClass.OOM, "CUDA out of memory (fake)", required_mem_gib=1.5,
+                memory_limit_gib=limit_gib, wall_s=8.0 + compile_s, fingerprint=fingerprint,
+            )))
+            continue
+        mb = k.micro_batch_size
+        tps = 60_000.0 * mb / (mb + 6)
+        tps *= {"fp32": 1.0, "tf32": 1.5}.get(k.precision.value, 1.8)
+        tps *= {"flash": 1.0, "cudnn": 1.01, "efficient": 0.93, "flex": 0.9, "math": 0.7}[
+            k.attention.value
+        ]
+        tps *= {"none": 1.0, "default": 1.12, "reduce-overhead": 1.15}.get(
+            k.compile_mode.value, 1.13
+        )
+        tps *= {"none": 1.0, "selective": 0.9, "full": 0.75}[k.checkpointing.value]
+        tps *= 1.02 if k.optimizer == "adamw-fused" else 1.0
+        tps *= 1.03 if k.vocab_pad_multiple != 1 else 1.0
+        tps *= 1.0 + 0.004 * ((crc % 5) - 2) / 2
+        entries.append((p, TrialResult(
+            status=TrialStatus.OK, tokens_per_s=tps, tokens_per_s_min=tps * 0.99,
+            tokens_per_s_max=tps * 1.01, tokens_per_s_per_gpu=tps, peak_mem_gib=peak,
+            peak_reserved_gib=peak * 1.04, memory_limit_gib=limit_gib, compile_s=compile_s,
+            fingerprint=fingerprint, wall_s=15.0 + compile_s,
+        )))
+    return Landscape(entries)

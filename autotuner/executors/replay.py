@@ -1,35 +1,73 @@
 """ReplayExecutor: answers trials from a recorded landscape instead of running them.
 
-A landscape is a file of measured configs (JSON list of {"params": {...}, "result": TrialResult})
-recorded on real hardware (bench/gpu_validation.py writes one). Replaying it through the real
-coordinator measures how fast a search strategy finds the best config, in trials and in
-simulated GPU-seconds, without spending GPU time. It is also the named fake the coordinator's
-tests use in place of GPUs.
+A landscape is a file of measured configs (JSON list of {"params": {...}, "result": TrialResult},
+or {"entries": [...]} with optional metadata; docs/landscape-format.md) recorded on real
+hardware (bench/gpu_validation.py writes one). Replaying it through the real coordinator
+measures how fast a search strategy finds the best config, in trials and in simulated
+GPU-seconds (each result's wall_s), without spending GPU time. It is also the named fake the
+coordinator's tests use in place of GPUs.
+
+With `noise_rel` > 0 each answer draws its throughput from the recorded repeat spread (uniform
+between tokens_per_s_min and tokens_per_s_max, widened to at least +-noise_rel), so repeated
+measurements of one config differ the way fresh processes do.
 """
 
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from autotuner.executors.base import Completed, Target
-from autotuner.spec import FailureClass, TrialConfig, TrialResult, canonical_params
+from autotuner.spec import FailureClass, TrialConfig, TrialResult, TrialStatus, canonical_params
 
 
 class Landscape:
     """config -> measured result, keyed on the knobs a space searches."""
 
-    def __init__(self, entries: Iterable[tuple[dict[str, Any], TrialResult]]) -> None:
+    def __init__(
+        self,
+        entries: Iterable[tuple[dict[str, Any], TrialResult]],
+        meta: dict[str, Any] | None = None,
+    ) -> None:
         self.entries = list(entries)
+        self.meta = dict(meta or {})
 
     @classmethod
     def load(cls, path: str | Path) -> Landscape:
         data = json.loads(Path(path).read_text())
+        meta: dict[str, Any] = {}
         if isinstance(data, dict):
+            meta = {k: v for k, v in data.items() if k != "entries"}
             data = data.get("entries", [])
-        return cls((e["params"], TrialResult.model_validate(e["result"])) for e in data)
+        return cls(((e["params"], TrialResult.model_validate(e["result"])) for e in data), meta)
+
+    def dump(self, path: str | Path) -> None:
+        entries = [{"params": p, "result": r.model_dump(mode="json")} for p, r in self.entries]
+        data: Any = {**self.meta, "entries": entries} if self.meta else entries
+        Path(path).write_text(json.dumps(data, indent=1))
+
+    def target(self, slots: int = 1) -> Target:
+        """The hardware it was recorded on, from the results' fingerprints and memory limits."""
+        fp = next((r.fingerprint for _, r in self.entries if r.fingerprint), None)
+        limit = next((r.memory_limit_gib for _, r in self.entries if r.memory_limit_gib), None)
+        if fp is None:
+            return Target("cuda", slots, "replay", (9, 0), limit or 80.0)
+        t = Target.from_fingerprint(fp)
+        return Target(
+            t.device_type, slots, t.device_name, t.compute_capability, limit or t.memory_gib
+        )
+
+    def values(self) -> dict[str, list[Any]]:
+        """Each knob's recorded values, in first-seen order."""
+        out: dict[str, list[Any]] = {}
+        for params, _ in self.entries:
+            for k, v in params.items():
+                if v not in out.setdefault(k, []):
+                    out[k].append(v)
+        return out
 
     def index(self, knob_names: Iterable[str]) -> dict[str, TrialResult]:
         names = list(knob_names)
@@ -50,11 +88,15 @@ class ReplayExecutor:
         *,
         slots: int = 1,
         target: Target | None = None,
+        noise_rel: float = 0.0,
+        seed: int = 0,
     ) -> None:
         self.knob_names = list(knob_names)
         self.table = landscape.index(self.knob_names)
         self.slots = slots
         self._target = target or Target("cuda", slots, "replay", (9, 0), 80.0)
+        self.noise_rel = noise_rel
+        self._rng = random.Random(seed)
         self._pending: dict[str, TrialConfig] = {}
         self._counter = 0
         self.gpu_seconds = 0.0  # simulated device time of every trial answered so far
@@ -93,4 +135,21 @@ class ReplayExecutor:
                 FailureClass.INFRA, f"config not in the recorded landscape: {key}"
             )
         self.gpu_seconds += result.wall_s or 0.0
+        if self.noise_rel > 0 and result.status == TrialStatus.OK:
+            result = self._noisy(result)
         return result
+
+    def _noisy(self, result: TrialResult) -> TrialResult:
+        tps = result.tokens_per_s or 0.0
+        low = min(result.tokens_per_s_min or tps, tps * (1 - self.noise_rel))
+        high = max(result.tokens_per_s_max or tps, tps * (1 + self.noise_rel))
+        drawn = self._rng.uniform(low, high)
+        scale = drawn / tps
+        return result.model_copy(
+            update={
+                "tokens_per_s": drawn,
+                "tokens_per_s_min": (result.tokens_per_s_min or tps) * scale,
+                "tokens_per_s_max": (result.tokens_per_s_max or tps) * scale,
+                "tokens_per_s_per_gpu": (result.tokens_per_s_per_gpu or tps) * scale,
+            }
+        )

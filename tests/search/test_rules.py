@@ -1,0 +1,127 @@
+"""Compatibility rules: built-in, per space, and learned from `unsupported` results."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotuner.executors.base import Target
+from autotuner.executors.replay import Landscape
+from autotuner.rules import incompatibility
+from autotuner.spec import FailureClass, Knobs, ModelSpec, TrialResult
+from autotuner.storage.models import TrialState
+from tests.search.conftest import GPT2, H200, gpt2_landscape
+
+A100 = Target("cuda", 1, "NVIDIA A100-SXM4-80GB", (8, 0), 80.0)
+V100 = Target("cuda", 1, "Tesla V100", (7, 0), 32.0)
+CPU = Target("cpu", 0)
+
+
+def _why(target: Target, model: ModelSpec | None = GPT2, gpus: int = 1, **knobs: Any) -> str:
+    return incompatibility(Knobs(**knobs), target, model, gpus) or ""
+
+
+def test_builtin_rules_are_hardware_aware() -> None:
+    assert "fp16 or bf16" in _why(H200, precision="fp32", attention="flash")
+    assert "fp16 or bf16" in _why(H200, precision="tf32", attention="cudnn")
+    assert _why(H200, precision="bf16", attention="flash") == ""
+    assert "8.9" in _why(A100, precision="fp8-rowwise", attention="flash")
+    assert _why(H200, precision="fp8-rowwise", attention="flash") == ""
+    assert "8.0" in _why(V100, precision="bf16", attention="efficient")
+    assert "8.0" in _why(V100, precision="fp16", attention="flash")
+    assert "CUDA" in _why(CPU, precision="fp32", attention="efficient")
+    assert "CUDA graphs" in _why(
+        CPU, precision="fp32", attention="math", compile_mode="reduce-overhead"
+    )
+    assert "fp32" in _why(CPU, precision="tf32", attention="math")
+    assert _why(CPU, precision="fp32", attention="math", compile_mode="default") == ""
+
+
+def test_shape_and_single_gpu_rules() -> None:
+    odd = ModelSpec.resolve(
+        {
+            "family": "gpt2",
+            "n_layer": 2,
+            "d_model": 300,
+            "n_head": 4,
+            "vocab_size": 512,
+            "seq_len": 64,
+        }
+    )  # head_dim 75
+    assert "head_dim" in _why(H200, model=odd, precision="bf16", attention="flash")
+    assert "multiples of 16" in _why(
+        H200, model=odd, precision="fp8-tensorwise", attention="efficient"
+    )
+    assert "one GPU" in _why(H200, precision="bf16", attention="flash", nccl_algo="Ring")
+    assert _why(H200, gpus=2, precision="bf16", attention="flash", nccl_algo="Ring") == ""
+
+
+def test_no_impossible_config_is_launched(db, run_study) -> None:
+    _, executor, trials, _ = run_study(db, trials=25)
+    assert executor.submitted
+    for config in executor.submitted:
+        assert incompatibility(config.knobs, H200, GPT2, 1) is None
+    pruned = [t for t in trials if t.state == TrialState.PRUNED and t.error_class == "unsupported"]
+    assert pruned, "fp32 with flash is in the space: the sampler proposes it and it is pruned"
+    assert all("fp16 or bf16" in (t.error_message or "") for t in pruned)
+
+
+def _refusing(landscape: Landscape, attention: str, named: dict[str, Any] | None) -> Landscape:
+    """The same landscape, except that a worker refuses one attention backend."""
+    entries = []
+    for params, result in landscape.entries:
+        if params["attention"] == attention:
+            result = TrialResult.failure(
+                FailureClass.UNSUPPORTED,
+                f"no {attention} kernel on this worker",
+                unsupported_knobs=named,
+                wall_s=3.0,
+            )
+        entries.append((params, result))
+    return Landscape(entries)
+
+
+def test_unsupported_named_by_the_worker_is_learned_and_never_proposed_again(db, run_study) -> None:
+    landscape = _refusing(gpt2_landscape(), "efficient", {"attention": "efficient"})
+    _, executor, trials, rec = run_study(
+        db, landscape=landscape, trials=30, seed=3, options={"expert_seed": False}
+    )
+    launched = [c for c in executor.submitted if c.knobs.attention == "efficient"]
+    assert len(launched) == 1, "the first refusal teaches the rule; no second efficient trial"
+    learned = [t for t in trials if "learned from trial" in (t.error_message or "")]
+    assert learned and all(t.params["attention"] == "efficient" for t in learned)
+    assert rec is not None and any("attention=efficient" in r for r in rec["learned_rules"])
+
+
+def test_unsupported_without_named_knobs_falls_back_to_the_kernel_projection(db, run_study) -> None:
+    landscape = _refusing(gpt2_landscape(), "efficient", None)
+    runner, executor, _trials, _ = run_study(
+        db, landscape=landscape, trials=30, seed=3, options={"expert_seed": False}
+    )
+    # Narrower rule: (attention, precision, compile_mode) of the refusal, so at most one
+    # launch per such combination.
+    seen = [
+        (c.knobs.precision, c.knobs.compile_mode)
+        for c in executor.submitted
+        if c.knobs.attention == "efficient"
+    ]
+    assert seen and len(seen) == len(set(seen))
+    rule = runner.policy.learned.rules[0]
+    assert {k for k, _ in rule.match} == {"attention", "precision", "compile_mode"}
+
+
+def test_learned_rules_survive_a_restart(db, run_study) -> None:
+    landscape = _refusing(gpt2_landscape(), "efficient", {"attention": "efficient"})
+    runner, _, _, _ = run_study(
+        db, landscape=landscape, trials=30, seed=3, options={"expert_seed": False}
+    )
+    from autotuner.coordinator import StudyRunner
+    from autotuner.executors.replay import ReplayExecutor
+
+    again = StudyRunner(db, runner.study_id, ReplayExecutor(landscape, list(runner.space.knobs)))
+    with db.session() as s:  # reopen the finished study as if it had been interrupted
+        from autotuner.storage.models import Study, StudyStatus
+
+        s.get(Study, runner.study_id).status = StudyStatus.RUNNING.value
+    again.start()
+    assert again.policy.learned.violated_by(Knobs(attention="efficient")) is not None
+    assert again.policy.screen({"attention": "efficient"}, Knobs(attention="efficient"))
