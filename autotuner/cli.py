@@ -693,6 +693,9 @@ def spaces() -> None:
     out.print(table)
 
 
+app.add_typer(__import__("autotuner.bench_cli", fromlist=["app"]).app, name="bench")
+
+
 def main() -> None:
     app()
 

@@ -1,0 +1,85 @@
+"""Seeding: the expert default first; later studies start from earlier winners on the same GPU
+and model family (a query over the studies table: run on SQLite and Postgres)."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotuner.costmodel import CostModel
+from autotuner.executors.base import Target
+from autotuner.spec import Knobs
+from autotuner.storage.session import Database
+from tests.search.conftest import GPT2, H200, gpt2_space
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def any_db(request: pytest.FixtureRequest) -> Database:
+    url = request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
+    return Database(url)
+
+
+def test_first_trial_is_the_expert_default_with_the_largest_fitting_micro_batch(
+    db, run_study
+) -> None:
+    space = gpt2_space(
+        {
+            "micro_batch_size": [4, 8, 16, 32, 64, 128, 256, 512],
+            "precision": ["fp32", "tf32", "bf16"],
+            "attention": ["math", "efficient", "flash", "cudnn"],
+            "compile_mode": ["none", "max-autotune-no-cudagraphs", "default"],
+            "checkpointing": ["full", "none"],
+            "optimizer": ["adamw-foreach", "adamw-fused"],
+        }
+    )
+    from tests.fakes import physical_landscape
+
+    landscape = physical_landscape(
+        GPT2, {k: list(v) for k, v in space.knobs.items()}, fixed={"vocab_pad_multiple": 64}
+    )
+    _, _, trials, _ = run_study(db, space=space, landscape=landscape, trials=6)
+    first = trials[0]
+    assert first.purpose == "seed"
+    p = first.params
+    assert (p["precision"], p["attention"], p["compile_mode"]) == ("bf16", "flash", "default")
+    assert (p["checkpointing"], p["optimizer"]) == ("none", "adamw-fused")
+    # The largest micro-batch the (uncalibrated) cost model is confident fits, and no larger.
+    cm = CostModel(GPT2, num_gpus=1, on_cuda=True, limit_gib=H200.memory_gib)
+    knobs = space.knobs_for(p, GPT2, 1)
+    assert cm.predict(knobs).surely_fits(1.0)
+    bigger = knobs.model_copy(update={"micro_batch_size": p["micro_batch_size"] * 2})
+    assert not cm.predict(bigger).surely_fits(1.0)
+    assert p["micro_batch_size"] >= 64
+
+
+def test_space_defaults_win_over_the_expert_choices(db, run_study) -> None:
+    space = gpt2_space(defaults={"micro_batch_size": 16, "attention": "efficient"})
+    _, _, trials, _ = run_study(db, space=space, trials=3)
+    assert trials[0].params["micro_batch_size"] == 16
+    assert trials[0].params["attention"] == "efficient"
+    assert trials[0].params["precision"] == "bf16"
+
+
+def test_a_later_study_on_the_same_gpu_starts_from_the_earlier_winner(any_db, run_study) -> None:
+    _, _, _, first = run_study(any_db, trials=20, seed=5)
+    assert first is not None
+    winner = {k: first["knobs"][k] for k in gpt2_space().knobs}
+    _runner, _, trials, _ = run_study(any_db, trials=8, seed=6)
+    seeds = [t.params for t in trials if t.purpose == "seed"]
+    assert winner in seeds
+    # Within the first few trials (after the expert default), not left to chance.
+    assert winner in [t.params for t in trials[:3]]
+
+
+def test_winners_from_another_gpu_or_family_are_not_used(any_db, run_study) -> None:
+    _, _, _, first = run_study(any_db, trials=20, seed=5)
+    assert first is not None
+    winner = {k: first["knobs"][k] for k in gpt2_space().knobs}
+    other_gpu = Target("cuda", 1, "NVIDIA A100-SXM4-80GB", (8, 0), 80.0)
+    runner, _, _trials, _ = run_study(
+        any_db, trials=4, seed=6, target=other_gpu, options={"neighbour_seeds": False}
+    )
+    assert runner.policy.seeds(any_db) == [runner.policy.expert_params()]
+    llama = runner.policy  # same policy object, other family: nothing from GPT-2 studies
+    llama.model = llama.model.model_copy(update={"family": "llama"})
+    assert llama._history(any_db) == []
+    assert Knobs(**winner)  # the winner itself was valid
