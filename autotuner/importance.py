@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 import optuna
-from optuna.distributions import CategoricalDistribution
+from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
 
 PERMUTATIONS = 10
@@ -103,7 +103,9 @@ def _importances(
     usable = [(p, v) for p, v in configs if all(k in p for k in varied)]
     if len(varied) < 1 or len(usable) < MIN_CONFIGS_FOR_IMPORTANCE:
         return {}, {}
-    dists = {k: CategoricalDistribution(sorted({str(p[k]) for p, _ in usable})) for k in varied}
+    dists: dict[str, BaseDistribution] = {
+        k: CategoricalDistribution(sorted({str(p[k]) for p, _ in usable})) for k in varied
+    }
     params = [{k: str(p[k]) for k in varied} for p, _ in usable]
     values = np.array([v for _, v in usable])
     observed = _ped_anova(params, values, dists)
@@ -117,7 +119,7 @@ def _importances(
 
 
 def _ped_anova(
-    params: list[dict[str, str]], values: np.ndarray, dists: dict[str, CategoricalDistribution]
+    params: list[dict[str, str]], values: np.ndarray, dists: dict[str, BaseDistribution]
 ) -> dict[str, float]:
     study = optuna.create_study(direction="maximize")
     for p, v in zip(params, values, strict=True):

@@ -104,6 +104,6 @@ def time_to_train_h(result: TrialResult, options: dict[str, Any]) -> float | Non
 def memory_violation(result: TrialResult, options: dict[str, Any]) -> float:
     """How far a measured peak is over options.max_mem_gib (peak / ceiling - 1); 0 if under."""
     ceiling = options.get("max_mem_gib")
-    if not _positive(ceiling) or result.peak_mem_gib is None:
+    if ceiling is None or not _positive(ceiling) or result.peak_mem_gib is None:
         return 0.0
     return max(result.peak_mem_gib / float(ceiling) - 1.0, 0.0)

@@ -68,7 +68,7 @@ PLAIN_SAMPLER_OPTIONS = {
 }
 
 # The expert's preference order for each knob (first allowed value wins).
-EXPERT = {
+EXPERT: dict[str, list[Any]] = {
     "precision": ["bf16", "fp16", "tf32", "fp32"],
     "attention": ["flash", "cudnn", "efficient", "flex", "math"],
     "compile_mode": ["default", "none"],
@@ -121,7 +121,8 @@ class SearchPolicy:
         self.on_cuda = target.device_type != "cpu"
         limits = [x for x in (space.measure.memory_limit_gib, target.memory_gib) if x]
         self.limit_gib = min(limits) if limits else None
-        self.ceiling_gib = options.get("max_mem_gib")
+        ceiling = options.get("max_mem_gib")
+        self.ceiling_gib: float | None = float(ceiling) if ceiling else None
         self.cost = CostModel(
             model, num_gpus=max(gpus_per_trial, 1), on_cuda=self.on_cuda, limit_gib=self.limit_gib
         )
@@ -208,15 +209,15 @@ class SearchPolicy:
         over_ceiling = False
         if self.ceiling_gib:
             low = pred.allocated_gib - Z_PRUNE * pred.sd_gib / self.cost.calibration.fragmentation
-            over_ceiling = low > float(self.ceiling_gib)
+            over_ceiling = low > self.ceiling_gib
         if not (over_limit or over_ceiling):
             return None
-        if over_limit:
+        if over_limit or not self.ceiling_gib:
             what = f"the {pred.limit_gib:.1f} GiB limit"
             violation = pred.over_rel
         else:
-            what = f"the {float(self.ceiling_gib):.1f} GiB ceiling (max_mem_gib)"
-            violation = pred.allocated_gib / float(self.ceiling_gib) - 1.0
+            what = f"the {self.ceiling_gib:.1f} GiB ceiling (max_mem_gib)"
+            violation = pred.allocated_gib / self.ceiling_gib - 1.0
         self.pruned_predicted += 1
         return Prune(
             FailureClass.OOM.value,
@@ -396,6 +397,8 @@ class SearchPolicy:
 
     def _largest_fitting_mb(self, params: dict[str, Any]) -> int:
         sizes = sorted(_values(self.space.knobs["micro_batch_size"]))
+        if self.limit_gib is None:  # no memory to fill (e.g. a CPU): the smallest is cheapest
+            return sizes[0]
         fitting = [
             mb
             for mb in sizes

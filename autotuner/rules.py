@@ -31,7 +31,13 @@ from autotuner.spec import (
 )
 
 _CUDA_GRAPH_MODES = (CompileMode.REDUCE_OVERHEAD, CompileMode.MAX_AUTOTUNE)
-_MULTI_GPU_KNOBS = ("nccl_algo", "nccl_proto", "nccl_min_channels", "grad_compression")
+_MULTI_GPU_KNOBS = (
+    "nccl_algo",
+    "nccl_proto",
+    "nccl_min_channels",
+    "ddp_bucket_cap_mb",
+    "grad_compression",
+)
 _DEFAULTS = Knobs()
 
 

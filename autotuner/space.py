@@ -243,4 +243,39 @@ def load_space(name_or_path: str) -> SearchSpace:
                 f"(built-ins: {', '.join(builtin_space_names())})"
             )
         path = candidate
-    return parse_space(read_structured_file(path), source=str(path))
+    try:
+        return parse_space(read_structured_file(path), source=str(path))
+    except SpaceError as exc:
+        # Point at the offending field's line in the file when the message names a field.
+        detail = str(exc).removeprefix(f"{path}: ")
+        line = field_line(path.read_text(), detail.split(":", 1)[0])
+        if line is None:
+            raise
+        raise SpaceError(f"{path}: line {line}: {detail}") from None
+
+
+def field_line(text: str, dotted: str) -> int | None:
+    """The 1-based line of a field such as `knobs.precision` or `rules[0].if.attention` in a
+    YAML/JSON document (the deepest part of the path found), or None."""
+    import re
+
+    import yaml
+
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError:
+        return None
+    parts = [p for p in re.split(r"\.|\[(\d+)\]", dotted) if p]
+    line = None
+    for part in parts:
+        if isinstance(node, yaml.MappingNode):
+            match = next(((k, v) for k, v in node.value if k.value == part), None)
+            if match is None:
+                break
+            line, node = match[0].start_mark.line + 1, match[1]
+        elif isinstance(node, yaml.SequenceNode) and part.isdigit() and int(part) < len(node.value):
+            node = node.value[int(part)]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line

@@ -1,0 +1,50 @@
+"""The replay benchmark end to end, through the CLI, on a small fake landscape."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from autotuner.cli import app
+from tests.search.conftest import GPT2, gpt2_landscape
+
+
+def test_bench_replay_reports_every_strategy(tmp_path: Path) -> None:
+    knobs = {
+        "micro_batch_size": [16, 64, 256],
+        "precision": ["bf16", "fp32"],
+        "attention": ["flash", "math"],
+        "compile_mode": ["none", "default"],
+    }
+    landscape = gpt2_landscape(knobs)
+    landscape.meta = {"model": GPT2.preset}
+    path = tmp_path / "landscape_fake.json"
+    landscape.dump(path)
+    result = CliRunner().invoke(
+        app,
+        ["bench", "replay", "--landscape", str(path), "--seeds", "2", "--out", str(tmp_path)],
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / "replay_fake.json").read_text())
+    assert (tmp_path / "replay_fake.md").read_text().startswith("# Replay benchmark")
+    assert set(doc["strategies"]) == {"ours", "tpe", "random", "grid"}
+    assert doc["universe_size"] == 24 and doc["grid_size"] == 24
+    ours = doc["strategies"]["ours"]
+    assert ours["runs"] == 2 and ours["impossible_launched_total"] == 0
+    assert ours["hit_rate"] == 1.0
+    for name, s in doc["strategies"].items():
+        assert s["trials_to_2pct"]["median"] is None or s["trials_to_2pct"]["median"] >= 1, name
+    assert doc["strategies"]["tpe"]["impossible_launched_total"] > 0  # fp32 + flash proposed
+    assert {"uncalibrated", "leave_one_out"} <= set(doc["cost_model_offline"])
+    assert "trials median" in result.output
+
+
+def test_bench_replay_rejects_an_unknown_strategy(tmp_path: Path) -> None:
+    path = tmp_path / "l.json"
+    path.write_text("[]")
+    result = CliRunner().invoke(
+        app, ["bench", "replay", "--landscape", str(path), "--strategies", "ours,annealing"]
+    )
+    assert result.exit_code == 2
