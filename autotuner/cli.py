@@ -656,8 +656,12 @@ def serve(
         stream=sys.stderr,
     )
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    db_url = resolve_database_url(db)
+    from autotuner.storage.session import Database
+
+    Database(db_url).check()  # an unreachable database is one clear line, not a traceback
     settings = ServiceSettings(
-        db_url=resolve_database_url(db),
+        db_url=db_url,
         token=token,
         executor=executor,
         ray_address=ray_address,

@@ -82,22 +82,35 @@ class ServiceClient:
         return self._call("GET", "/api/studies", params=params).json()
 
     def study(self, ref: str) -> dict[str, Any]:
-        return self._call("GET", f"/api/studies/{_ref(ref)}").json()
+        return self._call("GET", f"/api/studies/{self._id(ref)}").json()
 
     def trials(self, ref: str) -> list[dict[str, Any]]:
-        return self._call("GET", f"/api/studies/{_ref(ref)}/trials").json()
+        return self._call("GET", f"/api/studies/{self._id(ref)}/trials").json()
 
     def trial(self, ref: str, number: int) -> dict[str, Any]:
-        return self._call("GET", f"/api/studies/{_ref(ref)}/trials/{number}").json()
+        return self._call("GET", f"/api/studies/{self._id(ref)}/trials/{number}").json()
 
     def best(self, ref: str) -> dict[str, Any]:
-        return self._call("GET", f"/api/studies/{_ref(ref)}/best").json()
+        return self._call("GET", f"/api/studies/{self._id(ref)}/best").json()
 
     def cancel(self, ref: str) -> dict[str, Any]:
-        return self._call("POST", f"/api/studies/{_ref(ref)}/cancel").json()
+        return self._call("POST", f"/api/studies/{self._id(ref)}/cancel").json()
 
     def export(self, ref: str, fmt: str) -> str:
-        return self._call("GET", f"/api/studies/{_ref(ref)}/export", params={"format": fmt}).text
+        path = f"/api/studies/{self._id(ref)}/export"
+        return self._call("GET", path, params={"format": fmt}).text
+
+    def _id(self, ref: str) -> str:
+        """The ref as a path segment; a study name containing '/' is looked up by name."""
+        ref = ref.strip()
+        if "/" not in ref:
+            return _ref(ref)
+        for view in self.studies(limit=1000):  # newest first, like the database's lookup
+            if view["name"] == ref:
+                return _ref(view["id"])
+        raise ServiceError(
+            f"no study with id, id prefix or name {ref!r}; run `autotuner status` to list studies"
+        )
 
     def health(self) -> dict[str, Any]:
         import httpx
@@ -109,6 +122,8 @@ class ServiceClient:
 
 
 def _ref(ref: str) -> str:
+    # A '/' cannot travel in a path segment (servers decode %2F before routing); names with
+    # one are resolved to an id first (ServiceClient._id).
     return quote(ref.strip(), safe="")
 
 

@@ -73,9 +73,8 @@ def _torchrun(rec: dict[str, Any], study_id: str, config: dict[str, Any] | None)
     from autotuner.spec import TrialConfig
 
     # Through the record: validates what was stored and restores its field order.
-    trial = TrialConfig.model_validate(config)
-    cfg = trial.model_copy(update={"study_id": None, "trial_number": None, "fault": "none"})
-    cfg = cfg.model_dump(mode="json", exclude={"study_id", "trial_number"})
+    trial = TrialConfig.model_validate(config).model_copy(update={"fault": "none"})
+    cfg = trial.model_dump(mode="json", exclude={"study_id", "trial_number"})
     nproc = max(int(cfg.get("num_gpus") or 1), 1)
     env: dict[str, str] = dict(cfg.get("env") or {})
     for knob, var in _ENV_KNOBS.items():

@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from sqlalchemy import exc as sa_exc
@@ -166,9 +167,7 @@ class Scheduler:
         order = self._order()
         for slot in order:  # record results, honour cancels, keep leases: no launching yet
             pending, slot.backlog = slot.backlog, []
-            self._guard(
-                slot, lambda s=slot, p=pending: s.runner.advance(p, max_launches=0), pending
-            )
+            self._guard(slot, partial(slot.runner.advance, pending, max_launches=0), pending)
         progressed = True
         while progressed and not self._stop.is_set():
             progressed = False
@@ -178,7 +177,7 @@ class Scheduler:
                     continue
                 if self.executor.free_slots(runner.gpus_per_trial) <= 0:
                     continue
-                if self._guard(slot, lambda r=runner: r.launch(1)):
+                if self._guard(slot, partial(runner.launch, 1)):
                     progressed = True
                     self._last_served = runner.study_id
         for study_id in [k for k, s in self._slots.items() if s.runner.done]:

@@ -69,6 +69,8 @@ def test_submit_watch_and_read_back_through_the_service(service: Service, space_
     frames = [json.loads(line) for line in watched.stdout.splitlines()]
     assert frames[-1]["status"] == "completed" and frames[-1]["best"] is not None
 
+    by_name = json.loads(cli("status", "tiny / service-replay", "--json", *server).stdout)
+    assert by_name["id"] == study_id  # a default name has a '/': looked up by name
     remote = json.loads(cli("status", study_id, "--json", *server).stdout)
     local = json.loads(cli("status", study_id, "--json", "--db", service.db_url).stdout)
     assert remote == local  # one code path behind both backends
