@@ -11,10 +11,11 @@ Strategies: `ours` (TPE + rules + cost model + seeding + early stop + re-measure
 (Optuna's TPE alone), `random`, `grid`; the last three launch whatever their sampler proposes.
 
 A recorded landscape need not be a full grid (bench/gpu_validation.py records sweeps around a
-base config). Its configs are then the universe: a proposal that was never recorded is pruned
-for free for every strategy ("not recorded") and told to the sampler as infeasible, so no
-strategy is charged for what the recording skipped. `universe` in the report says how many of
-the space's configs were recorded.
+base config). Its configs are then the universe every strategy searches: each proposal, the
+seeds included, becomes the nearest recorded config not yet measured (`UniverseSampler`,
+`Snapper`: categorical knobs count 1 per difference, numeric ones |log2 a - log2 b|). Random
+search is then uniform over the recording; TPE and ours propose in the space and are snapped.
+The report gives the grid size and how many configs were recorded.
 
     python bench/replay.py --landscape bench/results/landscape_gpt2_124m_h200.json --seeds 20
     autotuner bench replay --landscape FILE [--space FILE|auto] --seeds 20 --out bench/results
@@ -33,6 +34,9 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
+
+import optuna
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -40,9 +44,10 @@ from autotuner.coordinator import StudyRunner, create_study
 from autotuner.costmodel import CostModel
 from autotuner.executors.base import Target
 from autotuner.executors.replay import Landscape, ReplayExecutor
-from autotuner.policy import PLAIN_SAMPLER_OPTIONS, Z_PRUNE, Prune
+from autotuner.policy import PLAIN_SAMPLER_OPTIONS, Z_PRUNE, Prune, SearchPolicy
 from autotuner.presets import MODEL_PRESETS
 from autotuner.rules import incompatibility
+from autotuner.search import distributions
 from autotuner.space import IntRange, SearchSpace, load_space, parse_space
 from autotuner.spec import (
     FailureClass,
@@ -129,6 +134,89 @@ def grid_size(space: SearchSpace) -> int:
     )
 
 
+# --------------------------------------------------------------------------- sparse recordings
+
+
+class Snapper:
+    """Maps a config to the nearest recorded one: categorical knobs count 1 per difference,
+    numeric knobs |log2 a - log2 b| (micro-batch 64 vs 128 counts like one categorical)."""
+
+    def __init__(self, table: dict[str, TrialResult], space: SearchSpace) -> None:
+        self.names = list(space.knobs)
+        self.recorded = [json.loads(k) for k in table]
+        self.keys = set(table)
+        self.dists = distributions(space)
+
+    def distance(self, a: dict[str, Any], b: dict[str, Any]) -> float:
+        d = 0.0
+        for n in self.names:
+            x, y = a.get(n), b.get(n)
+            if (
+                isinstance(x, int | float)
+                and isinstance(y, int | float)
+                and not isinstance(x, bool)
+            ):
+                d += abs(math.log2(max(x, 1)) - math.log2(max(y, 1)))
+            else:
+                d += str(x) != str(y)
+        return d
+
+    def nearest(self, params: dict[str, Any], exclude: set[str] | frozenset[str] = frozenset()):
+        if canonical_params({n: params.get(n) for n in self.names}) in self.keys:
+            return params
+        pool = [c for c in self.recorded if canonical_params(c) not in exclude] or self.recorded
+        return min(pool, key=lambda c: self.distance(c, params))
+
+    def many(self, configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for c in configs:
+            snapped = self.nearest(c, {canonical_params(o) for o in out})
+            if snapped not in out:
+                out.append(snapped)
+        return out
+
+
+class UniverseSampler(optuna.samplers.BaseSampler):
+    """Wraps a sampler so each proposal is a recorded config: the inner sampler proposes in the
+    space, and an unrecorded proposal becomes the nearest recorded config not yet measured."""
+
+    def __init__(self, inner: optuna.samplers.BaseSampler, snap: Snapper) -> None:
+        self.inner, self.snap = inner, snap
+
+    def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:
+        return {}  # everything goes through sample_independent -> one snapped config per trial
+
+    def sample_relative(self, study: Any, trial: Any, search_space: Any) -> dict[str, Any]:
+        return {}
+
+    def before_trial(self, study: Any, trial: Any) -> None:
+        self.inner.before_trial(study, trial)
+        self._proposal: dict[str, Any] | None = None
+        self._trial_id = trial._trial_id
+
+    def sample_independent(self, study: Any, trial: Any, name: str, dist: Any) -> Any:
+        if self._proposal is None or self._trial_id != trial._trial_id:
+            self._proposal = self._propose(study, trial)
+        return self._proposal[name]
+
+    def _propose(self, study: Any, trial: Any) -> dict[str, Any]:
+        dists = self.snap.dists
+        rel_space = self.inner.infer_relative_search_space(study, trial)
+        proposal = dict(self.inner.sample_relative(study, trial, rel_space)) if rel_space else {}
+        for name, dist in dists.items():
+            if name not in proposal:
+                proposal[name] = self.inner.sample_independent(study, trial, name, dist)
+        done = {
+            canonical_params(t.params)
+            for t in study.get_trials(deepcopy=False)
+            if t.state.is_finished() and t.params
+        }
+        return self.snap.nearest(proposal, done)
+
+    def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+        self.inner.after_trial(study, trial, state, values)
+
+
 # --------------------------------------------------------------------------- one run
 
 
@@ -163,9 +251,15 @@ def run_once(
     )
     executor = ReplayExecutor(landscape, list(space.knobs), target=target)
     runner = StudyRunner(db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600)
-    runner.start()
-    full_grid = len(table) == grid_size(space)
-    if not full_grid:
+    sparse = len(table) < grid_size(space)
+    if sparse:
+        # Every proposal (the seeds included) becomes the nearest recorded config: the
+        # recording is the universe each strategy searches (see the module docstring).
+        snap = Snapper(table, space)
+        seeds = SearchPolicy.seeds
+        with mock.patch.object(SearchPolicy, "seeds", lambda self, db: snap.many(seeds(self, db))):
+            runner.start()
+        runner.optuna.sampler = UniverseSampler(runner.optuna.sampler, snap)
         screen = runner.policy.screen
 
         def recorded_only(params: dict[str, Any], knobs: Knobs) -> Prune | None:
@@ -174,6 +268,8 @@ def run_once(
             return screen(params, knobs)
 
         runner.policy.screen = recorded_only  # type: ignore[method-assign]
+    else:
+        runner.start()
     t0 = time.perf_counter()
     while not runner.done:
         runner.step()
@@ -210,7 +306,7 @@ def _trajectory(trials, table, space, model, target, best, options) -> dict[str,
     launched = 0
     gpu_s = 0.0
     hit: tuple[int, float] | None = None
-    ooms = impossible = 0
+    ooms = impossible = ooms_before_hit = 0
     tp = fp = fn = 0
     not_recorded = 0
     for t in trials:
@@ -236,6 +332,7 @@ def _trajectory(trials, table, space, model, target, best, options) -> dict[str,
         if t.error_class == "oom":
             ooms += 1
             fn += 1
+            ooms_before_hit += hit is None
         value = t.objective_value or 0.0
         if hit is None and value >= (1 - WITHIN) * best:
             hit = (launched, gpu_s)
@@ -245,6 +342,7 @@ def _trajectory(trials, table, space, model, target, best, options) -> dict[str,
         "launched": launched,
         "gpu_s_total": round(gpu_s, 1),
         "ooms_launched": ooms,
+        "ooms_before_2pct": ooms_before_hit,
         "impossible_launched": impossible,
         "predicted_oom": {"tp": tp, "fp": fp, "fn": fn},
         "pruned_not_recorded": not_recorded,
@@ -328,6 +426,8 @@ def summarise(runs: list[dict[str, Any]], budget: int) -> dict[str, Any]:
         "launched_mean": round(statistics.mean(r["launched"] for r in runs), 1),
         "gpu_s_total_mean": round(statistics.mean(r["gpu_s_total"] for r in runs), 1),
         "ooms_launched_total": sum(r["ooms_launched"] for r in runs),
+        "ooms_launched_mean": round(statistics.mean(r["ooms_launched"] for r in runs), 2),
+        "ooms_before_2pct_mean": round(statistics.mean(r["ooms_before_2pct"] for r in runs), 2),
         "impossible_launched_total": sum(r["impossible_launched"] for r in runs),
         "recommended_within_2pct": sum(bool(r["recommended_within"]) for r in runs),
         "predicted_oom": {
@@ -360,7 +460,8 @@ def markdown(doc: dict[str, Any]) -> str:
         "landscape's best (a run that never gets there counts as infinite: see hit rate).",
         "",
         "| strategy | hit rate | trials median | trials p90 | GPU-s median | GPU-s p90 | OOMs "
-        "launched (all runs) | impossible launched | predicted-OOM precision / recall |",
+        "per run (before 2%) | impossible launched (all runs) | predicted-OOM precision / "
+        "recall |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, s in doc["strategies"].items():
@@ -374,7 +475,8 @@ def markdown(doc: dict[str, Any]) -> str:
         lines.append(
             f"| {name} | {s['hit_rate']:.0%} | {_fmt(s['trials_to_2pct']['median'])} | "
             f"{_fmt(s['trials_to_2pct']['p90'])} | {_fmt(s['gpu_s_to_2pct']['median'])} | "
-            f"{_fmt(s['gpu_s_to_2pct']['p90'])} | {s['ooms_launched_total']} | "
+            f"{_fmt(s['gpu_s_to_2pct']['p90'])} | {s['ooms_launched_mean']:.1f} "
+            f"({s['ooms_before_2pct_mean']:.1f}) | "
             f"{s['impossible_launched_total']} | {pr} |"
         )
     acc = doc["acceptance"]

@@ -48,3 +48,40 @@ def test_bench_replay_rejects_an_unknown_strategy(tmp_path: Path) -> None:
         app, ["bench", "replay", "--landscape", str(path), "--strategies", "ours,annealing"]
     )
     assert result.exit_code == 2
+
+
+def test_a_sparse_recording_is_the_universe_every_strategy_searches(tmp_path: Path) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import replay as bench  # bench/replay.py
+
+    from autotuner.executors.replay import Landscape
+
+    knobs = {
+        "micro_batch_size": [8, 16, 32, 64, 128, 256],
+        "precision": ["bf16", "fp32"],
+        "attention": ["flash", "efficient", "math"],
+        "compile_mode": ["none", "default"],
+    }
+    dense = gpt2_landscape(knobs)
+    # Sweeps around a base config, as bench/gpu_validation.py records them: one knob at a time.
+    base = {
+        "micro_batch_size": 16,
+        "precision": "bf16",
+        "attention": "flash",
+        "compile_mode": "none",
+    }
+    kept = [
+        (p, r)
+        for p, r in dense.entries
+        if sum(p[k] != base[k] for k in base) <= 1 or p["micro_batch_size"] in (16, 64)
+    ]
+    sparse = Landscape(kept, {"model": GPT2.preset})
+    path = tmp_path / "landscape_sparse.json"
+    sparse.dump(path)
+    doc = bench.run_benchmark(str(path), seeds=2, strategies=["ours", "random", "tpe"])
+    assert doc["universe_size"] == len(kept) < doc["grid_size"]
+    for run in doc["runs"]:
+        assert run["pruned_not_recorded"] == 0, run  # every proposal snapped to a recording
+        assert run["trials_to_2pct"] is not None
