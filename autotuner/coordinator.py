@@ -391,7 +391,8 @@ class StudyRunner:
             else:
                 state = TrialState.FAILED
                 obs = Observation(flight.params, None)
-                retry = flight.attempt == 1
+                # A re-measurement is not retried: its plan moves on (autotuner/policy.py).
+                retry = flight.attempt == 1 and flight.purpose != "remeasure"
             self._finish_trial(
                 flight, state, result, fclass, result.error_message, None, completed.worker
             )
