@@ -27,8 +27,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
-
 from autotuner.costmodel import CostModel, error_summary, sequential_errors
 from autotuner.executors.base import Target
 from autotuner.flops import flops_per_token, param_count
@@ -45,14 +43,13 @@ from autotuner.spec import (
     TrialStatus,
     canonical_params,
 )
-from autotuner.storage.models import Study, StudyStatus, Trial, TrialState
+from autotuner.storage.models import Trial, TrialState
 from autotuner.storage.session import Database
 
 # Prune on a predicted OOM only when even the prediction's optimistic end (mean - Z sd) is over
 # the limit: a config pruned by mistake is lost to the search, one launched by mistake costs a
-# short failed trial. The expert seed is chosen with the pessimistic end (mean + Z_SEED sd).
+# short failed trial.
 Z_PRUNE = 1.64
-Z_SEED = 1.0
 DEFAULT_PATIENCE = 12
 REMEASURE_SHARE = 5  # at most 1/5 of a trial budget goes to re-measurement
 SEARCH_TIME_SHARE = 0.85  # with a time budget, the search stops here and re-measuring begins
@@ -66,21 +63,6 @@ PLAIN_SAMPLER_OPTIONS = {
     "remeasure_top": 0,
     "early_stop_patience": 0,
 }
-
-# The expert's preference order for each knob (first allowed value wins).
-EXPERT: dict[str, list[Any]] = {
-    "precision": ["bf16", "fp16", "tf32", "fp32"],
-    "attention": ["flash", "cudnn", "efficient", "flex", "math"],
-    "compile_mode": ["default", "none"],
-    "checkpointing": ["none", "selective", "full"],
-    "optimizer": ["adamw-fused", "adamw-foreach"],
-    "vocab_pad_multiple": [64, 128, 1],
-    "data_source": ["synthetic", "loader"],
-    "nccl_algo": ["default"],
-    "nccl_proto": ["default"],
-    "grad_compression": ["none"],
-}
-
 
 # A pruned config that would run, but that another config beats for sure (error_class).
 DOMINATED = "dominated"
@@ -324,134 +306,18 @@ class SearchPolicy:
     # ------------------------------------------------------------------ seeding
 
     def seeds(self, db: Database) -> list[dict[str, Any]]:
-        """Params to enqueue first: the expert default, earlier winners on this GPU, then the
-        expert's closest alternatives (next micro-batch up, the other fused attention kernel,
-        another compile mode): the local search an engineer would do by hand."""
-        out: list[dict[str, Any]] = []
-        expert = self.expert_params() if self.use_expert_seed else None
-        if expert is not None:
-            out.append(expert)
-        if self.history_seeds > 0:
-            out.extend(self._history(db))
-        if expert is not None and self.options.get("neighbour_seeds", True):
-            out.extend(self._neighbours(expert))
-        unique: list[dict[str, Any]] = []
-        for p in out:
-            if canonical_params(p) not in {canonical_params(u) for u in unique}:
-                unique.append(p)
-        self.seed_keys = {canonical_params(p) for p in unique}
-        return unique
+        """Params to enqueue first (autotuner/seeding.py): the expert default, earlier winners
+        on this GPU and model family, then the expert's closest alternatives."""
+        from autotuner.seeding import Seeder
+
+        seeds = Seeder(self).seeds(db)
+        self.seed_keys = {canonical_params(p) for p in seeds}
+        return seeds
 
     def expert_params(self) -> dict[str, Any]:
-        """bf16, a fused attention kernel, compile default, and the largest micro-batch that the
-        cost model says fits; the space's `defaults` win over these choices."""
-        params: dict[str, Any] = {}
-        domains = self.space.knobs
-        for name, domain in domains.items():
-            if name == "micro_batch_size" and name not in self.space.defaults:
-                continue
-            params[name] = self.space.defaults.get(name, _first(domain))
-            if name in self.space.defaults or name not in EXPERT or isinstance(domain, IntRange):
-                continue
-            allowed = [v for v in EXPERT[name] if _in(domain, v)]
-            for value in allowed:
-                params[name] = value
-                if self._allowed(params):
-                    break
-        if "micro_batch_size" in domains and "micro_batch_size" not in params:
-            params["micro_batch_size"] = self._largest_fitting_mb(params)
-        return params
+        from autotuner.seeding import Seeder
 
-    def _neighbours(self, expert: dict[str, Any]) -> list[dict[str, Any]]:
-        out = []
-        domains = self.space.knobs
-        if "micro_batch_size" in domains and "micro_batch_size" not in self.space.defaults:
-            sizes = sorted(_values(domains["micro_batch_size"]))
-            larger = [v for v in sizes if v > expert["micro_batch_size"]]
-            if larger:
-                out.append({**expert, "micro_batch_size": larger[0]})
-        for name in ("attention", "compile_mode"):
-            domain = domains.get(name)
-            if domain is None or isinstance(domain, IntRange) or name in self.space.defaults:
-                continue
-            prefs = {
-                "attention": ["cudnn", "flash", "efficient"],
-                "compile_mode": ["max-autotune-no-cudagraphs", "reduce-overhead", "default"],
-            }
-            for value in prefs[name]:
-                alt = {**expert, name: value}
-                if value != expert[name] and _in(domain, value) and self._allowed(alt):
-                    out.append(alt)
-                    break
-        return out
-
-    def _allowed(self, partial: dict[str, Any]) -> bool:
-        domains = self.space.knobs
-        filled = {k: partial.get(k, _first(d)) for k, d in domains.items()}
-        if "micro_batch_size" in domains and "micro_batch_size" not in partial:
-            filled["micro_batch_size"] = _values(domains["micro_batch_size"])[0]
-        knobs = self.knobs(filled)
-        if incompatibility(knobs, self.target, self.model, self.gpus) is not None:
-            return False
-        return self.space.violated_rule(knobs) is None
-
-    def _largest_fitting_mb(self, params: dict[str, Any]) -> int:
-        sizes = sorted(_values(self.space.knobs["micro_batch_size"]))
-        if self.limit_gib is None:  # no memory to fill (e.g. a CPU): the smallest is cheapest
-            return sizes[0]
-        fitting = [
-            mb
-            for mb in sizes
-            if self.cost.predict(self.knobs({**params, "micro_batch_size": mb})).surely_fits(Z_SEED)
-        ]
-        return fitting[-1] if fitting else sizes[0]
-
-    def _history(self, db: Database) -> list[dict[str, Any]]:
-        """Earlier winners on this GPU and model family, mapped into this space."""
-        out: list[dict[str, Any]] = []
-        with db.session() as s:
-            studies = s.scalars(
-                select(Study)
-                .where(Study.status == StudyStatus.COMPLETED.value)
-                .order_by(Study.created_at.desc())
-                .limit(200)
-            ).all()
-            found = []
-            for st in studies:
-                rec = st.recommendation or {}
-                fp = rec.get("fingerprint") or {}
-                if not rec.get("knobs") or (st.model_spec or {}).get("family") != self.model.family:
-                    continue
-                if not self._same_gpu(fp):
-                    continue
-                same_preset = (st.model_spec or {}).get("preset") == self.model.preset
-                found.append((not same_preset, rec["knobs"]))
-            found.sort(key=lambda f: f[0])  # same preset first, newest first within
-        for _, knobs in found[: self.history_seeds]:
-            params = self._into_space(knobs)
-            if params is not None:
-                out.append(params)
-        return out
-
-    def _same_gpu(self, fp: dict[str, Any]) -> bool:
-        if not fp or fp.get("device_type") != self.target.device_type:
-            return False
-        if self.target.device_name and fp.get("device_name") != self.target.device_name:
-            return False
-        cc = self.target.compute_capability
-        return not (cc and fp.get("compute_capability") not in (None, f"{cc[0]}.{cc[1]}"))
-
-    def _into_space(self, knobs: dict[str, Any]) -> dict[str, Any] | None:
-        expert = self.expert_params()
-        params = {}
-        for name, domain in self.space.knobs.items():
-            value = knobs.get(name)
-            params[name] = value if value is not None and _in(domain, value) else expert[name]
-        try:
-            k = self.knobs(params)
-        except ValueError:
-            return None
-        return None if self.screen(params, k) is not None else params
+        return Seeder(self).expert_params()
 
     def purpose(self, params: dict[str, Any]) -> str:
         return "seed" if canonical_params(params) in self.seed_keys else "search"
@@ -545,24 +411,6 @@ class SearchPolicy:
             },
             "learned_rules": [r.describe() for r in self.learned.rules],
         }
-
-
-def _values(domain: list[Any] | IntRange) -> list[Any]:
-    if isinstance(domain, IntRange):
-        vals = [domain.low]
-        v = 1
-        while v <= domain.high:
-            if v > domain.low:
-                vals.append(v)
-            v *= 2
-        if domain.high not in vals:
-            vals.append(domain.high)
-        return [x for x in vals if (x - domain.low) % domain.step == 0 or domain.log]
-    return [getattr(v, "value", v) for v in domain]
-
-
-def _first(domain: list[Any] | IntRange) -> Any:
-    return domain.low if isinstance(domain, IntRange) else getattr(domain[0], "value", domain[0])
 
 
 def _in(domain: list[Any] | IntRange, value: Any) -> bool:

@@ -1,0 +1,219 @@
+"""Seeding a study: where the search starts, before the sampler has learned anything.
+
+1. The expert default: the space's `defaults`, then an engineer's first choices where the space
+   allows them (bf16, a fused attention kernel, compile default, no checkpointing, fused AdamW,
+   padded vocab), and the largest micro-batch the cost model is confident fits the memory.
+2. Winners of earlier completed studies on the same GPU (device name and compute capability)
+   and model family, newest first and the same preset first, mapped into this space (a value
+   the space lacks takes the expert's) and kept only if they pass the policy's screen.
+3. The expert default's closest alternatives: the next micro-batch up, the other fused
+   attention kernel, another compile mode: the local search an engineer would do by hand.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select
+
+from autotuner.rules import incompatibility
+from autotuner.space import IntRange
+from autotuner.spec import canonical_params
+from autotuner.storage.models import Study, StudyStatus
+from autotuner.storage.session import Database
+
+if TYPE_CHECKING:
+    from autotuner.policy import SearchPolicy
+
+Z_SEED = 1.0  # the expert's micro-batch fits at the prediction's pessimistic end (mean + 1 sd)
+
+# The expert's preference order for each knob (first allowed value wins).
+EXPERT: dict[str, list[Any]] = {
+    "precision": ["bf16", "fp16", "tf32", "fp32"],
+    "attention": ["flash", "cudnn", "efficient", "flex", "math"],
+    "compile_mode": ["default", "none"],
+    "checkpointing": ["none", "selective", "full"],
+    "optimizer": ["adamw-fused", "adamw-foreach"],
+    "vocab_pad_multiple": [64, 128, 1],
+    "data_source": ["synthetic", "loader"],
+    "nccl_algo": ["default"],
+    "nccl_proto": ["default"],
+    "grad_compression": ["none"],
+}
+
+
+class Seeder:
+    """The seeds of one study, judged by its policy (rules and cost model)."""
+
+    def __init__(self, policy: SearchPolicy) -> None:
+        self.policy = policy
+
+    def seeds(self, db: Database) -> list[dict[str, Any]]:
+        """Params to enqueue first: the expert default, earlier winners on this GPU, then the
+        expert's closest alternatives (next micro-batch up, the other fused attention kernel,
+        another compile mode): the local search an engineer would do by hand."""
+        out: list[dict[str, Any]] = []
+        expert = self.expert_params() if self.policy.use_expert_seed else None
+        if expert is not None:
+            out.append(expert)
+        if self.policy.history_seeds > 0:
+            out.extend(self._history(db))
+        if expert is not None and self.policy.options.get("neighbour_seeds", True):
+            out.extend(self._neighbours(expert))
+        unique: list[dict[str, Any]] = []
+        for p in out:
+            if canonical_params(p) not in {canonical_params(u) for u in unique}:
+                unique.append(p)
+        return unique
+
+    def expert_params(self) -> dict[str, Any]:
+        """bf16, a fused attention kernel, compile default, and the largest micro-batch that the
+        cost model says fits; the space's `defaults` win over these choices."""
+        params: dict[str, Any] = {}
+        domains = self.policy.space.knobs
+        for name, domain in domains.items():
+            if name == "micro_batch_size" and name not in self.policy.space.defaults:
+                continue
+            params[name] = self.policy.space.defaults.get(name, _first(domain))
+            if (
+                name in self.policy.space.defaults
+                or name not in EXPERT
+                or isinstance(domain, IntRange)
+            ):
+                continue
+            allowed = [v for v in EXPERT[name] if _in(domain, v)]
+            for value in allowed:
+                params[name] = value
+                if self._allowed(params):
+                    break
+        if "micro_batch_size" in domains and "micro_batch_size" not in params:
+            params["micro_batch_size"] = self._largest_fitting_mb(params)
+        return params
+
+    def _neighbours(self, expert: dict[str, Any]) -> list[dict[str, Any]]:
+        out = []
+        domains = self.policy.space.knobs
+        if "micro_batch_size" in domains and "micro_batch_size" not in self.policy.space.defaults:
+            sizes = sorted(_values(domains["micro_batch_size"]))
+            larger = [v for v in sizes if v > expert["micro_batch_size"]]
+            if larger:
+                out.append({**expert, "micro_batch_size": larger[0]})
+        for name in ("attention", "compile_mode"):
+            domain = domains.get(name)
+            if domain is None or isinstance(domain, IntRange) or name in self.policy.space.defaults:
+                continue
+            prefs = {
+                "attention": ["cudnn", "flash", "efficient"],
+                "compile_mode": ["max-autotune-no-cudagraphs", "reduce-overhead", "default"],
+            }
+            for value in prefs[name]:
+                alt = {**expert, name: value}
+                if value != expert[name] and _in(domain, value) and self._allowed(alt):
+                    out.append(alt)
+                    break
+        return out
+
+    def _allowed(self, partial: dict[str, Any]) -> bool:
+        domains = self.policy.space.knobs
+        filled = {k: partial.get(k, _first(d)) for k, d in domains.items()}
+        if "micro_batch_size" in domains and "micro_batch_size" not in partial:
+            filled["micro_batch_size"] = _values(domains["micro_batch_size"])[0]
+        knobs = self.policy.knobs(filled)
+        if (
+            incompatibility(knobs, self.policy.target, self.policy.model, self.policy.gpus)
+            is not None
+        ):
+            return False
+        return self.policy.space.violated_rule(knobs) is None
+
+    def _largest_fitting_mb(self, params: dict[str, Any]) -> int:
+        sizes = sorted(_values(self.policy.space.knobs["micro_batch_size"]))
+        if (
+            self.policy.limit_gib is None
+        ):  # no memory to fill (e.g. a CPU): the smallest is cheapest
+            return sizes[0]
+        fitting = [
+            mb
+            for mb in sizes
+            if self.policy.cost.predict(
+                self.policy.knobs({**params, "micro_batch_size": mb})
+            ).surely_fits(Z_SEED)
+        ]
+        return fitting[-1] if fitting else sizes[0]
+
+    def _history(self, db: Database) -> list[dict[str, Any]]:
+        """Earlier winners on this GPU and model family, mapped into this space."""
+        out: list[dict[str, Any]] = []
+        with db.session() as s:
+            studies = s.scalars(
+                select(Study)
+                .where(Study.status == StudyStatus.COMPLETED.value)
+                .order_by(Study.created_at.desc())
+                .limit(200)
+            ).all()
+            found = []
+            for st in studies:
+                rec = st.recommendation or {}
+                fp = rec.get("fingerprint") or {}
+                if (
+                    not rec.get("knobs")
+                    or (st.model_spec or {}).get("family") != self.policy.model.family
+                ):
+                    continue
+                if not self._same_gpu(fp):
+                    continue
+                same_preset = (st.model_spec or {}).get("preset") == self.policy.model.preset
+                found.append((not same_preset, rec["knobs"]))
+            found.sort(key=lambda f: f[0])  # same preset first, newest first within
+        for _, knobs in found[: self.policy.history_seeds]:
+            params = self._into_space(knobs)
+            if params is not None:
+                out.append(params)
+        return out
+
+    def _same_gpu(self, fp: dict[str, Any]) -> bool:
+        if not fp or fp.get("device_type") != self.policy.target.device_type:
+            return False
+        if (
+            self.policy.target.device_name
+            and fp.get("device_name") != self.policy.target.device_name
+        ):
+            return False
+        cc = self.policy.target.compute_capability
+        return not (cc and fp.get("compute_capability") not in (None, f"{cc[0]}.{cc[1]}"))
+
+    def _into_space(self, knobs: dict[str, Any]) -> dict[str, Any] | None:
+        expert = self.expert_params()
+        params = {}
+        for name, domain in self.policy.space.knobs.items():
+            value = knobs.get(name)
+            params[name] = value if value is not None and _in(domain, value) else expert[name]
+        try:
+            k = self.policy.knobs(params)
+        except ValueError:
+            return None
+        return None if self.policy.screen(params, k) is not None else params
+
+
+def _values(domain: list[Any] | IntRange) -> list[Any]:
+    if isinstance(domain, IntRange):
+        vals = [domain.low]
+        v = 1
+        while v <= domain.high:
+            if v > domain.low:
+                vals.append(v)
+            v *= 2
+        if domain.high not in vals:
+            vals.append(domain.high)
+        return [x for x in vals if (x - domain.low) % domain.step == 0 or domain.log]
+    return [getattr(v, "value", v) for v in domain]
+
+
+def _first(domain: list[Any] | IntRange) -> Any:
+    return domain.low if isinstance(domain, IntRange) else getattr(domain[0], "value", domain[0])
+
+
+def _in(domain: list[Any] | IntRange, value: Any) -> bool:
+    if isinstance(domain, IntRange):
+        return isinstance(value, int) and domain.low <= value <= domain.high
+    return str(getattr(value, "value", value)) in {str(getattr(d, "value", d)) for d in domain}
