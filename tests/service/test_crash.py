@@ -63,6 +63,7 @@ def _space_with_timeout(timeout_s: float) -> dict[str, Any]:
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_service_killed_mid_study_resumes_and_loses_nothing(
     pg_url: str, ray_address: str, start_service: Callable[..., Service]
 ) -> None:
@@ -116,6 +117,7 @@ def test_service_killed_mid_study_resumes_and_loses_nothing(
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_hanging_trial_is_killed_at_its_limit_and_retried_once(
     pg_url: str, ray_address: str, start_service: Callable[..., Service]
 ) -> None:
