@@ -166,9 +166,11 @@ def tune(
         trials = 20
     database = _open_db(db, migrate=True)
 
-    from autotuner.coordinator import StudyRunner, create_study
+    from autotuner.coordinator import StudyRunner, create_study, default_owner
     from autotuner.executors.ray_executor import RayExecutor
+    from autotuner.storage.repository import StudyRepo
 
+    owner = default_owner()
     study_id = create_study(
         database,
         model=model,
@@ -181,12 +183,16 @@ def tune(
         sampler=sampler,
         seed=seed,
     )
+    # Take the study's lease at once: a service sharing this database must not adopt the
+    # queued study while Ray starts here.
+    with database.session() as s:
+        StudyRepo(s).try_acquire(study_id, owner, 300.0)
     if not as_json:
         err.print(f"study [bold]{study_id}[/]: {model.describe()}; space {search_space.name}")
         err.print("starting Ray...", style="dim")
     executor = RayExecutor(ray_address)
     progress = _TuneProgress(trials, quiet=as_json)
-    runner = StudyRunner(database, study_id, executor, on_event=progress.on_event)
+    runner = StudyRunner(database, study_id, executor, owner=owner, on_event=progress.on_event)
     try:
         with progress:
             runner.run()
