@@ -493,7 +493,7 @@ def markdown(doc: dict[str, Any]) -> str:
         "",
         "## Trials",
         "",
-        "| trial | status | tokens/s | MFU | peak mem GiB | spread | first step s | "
+        "| trial | status | tokens/s | MFU | peak alloc / reserved GiB | spread | first step s | "
         "compile s | SM clock MHz (max) | note |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
     ]
@@ -509,7 +509,8 @@ def markdown(doc: dict[str, Any]) -> str:
             note = ", ".join(tel.get("throttle_reasons") or []) or ""
             lines.append(
                 f"| {rec['name']} | ok | {r['tokens_per_s']:,.0f} | {_fmt(r['mfu'], '.1%')} | "
-                f"{_fmt(r['peak_mem_gib'], '.1f')} | {_spread(r):.1%} | "
+                f"{_fmt(r['peak_mem_gib'], '.1f')} / {_fmt(r['peak_reserved_gib'], '.1f')} | "
+                f"{_spread(r):.1%} | "
                 f"{_fmt(r['first_step_s'], '.1f')} | {_fmt(r.get('compile_s'), '.0f')} | "
                 f"{clock} | {note} |"
             )
@@ -520,10 +521,12 @@ def markdown(doc: dict[str, Any]) -> str:
             )
     if doc.get("skipped"):
         lines += ["", "Not run (out of the session's time): " + ", ".join(doc["skipped"])]
+    if doc.get("notes"):
+        lines += ["", "## Caveats", ""] + [f"- {n}" for n in doc["notes"]]
     return "\n".join(lines) + "\n"
 
 
-def merge(dirs: list[Path], out: Path, suffix: str) -> None:
+def merge(dirs: list[Path], out: Path, suffix: str, notes: list[str]) -> None:
     parts = []
     for d in dirs:
         parts += [json.loads(p.read_text()) for p in sorted(d.glob("gpu_validation_part*.json"))]
@@ -532,6 +535,7 @@ def merge(dirs: list[Path], out: Path, suffix: str) -> None:
     for rec in records:  # validate: everything we publish is a real TrialResult
         TrialResult.model_validate(rec["result"])
     doc = {
+        "notes": notes,
         "commands": [d["command"] for d in parts],
         "parts": [{k: v for k, v in d.items() if k != "trials"} for d in parts],
         "trials": records,
@@ -568,11 +572,12 @@ def main() -> int:
     )
     ap.add_argument("--suffix", default="h200")
     ap.add_argument("--smoke", action="store_true", help="CPU dry run with tiny models")
+    ap.add_argument("--note", action="append", default=[], help="a caveat for the Markdown")
     args = ap.parse_args()
     global SMOKE
     SMOKE = args.smoke
     if args.merge:
-        merge(args.merge, args.out, args.suffix)
+        merge(args.merge, args.out, args.suffix, args.note)
         return 0
     if args.part is None:
         ap.error("give --part 1, --part 2 or --merge")

@@ -50,19 +50,13 @@ def release_cap() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
 
 
-def reset_peak(device: torch.device) -> None:
-    """Forget the warm-up's peak so the reported peak is the measured steps' (CUDA only)."""
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-
-
 def peaks(device: torch.device) -> tuple[float, float | None, str]:
-    """(peak_mem_gib, peak_reserved_gib, memory_kind) after the measured steps."""
+    """(peak_mem_gib, peak_reserved_gib, memory_kind): the process's peaks so far."""
     if device.type == "cuda":
         return (
             torch.cuda.max_memory_allocated(device) / GIB,
             torch.cuda.max_memory_reserved(device) / GIB,
             "cuda",
         )
-    # ru_maxrss is KiB on Linux and covers the whole process (it cannot be reset after warm-up).
+    # ru_maxrss is KiB on Linux and covers the whole process.
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB, None, "cpu_rss"
