@@ -45,9 +45,9 @@ def replay(
         str, typer.Option(help="Search space file or built-in name; 'auto': the landscape's knobs.")
     ] = "auto",
     seeds: Annotated[int, typer.Option(min=1, help="Runs per strategy (>= 20 for a result).")] = 20,
-    strategies: Annotated[str, typer.Option(help="Comma-separated: ours,tpe,random,grid.")] = (
-        "ours,tpe,random,grid"
-    ),
+    strategies: Annotated[
+        str, typer.Option(help="Comma-separated: ours,ours-noseed,tpe,random,grid.")
+    ] = ("ours,ours-noseed,tpe,random,grid"),
     budget: Annotated[
         int | None, typer.Option(help="Trials per run (default: the recorded configs).")
     ] = None,

@@ -7,8 +7,10 @@ wall_s; pruned proposals cost nothing) until the best config found is within 2% 
 landscape's best, as median and p90; OOM trials launched; trials launched that the rules call
 impossible; predicted-OOM precision and recall against the recorded results.
 
-Strategies: `ours` (TPE + rules + cost model + seeding + early stop + re-measurement), `tpe`
-(Optuna's TPE alone), `random`, `grid`; the last three launch whatever their sampler proposes.
+Strategies: `ours` (TPE + rules + cost model + seeding + early stop + re-measurement),
+`ours-noseed` (the same without the expert and history seeds: what the guards and TPE do on
+their own), `tpe` (Optuna's TPE alone), `random`, `grid`; the last three launch whatever their
+sampler proposes.
 
 A recorded landscape need not be a full grid (bench/gpu_validation.py records sweeps around a
 base config). Its configs are then the universe every strategy searches: each proposal, the
@@ -65,6 +67,8 @@ WITHIN = 0.02
 PLAIN = PLAIN_SAMPLER_OPTIONS
 STRATEGIES: dict[str, tuple[str, dict[str, Any]]] = {
     "ours": ("tpe", {}),
+    # Ablation: ours without any seed (rules, cost model, early stop, TPE from scratch).
+    "ours-noseed": ("tpe", {"expert_seed": False, "history_seeds": 0}),
     "tpe": ("tpe", PLAIN),
     "random": ("random", PLAIN),
     "grid": ("grid", PLAIN),
@@ -469,7 +473,7 @@ def markdown(doc: dict[str, Any]) -> str:
         pr = (
             f"{_fmt(p['precision'])} / {_fmt(p['recall'])} (tp {p['tp']}, fp {p['fp']}, "
             f"fn {p['fn']})"
-            if name == "ours"
+            if name.startswith("ours")
             else "-"
         )
         lines.append(
@@ -486,7 +490,7 @@ def markdown(doc: dict[str, Any]) -> str:
     lines += [
         "",
         f"Cost model against every recorded config ({off['configs']} with a peak or an OOM, "
-        f"limit {off['limit_gib']} GiB, pruning at mean - {off['z']} sd):",
+        f"limit {_fmt(off['limit_gib'])} GiB, pruning at mean - {off['z']} sd):",
         "",
         "| model | predicted-OOM precision | recall | tp/fp/fn/tn | median abs error of peak |",
         "| --- | --- | --- | --- | --- |",

@@ -29,7 +29,7 @@ def test_bench_replay_reports_every_strategy(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     doc = json.loads((tmp_path / "replay_fake.json").read_text())
     assert (tmp_path / "replay_fake.md").read_text().startswith("# Replay benchmark")
-    assert set(doc["strategies"]) == {"ours", "tpe", "random", "grid"}
+    assert set(doc["strategies"]) == {"ours", "ours-noseed", "tpe", "random", "grid"}
     assert doc["universe_size"] == 24 and doc["grid_size"] == 24
     ours = doc["strategies"]["ours"]
     assert ours["runs"] == 2 and ours["impossible_launched_total"] == 0
