@@ -119,7 +119,6 @@ class SearchPolicy:
         # canonical params -> (params, best search value) of each feasible config
         self.values: dict[str, tuple[dict[str, Any], float]] = {}
         self.remeasured = 0
-        self.pruned_predicted = 0
 
     # ------------------------------------------------------------------ screening
 
@@ -200,7 +199,6 @@ class SearchPolicy:
         else:
             what = f"the {self.ceiling_gib:.1f} GiB ceiling (max_mem_gib)"
             violation = pred.allocated_gib / self.ceiling_gib - 1.0
-        self.pruned_predicted += 1
         return Prune(
             FailureClass.OOM.value,
             f"predicted out of memory: needs {pred.need_gib:.1f} ± {pred.sd_gib:.1f} GiB, over "

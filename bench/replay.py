@@ -486,6 +486,8 @@ def markdown(doc: dict[str, Any]) -> str:
     acc = doc["acceptance"]
     lines += ["", "Acceptance:", ""]
     lines += [f"- {'PASS' if ok else 'FAIL'}: {text}" for text, ok in acc]
+    if doc.get("notes"):
+        lines += ["", "Notes:", ""] + [f"- {n}" for n in doc["notes"]]
     off = doc["cost_model_offline"]
     lines += [
         "",
@@ -508,6 +510,28 @@ def _fmt(x: Any) -> str:
     if x is None:
         return "n/a"
     return f"{x:,.3g}" if isinstance(x, float) else str(x)
+
+
+def notes(doc: dict[str, Any], table: dict[str, TrialResult]) -> list[str]:
+    out = []
+    if doc["universe_size"] < doc["grid_size"]:
+        out.append(
+            f"The recording holds {doc['universe_size']} configs of a {doc['grid_size']}-config "
+            "grid: every proposal (seeds included) becomes the nearest recorded config not yet "
+            "measured, so random search is uniform over the recording (docs/landscape-format.md)."
+        )
+    if not any(r.failure_class == FailureClass.OOM for r in table.values()):
+        out.append(
+            "No recorded config ran out of memory, so predicted-OOM precision and recall cannot "
+            "be measured on this recording (tests/search measure them on a fake GPU)."
+        )
+    if "ours-noseed" in doc["strategies"]:
+        out.append(
+            "ours' first trial is the expert default (bf16, fused attention, compile default, "
+            "the largest micro-batch the cost model says fits); ours-noseed is the same search "
+            "without any seed, to show what the rules, the cost model and TPE do on their own."
+        )
+    return out
 
 
 def acceptance(doc: dict[str, Any]) -> list[tuple[str, bool]]:
@@ -612,6 +636,7 @@ def run_benchmark(
         shutil.rmtree(work, ignore_errors=True)
     doc["cost_model_offline"] = cost_model_offline(table, space, spec, target)
     doc["acceptance"] = acceptance(doc)
+    doc["notes"] = notes(doc, table)
     if out_dir:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
