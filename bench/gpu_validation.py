@@ -548,7 +548,23 @@ def markdown(doc: dict[str, Any]) -> str:
 def merge(dirs: list[Path], out: Path, suffix: str, notes: list[str]) -> None:
     parts = []
     for d in dirs:
-        parts += [json.loads(p.read_text()) for p in sorted(d.glob("gpu_validation_part*.json"))]
+        if d.suffix == ".db":  # an autotuner study database: its measured trials join too
+            parts.append(_part_from_study_db(d))
+        elif d.is_file():  # an earlier merged result: its trials and notes carry over
+            earlier = json.loads(d.read_text())
+            notes = [*earlier.get("notes", []), *notes]
+            parts += [
+                {
+                    "part": 0,
+                    "command": "; ".join(earlier["commands"]),
+                    "trials": earlier["trials"],
+                    "skipped": earlier.get("skipped", []),
+                }
+            ]
+        else:
+            parts += [
+                json.loads(p.read_text()) for p in sorted(d.glob("gpu_validation_part*.json"))
+            ]
     parts.sort(key=lambda d: d["part"])
     records = [rec for d in parts for rec in d["trials"]]
     for rec in records:  # validate: everything we publish is a real TrialResult
@@ -575,10 +591,51 @@ def merge(dirs: list[Path], out: Path, suffix: str, notes: list[str]) -> None:
     print(f"{len(records)} trials, {len(landscape)} in the landscape -> {out}")
 
 
+def _part_from_study_db(path: Path) -> dict[str, Any]:
+    """The finished, first-measurement trials of `autotuner tune` studies, as landscape records."""
+    import sqlite3
+
+    rows = sqlite3.connect(path).execute(
+        "SELECT number, config, result FROM trials WHERE result IS NOT NULL "
+        "AND purpose != 'remeasure' ORDER BY number"
+    )
+    trials = []
+    for number, config_json, result_json in rows:
+        config = TrialConfig.model_validate_json(config_json)
+        knobs = config.knobs.model_dump(mode="json")
+        name = "tune #{} gpt2 {} {} mb{} compile-{}".format(
+            number,
+            knobs["precision"],
+            knobs["attention"],
+            knobs["micro_batch_size"],
+            knobs["compile_mode"],
+        )
+        trials.append(
+            {
+                "name": name,
+                "group": "landscape",
+                "params": {"model": config.model.preset or "custom", **knobs},
+                "config": json.loads(config_json),
+                "result": json.loads(result_json),
+            }
+        )
+    return {
+        "part": 9,
+        "command": f"autotuner tune (study database {path.name})",
+        "trials": trials,
+        "skipped": [],
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--part", type=int, choices=(1, 2, 3))
-    ap.add_argument("--merge", nargs="+", type=Path, help="directories holding part JSONs")
+    ap.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        help="directories holding part JSONs, earlier merged JSONs, or study .db files",
+    )
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench/results")))
     ap.add_argument(
         "--budget-s", type=float, default=440.0, help="launch no trial after this many seconds"
