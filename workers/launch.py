@@ -55,8 +55,31 @@ def _terminate(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+PARENT_ENV = "AUTOTUNER_TRIAL_PARENT_PID"
+
+
+def die_with_parent() -> None:
+    """Called first thing in the trial process: if the launcher dies, the trial dies too.
+
+    The trial runs in its own session (so a timeout can kill its whole group), which also means
+    nothing kills it when its Ray worker is lost: on a GPU such an orphan would hold the device
+    while the retry starts. Linux's parent-death signal closes that gap.
+    """
+    expected = os.environ.get(PARENT_ENV)
+    if not expected or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != int(expected):  # the launcher died before the signal was armed
+        os._exit(1)
+
+
 def _trial_env(config: TrialConfig) -> dict[str, str]:
     env = dict(os.environ)
+    env[PARENT_ENV] = str(os.getpid())
     env.update(config.env)
     # The trial imports `workers` and `autotuner` from this checkout, wherever it runs from.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, env.get("PYTHONPATH")) if p)
