@@ -7,7 +7,8 @@
    and model family, newest first and the same preset first, mapped into this space (a value
    the space lacks takes the expert's) and kept only if they pass the policy's screen.
 3. The expert default's closest alternatives: the next micro-batch up, the other fused
-   attention kernel, another compile mode: the local search an engineer would do by hand.
+   attention kernel, CUDA graphs (reduce-overhead): the local search an engineer would do by
+   hand, and the sampler's first evidence about the knobs that matter most.
 """
 
 from __future__ import annotations
@@ -91,22 +92,24 @@ class Seeder:
         return params
 
     def _neighbours(self, expert: dict[str, Any]) -> list[dict[str, Any]]:
+        # `defaults` say where to start, not what to leave unexplored: the neighbours vary
+        # those knobs too. Prefer cheap compiles (max-autotune can take minutes to compile).
         out = []
         domains = self.policy.space.knobs
-        if "micro_batch_size" in domains and "micro_batch_size" not in self.policy.space.defaults:
+        if "micro_batch_size" in domains:
             sizes = sorted(_values(domains["micro_batch_size"]))
             larger = [v for v in sizes if v > expert["micro_batch_size"]]
             if larger:
                 out.append({**expert, "micro_batch_size": larger[0]})
-        for name in ("attention", "compile_mode"):
+        prefs = {
+            "attention": ["cudnn", "flash", "flex", "efficient"],
+            "compile_mode": ["reduce-overhead", "default"],
+        }
+        for name, values in prefs.items():
             domain = domains.get(name)
-            if domain is None or isinstance(domain, IntRange) or name in self.policy.space.defaults:
+            if domain is None or isinstance(domain, IntRange):
                 continue
-            prefs = {
-                "attention": ["cudnn", "flash", "efficient"],
-                "compile_mode": ["max-autotune-no-cudagraphs", "reduce-overhead", "default"],
-            }
-            for value in prefs[name]:
+            for value in values:
                 alt = {**expert, name: value}
                 if value != expert[name] and _in(domain, value) and self._allowed(alt):
                     out.append(alt)
