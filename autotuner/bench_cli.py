@@ -54,6 +54,10 @@ def replay(
     model: Annotated[
         str | None, typer.Option(help="Model preset (default: the one the landscape names).")
     ] = None,
+    drop_best: Annotated[
+        int, typer.Option(min=0, help="Stress test: remove the N best recorded configs first.")
+    ] = 0,
+    note: Annotated[list[str] | None, typer.Option(help="A note for the report.")] = None,
     out: Annotated[
         Path | None,
         typer.Option(help="Write replay_<name>.json and .md here (e.g. bench/results)."),
@@ -82,6 +86,8 @@ def replay(
         model=model,
         out_dir=str(out) if out else None,
         command=command,
+        drop_best=drop_best,
+        extra_notes=note,
     )
     typer.echo(bench.markdown(doc))
     for path in doc.get("written", []):

@@ -576,12 +576,27 @@ def run_benchmark(
     out_dir: str | None = None,
     command: str | None = None,
     progress: Any = None,
+    drop_best: int = 0,
+    extra_notes: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Run the benchmark; write replay_<name>.json/.md under out_dir when given."""
+    """Run the benchmark; write replay_<name>.json/.md under out_dir when given.
+
+    drop_best=N removes the N best recorded configs first: a stress test of the search when
+    the expert default's neighbourhood does not hold the optimum."""
     landscape = Landscape.load(landscape_path)
     space = auto_space(landscape) if space_ref == "auto" else load_space(space_ref)
     spec = landscape_model(landscape, model)
     target = landscape.target()
+    if drop_best:
+        ranked = sorted(
+            (e for e in landscape.entries if e[1].tokens_per_s),
+            key=lambda e: e[1].tokens_per_s or 0.0,
+            reverse=True,
+        )
+        dropped = {id(e) for e in ranked[:drop_best]}
+        landscape = Landscape(
+            [e for e in landscape.entries if id(e) not in dropped], landscape.meta
+        )
     table = universe(landscape, space)
     if not table:
         raise SystemExit("no recorded config lies inside the space; check --space")
@@ -636,11 +651,17 @@ def run_benchmark(
         shutil.rmtree(work, ignore_errors=True)
     doc["cost_model_offline"] = cost_model_offline(table, space, spec, target)
     doc["acceptance"] = acceptance(doc)
-    doc["notes"] = notes(doc, table)
+    doc["notes"] = notes(doc, table) + list(extra_notes or [])
+    if drop_best:
+        doc["notes"].append(
+            f"Stress test: the {drop_best} best recorded config(s) were removed before the run, "
+            "so the target is the best of the rest."
+        )
     if out_dir:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         stem = "replay_" + Path(landscape_path).stem.removeprefix("landscape_")
+        stem += f"_dropbest{drop_best}" if drop_best else ""
         (out / f"{stem}.json").write_text(json.dumps(doc, indent=1, default=str))
         (out / f"{stem}.md").write_text(markdown(doc))
         doc["written"] = [str(out / f"{stem}.json"), str(out / f"{stem}.md")]
@@ -666,6 +687,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=int, default=None, help="trials per run (default: universe)")
     ap.add_argument("--model", default=None, help="model preset (default: the landscape's)")
     ap.add_argument("--out", default=None, help="write replay_*.json/.md here")
+    ap.add_argument("--drop-best", type=int, default=0, help="remove the N best configs first")
+    ap.add_argument("--note", action="append", default=[], help="a note for the report")
     args = ap.parse_args(argv)
     doc = run_benchmark(
         args.landscape,
@@ -675,6 +698,8 @@ def main(argv: list[str] | None = None) -> int:
         budget=args.budget,
         model=args.model,
         out_dir=args.out,
+        drop_best=args.drop_best,
+        extra_notes=args.note,
         command="python bench/replay.py " + " ".join(argv or sys.argv[1:]),
     )
     print(markdown(doc))
