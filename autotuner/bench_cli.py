@@ -9,6 +9,7 @@ package), so these commands run from a source checkout.
 from __future__ import annotations
 
 import importlib.util
+import shlex
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -76,7 +77,7 @@ def replay(
             err=True,
         )
         raise typer.Exit(2)
-    command = "autotuner bench replay " + " ".join(sys.argv[3:]) if len(sys.argv) > 3 else None
+    command = "autotuner bench replay " + shlex.join(sys.argv[3:]) if len(sys.argv) > 3 else None
     doc = bench.run_benchmark(
         str(landscape),
         space_ref=space,

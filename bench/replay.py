@@ -29,6 +29,7 @@ import argparse
 import datetime as dt
 import json
 import math
+import shlex
 import shutil
 import statistics
 import sys
@@ -610,7 +611,7 @@ def run_benchmark(
     upgrade_database(f"sqlite:///{template}")
     dispose_engines()
     doc: dict[str, Any] = {
-        "command": command or " ".join(sys.argv),
+        "command": command or shlex.join(sys.argv),
         "landscape": str(landscape_path),
         "hardware": _hardware(landscape),
         "model": spec.describe(),
@@ -700,7 +701,7 @@ def main(argv: list[str] | None = None) -> int:
         out_dir=args.out,
         drop_best=args.drop_best,
         extra_notes=args.note,
-        command="python bench/replay.py " + " ".join(argv or sys.argv[1:]),
+        command="python bench/replay.py " + shlex.join(argv or sys.argv[1:]),
     )
     print(markdown(doc))
     return 0
