@@ -7,6 +7,7 @@ never imported here at all, so `autotuner --help` and `autotuner best` answer qu
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -57,6 +58,32 @@ ServerOption = Annotated[
     ),
 ]
 StudyArg = Annotated[str, typer.Argument(help="Study id (or a unique prefix, or its name).")]
+
+ObjectiveOption = Annotated[
+    str,
+    typer.Option(
+        help="What to maximise: tokens_per_s, tokens_per_s_per_gpu, mtokens_per_usd (needs "
+        "--usd-per-gpu-hour) or time_to_train (charges compile time; needs --planned-tokens "
+        "or --planned-hours)."
+    ),
+]
+UsdOption = Annotated[
+    float | None, typer.Option(min=0.0, help="Price of one GPU hour, for mtokens_per_usd.")
+]
+PlannedTokensOption = Annotated[
+    float | None, typer.Option(min=0.0, help="Tokens the real run will train on (time_to_train).")
+]
+PlannedHoursOption = Annotated[
+    float | None, typer.Option(min=0.0, help="Or the real run's length in hours (time_to_train).")
+]
+MaxMemOption = Annotated[
+    float | None,
+    typer.Option(min=0.0, help="Memory ceiling in GiB: configs that need more are infeasible."),
+]
+
+
+def _study_options(**values: float | None) -> dict[str, float]:
+    return {k: v for k, v in values.items() if v is not None}
 
 
 def friendly_errors(fn: F) -> F:
@@ -126,9 +153,11 @@ def tune(
         float | None, typer.Option("--minutes", "-m", min=0.1, help="Stop launching after this.")
     ] = None,
     gpus: Annotated[int, typer.Option("--gpus", min=1, help="GPUs per trial.")] = 1,
-    objective: Annotated[
-        str, typer.Option(help="tokens_per_s, tokens_per_s_per_gpu or mtokens_per_usd.")
-    ] = "tokens_per_s",
+    objective: ObjectiveOption = "tokens_per_s",
+    usd_per_gpu_hour: UsdOption = None,
+    planned_tokens: PlannedTokensOption = None,
+    planned_hours: PlannedHoursOption = None,
+    max_mem_gib: MaxMemOption = None,
     sampler: Annotated[str, typer.Option(help="tpe (default), random, grid or gp.")] = "tpe",
     seed: Annotated[int, typer.Option(help="Sampler seed (same seed, same proposals).")] = 0,
     name: Annotated[str | None, typer.Option(help="A name for the study.")] = None,
@@ -147,7 +176,7 @@ def tune(
     otherwise. Without a GPU, trials run a small model on the CPU through the same code path.
     """
     from autotuner.inputs import UserError, load_model_spec
-    from autotuner.objective import Objective
+    from autotuner.objective import Objective, check_options
     from autotuner.search import SAMPLERS
     from autotuner.space import load_space
 
@@ -162,6 +191,18 @@ def tune(
         ) from None
     if sampler not in SAMPLERS:
         raise UserError(f"--sampler {sampler!r}: choose one of {', '.join(SAMPLERS)}")
+    options = _study_options(
+        usd_per_gpu_hour=usd_per_gpu_hour,
+        planned_tokens=planned_tokens,
+        planned_hours=planned_hours,
+        max_mem_gib=max_mem_gib,
+    )
+    try:
+        check_options(obj, options)
+    except ValueError as exc:
+        # The same check serves the API (options.x) and this command (--x): speak in flags.
+        message = re.sub(r"options\.(\w+)", lambda m: "--" + m.group(1).replace("_", "-"), str(exc))
+        raise UserError(message) from None
     if trials is None and minutes is None:
         trials = 20
     database = _open_db(db, migrate=True)
@@ -182,6 +223,7 @@ def tune(
         gpus_per_trial=gpus,
         sampler=sampler,
         seed=seed,
+        options=options,
     )
     # Take the study's lease at once: a service sharing this database must not adopt the
     # queued study while Ray starts here.
@@ -284,12 +326,11 @@ def submit(
     minutes: Annotated[
         float | None, typer.Option("--minutes", "-m", min=0.1, help="Stop launching after this.")
     ] = None,
-    objective: Annotated[
-        str, typer.Option(help="tokens_per_s, tokens_per_s_per_gpu or mtokens_per_usd.")
-    ] = "tokens_per_s",
-    usd_per_gpu_hour: Annotated[
-        float | None, typer.Option(help="Price of a GPU hour (for mtokens_per_usd).")
-    ] = None,
+    objective: ObjectiveOption = "tokens_per_s",
+    usd_per_gpu_hour: UsdOption = None,
+    planned_tokens: PlannedTokensOption = None,
+    planned_hours: PlannedHoursOption = None,
+    max_mem_gib: MaxMemOption = None,
     sampler: Annotated[str, typer.Option(help="tpe (default), random, grid or gp.")] = "tpe",
     seed: Annotated[int, typer.Option(help="Sampler seed (same seed, same proposals).")] = 0,
     name: Annotated[str | None, typer.Option(help="A name for the study.")] = None,
@@ -314,8 +355,14 @@ def submit(
     }
     if name:
         body["name"] = name
-    if usd_per_gpu_hour is not None:
-        body["options"] = {"usd_per_gpu_hour": usd_per_gpu_hour}
+    options = _study_options(
+        usd_per_gpu_hour=usd_per_gpu_hour,
+        planned_tokens=planned_tokens,
+        planned_hours=planned_hours,
+        max_mem_gib=max_mem_gib,
+    )
+    if options:
+        body["options"] = options
     view = _backend(server, db).submit(body)
     if as_json:
         print(json.dumps(view, indent=2, default=str))

@@ -62,6 +62,12 @@ def validate_request(
     """Everything a study needs, checked before anything is written."""
     model = resolve_model(req.model)
     space = resolve_space(req.space)
+    from autotuner.objective import check_options
+
+    try:
+        check_options(req.objective, req.options.model_dump(exclude_none=True))
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     try:
         space.knobs_for(space.seed_params(), model, req.gpus_per_trial)
     except ValidationError as exc:

@@ -32,6 +32,33 @@ class StudyOptions(_Strict):
     usd_per_gpu_hour: float | None = Field(
         default=None, gt=0, le=10_000, description="Price of one GPU hour, for cost objectives."
     )
+    planned_tokens: float | None = Field(
+        default=None, gt=0, le=1e16, description="Length of the real run, for time_to_train."
+    )
+    planned_hours: float | None = Field(
+        default=None, gt=0, le=1e5, description="Or the run's length in hours, for time_to_train."
+    )
+    max_mem_gib: float | None = Field(
+        default=None, gt=0, le=1e5, description="Memory ceiling: configs above it are infeasible."
+    )
+    early_stop_patience: int | None = Field(
+        default=None,
+        ge=0,
+        le=10_000,
+        description="Stop after this many trials without improvement beyond noise (0: never).",
+    )
+    remeasure_top: int | None = Field(
+        default=None, ge=0, le=10, description="Top candidates re-measured before recommending."
+    )
+    remeasure_rounds: int | None = Field(
+        default=None, ge=0, le=10, description="Interleaved re-measurement rounds (A B A B)."
+    )
+    history_seeds: int | None = Field(
+        default=None, ge=0, le=50, description="Earlier winners (same GPU and family) tried first."
+    )
+    neighbour_seeds: bool | None = Field(
+        default=None, description="Also seed the expert default's nearest alternatives."
+    )
 
 
 class StudyRequest(_Strict):

@@ -164,6 +164,12 @@ DEEP = b'{"model": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
         (json.dumps(study_body(name="n" * 500)).encode(), 422, "name"),
         (json.dumps(study_body(objective="mtokens_per_usd")).encode(), 422, "usd_per_gpu_hour"),
         (json.dumps(study_body(sampler="bayes")).encode(), 422, "sampler"),
+        (json.dumps(study_body(objective="time_to_train")).encode(), 422, "planned_tokens"),
+        (
+            json.dumps(study_body(options={"max_mem_gib": -1})).encode(),
+            422,
+            "max_mem_gib",
+        ),
     ],
     ids=[
         "malformed",
@@ -181,6 +187,8 @@ DEEP = b'{"model": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
         "long-name",
         "cost-no-price",
         "bad-sampler",
+        "time-no-length",
+        "negative-ceiling",
     ],
 )
 def test_bad_bodies_get_4xx_with_a_remedy_and_write_nothing(

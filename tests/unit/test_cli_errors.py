@@ -34,6 +34,10 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
         ({"m.yaml": "preset: tiny\n"}, ["m.yaml", "--space", "nope"], "no search space 'nope'"),
         ({"m.yaml": "preset: tiny\n"}, ["m.yaml", "--sampler", "bayes"], "--sampler 'bayes'"),
         ({}, ["missing.yaml"], "missing.yaml: no such file"),
+        ({"m.yaml": "preset: tiny\n"}, ["m.yaml", "--objective", "time_to_train"],
+         "--planned-tokens"),
+        ({"m.yaml": "preset: tiny\n"}, ["m.yaml", "--objective", "mtokens_per_usd"],
+         "--usd-per-gpu-hour"),
     ],
 )
 def test_tune_rejects_bad_input_and_writes_nothing(
