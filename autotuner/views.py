@@ -80,7 +80,7 @@ def best_view(study: Study, trials: Sequence[Trial]) -> dict[str, Any]:
     """The current best: the stored recommendation once finished, else computed live."""
     rec = study.recommendation
     if rec is None:
-        rec = recommend(trials, Objective(study.objective))
+        rec = recommend(trials, Objective(study.objective), options=study.options or {})
     done = sum(1 for t in trials if t.state == TrialState.COMPLETE)
     return {
         "study": study.id,
