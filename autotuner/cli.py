@@ -59,6 +59,16 @@ ServerOption = Annotated[
 ]
 StudyArg = Annotated[str, typer.Argument(help="Study id (or a unique prefix, or its name).")]
 
+GpusOption = Annotated[int, typer.Option("--gpus", min=1, help="GPUs per trial.")]
+TrialsOption = Annotated[
+    int | None, typer.Option("--trials", "-n", min=1, help="Stop after this many trials.")
+]
+MinutesOption = Annotated[
+    float | None, typer.Option("--minutes", "-m", min=0.1, help="Stop launching after this.")
+]
+SamplerOption = Annotated[str, typer.Option(help="tpe (default), random, grid or gp.")]
+SeedOption = Annotated[int, typer.Option(help="Sampler seed (same seed, same proposals).")]
+NameOption = Annotated[str | None, typer.Option(help="A name for the study.")]
 ObjectiveOption = Annotated[
     str,
     typer.Option(
@@ -146,21 +156,17 @@ def tune(
     space: Annotated[
         str, typer.Option("--space", "-s", help="Search space: a built-in name or a YAML file.")
     ] = "single-gpu-quick",
-    trials: Annotated[
-        int | None, typer.Option("--trials", "-n", min=1, help="Stop after this many trials.")
-    ] = None,
-    minutes: Annotated[
-        float | None, typer.Option("--minutes", "-m", min=0.1, help="Stop launching after this.")
-    ] = None,
-    gpus: Annotated[int, typer.Option("--gpus", min=1, help="GPUs per trial.")] = 1,
+    trials: TrialsOption = None,
+    minutes: MinutesOption = None,
+    gpus: GpusOption = 1,
     objective: ObjectiveOption = "tokens_per_s",
     usd_per_gpu_hour: UsdOption = None,
     planned_tokens: PlannedTokensOption = None,
     planned_hours: PlannedHoursOption = None,
     max_mem_gib: MaxMemOption = None,
-    sampler: Annotated[str, typer.Option(help="tpe (default), random, grid or gp.")] = "tpe",
-    seed: Annotated[int, typer.Option(help="Sampler seed (same seed, same proposals).")] = 0,
-    name: Annotated[str | None, typer.Option(help="A name for the study.")] = None,
+    sampler: SamplerOption = "tpe",
+    seed: SeedOption = 0,
+    name: NameOption = None,
     ray_address: Annotated[
         str | None,
         typer.Option(
@@ -319,21 +325,17 @@ def submit(
         str,
         typer.Option("--space", "-s", help="Search space: a built-in name or a YAML/JSON file."),
     ] = "single-gpu-quick",
-    gpus: Annotated[int, typer.Option("--gpus", min=1, help="GPUs per trial.")] = 1,
-    trials: Annotated[
-        int | None, typer.Option("--trials", "-n", min=1, help="Stop after this many trials.")
-    ] = None,
-    minutes: Annotated[
-        float | None, typer.Option("--minutes", "-m", min=0.1, help="Stop launching after this.")
-    ] = None,
+    gpus: GpusOption = 1,
+    trials: TrialsOption = None,
+    minutes: MinutesOption = None,
     objective: ObjectiveOption = "tokens_per_s",
     usd_per_gpu_hour: UsdOption = None,
     planned_tokens: PlannedTokensOption = None,
     planned_hours: PlannedHoursOption = None,
     max_mem_gib: MaxMemOption = None,
-    sampler: Annotated[str, typer.Option(help="tpe (default), random, grid or gp.")] = "tpe",
-    seed: Annotated[int, typer.Option(help="Sampler seed (same seed, same proposals).")] = 0,
-    name: Annotated[str | None, typer.Option(help="A name for the study.")] = None,
+    sampler: SamplerOption = "tpe",
+    seed: SeedOption = 0,
+    name: NameOption = None,
     server: ServerOption = None,
     db: DbOption = None,
     as_json: JsonFlag = False,
