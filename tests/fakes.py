@@ -10,8 +10,15 @@ from autotuner.executors.replay import Landscape
 from autotuner.spec import FailureClass, Fingerprint, TrialResult, TrialStatus
 
 FAKE_GPU = Fingerprint(
-    device_type="cuda", device_name="FakeGpu H200", device_count=1, compute_capability="9.0",
-    memory_total_gib=80.0, driver="0", cuda="13.0", torch="2.13.0", python="3.11",
+    device_type="cuda",
+    device_name="FakeGpu H200",
+    device_count=1,
+    compute_capability="9.0",
+    memory_total_gib=80.0,
+    driver="0",
+    cuda="13.0",
+    torch="2.13.0",
+    python="3.11",
     hostname="fake",
 )
 
@@ -35,8 +42,11 @@ def synthetic_landscape(
         limit = (64 if half else 32) * (2 if ckpt else 1)
         if mb > limit:
             result = TrialResult.failure(
-                FailureClass.OOM, "CUDA out of memory (synthetic)",
-                required_mem_gib=80.0 * mb / limit, memory_limit_gib=80.0, wall_s=5.0,
+                FailureClass.OOM,
+                "CUDA out of memory (synthetic)",
+                required_mem_gib=80.0 * mb / limit,
+                memory_limit_gib=80.0,
+                wall_s=5.0,
             )
         else:
             tps = 10_000.0 * (mb / (mb + 8)) * (1.8 if half else 1.0) * (0.75 if ckpt else 1.0)
@@ -44,9 +54,14 @@ def synthetic_landscape(
                 tps *= 1.03
             tps *= 1.0 + 0.002 * (zlib.crc32(str(sorted(p.items())).encode()) % 10) / 10
             result = TrialResult(
-                status=TrialStatus.OK, tokens_per_s=tps, tokens_per_s_min=tps * 0.99,
-                tokens_per_s_max=tps * 1.01, tokens_per_s_per_gpu=tps, peak_mem_gib=mb * 1.0,
-                fingerprint=FAKE_GPU, wall_s=10.0,
+                status=TrialStatus.OK,
+                tokens_per_s=tps,
+                tokens_per_s_min=tps * 0.99,
+                tokens_per_s_max=tps * 1.01,
+                tokens_per_s_per_gpu=tps,
+                peak_mem_gib=mb * 1.0,
+                fingerprint=FAKE_GPU,
+                wall_s=10.0,
             )
         entries.append((p, result))
     return Landscape(entries)
@@ -55,15 +70,27 @@ def synthetic_landscape(
 # --------------------------------------------------------------------------- a physical fake
 
 FAKE_H200 = Fingerprint(
-    device_type="cuda", device_name="FakeGpu H200", device_count=1, compute_capability="9.0",
-    memory_total_gib=139.8, driver="0", cuda="13.0", torch="2.13.0", python="3.11",
+    device_type="cuda",
+    device_name="FakeGpu H200",
+    device_count=1,
+    compute_capability="9.0",
+    memory_total_gib=139.8,
+    driver="0",
+    cuda="13.0",
+    torch="2.13.0",
+    python="3.11",
     hostname="fake",
 )
 # How the "true" memory of the fake GPU differs from the cost model's uncalibrated estimate:
 # the model must learn these from measured trials (that is what calibration is for).
 TRUE_MEMORY_FACTORS = {
-    "static": 1.1, "activations": 1.35, "activations_compiled": 0.9, "scores": 1.2,
-    "logits": 0.8, "logits_compiled": 0.7, "base": 3.0,
+    "static": 1.1,
+    "activations": 1.35,
+    "activations_compiled": 0.9,
+    "scores": 1.2,
+    "logits": 0.8,
+    "logits_compiled": 0.7,
+    "base": 3.0,
 }
 
 
@@ -100,10 +127,21 @@ def physical_landscape(
         crc = zlib.crc32(str(sorted(p.items())).encode())
         reason = incompatibility(k, target, model)
         if reason:
-            entries.append((p, TrialResult.failure(
-                FailureClass.UNSUPPORTED, reason, wall_s=4.0, fingerprint=fingerprint,
-                unsupported_knobs={"attention": k.attention.value, "precision": k.precision.value},
-            )))
+            entries.append(
+                (
+                    p,
+                    TrialResult.failure(
+                        FailureClass.UNSUPPORTED,
+                        reason,
+                        wall_s=4.0,
+                        fingerprint=fingerprint,
+                        unsupported_knobs={
+                            "attention": k.attention.value,
+                            "precision": k.precision.value,
+                        },
+                    ),
+                )
+            )
             continue
         est = estimate(model, k, on_cuda=True)
         peak = sum(v * TRUE_MEMORY_FACTORS[c] for c, v in est.components.items())
@@ -111,10 +149,19 @@ def physical_landscape(
         need = peak * 1.04 + 0.6
         compile_s = 0.0 if k.compile_mode == "none" else 40.0
         if need > limit_gib:
-            entries.append((p, TrialResult.failure(
-                FailureClass.OOM, "CUDA out of memory (fake)", required_mem_gib=1.5,
-                memory_limit_gib=limit_gib, wall_s=8.0 + compile_s, fingerprint=fingerprint,
-            )))
+            entries.append(
+                (
+                    p,
+                    TrialResult.failure(
+                        FailureClass.OOM,
+                        "CUDA out of memory (fake)",
+                        required_mem_gib=1.5,
+                        memory_limit_gib=limit_gib,
+                        wall_s=8.0 + compile_s,
+                        fingerprint=fingerprint,
+                    ),
+                )
+            )
             continue
         mb = k.micro_batch_size
         tps = 60_000.0 * mb / (mb + 6)
@@ -129,10 +176,22 @@ def physical_landscape(
         tps *= 1.02 if k.optimizer == "adamw-fused" else 1.0
         tps *= 1.03 if k.vocab_pad_multiple != 1 else 1.0
         tps *= 1.0 + 0.004 * ((crc % 5) - 2) / 2
-        entries.append((p, TrialResult(
-            status=TrialStatus.OK, tokens_per_s=tps, tokens_per_s_min=tps * 0.99,
-            tokens_per_s_max=tps * 1.01, tokens_per_s_per_gpu=tps, peak_mem_gib=peak,
-            peak_reserved_gib=peak * 1.04, memory_limit_gib=limit_gib, compile_s=compile_s,
-            fingerprint=fingerprint, wall_s=15.0 + compile_s,
-        )))
+        entries.append(
+            (
+                p,
+                TrialResult(
+                    status=TrialStatus.OK,
+                    tokens_per_s=tps,
+                    tokens_per_s_min=tps * 0.99,
+                    tokens_per_s_max=tps * 1.01,
+                    tokens_per_s_per_gpu=tps,
+                    peak_mem_gib=peak,
+                    peak_reserved_gib=peak * 1.04,
+                    memory_limit_gib=limit_gib,
+                    compile_s=compile_s,
+                    fingerprint=fingerprint,
+                    wall_s=15.0 + compile_s,
+                ),
+            )
+        )
     return Landscape(entries)

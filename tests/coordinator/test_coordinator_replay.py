@@ -19,14 +19,21 @@ KNOBS = {
     "checkpointing": ["none", "full"],
     "optimizer": ["adamw-foreach", "adamw-fused"],
 }
-SPACE = parse_space({
-    "name": "replay-test",
-    "knobs": KNOBS,
-    "fixed": {"attention": "efficient"},
-    "defaults": {"micro_batch_size": 16, "precision": "bf16"},
-    "rules": [{"if": {"checkpointing": ["full"]}, "then": {"micro_batch_size": [32, 64, 128]},
-               "why": "full checkpointing only pays off at large micro-batches"}],
-})
+SPACE = parse_space(
+    {
+        "name": "replay-test",
+        "knobs": KNOBS,
+        "fixed": {"attention": "efficient"},
+        "defaults": {"micro_batch_size": 16, "precision": "bf16"},
+        "rules": [
+            {
+                "if": {"checkpointing": ["full"]},
+                "then": {"micro_batch_size": [32, 64, 128]},
+                "why": "full checkpointing only pays off at large micro-batches",
+            }
+        ],
+    }
+)
 MODEL = ModelSpec.resolve({"preset": "tiny"})
 
 

@@ -17,8 +17,12 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
     full_env.pop("AUTOTUNER_DATABASE_URL", None)
     full_env.pop("AUTOTUNER_SERVER", None)
     return subprocess.run(
-        [sys.executable, "-m", "autotuner.cli", *args], capture_output=True, text=True,
-        cwd=REPO, env=full_env, timeout=60,
+        [sys.executable, "-m", "autotuner.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=full_env,
+        timeout=60,
     )
 
 
@@ -27,17 +31,29 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
     [
         ({"m.yaml": "preset: tiny\nseq_len: [1, 2\n"}, ["m.yaml"], "malformed YAML"),
         ({"m.yaml": "preset: tiny\nlayers: 3\n"}, ["m.yaml"], "layers: unknown field"),
-        ({"m.yaml": "preset: tiny\n", "s.yaml": "name: s\nknobs: {micro_batch: [1]}\n"},
-         ["m.yaml", "--space", "s.yaml"], "knobs.micro_batch: unknown knob"),
-        ({"m.yaml": "preset: tiny\n", "s.yaml": "name: s\nknobs: {precision: [bf16, fp12]}\n"},
-         ["m.yaml", "--space", "s.yaml"], "'fp12' is not a valid precision"),
+        (
+            {"m.yaml": "preset: tiny\n", "s.yaml": "name: s\nknobs: {micro_batch: [1]}\n"},
+            ["m.yaml", "--space", "s.yaml"],
+            "knobs.micro_batch: unknown knob",
+        ),
+        (
+            {"m.yaml": "preset: tiny\n", "s.yaml": "name: s\nknobs: {precision: [bf16, fp12]}\n"},
+            ["m.yaml", "--space", "s.yaml"],
+            "'fp12' is not a valid precision",
+        ),
         ({"m.yaml": "preset: tiny\n"}, ["m.yaml", "--space", "nope"], "no search space 'nope'"),
         ({"m.yaml": "preset: tiny\n"}, ["m.yaml", "--sampler", "bayes"], "--sampler 'bayes'"),
         ({}, ["missing.yaml"], "missing.yaml: no such file"),
-        ({"m.yaml": "preset: tiny\n"}, ["m.yaml", "--objective", "time_to_train"],
-         "--planned-tokens"),
-        ({"m.yaml": "preset: tiny\n"}, ["m.yaml", "--objective", "mtokens_per_usd"],
-         "--usd-per-gpu-hour"),
+        (
+            {"m.yaml": "preset: tiny\n"},
+            ["m.yaml", "--objective", "time_to_train"],
+            "--planned-tokens",
+        ),
+        (
+            {"m.yaml": "preset: tiny\n"},
+            ["m.yaml", "--objective", "mtokens_per_usd"],
+            "--usd-per-gpu-hour",
+        ),
     ],
 )
 def test_tune_rejects_bad_input_and_writes_nothing(

@@ -8,8 +8,12 @@ import sys
 import pytest
 
 CONTROL_PLANE = [
-    "autotuner.cli", "autotuner.coordinator", "autotuner.executors.ray_executor",
-    "autotuner.storage.repository", "autotuner.views", "autotuner.space",
+    "autotuner.cli",
+    "autotuner.coordinator",
+    "autotuner.executors.ray_executor",
+    "autotuner.storage.repository",
+    "autotuner.views",
+    "autotuner.space",
 ]
 
 

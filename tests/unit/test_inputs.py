@@ -22,15 +22,52 @@ def test_presets_resolve_and_overrides_apply() -> None:
     ("data", "needle"),
     [
         ({"preset": "gpt5"}, "unknown preset 'gpt5'; known presets"),
-        ({"family": "bert", "n_layer": 2, "d_model": 64, "n_head": 4, "vocab_size": 9,
-          "seq_len": 8}, "family"),
-        ({"family": "gpt2", "n_layer": 2, "d_model": 100, "n_head": 3, "vocab_size": 9,
-          "seq_len": 8}, "n_head=3 must divide d_model=100"),
-        ({"family": "gpt2", "n_layer": 0, "d_model": 64, "n_head": 4, "vocab_size": 9,
-          "seq_len": 8}, "n_layer: Input should be greater than 0"),
+        (
+            {
+                "family": "bert",
+                "n_layer": 2,
+                "d_model": 64,
+                "n_head": 4,
+                "vocab_size": 9,
+                "seq_len": 8,
+            },
+            "family",
+        ),
+        (
+            {
+                "family": "gpt2",
+                "n_layer": 2,
+                "d_model": 100,
+                "n_head": 3,
+                "vocab_size": 9,
+                "seq_len": 8,
+            },
+            "n_head=3 must divide d_model=100",
+        ),
+        (
+            {
+                "family": "gpt2",
+                "n_layer": 0,
+                "d_model": 64,
+                "n_head": 4,
+                "vocab_size": 9,
+                "seq_len": 8,
+            },
+            "n_layer: Input should be greater than 0",
+        ),
         ({"preset": "tiny", "n_layers": 4}, "n_layers: unknown field"),
-        ({"family": "llama", "n_layer": 2, "d_model": 64, "n_head": 4, "n_kv_head": 3,
-          "vocab_size": 9, "seq_len": 8}, "n_kv_head=3 must divide n_head=4"),
+        (
+            {
+                "family": "llama",
+                "n_layer": 2,
+                "d_model": 64,
+                "n_head": 4,
+                "n_kv_head": 3,
+                "vocab_size": 9,
+                "seq_len": 8,
+            },
+            "n_kv_head=3 must divide n_head=4",
+        ),
         ({"family": "gpt2", "n_layer": 2}, "missing"),
         (["not", "a", "mapping"], "must be a mapping"),
     ],
@@ -43,9 +80,16 @@ def test_bad_model_specs_name_the_field(data: object, needle: str) -> None:
 
 
 def test_hf_config_sizes_are_read(tmp_path: Path) -> None:
-    cfg = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 256,
-           "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 688,
-           "vocab_size": 1000, "max_position_embeddings": 128}
+    cfg = {
+        "model_type": "llama",
+        "num_hidden_layers": 4,
+        "hidden_size": 256,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "intermediate_size": 688,
+        "vocab_size": 1000,
+        "max_position_embeddings": 128,
+    }
     spec = parse_model_spec({"hf_config": cfg})
     assert spec.family == "hf" and spec.n_layer == 4 and spec.kv_heads == 2
 
@@ -70,18 +114,32 @@ def test_every_builtin_space_loads() -> None:
     ("data", "needle"),
     [
         ({"name": "x", "knobs": {"micro_batch": [1]}}, "knobs.micro_batch: unknown knob"),
-        ({"name": "x", "knobs": {"precision": ["bf16", "fp12"]}},
-         "knobs.precision: 'fp12' is not a valid precision"),
-        ({"name": "x", "knobs": {"micro_batch_size": [0, 1]}},
-         "knobs.micro_batch_size: 0 is not a valid micro_batch_size"),
+        (
+            {"name": "x", "knobs": {"precision": ["bf16", "fp12"]}},
+            "knobs.precision: 'fp12' is not a valid precision",
+        ),
+        (
+            {"name": "x", "knobs": {"micro_batch_size": [0, 1]}},
+            "knobs.micro_batch_size: 0 is not a valid micro_batch_size",
+        ),
         ({"name": "x", "knobs": {}}, "at least one knob"),
-        ({"name": "x", "knobs": {"micro_batch_size": [1, 2]}, "defaults": {"micro_batch_size": 4}},
-         "defaults.micro_batch_size: 4 is not one of"),
+        (
+            {
+                "name": "x",
+                "knobs": {"micro_batch_size": [1, 2]},
+                "defaults": {"micro_batch_size": 4},
+            },
+            "defaults.micro_batch_size: 4 is not one of",
+        ),
         ({"name": "x", "knobs": {"micro_batch_size": {"low": 8, "high": 2}}}, "low (8) must be"),
-        ({"name": "x", "knobs": {"grad_accum": [1, 2]}, "global_batch_tokens": 1024},
-         "global_batch_tokens derives grad_accum"),
-        ({"name": "x", "knobs": {"precision": ["bf16"]}, "measure": {"repeats": 0}},
-         "measure.repeats"),
+        (
+            {"name": "x", "knobs": {"grad_accum": [1, 2]}, "global_batch_tokens": 1024},
+            "global_batch_tokens derives grad_accum",
+        ),
+        (
+            {"name": "x", "knobs": {"precision": ["bf16"]}, "measure": {"repeats": 0}},
+            "measure.repeats",
+        ),
         ({"name": "x", "knobs": {"precision": ["bf16"]}, "colour": 1}, "colour: unknown field"),
     ],
 )
@@ -92,13 +150,14 @@ def test_bad_spaces_name_the_field(data: dict, needle: str) -> None:
 
 
 def test_unknown_space_lists_builtins() -> None:
-    with pytest.raises(SpaceError, match="built-ins: .*cpu-demo"):
+    with pytest.raises(SpaceError, match=r"built-ins: .*cpu-demo"):
         load_space("no-such-space")
 
 
 def test_global_batch_derives_accumulation() -> None:
-    space = parse_space({"name": "x", "knobs": {"micro_batch_size": [4, 8]},
-                         "global_batch_tokens": 65536})
+    space = parse_space(
+        {"name": "x", "knobs": {"micro_batch_size": [4, 8]}, "global_batch_tokens": 65536}
+    )
     model = parse_model_spec({"preset": "gpt2-124m"})
     assert space.knobs_for({"micro_batch_size": 8}, model, 1).grad_accum == 8
     assert space.knobs_for({"micro_batch_size": 4}, model, 2).grad_accum == 8
