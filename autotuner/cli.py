@@ -423,7 +423,8 @@ def _best_renderable(view: dict[str, Any]) -> Any:
     if rec.get("tokens_per_s_min") is not None:
         spread = f"  (repeats {rec['tokens_per_s_min']:,.0f} .. {rec['tokens_per_s_max']:,.0f})"
     table.add_row("tokens/s", f"{rec['tokens_per_s']:,.0f}{spread}")
-    if rec.get("tokens_per_s_per_gpu"):
+    on_gpu = (rec.get("fingerprint") or {}).get("device_type") == "cuda"
+    if rec.get("tokens_per_s_per_gpu") and on_gpu:  # a CPU trial has no GPU to divide by
         table.add_row("tokens/s per GPU", f"{rec['tokens_per_s_per_gpu']:,.0f}")
     table.add_row("MFU", f"{rec['mfu']:.1%}" if rec.get("mfu") is not None else "n/a (no peak)")
     if rec.get("peak_mem_gib") is not None:
