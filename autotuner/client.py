@@ -147,7 +147,15 @@ class LocalClient:
         from autotuner.storage.session import Database, resolve_database_url
 
         self.db = Database(resolve_database_url(db_url))
-        self.db.check()
+        self._schema_checked = False
+
+    @property
+    def _readable(self) -> Any:
+        """The database, once checked to exist at this version's schema (readers only)."""
+        if not self._schema_checked:
+            self.db.check_schema()
+            self._schema_checked = True
+        return self.db
 
     def submit(self, body: dict[str, Any]) -> dict[str, Any]:
         from pydantic import ValidationError
@@ -161,40 +169,41 @@ class LocalClient:
             request = StudyRequest.model_validate(body)
         except ValidationError as exc:
             raise UserError(describe_validation_error(exc)) from None
+        self.db.check()
         upgrade_database(self.db.url)
         return studies.submit_study(self.db, request)
 
     def studies(self, status: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
         from autotuner import studies
 
-        return studies.list_studies(self.db, status=status, limit=limit)
+        return studies.list_studies(self._readable, status=status, limit=limit)
 
     def study(self, ref: str) -> dict[str, Any]:
         from autotuner import studies
 
-        return studies.get_study(self.db, ref)
+        return studies.get_study(self._readable, ref)
 
     def trials(self, ref: str) -> list[dict[str, Any]]:
         from autotuner import studies
 
-        return studies.list_trials(self.db, ref)
+        return studies.list_trials(self._readable, ref)
 
     def trial(self, ref: str, number: int) -> dict[str, Any]:
         from autotuner import studies
 
-        return studies.get_trial(self.db, ref, number)
+        return studies.get_trial(self._readable, ref, number)
 
     def best(self, ref: str) -> dict[str, Any]:
         from autotuner import studies
 
-        return studies.get_best(self.db, ref)
+        return studies.get_best(self._readable, ref)
 
     def cancel(self, ref: str) -> dict[str, Any]:
         from autotuner import studies
 
-        return studies.cancel_study(self.db, ref)
+        return studies.cancel_study(self._readable, ref)
 
     def export(self, ref: str, fmt: str) -> str:
         from autotuner import studies
 
-        return studies.export_best(self.db, ref, fmt)
+        return studies.export_best(self._readable, ref, fmt)

@@ -192,8 +192,50 @@ class Database:
         except exc.DBAPIError as error:
             raise DatabaseUnavailable(_explain(self.url, error)) from error
 
+    def check_schema(self) -> None:
+        """For readers: the database exists and its schema is this version's; else a remedy.
+
+        Unlike `check()`, this never creates an SQLite file: reading from a database that no
+        study has written to yet is a mistake to explain, not an empty file to leave behind.
+        """
+        url = make_url(self.url)
+        file = url.database if url.get_backend_name() == "sqlite" else None
+        if file not in (None, "", ":memory:") and not Path(str(file)).exists():
+            raise DatabaseUnavailable(
+                f"no autotuner results at {file} yet: run `autotuner tune SPEC` "
+                f"(or `autotuner serve`) to create them, or {_REMEDY} to read another database"
+            )
+        self.check()
+        head = _head_revision()
+        try:
+            with self.engine.connect() as connection:
+                current = connection.execute(text("SELECT version_num FROM alembic_version"))
+                revisions = {row[0] for row in current}
+        except exc.DBAPIError:
+            revisions = set()
+        if not revisions:
+            raise DatabaseUnavailable(
+                f"the database at {redact(self.url)} has no autotuner tables: run "
+                f"`alembic -x db=URL upgrade head`, or `autotuner tune`/`autotuner serve`, which "
+                f"create them; or {_REMEDY} to read another database"
+            )
+        if head not in revisions:
+            raise DatabaseUnavailable(
+                f"the database at {redact(self.url)} is at schema revision "
+                f"{', '.join(sorted(revisions))} but this autotuner needs {head}: run "
+                f"`alembic -x db=URL upgrade head` (or start `autotuner serve`, which migrates)"
+            )
+
     def __repr__(self) -> str:
         return f"Database({redact(self.url)!r})"
+
+
+def _head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory(str(migrations_dir())).get_current_head()
+    assert head is not None
+    return head
 
 
 def _explain(url: str, error: exc.DBAPIError) -> str:

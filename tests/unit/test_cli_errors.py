@@ -88,3 +88,34 @@ def test_unknown_study_says_how_to_find_one(tmp_path: Path) -> None:
     proc = run_cli("best", "st-doesnotexist", "--db", url)
     assert proc.returncode == 2
     assert "st-doesnotexist" in proc.stderr
+
+
+def test_reading_a_database_no_study_wrote_explains_and_creates_nothing(tmp_path: Path) -> None:
+    db_file = tmp_path / "never.db"
+    for args in (["status"], ["best", "st-1234"], ["trials", "st-1234"]):
+        proc = run_cli(*args, "--db", f"sqlite:///{db_file}")
+        assert proc.returncode == 2, proc.stderr
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and "no autotuner results at" in lines[0], proc.stderr
+    assert not db_file.exists()
+
+
+@pytest.mark.postgres
+def test_reading_an_unmigrated_database_says_how_to_migrate(pg_empty_url: str) -> None:
+    proc = run_cli("status", "--db", pg_empty_url)
+    assert proc.returncode == 2, proc.stderr
+    assert "has no autotuner tables" in proc.stderr and "upgrade head" in proc.stderr
+
+
+def test_reading_an_older_schema_says_how_to_upgrade(tmp_path: Path) -> None:
+    import sqlite3
+
+    from autotuner.storage.session import upgrade_database
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    upgrade_database(url)
+    with sqlite3.connect(tmp_path / "old.db") as conn:  # pretend an older release wrote it
+        conn.execute("UPDATE alembic_version SET version_num = '0000_older'")
+    proc = run_cli("status", "--db", url)
+    assert proc.returncode == 2
+    assert "schema revision 0000_older" in proc.stderr and "upgrade head" in proc.stderr
