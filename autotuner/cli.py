@@ -154,8 +154,15 @@ def tune(
         str, typer.Argument(help="Model spec: a YAML/JSON file, or a preset name like gpt2-124m.")
     ],
     space: Annotated[
-        str, typer.Option("--space", "-s", help="Search space: a built-in name or a YAML file.")
-    ] = "single-gpu-quick",
+        str | None,
+        typer.Option(
+            "--space",
+            "-s",
+            help="Search space: a built-in name or a YAML file. Default: single-gpu-quick when "
+            "the cluster has GPUs, cpu-demo when it has none.",
+            show_default=False,
+        ),
+    ] = None,
     trials: TrialsOption = None,
     minutes: MinutesOption = None,
     gpus: GpusOption = 1,
@@ -188,7 +195,7 @@ def tune(
 
     # Validate everything before anything is written.
     model = load_model_spec(spec)
-    search_space = load_space(space)
+    search_space = load_space(space) if space is not None else None
     try:
         obj = Objective(objective)
     except ValueError:
@@ -217,6 +224,12 @@ def tune(
     from autotuner.executors.ray_executor import RayExecutor
     from autotuner.storage.repository import StudyRepo
 
+    if not as_json:
+        err.print("starting Ray...", style="dim")
+    executor = RayExecutor(ray_address)
+    if search_space is None:  # the default suits the hardware the trials will run on
+        on_gpu = executor.target().device_type == "cuda"
+        search_space = load_space("single-gpu-quick" if on_gpu else "cpu-demo")
     owner = default_owner()
     study_id = create_study(
         database,
@@ -232,13 +245,11 @@ def tune(
         options=options,
     )
     # Take the study's lease at once: a service sharing this database must not adopt the
-    # queued study while Ray starts here.
+    # queued study before this process starts running it.
     with database.session() as s:
         StudyRepo(s).try_acquire(study_id, owner, 300.0)
     if not as_json:
         err.print(f"study [bold]{study_id}[/]: {model.describe()}; space {search_space.name}")
-        err.print("starting Ray...", style="dim")
-    executor = RayExecutor(ray_address)
     progress = _TuneProgress(trials, quiet=as_json)
     runner = StudyRunner(database, study_id, executor, owner=owner, on_event=progress.on_event)
     try:
