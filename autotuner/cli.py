@@ -258,8 +258,11 @@ def tune(
     except KeyboardInterrupt:
         err.print(f"interrupted; resume or inspect with: autotuner trials {study_id}")
         raise typer.Exit(130) from None
-    from autotuner.studies import get_best
+    from autotuner.studies import get_best, get_study
 
+    failed = get_study(database, study_id)
+    if failed["status"] == "failed":
+        raise UserError(f"study {study_id} failed: {failed['error_message']}")
     _show_best(get_best(database, study_id), as_json)
 
 

@@ -140,6 +140,15 @@ class StudyRunner:
             for lost in TrialRepo(s).mark_lost(self.study_id, heartbeat_older_than=far_future):
                 self.on_event(Event("lost", lost.number, lost.params, TrialState.LOST))
         self.target = self.executor.target()
+        too_big = self.target.device_type == "cuda" and self.gpus_per_trial > self.target.gpus_total
+        if too_big:
+            # It could never be scheduled: say so and stop, rather than wait forever for GPUs.
+            self._fail_study(
+                f"each trial asks for {self.gpus_per_trial} GPUs but the cluster has "
+                f"{self.target.gpus_total}; resubmit with --gpus {self.target.gpus_total} "
+                f"or fewer, or add GPU workers to the cluster"
+            )
+            return
         self.optuna = new_study(self.space, self.sampler_name, self.seed)
         self.distributions = distributions(self.space)
         # Rules, cost model, seeding, re-measurement and early stop (autotuner/policy.py).
@@ -471,6 +480,16 @@ class StudyRunner:
                 raise RuntimeError(
                     f"lost the lease on study {self.study_id} to another coordinator"
                 )
+
+    def _fail_study(self, message: str) -> None:
+        with self.db.session() as s:
+            studies = StudyRepo(s)
+            studies.set_status(
+                studies.require(self.study_id), StudyStatus.FAILED, error_message=message
+            )
+            studies.release(self.study_id, self.owner)
+        self.done = True
+        self.on_event(Event("done", state=StudyStatus.FAILED, message=message))
 
     def _finish_study(self, status: StudyStatus) -> None:
         with self.db.session() as s:

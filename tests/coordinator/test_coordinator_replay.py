@@ -129,3 +129,16 @@ def test_cancel_stops_the_study(db: Database) -> None:
     assert runner.done
     with db.session() as s:
         assert StudyRepo(s).require(runner.study_id).status == StudyStatus.CANCELLED
+
+
+def test_a_study_wanting_more_gpus_than_the_cluster_has_fails_with_the_fix(db: Database) -> None:
+    study_id = create_study(db, model=MODEL, space=SPACE, max_trials=5, gpus_per_trial=4)
+    executor = ReplayExecutor(synthetic_landscape(KNOBS), list(KNOBS), slots=2)
+    runner = StudyRunner(db, study_id, executor, poll_s=0.0)
+    runner.run()  # returns at once instead of waiting for GPUs that will never be free
+    assert runner.done and not executor.submitted
+    with db.session() as s:
+        study = StudyRepo(s).require(study_id)
+        assert study.status == StudyStatus.FAILED and study.owner is None
+        assert "asks for 4 GPUs but the cluster has 2" in (study.error_message or "")
+        assert "--gpus 2" in (study.error_message or "")
