@@ -177,8 +177,8 @@ class StudyRunner:
                 observations.append(obs)
                 if t.state != TrialState.PRUNED:
                     self.measured[canonical_params(t.params)] = obs
-                retryable = t.state in (TrialState.FAILED, TrialState.LOST)
-                if retryable and t.attempt == 1 and not t.retried:
+                failed = t.state in (TrialState.FAILED, TrialState.LOST)
+                if failed and _retried_once(t.purpose, t.attempt) and not t.retried:
                     self.retry_queue.append((t.params, t.number))
             replay(self.optuna, self.space, observations)
         if not trials:
@@ -400,8 +400,7 @@ class StudyRunner:
             else:
                 state = TrialState.FAILED
                 obs = Observation(flight.params, None)
-                # A re-measurement is not retried: its plan moves on (autotuner/policy.py).
-                retry = flight.attempt == 1 and flight.purpose != "remeasure"
+                retry = _retried_once(flight.purpose, flight.attempt)
             self._finish_trial(
                 flight, state, result, fclass, result.error_message, None, completed.worker
             )
@@ -507,6 +506,15 @@ class StudyRunner:
             studies.release(self.study_id, self.owner)
         self.done = True
         self.on_event(Event("done", state=status))
+
+
+def _retried_once(purpose: str, attempt: int) -> bool:
+    """Whether an infra failure (timeout, crash, lost) of this trial earns its one retry.
+
+    A re-measurement does not: its interleaved plan moves on (autotuner/policy.py). The same
+    rule holds in process and after a restart.
+    """
+    return attempt == 1 and purpose != "remeasure"
 
 
 def _aware(value: dt.datetime) -> dt.datetime:

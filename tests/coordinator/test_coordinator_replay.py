@@ -142,3 +142,21 @@ def test_a_study_wanting_more_gpus_than_the_cluster_has_fails_with_the_fix(db: D
         assert study.status == StudyStatus.FAILED and study.owner is None
         assert "asks for 4 GPUs but the cluster has 2" in (study.error_message or "")
         assert "--gpus 2" in (study.error_message or "")
+
+
+def test_a_remeasurement_lost_in_a_restart_is_not_retried(db: Database) -> None:
+    runner, executor = _runner(db, trials=12)  # 12: the last 2 go to re-measurement
+    runner.start()
+    while not any(f.purpose == "remeasure" for f in runner.in_flight.values()):
+        assert not runner.done, "the study should reach its re-measurement phase"
+        runner.step()
+    lost_number = next(iter(runner.in_flight.values())).number
+    with db.session() as s:  # the coordinator dies here, its re-measurement in flight
+        StudyRepo(s).release(runner.study_id, runner.owner)
+    StudyRunner(db, runner.study_id, executor, poll_s=0.0).run()
+    with db.session() as s:
+        trials = TrialRepo(s).list(runner.study_id)
+        lost = [t for t in trials if t.number == lost_number]
+        assert lost[0].state == TrialState.LOST and lost[0].purpose == "remeasure"
+        assert not [t for t in trials if t.retry_of == lost_number]
+        assert StudyRepo(s).require(runner.study_id).status == StudyStatus.COMPLETED
