@@ -23,6 +23,18 @@ FAKE_GPU = Fingerprint(
 )
 
 
+def measured(tps: float, **extra: object) -> TrialResult:
+    """An ok result as a fake GPU measures it: median `tps`, repeats within +-1%."""
+    return TrialResult(
+        status=TrialStatus.OK,
+        tokens_per_s=tps,
+        tokens_per_s_min=tps * 0.99,
+        tokens_per_s_max=tps * 1.01,
+        tokens_per_s_per_gpu=tps,
+        **extra,
+    )
+
+
 def synthetic_landscape(
     knobs: dict[str, list[Any]], *, seed_best: dict[str, Any] | None = None
 ) -> Landscape:
@@ -53,16 +65,7 @@ def synthetic_landscape(
             if p.get("optimizer") == "adamw-fused":
                 tps *= 1.03
             tps *= 1.0 + 0.002 * (zlib.crc32(str(sorted(p.items())).encode()) % 10) / 10
-            result = TrialResult(
-                status=TrialStatus.OK,
-                tokens_per_s=tps,
-                tokens_per_s_min=tps * 0.99,
-                tokens_per_s_max=tps * 1.01,
-                tokens_per_s_per_gpu=tps,
-                peak_mem_gib=mb * 1.0,
-                fingerprint=FAKE_GPU,
-                wall_s=10.0,
-            )
+            result = measured(tps, peak_mem_gib=mb * 1.0, fingerprint=FAKE_GPU, wall_s=10.0)
         entries.append((p, result))
     return Landscape(entries)
 
@@ -179,12 +182,8 @@ def physical_landscape(
         entries.append(
             (
                 p,
-                TrialResult(
-                    status=TrialStatus.OK,
-                    tokens_per_s=tps,
-                    tokens_per_s_min=tps * 0.99,
-                    tokens_per_s_max=tps * 1.01,
-                    tokens_per_s_per_gpu=tps,
+                measured(
+                    tps,
                     peak_mem_gib=peak,
                     peak_reserved_gib=peak * 1.04,
                     memory_limit_gib=limit_gib,

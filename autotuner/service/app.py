@@ -185,21 +185,14 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         return detail(422, _validation_detail(exc))
 
-    @app.exception_handler(Conflict)
-    async def _conflict(request: Request, exc: Conflict) -> JSONResponse:
-        return detail(409, str(exc))
+    # Errors that carry their own remedy: the message goes to the client as it is.
+    remedy_errors = ((Conflict, 409), (UserError, 422), (StudyNotFound, 404), (NotFound, 404))
+    for error_type, status in remedy_errors:
 
-    @app.exception_handler(UserError)
-    async def _user(request: Request, exc: UserError) -> JSONResponse:
-        return detail(422, str(exc))
+        async def _remedy(request: Request, exc: Exception, status: int = status) -> JSONResponse:
+            return detail(status, str(exc))
 
-    @app.exception_handler(StudyNotFound)
-    async def _no_study(request: Request, exc: StudyNotFound) -> JSONResponse:
-        return detail(404, str(exc))
-
-    @app.exception_handler(NotFound)
-    async def _not_found(request: Request, exc: NotFound) -> JSONResponse:
-        return detail(404, str(exc))
+        app.add_exception_handler(error_type, _remedy)
 
     async def _db_down(request: Request, exc: Exception) -> JSONResponse:
         # The driver's message names host and user: log it, don't send it.

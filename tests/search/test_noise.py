@@ -8,9 +8,8 @@ import zlib
 
 from autotuner.executors.replay import Landscape
 from autotuner.space import parse_space
-from autotuner.spec import TrialResult, TrialStatus
 from autotuner.storage.models import TrialState
-from tests.fakes import FAKE_H200
+from tests.fakes import FAKE_H200, measured
 
 KNOBS = {
     "micro_batch_size": [8, 16, 32, 64],
@@ -32,12 +31,8 @@ def _landscape(optimizer_effect: float = 0.0) -> Landscape:
         entries.append(
             (
                 p,
-                TrialResult(
-                    status=TrialStatus.OK,
-                    tokens_per_s=tps,
-                    tokens_per_s_min=tps * 0.99,
-                    tokens_per_s_max=tps * 1.01,
-                    tokens_per_s_per_gpu=tps,
+                measured(
+                    tps,
                     peak_mem_gib=mb * 0.5,
                     fingerprint=FAKE_H200,
                     wall_s=20.0,
