@@ -131,16 +131,14 @@ def _user_facing(exc: Exception) -> bool:
     return False
 
 
-def _open_db(db_url: str | None, *, migrate: bool) -> Any:
-    from autotuner.storage.session import Database, resolve_database_url
+def _open_db_for_writing(db_url: str | None) -> Any:
+    """The results database, reachable and migrated to this version's schema."""
+    from autotuner.storage.session import Database, resolve_database_url, upgrade_database
 
     url = resolve_database_url(db_url)
     db = Database(url)
     db.check()
-    if migrate:
-        from autotuner.storage.session import upgrade_database
-
-        upgrade_database(url)
+    upgrade_database(url)
     return db
 
 
@@ -218,7 +216,7 @@ def tune(
         raise UserError(message) from None
     if trials is None and minutes is None:
         trials = 20
-    database = _open_db(db, migrate=True)
+    database = _open_db_for_writing(db)
 
     from autotuner.coordinator import StudyRunner, create_study, default_owner
     from autotuner.executors.ray_executor import RayExecutor

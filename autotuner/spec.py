@@ -440,10 +440,6 @@ class TrialResult(_Record):
         return (self.tokens_per_s_max - self.tokens_per_s_min) / 2 / self.tokens_per_s
 
 
-def dumps(record: BaseModel) -> str:
-    return record.model_dump_json()
-
-
 def canonical_params(params: dict[str, Any]) -> str:
     """A stable string for a knob assignment (dedupe, landscape lookups)."""
     return json.dumps(params, sort_keys=True, separators=(",", ":"), default=str)
