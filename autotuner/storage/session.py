@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -125,7 +127,7 @@ def configure_sqlite(engine: Engine, *, foreign_keys: bool) -> None:
         dbapi_connection.isolation_level = None  # we emit BEGIN ourselves (below)
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA journal_mode = WAL")
+        _enable_wal(cursor)
         cursor.execute("PRAGMA synchronous = NORMAL")  # durable enough with WAL, much faster
         cursor.execute(f"PRAGMA foreign_keys = {'ON' if foreign_keys else 'OFF'}")
         cursor.close()
@@ -133,6 +135,25 @@ def configure_sqlite(engine: Engine, *, foreign_keys: bool) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _enable_wal(cursor: Any) -> None:
+    """Switch the file to WAL (a persistent property of the file: usually already done).
+
+    Switching needs an exclusive lock, and SQLite answers "database is locked" at once rather
+    than waiting on the busy timeout when several processes open a new file together (seen in
+    CI with four concurrent migrations): retry for a while instead.
+    """
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def json_dumps(value: Any) -> str:
