@@ -43,15 +43,15 @@ import optuna
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autotuner.coordinator import StudyRunner, create_study
-from autotuner.costmodel import CostModel
 from autotuner.executors.base import Target
 from autotuner.executors.replay import Landscape, ReplayExecutor
-from autotuner.policy import PLAIN_SAMPLER_OPTIONS, Z_PRUNE, Prune, SearchPolicy
+from autotuner.options import PLAIN_SAMPLER, StudyOptions
 from autotuner.presets import MODEL_PRESETS
-from autotuner.rules import incompatibility
-from autotuner.search import distributions
-from autotuner.space import IntRange, SearchSpace, load_space, parse_space
+from autotuner.search.costmodel import CostModel
+from autotuner.search.policy import Z_PRUNE, Prune, SearchPolicy
+from autotuner.search.rules import incompatibility
+from autotuner.search.sampler import distributions
+from autotuner.search.space import IntRange, SearchSpace, load_space, parse_space
 from autotuner.spec import (
     FailureClass,
     Knobs,
@@ -63,13 +63,14 @@ from autotuner.spec import (
 from autotuner.storage.models import TrialState
 from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database, dispose_engines, upgrade_database
+from autotuner.study.coordinator import StudyRunner, create_study
 
 WITHIN = 0.02
-PLAIN = PLAIN_SAMPLER_OPTIONS
-STRATEGIES: dict[str, tuple[str, dict[str, Any]]] = {
-    "ours": ("tpe", {}),
+PLAIN = PLAIN_SAMPLER
+STRATEGIES: dict[str, tuple[str, StudyOptions]] = {
+    "ours": ("tpe", StudyOptions()),
     # Ablation: ours without any seed (rules, cost model, early stop, TPE from scratch).
-    "ours-noseed": ("tpe", {"expert_seed": False, "history_seeds": 0}),
+    "ours-noseed": ("tpe", StudyOptions(expert_seed=False, history_seeds=0)),
     "tpe": ("tpe", PLAIN),
     "random": ("random", PLAIN),
     "grid": ("grid", PLAIN),
@@ -252,7 +253,7 @@ def run_once(
         max_trials=budget,
         sampler=sampler,
         seed=seed,
-        options=dict(options),
+        options=options,
     )
     executor = ReplayExecutor(landscape, list(space.knobs), target=target)
     runner = StudyRunner(db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600)

@@ -116,9 +116,9 @@ def physical_landscape(
     compile time), reduce-overhead +15%, checkpointing -25% (selective -10%), fused AdamW +2%,
     vocab padding to 64 +3%; micro-batch saturates; a 1% repeat spread.
     """
-    from autotuner.costmodel import estimate
     from autotuner.executors.base import Target
-    from autotuner.rules import incompatibility
+    from autotuner.search.costmodel import estimate
+    from autotuner.search.rules import incompatibility
     from autotuner.spec import Knobs
 
     target = Target.from_fingerprint(fingerprint)

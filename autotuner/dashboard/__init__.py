@@ -3,7 +3,7 @@
 Server-rendered HTML (Jinja2) with the page's data embedded as JSON and drawn by Chart.js
 (vendored under static/, MIT licence), so it works on a cluster with no internet access. Each
 page also answers `?format=json` with the same data, which the page polls to redraw as trials
-land. The JSON shapes are `autotuner.views`', shared with the API and the CLI.
+land. The JSON shapes are `autotuner.study.views`', shared with the API and the CLI.
 
 Mount with `app.include_router(dashboard.router)` and `app.mount("/static", dashboard.static)`;
 the app must set `app.state.db` to an `autotuner.storage.session.Database`.
@@ -21,7 +21,7 @@ from fastapi.templating import Jinja2Templates
 
 from autotuner.dashboard.charts import knob_effects, pareto_front
 from autotuner.storage.repository import StudyNotFound, StudyRepo, TrialRepo
-from autotuner.views import best_view, study_view, trial_view
+from autotuner.study.views import best_view, study_view, trial_view
 
 _HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=str(_HERE / "templates"))

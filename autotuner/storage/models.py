@@ -31,6 +31,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from autotuner.options import StudyOptions
+
 # JSONB on Postgres (indexable, compact), plain JSON on SQLite. none_as_null: a Python None is
 # stored as SQL NULL (so `result IS NULL` means "no result"), not as the JSON literal `null`.
 JsonType = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
@@ -47,6 +49,22 @@ NAMING_CONVENTION = {
 
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
+
+
+class OptionsJson(TypeDecorator[StudyOptions]):
+    """A study's options: `StudyOptions` in Python, its non-default fields as JSON in the row.
+
+    The model is the only way options are written, so reading validates them again: a row that
+    does not load is a bug, not user input."""
+
+    impl = JsonType
+    cache_ok = True
+
+    def process_bind_param(self, value: StudyOptions | None, dialect: Dialect) -> Any:
+        return (value or StudyOptions()).stored()
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> StudyOptions:
+        return StudyOptions.model_validate(value or {})
 
 
 class UtcDateTime(TypeDecorator[dt.datetime]):
@@ -119,7 +137,7 @@ class Study(Base):
     gpus_per_trial: Mapped[int] = mapped_column(Integer, default=1)
     sampler: Mapped[str] = mapped_column(String(32), default="tpe")
     seed: Mapped[int] = mapped_column(Integer, default=0)
-    options: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)  # price, ceilings...
+    options: Mapped[StudyOptions] = mapped_column(OptionsJson, default=StudyOptions)
     # Single writer: the coordinator that owns the study renews this lease while it runs it.
     owner: Mapped[str | None] = mapped_column(String(64))
     lease_expires_at: Mapped[dt.datetime | None]

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.util import identity_key
 
+from autotuner.options import StudyOptions
 from autotuner.spec import Fingerprint
 from autotuner.storage.models import Study, StudyStatus, Trial, TrialState, utcnow
 
@@ -89,7 +90,7 @@ class StudyRepo:
         gpus_per_trial: int = 1,
         sampler: str = "tpe",
         seed: int = 0,
-        options: dict[str, Any] | None = None,
+        options: StudyOptions | None = None,
     ) -> Study:
         """A new queued study with a fresh id `st-xxxxxxxx`."""
         _fits("study name", name, 200, "use a shorter name")
@@ -105,7 +106,7 @@ class StudyRepo:
             gpus_per_trial=gpus_per_trial,
             sampler=sampler,
             seed=seed,
-            options=dict(options or {}),
+            options=options or StudyOptions(),
             created_at=utcnow(),
         )
         self.session.add(study)

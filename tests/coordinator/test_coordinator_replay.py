@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from autotuner.coordinator import StudyRunner, create_study
 from autotuner.executors.replay import ReplayExecutor
-from autotuner.space import parse_space
+from autotuner.search.space import parse_space
 from autotuner.spec import ModelSpec
 from autotuner.storage.models import StudyStatus, TrialState
 from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
+from autotuner.study.coordinator import StudyRunner, create_study
 from tests.fakes import synthetic_landscape
 
 KNOBS = {

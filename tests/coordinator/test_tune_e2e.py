@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from autotuner.space import load_space
+from autotuner.search.space import load_space
 from autotuner.spec import ModelSpec, TrialConfig, TrialStatus
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,11 +6,11 @@ import pytest
 from fastapi import FastAPI
 
 from autotuner import dashboard
-from autotuner.coordinator import StudyRunner, create_study
 from autotuner.executors.replay import ReplayExecutor
-from autotuner.space import parse_space
+from autotuner.search.space import parse_space
 from autotuner.spec import ModelSpec
 from autotuner.storage.session import Database
+from autotuner.study.coordinator import StudyRunner, create_study
 from tests.fakes import synthetic_landscape
 
 KNOBS = {"micro_batch_size": [8, 16, 32, 64, 128], "precision": ["fp32", "bf16"]}

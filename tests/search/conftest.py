@@ -8,14 +8,15 @@ from typing import Any
 
 import pytest
 
-from autotuner.coordinator import StudyRunner, create_study
 from autotuner.executors.base import Target
 from autotuner.executors.replay import Landscape, ReplayExecutor
-from autotuner.space import SearchSpace, parse_space
+from autotuner.options import StudyOptions
+from autotuner.search.space import SearchSpace, parse_space
 from autotuner.spec import ModelSpec
 from autotuner.storage.models import Trial
 from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
+from autotuner.study.coordinator import StudyRunner, create_study
 from tests.fakes import FAKE_H200, physical_landscape
 
 GPT2 = ModelSpec.resolve({"preset": "gpt2-124m"})
@@ -60,7 +61,7 @@ def run_study() -> Run:
         trials: int = 30,
         sampler: str = "tpe",
         seed: int = 0,
-        options: dict[str, Any] | None = None,
+        options: StudyOptions | dict[str, Any] | None = None,
         noise_rel: float = 0.0,
         objective: Any = None,
     ) -> tuple[StudyRunner, ReplayExecutor, list[Trial], dict[str, Any] | None]:
@@ -73,7 +74,9 @@ def run_study() -> Run:
             max_trials=trials,
             sampler=sampler,
             seed=seed,
-            options=options or {},
+            options=options
+            if isinstance(options, StudyOptions)
+            else StudyOptions(**(options or {})),
             **kwargs,
         )
         executor = ReplayExecutor(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import random
 
-from autotuner.costmodel import CostModel, error_summary, estimate, sequential_errors
 from autotuner.flops import flops_per_token, param_count
-from autotuner.policy import PLAIN_SAMPLER_OPTIONS
-from autotuner.search import FEASIBLE
+from autotuner.options import PLAIN_SAMPLER, StudyOptions
+from autotuner.search.costmodel import CostModel, error_summary, estimate, sequential_errors
+from autotuner.search.sampler import FEASIBLE
 from autotuner.spec import FailureClass, Knobs, TrialResult
 from autotuner.storage.models import TrialState
 from tests.search.conftest import GPT2, gpt2_landscape, gpt2_space
@@ -106,9 +106,9 @@ def test_ours_launches_fewer_ooms_than_plain_tpe_and_random(db, run_study) -> No
     space, landscape = gpt2_space(knobs), gpt2_landscape(knobs)
     ooms: dict[str, int] = {}
     for name, sampler, options in (
-        ("ours", "tpe", {}),
-        ("tpe", "tpe", PLAIN_SAMPLER_OPTIONS),
-        ("random", "random", PLAIN_SAMPLER_OPTIONS),
+        ("ours", "tpe", StudyOptions()),
+        ("tpe", "tpe", PLAIN_SAMPLER),
+        ("random", "random", PLAIN_SAMPLER),
     ):
         ooms[name] = 0
         for seed in range(4):

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from autotuner.objective import Objective, check_options, objective_value
-from autotuner.search import FEASIBLE
+from autotuner.options import StudyOptions
+from autotuner.search.objective import Objective, check_options, objective_value
+from autotuner.search.sampler import FEASIBLE
 from autotuner.spec import TrialResult, TrialStatus
 from autotuner.storage.models import TrialState
 from tests.search.conftest import gpt2_space
@@ -27,20 +28,24 @@ def _ok(tps: float, compile_s: float = 0.0, peak: float = 10.0) -> TrialResult:
 
 def test_time_to_train_charges_compile_time_over_the_planned_run() -> None:
     eager, compiled = _ok(100_000.0), _ok(112_000.0, compile_s=60.0)
-    short = {"planned_tokens": 2e7}  # ~3 minutes: a minute of compiling does not pay off
-    long = {"planned_tokens": 1e11}  # ~11 days: it does
+    short = StudyOptions(planned_tokens=2e7)  # ~3 minutes: a minute of compiling does not pay off
+    long = StudyOptions(planned_tokens=1e11)  # ~11 days: it does
     tt = Objective.TIME_TO_TRAIN
     assert objective_value(tt, eager, 1, short) > objective_value(tt, compiled, 1, short)
     assert objective_value(tt, eager, 1, long) < objective_value(tt, compiled, 1, long)
     hours = {"planned_hours": 1.0}
-    assert objective_value(tt, compiled, 1, hours) == pytest.approx(112_000 * (3600 - 60) / 3600)
-    assert objective_value(Objective.MTOKENS_PER_USD, eager, 2, {"usd_per_gpu_hour": 2.0}) == (
-        pytest.approx(100_000 / 1e6 / (4.0 / 3600))
+    assert objective_value(tt, compiled, 1, StudyOptions(**hours)) == pytest.approx(
+        112_000 * (3600 - 60) / 3600
     )
+    assert objective_value(
+        Objective.MTOKENS_PER_USD, eager, 2, StudyOptions(usd_per_gpu_hour=2.0)
+    ) == (pytest.approx(100_000 / 1e6 / (4.0 / 3600)))
     with pytest.raises(ValueError, match="planned_tokens"):
-        check_options(tt, {})
+        check_options(tt, StudyOptions())
     with pytest.raises(ValueError, match="usd_per_gpu_hour"):
-        check_options(Objective.MTOKENS_PER_USD, {"usd_per_gpu_hour": 0})
+        check_options(Objective.MTOKENS_PER_USD, StudyOptions())
+    with pytest.raises(ValueError, match="greater than 0"):
+        StudyOptions(usd_per_gpu_hour=0)
 
 
 def test_time_to_train_study_prefers_eager_for_a_short_run(db, run_study) -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 from autotuner.executors.base import Target
 from autotuner.executors.replay import Landscape
-from autotuner.rules import incompatibility
+from autotuner.search.rules import incompatibility
 from autotuner.spec import FailureClass, Knobs, ModelSpec, TrialResult
 from autotuner.storage.models import TrialState
 from tests.search.conftest import GPT2, H200, gpt2_landscape
@@ -114,8 +114,8 @@ def test_learned_rules_survive_a_restart(db, run_study) -> None:
     runner, _, _, _ = run_study(
         db, landscape=landscape, trials=30, seed=3, options={"expert_seed": False}
     )
-    from autotuner.coordinator import StudyRunner
     from autotuner.executors.replay import ReplayExecutor
+    from autotuner.study.coordinator import StudyRunner
 
     again = StudyRunner(db, runner.study_id, ReplayExecutor(landscape, list(runner.space.knobs)))
     with db.session() as s:  # reopen the finished study as if it had been interrupted

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from autotuner.costmodel import CostModel
 from autotuner.executors.base import Target
+from autotuner.search.costmodel import CostModel
 from autotuner.spec import Knobs
 from autotuner.storage.session import Database
 from tests.search.conftest import GPT2, H200, gpt2_space
@@ -79,7 +79,7 @@ def test_winners_from_another_gpu_or_family_are_not_used(any_db, run_study) -> N
         any_db, trials=4, seed=6, target=other_gpu, options={"neighbour_seeds": False}
     )
     assert runner.policy.seeds(any_db) == [runner.policy.expert_params()]
-    from autotuner.seeding import Seeder
+    from autotuner.search.seeding import Seeder
 
     llama = runner.policy  # the same policy for a Llama model: nothing from GPT-2 studies
     llama.model = llama.model.model_copy(update={"family": "llama"})

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from autotuner.executors.base import Target
-from autotuner.objective import Objective
-from autotuner.policy import SearchPolicy
-from autotuner.space import SpaceError, builtin_space_names, load_space
+from autotuner.options import StudyOptions
+from autotuner.search.objective import Objective
+from autotuner.search.policy import SearchPolicy
+from autotuner.search.space import SpaceError, builtin_space_names, load_space
 from tests.search.conftest import GPT2, H200
 
 
@@ -25,7 +26,7 @@ def test_builtin_spaces_load_and_seed_a_runnable_expert_default(name: str) -> No
         target=target,
         gpus_per_trial=gpus,
         objective=Objective.TOKENS_PER_S,
-        options={},
+        options=StudyOptions(),
     )
     expert = policy.expert_params()
     assert set(expert) == set(space.knobs)

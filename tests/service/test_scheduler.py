@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from autotuner.coordinator import StudyRunner, create_study
 from autotuner.executors.replay import ReplayExecutor
-from autotuner.service.scheduler import Scheduler
-from autotuner.space import parse_space
+from autotuner.search.space import parse_space
 from autotuner.spec import ModelSpec
 from autotuner.storage.models import StudyStatus, TrialState
 from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
+from autotuner.study.coordinator import StudyRunner, create_study
+from autotuner.study.scheduler import Scheduler
 from tests.fakes import synthetic_landscape
 from tests.service.conftest import KNOBS, REPLAY_SPACE
 

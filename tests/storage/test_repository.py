@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from autotuner.options import StudyOptions
 from autotuner.spec import (
     FailureClass,
     Fingerprint,
@@ -73,7 +74,7 @@ def _run(db: Database, study_id: str, **kwargs: Any) -> Trial:
 
 
 def test_create_study(db: Database, make_study: MakeStudy) -> None:
-    study = make_study(name="gpt2 on h200", options={"price_per_gpu_hour": 3.5})
+    study = make_study(name="gpt2 on h200", options=StudyOptions(usd_per_gpu_hour=3.5))
     assert study.id.startswith("st-") and len(study.id) == 11
     int(study.id[3:], 16)
     with db.session() as session:
@@ -86,7 +87,7 @@ def test_create_study(db: Database, make_study: MakeStudy) -> None:
             0,
             1,
         )
-        assert loaded.options == {"price_per_gpu_hour": 3.5}
+        assert loaded.options == StudyOptions(usd_per_gpu_hour=3.5)
         assert loaded.model_spec == {"preset": "tiny"}
         assert loaded.created_at.tzinfo == dt.UTC
         assert loaded.owner is None and loaded.recommendation is None

@@ -25,11 +25,11 @@ import optuna
 from optuna.trial import TrialState as OptunaState
 
 from autotuner.executors.base import Completed, Executor
-from autotuner.objective import Objective, objective_value
-from autotuner.policy import Prune, SearchPolicy
-from autotuner.recommend import recommend
-from autotuner.search import Observation, distributions, new_study, replay, tell
-from autotuner.space import SearchSpace
+from autotuner.options import StudyOptions
+from autotuner.search.objective import Objective, objective_value
+from autotuner.search.policy import Prune, SearchPolicy
+from autotuner.search.sampler import Observation, distributions, new_study, replay, tell
+from autotuner.search.space import SearchSpace
 from autotuner.spec import (
     Device,
     FailureClass,
@@ -43,6 +43,7 @@ from autotuner.spec import (
 from autotuner.storage.models import Study, StudyStatus, Trial, TrialState
 from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
+from autotuner.study.recommend import recommend
 
 # How many proposals in a row may be ruled out or repeat a measured config before we conclude
 # the sampler has nothing new to offer (a small space fully explored).
@@ -127,7 +128,7 @@ class StudyRunner:
             self.max_trials = study.max_trials
             self.max_minutes = study.max_minutes
             self.gpus_per_trial = study.gpus_per_trial
-            self.options = dict(study.options or {})
+            self.options = study.options
             self.sampler_name, self.seed = study.sampler, study.seed
             if study.status in (StudyStatus.COMPLETED, StudyStatus.CANCELLED, StudyStatus.FAILED):
                 self.done = True
@@ -533,7 +534,7 @@ def create_study(
     gpus_per_trial: int = 1,
     sampler: str = "tpe",
     seed: int = 0,
-    options: dict[str, Any] | None = None,
+    options: StudyOptions | None = None,
 ) -> str:
     """Record a new study (status queued) and return its id."""
     if max_trials is None and max_minutes is None:
@@ -549,6 +550,6 @@ def create_study(
             gpus_per_trial=gpus_per_trial,
             sampler=sampler,
             seed=seed,
-            options=options or {},
+            options=options,
         )
         return study.id

@@ -1,8 +1,8 @@
 """Study operations shared by the HTTP API and the CLI on a local database.
 
-Each function is one unit of work on a `Database` and returns the `autotuner.views` JSON shape,
-so `autotuner status --server URL` and `autotuner status --db URL` print the same thing from the
-same code. Validation happens before anything is written: a rejected submit leaves no row.
+Each function is one unit of work on a `Database` and returns the `autotuner.study.views` JSON
+shape, so `autotuner status --server URL` and `autotuner status --db URL` print the same thing
+from the same code. Validation happens before anything is written: a rejected submit leaves no row.
 """
 
 from __future__ import annotations
@@ -12,9 +12,15 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from autotuner.inputs import UserError, describe_validation_error, parse_model_spec
-from autotuner.service.schemas import EXPORT_FORMATS, StudyRequest
-from autotuner.space import SearchSpace, SpaceError, builtin_space_names, load_space, spaces_dir
+from autotuner.search.space import (
+    SearchSpace,
+    SpaceError,
+    builtin_space_names,
+    load_space,
+    spaces_dir,
+)
 from autotuner.spec import ModelSpec
+from autotuner.study.request import EXPORT_FORMATS, StudyRequest
 
 if TYPE_CHECKING:
     from autotuner.executors.base import Target
@@ -44,7 +50,7 @@ def resolve_space(value: dict[str, Any] | str) -> SearchSpace:
     """An inline space mapping, or a built-in space by name (never a file path: this runs on
     the server, where a path would read the server's files)."""
     if isinstance(value, dict):
-        from autotuner.space import parse_space
+        from autotuner.search.space import parse_space
 
         return parse_space(value, source="space")
     names = builtin_space_names()
@@ -62,12 +68,6 @@ def validate_request(
     """Everything a study needs, checked before anything is written."""
     model = resolve_model(req.model)
     space = resolve_space(req.space)
-    from autotuner.objective import check_options
-
-    try:
-        check_options(req.objective, req.options.model_dump(exclude_none=True))
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
     try:
         space.knobs_for(space.seed_params(), model, req.gpus_per_trial)
     except ValidationError as exc:
@@ -90,7 +90,7 @@ def validate_request(
 def submit_study(db: Database, req: StudyRequest, target: Target | None = None) -> dict[str, Any]:
     """Validate and record a new queued study; a coordinator picks it up."""
     model, space = validate_request(req, target)
-    from autotuner.coordinator import create_study
+    from autotuner.study.coordinator import create_study
 
     study_id = create_study(
         db,
@@ -103,7 +103,7 @@ def submit_study(db: Database, req: StudyRequest, target: Target | None = None) 
         gpus_per_trial=req.gpus_per_trial,
         sampler=req.sampler,
         seed=req.seed,
-        options=req.options.model_dump(exclude_none=True),
+        options=req.options,
     )
     return get_study(db, study_id)
 
@@ -116,7 +116,7 @@ def list_studies(db: Database, *, status: str | None = None, limit: int = 100) -
 
     from autotuner.storage.models import StudyStatus, Trial
     from autotuner.storage.repository import StudyRepo
-    from autotuner.views import study_view
+    from autotuner.study.views import study_view
 
     if status is not None and status not in {s.value for s in StudyStatus}:
         raise UserError(
@@ -138,7 +138,7 @@ def list_studies(db: Database, *, status: str | None = None, limit: int = 100) -
 
 def get_study(db: Database, ref: str) -> dict[str, Any]:
     from autotuner.storage.repository import StudyRepo, TrialRepo
-    from autotuner.views import study_view
+    from autotuner.study.views import study_view
 
     with db.session() as s:
         study = StudyRepo(s).require(ref)
@@ -147,7 +147,7 @@ def get_study(db: Database, ref: str) -> dict[str, Any]:
 
 def list_trials(db: Database, ref: str) -> list[dict[str, Any]]:
     from autotuner.storage.repository import StudyRepo, TrialRepo
-    from autotuner.views import trial_view
+    from autotuner.study.views import trial_view
 
     with db.session() as s:
         study = StudyRepo(s).require(ref)
@@ -156,7 +156,7 @@ def list_trials(db: Database, ref: str) -> list[dict[str, Any]]:
 
 def get_trial(db: Database, ref: str, number: int) -> dict[str, Any]:
     from autotuner.storage.repository import StudyRepo, TrialRepo
-    from autotuner.views import trial_view
+    from autotuner.study.views import trial_view
 
     with db.session() as s:
         study = StudyRepo(s).require(ref)
@@ -172,7 +172,7 @@ def get_trial(db: Database, ref: str, number: int) -> dict[str, Any]:
 
 def get_best(db: Database, ref: str) -> dict[str, Any]:
     from autotuner.storage.repository import StudyRepo, TrialRepo
-    from autotuner.views import best_view
+    from autotuner.study.views import best_view
 
     with db.session() as s:
         study = StudyRepo(s).require(ref)
@@ -181,9 +181,9 @@ def get_best(db: Database, ref: str) -> dict[str, Any]:
 
 def export_best(db: Database, ref: str, fmt: str) -> str:
     """The best config as text in `fmt` (json, yaml, env or torchrun)."""
-    from autotuner.export import render
     from autotuner.storage.repository import StudyRepo, TrialRepo
-    from autotuner.views import best_view
+    from autotuner.study.export import render
+    from autotuner.study.views import best_view
 
     if fmt not in EXPORT_FORMATS:
         raise UserError(f"format {fmt!r}: choose one of {', '.join(EXPORT_FORMATS)}")
@@ -204,7 +204,7 @@ def cancel_study(db: Database, ref: str) -> dict[str, Any]:
     """Cancel a queued or running study. Its coordinator stops its trials within a step."""
     from autotuner.storage.models import Study, StudyStatus
     from autotuner.storage.repository import StudyRepo, TrialRepo
-    from autotuner.views import study_view
+    from autotuner.study.views import study_view
 
     with db.session() as s:
         studies = StudyRepo(s)

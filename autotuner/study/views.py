@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from autotuner.objective import Objective
-from autotuner.recommend import recommend
+from autotuner.search.objective import Objective
 from autotuner.storage.models import Study, Trial, TrialState
+from autotuner.study.recommend import recommend
 
 
 def _iso(value: Any) -> str | None:
@@ -80,7 +80,7 @@ def best_view(study: Study, trials: Sequence[Trial]) -> dict[str, Any]:
     """The current best: the stored recommendation once finished, else computed live."""
     rec = study.recommendation
     if rec is None:
-        rec = recommend(trials, Objective(study.objective), options=study.options or {})
+        rec = recommend(trials, Objective(study.objective), options=study.options)
     done = sum(1 for t in trials if t.state == TrialState.COMPLETE)
     return {
         "study": study.id,

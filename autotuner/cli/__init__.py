@@ -12,10 +12,13 @@ import sys
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from autotuner.options import StudyOptions
 from rich.table import Table
 
 app = typer.Typer(
@@ -92,8 +95,26 @@ MaxMemOption = Annotated[
 ]
 
 
-def _study_options(**values: float | None) -> dict[str, float]:
-    return {k: v for k, v in values.items() if v is not None}
+def _study_options(**values: float | None) -> StudyOptions:
+    """The options a command's flags set, validated; errors name the flag (`--max-mem-gib`)."""
+    from pydantic import ValidationError
+
+    from autotuner.inputs import UserError, describe_validation_error
+    from autotuner.options import StudyOptions
+
+    try:
+        return StudyOptions.model_validate({k: v for k, v in values.items() if v is not None})
+    except ValidationError as exc:
+        raise UserError(_as_flags(describe_validation_error(exc))) from None
+
+
+def _as_flags(message: str) -> str:
+    # The same checks serve the API (options.x) and these commands (--x): speak in flags.
+    return re.sub(
+        r"(?:options\.)?\b(usd_per_gpu_hour|planned_tokens|planned_hours|max_mem_gib)\b",
+        lambda m: "--" + m.group(1).replace("_", "-"),
+        message,
+    )
 
 
 def friendly_errors(fn: F) -> F:
@@ -123,7 +144,7 @@ def _user_facing(exc: Exception) -> bool:
     for module, name in (
         ("autotuner.storage.repository", "StudyNotFound"),
         ("autotuner.storage.session", "DatabaseUnavailable"),
-        ("autotuner.studies", "NotFound"),
+        ("autotuner.study.operations", "NotFound"),
     ):
         loaded = sys.modules.get(module)
         if loaded is not None and isinstance(exc, getattr(loaded, name)):
@@ -187,9 +208,9 @@ def tune(
     otherwise. Without a GPU, trials run a small model on the CPU through the same code path.
     """
     from autotuner.inputs import UserError, load_model_spec
-    from autotuner.objective import Objective, check_options
-    from autotuner.search import SAMPLERS
-    from autotuner.space import load_space
+    from autotuner.search.objective import Objective, check_options
+    from autotuner.search.sampler import SAMPLERS
+    from autotuner.search.space import load_space
 
     # Validate everything before anything is written.
     model = load_model_spec(spec)
@@ -211,16 +232,14 @@ def tune(
     try:
         check_options(obj, options)
     except ValueError as exc:
-        # The same check serves the API (options.x) and this command (--x): speak in flags.
-        message = re.sub(r"options\.(\w+)", lambda m: "--" + m.group(1).replace("_", "-"), str(exc))
-        raise UserError(message) from None
+        raise UserError(_as_flags(str(exc))) from None
     if trials is None and minutes is None:
         trials = 20
     database = _open_db_for_writing(db)
 
-    from autotuner.coordinator import StudyRunner, create_study, default_owner
     from autotuner.executors.ray_executor import RayExecutor
     from autotuner.storage.repository import StudyRepo
+    from autotuner.study.coordinator import StudyRunner, create_study, default_owner
 
     if not as_json:
         err.print("starting Ray...", style="dim")
@@ -256,7 +275,7 @@ def tune(
     except KeyboardInterrupt:
         err.print(f"interrupted; resume or inspect with: autotuner trials {study_id}")
         raise typer.Exit(130) from None
-    from autotuner.studies import get_best, get_study
+    from autotuner.study.operations import get_best, get_study
 
     failed = get_study(database, study_id)
     if failed["status"] == "failed":
@@ -322,7 +341,7 @@ class _TuneProgress:
 
 
 def _backend(server: str | None, db: str | None) -> Any:
-    from autotuner.client import connect
+    from autotuner.cli.client import connect
 
     return connect(server, db)
 
@@ -375,8 +394,8 @@ def submit(
         planned_hours=planned_hours,
         max_mem_gib=max_mem_gib,
     )
-    if options:
-        body["options"] = options
+    if options.stored():
+        body["options"] = options.stored()
     view = _backend(server, db).submit(body)
     if as_json:
         print(json.dumps(view, indent=2, default=str))
@@ -642,7 +661,7 @@ def export(
     db: DbOption = None,
 ) -> None:
     """Write the recommended config in a form you can use."""
-    from autotuner.service.schemas import EXPORT_FORMATS
+    from autotuner.study.request import EXPORT_FORMATS
 
     if fmt not in EXPORT_FORMATS:
         from autotuner.inputs import UserError
@@ -709,7 +728,7 @@ def serve(
 
     import uvicorn
 
-    from autotuner.service.app import ServiceSettings, create_app
+    from autotuner.api.app import ServiceSettings, create_app
     from autotuner.storage.session import resolve_database_url
 
     token = os.environ.get("AUTOTUNER_TOKEN") or None
@@ -752,7 +771,7 @@ def serve(
 @app.command()
 def spaces() -> None:
     """List the built-in search spaces."""
-    from autotuner.space import builtin_space_names, load_space
+    from autotuner.search.space import builtin_space_names, load_space
 
     table = Table(title="Built-in search spaces (use with --space NAME)")
     table.add_column("name", style="bold")
@@ -765,12 +784,8 @@ def spaces() -> None:
     out.print(table)
 
 
-app.add_typer(__import__("autotuner.bench_cli", fromlist=["app"]).app, name="bench")
+app.add_typer(__import__("autotuner.cli.bench", fromlist=["app"]).app, name="bench")
 
 
 def main() -> None:
     app()
-
-
-if __name__ == "__main__":
-    main()

@@ -21,7 +21,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState as OptunaState
 
-from autotuner.space import IntRange, SearchSpace
+from autotuner.search.space import IntRange, SearchSpace
 
 FEASIBLE = "feasible"  # the one constraint key: <= 0 feasible, > 0 violated
 SAMPLERS = ("tpe", "random", "grid", "gp")

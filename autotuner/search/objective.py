@@ -19,8 +19,8 @@ and is never recommended.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
 
+from autotuner.options import StudyOptions
 from autotuner.spec import TrialResult
 
 
@@ -41,30 +41,23 @@ class Objective(StrEnum):
         }[self]
 
 
-def check_options(objective: Objective, options: dict[str, Any]) -> None:
-    """Raise ValueError with the fix when an objective lacks the options it needs."""
-    if objective == Objective.MTOKENS_PER_USD and not _positive(options.get("usd_per_gpu_hour")):
+def check_options(objective: Objective, options: StudyOptions) -> None:
+    """Raise ValueError with the fix when an objective lacks the options it needs.
+
+    The message names options as `options.x`; the CLI shows them as its `--x` flags."""
+    if objective == Objective.MTOKENS_PER_USD and not options.usd_per_gpu_hour:
         raise ValueError("objective mtokens_per_usd needs options.usd_per_gpu_hour (a price > 0)")
     if objective == Objective.TIME_TO_TRAIN and not (
-        _positive(options.get("planned_tokens")) or _positive(options.get("planned_hours"))
+        options.planned_tokens or options.planned_hours
     ):
         raise ValueError(
             "objective time_to_train needs the run's length: options.planned_tokens (e.g. 2e9) "
             "or options.planned_hours (e.g. 24)"
         )
-    if "max_mem_gib" in options and not _positive(options.get("max_mem_gib")):
-        raise ValueError("options.max_mem_gib must be a number of GiB > 0")
-
-
-def _positive(value: Any) -> bool:
-    try:
-        return value is not None and float(value) > 0
-    except (TypeError, ValueError):
-        return False
 
 
 def objective_value(
-    objective: Objective, result: TrialResult, num_gpus: int, options: dict[str, Any]
+    objective: Objective, result: TrialResult, num_gpus: int, options: StudyOptions
 ) -> float:
     """The number the search maximises for one ok result."""
     assert result.tokens_per_s is not None
@@ -75,11 +68,12 @@ def objective_value(
     check_options(objective, options)
     if objective == Objective.TIME_TO_TRAIN:
         return result.tokens_per_s * train_efficiency(result, options)
-    usd_per_s = float(options["usd_per_gpu_hour"]) * max(num_gpus, 1) / 3600.0
+    assert options.usd_per_gpu_hour is not None  # check_options
+    usd_per_s = options.usd_per_gpu_hour * max(num_gpus, 1) / 3600.0
     return result.tokens_per_s / 1e6 / usd_per_s
 
 
-def train_efficiency(result: TrialResult, options: dict[str, Any]) -> float:
+def train_efficiency(result: TrialResult, options: StudyOptions) -> float:
     """Fraction of the planned run spent training rather than compiling (0..1].
 
     Only compile time is charged: warm-up steps train the model like any other step, and the
@@ -87,23 +81,23 @@ def train_efficiency(result: TrialResult, options: dict[str, Any]) -> float:
     """
     assert result.tokens_per_s
     compile_s = result.compile_s or 0.0
-    if _positive(options.get("planned_tokens")):
-        train_s = float(options["planned_tokens"]) / result.tokens_per_s
+    if options.planned_tokens:
+        train_s = options.planned_tokens / result.tokens_per_s
         return train_s / (train_s + compile_s)
-    run_s = float(options["planned_hours"]) * 3600.0
+    run_s = (options.planned_hours or 0.0) * 3600.0
     return max(run_s - compile_s, 0.0) / run_s or 1e-9
 
 
-def time_to_train_h(result: TrialResult, options: dict[str, Any]) -> float | None:
+def time_to_train_h(result: TrialResult, options: StudyOptions) -> float | None:
     """Hours the planned run takes with this config (compile included), when planned_tokens."""
-    if not result.tokens_per_s or not _positive(options.get("planned_tokens")):
+    if not result.tokens_per_s or not options.planned_tokens:
         return None
-    return (float(options["planned_tokens"]) / result.tokens_per_s + (result.compile_s or 0)) / 3600
+    return (options.planned_tokens / result.tokens_per_s + (result.compile_s or 0)) / 3600
 
 
-def memory_violation(result: TrialResult, options: dict[str, Any]) -> float:
+def memory_violation(result: TrialResult, options: StudyOptions) -> float:
     """How far a measured peak is over options.max_mem_gib (peak / ceiling - 1); 0 if under."""
-    ceiling = options.get("max_mem_gib")
-    if ceiling is None or not _positive(ceiling) or result.peak_mem_gib is None:
+    ceiling = options.max_mem_gib
+    if ceiling is None or result.peak_mem_gib is None:
         return 0.0
-    return max(result.peak_mem_gib / float(ceiling) - 1.0, 0.0)
+    return max(result.peak_mem_gib / ceiling - 1.0, 0.0)

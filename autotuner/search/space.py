@@ -215,7 +215,7 @@ def _check_value(where: str, knob: str, value: Any) -> None:
 def spaces_dir() -> Path:
     """Built-in spaces ship in the repo's search_spaces/ (override with AUTOTUNER_SPACES_DIR)."""
     env = os.environ.get("AUTOTUNER_SPACES_DIR")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "search_spaces"
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "search_spaces"
 
 
 def builtin_space_names() -> list[str]:

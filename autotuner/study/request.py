@@ -1,8 +1,7 @@
-"""The API's request bodies, validated at the edge with size limits.
+"""A study request: what `submit` (API and CLI) and `tune` ask for, validated with size limits.
 
-A request that fails here is answered 422 with a message naming the field and the fix, and
-nothing is written. The response bodies are the `autotuner.views` shapes, the same JSON the CLI
-prints with `--json`.
+A request that fails here is answered 422 (API) or one `error:` line (CLI) naming the field and
+the fix, and nothing is written.
 """
 
 from __future__ import annotations
@@ -11,9 +10,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from autotuner.objective import Objective
+from autotuner.options import StudyOptions
+from autotuner.search.objective import Objective, check_options
 
-SAMPLERS = ("tpe", "random", "grid", "gp")  # autotuner.search.SAMPLERS, without importing optuna
+SAMPLERS = (
+    "tpe",
+    "random",
+    "grid",
+    "gp",
+)  # = search.sampler.SAMPLERS, without optuna
 EXPORT_FORMATS = ("json", "yaml", "env", "torchrun")
 MAX_TRIALS = 10_000
 MAX_MINUTES = 7 * 24 * 60.0
@@ -24,41 +29,6 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class StudyOptions(_Strict):
-    """Per-study options beside the search itself."""
-
-    usd_per_gpu_hour: float | None = Field(
-        default=None, gt=0, le=10_000, description="Price of one GPU hour, for cost objectives."
-    )
-    planned_tokens: float | None = Field(
-        default=None, gt=0, le=1e16, description="Length of the real run, for time_to_train."
-    )
-    planned_hours: float | None = Field(
-        default=None, gt=0, le=1e5, description="Or the run's length in hours, for time_to_train."
-    )
-    max_mem_gib: float | None = Field(
-        default=None, gt=0, le=1e5, description="Memory ceiling: configs above it are infeasible."
-    )
-    early_stop_patience: int | None = Field(
-        default=None,
-        ge=0,
-        le=10_000,
-        description="Stop after this many trials without improvement beyond noise (0: never).",
-    )
-    remeasure_top: int | None = Field(
-        default=None, ge=0, le=10, description="Top candidates re-measured before recommending."
-    )
-    remeasure_rounds: int | None = Field(
-        default=None, ge=0, le=10, description="Interleaved re-measurement rounds (A B A B)."
-    )
-    history_seeds: int | None = Field(
-        default=None, ge=0, le=50, description="Earlier winners (same GPU and family) tried first."
-    )
-    neighbour_seeds: bool | None = Field(
-        default=None, description="Also seed the expert default's nearest alternatives."
-    )
 
 
 class StudyRequest(_Strict):
@@ -85,11 +55,7 @@ class StudyRequest(_Strict):
     def _check(self) -> StudyRequest:
         if self.max_trials is None and self.max_minutes is None:
             raise ValueError("a study needs a budget: give max_trials, max_minutes or both")
-        if self.objective == Objective.MTOKENS_PER_USD and not self.options.usd_per_gpu_hour:
-            raise ValueError(
-                "objective mtokens_per_usd needs options.usd_per_gpu_hour (the price of one "
-                "GPU hour in US dollars)"
-            )
+        check_options(self.objective, self.options)
         for field, value in (("model", self.model), ("space", self.space)):
             if isinstance(value, str) and not _is_name(value):
                 raise ValueError(

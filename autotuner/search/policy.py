@@ -15,11 +15,7 @@ this class owns the judgement, one study at a time:
 - **finish**: stop early once no trial has improved beyond noise for `patience` trials, then
   re-measure the top candidates in fresh processes, interleaved A B A B, before recommending.
 
-Options (study `options`, all optional; the ablation switches exist for the replay benchmark):
-`rules`, `cost_model`, `expert_seed` (bools, default true), `history_seeds` (earlier winners to
-try, default 3), `remeasure_top` (default 2), `remeasure_rounds` (default 2),
-`early_stop_patience` (default 24; 0 disables), `neighbour_seeds` (default true),
-`max_mem_gib` (memory ceiling).
+Options: `autotuner.options.StudyOptions` (one typed model; its defaults live there).
 """
 
 from __future__ import annotations
@@ -27,13 +23,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from autotuner.costmodel import CostModel, error_summary, sequential_errors
 from autotuner.executors.base import Target
 from autotuner.flops import flops_per_token, param_count
-from autotuner.objective import Objective, memory_violation
-from autotuner.rules import LearnedRules, incompatibility
-from autotuner.search import Observation
-from autotuner.space import IntRange, SearchSpace
+from autotuner.options import StudyOptions
+from autotuner.search.costmodel import CostModel, error_summary, sequential_errors
+from autotuner.search.objective import Objective, memory_violation, objective_value
+from autotuner.search.rules import LearnedRules, incompatibility
+from autotuner.search.sampler import Observation
+from autotuner.search.seeding import Seeder
+from autotuner.search.space import IntRange, SearchSpace
 from autotuner.spec import (
     Checkpointing,
     FailureClass,
@@ -50,21 +48,8 @@ from autotuner.storage.session import Database
 # the limit: a config pruned by mistake is lost to the search, one launched by mistake costs a
 # short failed trial.
 Z_PRUNE = 1.64
-# 24, not 12: on the H200 replay stress test (best config removed) patience 12 stopped 30% of
-# runs before they reached the best; 24 stopped none and cost no extra trials to get there.
-DEFAULT_PATIENCE = 24
 REMEASURE_SHARE = 5  # at most 1/5 of a trial budget goes to re-measurement
 SEARCH_TIME_SHARE = 0.85  # with a time budget, the search stops here and re-measuring begins
-
-# Every guard off: the sampler alone (the replay benchmark's baselines).
-PLAIN_SAMPLER_OPTIONS = {
-    "rules": False,
-    "cost_model": False,
-    "expert_seed": False,
-    "history_seeds": 0,
-    "remeasure_top": 0,
-    "early_stop_patience": 0,
-}
 
 # A pruned config that would run, but that another config beats for sure (error_class).
 DOMINATED = "dominated"
@@ -89,24 +74,23 @@ class SearchPolicy:
         target: Target,
         gpus_per_trial: int,
         objective: Objective,
-        options: dict[str, Any],
+        options: StudyOptions,
     ) -> None:
         self.space, self.model, self.target = space, model, target
         self.gpus = gpus_per_trial
         self.objective = objective
         self.options = options
-        self.use_rules = bool(options.get("rules", True))
-        self.use_cost_model = bool(options.get("cost_model", True))
-        self.use_expert_seed = bool(options.get("expert_seed", True))
-        self.history_seeds = int(options.get("history_seeds", 3))
-        self.remeasure_top = int(options.get("remeasure_top", 2))
-        self.remeasure_rounds = int(options.get("remeasure_rounds", 2))
-        self.patience = int(options.get("early_stop_patience", DEFAULT_PATIENCE))
+        self.use_rules = options.rules
+        self.use_cost_model = options.cost_model
+        self.use_expert_seed = options.expert_seed
+        self.history_seeds = options.history_seeds
+        self.remeasure_top = options.remeasure_top
+        self.remeasure_rounds = options.remeasure_rounds
+        self.patience = options.early_stop_patience
         self.on_cuda = target.device_type != "cpu"
         limits = [x for x in (space.measure.memory_limit_gib, target.memory_gib) if x]
         self.limit_gib = min(limits) if limits else None
-        ceiling = options.get("max_mem_gib")
-        self.ceiling_gib: float | None = float(ceiling) if ceiling else None
+        self.ceiling_gib = options.max_mem_gib
         self.cost = CostModel(
             model, num_gpus=max(gpus_per_trial, 1), on_cuda=self.on_cuda, limit_gib=self.limit_gib
         )
@@ -282,8 +266,6 @@ class SearchPolicy:
         return None
 
     def _value(self, result: TrialResult) -> float | None:
-        from autotuner.objective import objective_value
-
         if result.status != TrialStatus.OK or memory_violation(result, self.options) > 0:
             return None
         try:
@@ -308,16 +290,24 @@ class SearchPolicy:
     def seeds(self, db: Database) -> list[dict[str, Any]]:
         """Params to enqueue first (autotuner/seeding.py): the expert default, earlier winners
         on this GPU and model family, then the expert's closest alternatives."""
-        from autotuner.seeding import Seeder
-
-        seeds = Seeder(self).seeds(db)
+        seeds = self._seeder().seeds(db)
         self.seed_keys = {canonical_params(p) for p in seeds}
         return seeds
 
     def expert_params(self) -> dict[str, Any]:
-        from autotuner.seeding import Seeder
+        return self._seeder().expert_params()
 
-        return Seeder(self).expert_params()
+    def _seeder(self) -> Seeder:
+        return Seeder(
+            space=self.space,
+            model=self.model,
+            target=self.target,
+            gpus=self.gpus,
+            options=self.options,
+            cost=self.cost,
+            limit_gib=self.limit_gib,
+            screen=self.screen,
+        )
 
     def purpose(self, params: dict[str, Any]) -> str:
         return "seed" if canonical_params(params) in self.seed_keys else "search"

@@ -9,29 +9,23 @@ database outage is 503 (retry); nothing a client sends can make the service writ
 
 from __future__ import annotations
 
-import hmac
 import logging
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Annotated
 
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from autotuner.api.deps import MAX_BODY_BYTES, BodySizeLimit
 from autotuner.inputs import UserError
 from autotuner.storage.repository import StudyNotFound
 from autotuner.storage.session import Database, redact, upgrade_database
-from autotuner.studies import Conflict, NotFound
+from autotuner.study.operations import Conflict, NotFound
 
 log = logging.getLogger("autotuner.service")
-
-MAX_BODY_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -40,7 +34,7 @@ class ServiceSettings:
 
     db_url: str
     token: str | None = None
-    executor: str = "ray"  # or replay:FILE (see autotuner.service.executors)
+    executor: str = "ray"  # or replay:FILE (see autotuner.executors.factory)
     ray_address: str | None = None
     owner: str | None = None  # the coordinator's lease owner id; default serve@host:port
     port: int = 8000
@@ -57,103 +51,6 @@ class ServiceSettings:
         # service takes its studies back at once instead of waiting for its old leases to
         # expire. Two live services can't share it: they can't listen on one host:port.
         return (self.owner or f"serve@{socket.gethostname()}:{self.port}")[:64]
-
-
-# --------------------------------------------------------------------------- edge checks
-
-
-class BodySizeLimit:
-    """Refuse request bodies over `max_bytes` with 413, by header and while streaming."""
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        length = dict(scope["headers"]).get(b"content-length")
-        if length is not None:
-            try:
-                too_big = int(length) > self.max_bytes
-            except ValueError:
-                await _send_json(send, 400, "Content-Length is not a number")
-                return
-            if too_big:
-                await self._refuse(send)
-                return
-        received = 0
-        started = False
-
-        async def limited_receive() -> Message:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise _TooLarge(self.max_bytes)
-            return message
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, limited_receive, tracking_send)
-        except _TooLarge:
-            if not started:
-                await self._refuse(send)
-
-    async def _refuse(self, send: Send) -> None:
-        await _send_json(send, 413, _TooLarge(self.max_bytes).detail)
-
-
-class _TooLarge(HTTPException):
-    # An HTTPException, so FastAPI's body reader passes it through (it turns any other error
-    # while reading into a generic 400) and the client gets the 413 with its remedy.
-    def __init__(self, max_bytes: int) -> None:
-        super().__init__(
-            413,
-            f"request body over {max_bytes // 1024} KiB; send a smaller model spec or space "
-            "(a space lists knob values, not configurations)",
-        )
-
-
-async def _send_json(send: Send, status: int, detail: str) -> None:
-    import json
-
-    body = json.dumps({"detail": detail}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"connection", b"close")],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
-_bearer = HTTPBearer(auto_error=False, description="The service's AUTOTUNER_TOKEN")
-
-
-def require_token(
-    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-) -> None:
-    """Mutating calls need `Authorization: Bearer <AUTOTUNER_TOKEN>` when the service has one."""
-    token: str | None = request.app.state.settings.token
-    if not token:
-        return
-    given = credentials.credentials if credentials is not None else ""
-    # Constant-time: the comparison must not reveal how much of a guess was right.
-    if not hmac.compare_digest(given.encode(), token.encode()):
-        raise StarletteHTTPException(
-            401,
-            "this call changes state and needs the service's token: send "
-            "'Authorization: Bearer <token>'",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
 
 
 # --------------------------------------------------------------------------- errors
@@ -176,7 +73,7 @@ def _validation_detail(exc: RequestValidationError) -> str:
 
 
 def _install_error_handlers(app: FastAPI) -> None:
-    from autotuner.service.scheduler import DB_ERRORS
+    from autotuner.study.scheduler import DB_ERRORS
 
     def detail(status: int, message: str) -> JSONResponse:
         return JSONResponse({"detail": message}, status_code=status)
@@ -221,7 +118,7 @@ def _install_error_handlers(app: FastAPI) -> None:
 
 def create_app(settings: ServiceSettings) -> FastAPI:
     """The API with its coordinator; both start and stop with the app's lifespan."""
-    from autotuner.service.routes import health, router
+    from autotuner.api.routes import health, router
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -232,8 +129,8 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         app.state.db = db
         scheduler = None
         if settings.coordinator:
-            from autotuner.service.executors import build_executor
-            from autotuner.service.scheduler import Scheduler
+            from autotuner.executors.factory import build_executor
+            from autotuner.study.scheduler import Scheduler
 
             scheduler = Scheduler(
                 db,

@@ -13,18 +13,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
-from autotuner.rules import incompatibility
-from autotuner.space import IntRange
+from autotuner.search.rules import incompatibility
+from autotuner.search.space import IntRange
 from autotuner.spec import canonical_params
 from autotuner.storage.models import Study, StudyStatus
 from autotuner.storage.session import Database
 
 if TYPE_CHECKING:
-    from autotuner.policy import SearchPolicy
+    from autotuner.executors.base import Target
+    from autotuner.options import StudyOptions
+    from autotuner.search.costmodel import CostModel
+    from autotuner.search.space import SearchSpace
+    from autotuner.spec import Knobs, ModelSpec
+
+    # The policy's screen: why not to launch these params (None: launch them).
+    Screen = Callable[[dict[str, Any], Knobs], object | None]
 
 Z_SEED = 1.0  # the expert's micro-batch fits at the prediction's pessimistic end (mean + 1 sd)
 
@@ -44,22 +52,37 @@ EXPERT: dict[str, list[Any]] = {
 
 
 class Seeder:
-    """The seeds of one study, judged by its policy (rules and cost model)."""
+    """The seeds of one study, judged by the study's screen (rules and cost model)."""
 
-    def __init__(self, policy: SearchPolicy) -> None:
-        self.policy = policy
+    def __init__(
+        self,
+        *,
+        space: SearchSpace,
+        model: ModelSpec,
+        target: Target,
+        gpus: int,
+        options: StudyOptions,
+        cost: CostModel,
+        limit_gib: float | None,
+        screen: Screen,
+    ) -> None:
+        self.space, self.model, self.target, self.gpus = space, model, target, gpus
+        self.options, self.cost, self.limit_gib, self.screen = options, cost, limit_gib, screen
+
+    def knobs(self, params: dict[str, Any]) -> Knobs:
+        return self.space.knobs_for(params, self.model, self.gpus)
 
     def seeds(self, db: Database) -> list[dict[str, Any]]:
         """Params to enqueue first: the expert default, earlier winners on this GPU, then the
         expert's closest alternatives (next micro-batch up, the other fused attention kernel,
         another compile mode): the local search an engineer would do by hand."""
         out: list[dict[str, Any]] = []
-        expert = self.expert_params() if self.policy.use_expert_seed else None
+        expert = self.expert_params() if self.options.expert_seed else None
         if expert is not None:
             out.append(expert)
-        if self.policy.history_seeds > 0:
+        if self.options.history_seeds > 0:
             out.extend(self._history(db))
-        if expert is not None and self.policy.options.get("neighbour_seeds", True):
+        if expert is not None and self.options.neighbour_seeds:
             out.extend(self._neighbours(expert))
         unique: list[dict[str, Any]] = []
         for p in out:
@@ -71,16 +94,12 @@ class Seeder:
         """bf16, a fused attention kernel, compile default, and the largest micro-batch that the
         cost model says fits; the space's `defaults` win over these choices."""
         params: dict[str, Any] = {}
-        domains = self.policy.space.knobs
+        domains = self.space.knobs
         for name, domain in domains.items():
-            if name == "micro_batch_size" and name not in self.policy.space.defaults:
+            if name == "micro_batch_size" and name not in self.space.defaults:
                 continue
-            params[name] = self.policy.space.defaults.get(name, _first(domain))
-            if (
-                name in self.policy.space.defaults
-                or name not in EXPERT
-                or isinstance(domain, IntRange)
-            ):
+            params[name] = self.space.defaults.get(name, _first(domain))
+            if name in self.space.defaults or name not in EXPERT or isinstance(domain, IntRange):
                 continue
             allowed = [v for v in EXPERT[name] if _in(domain, v)]
             for value in allowed:
@@ -95,7 +114,7 @@ class Seeder:
         # `defaults` say where to start, not what to leave unexplored: the neighbours vary
         # those knobs too. Prefer cheap compiles (max-autotune can take minutes to compile).
         out = []
-        domains = self.policy.space.knobs
+        domains = self.space.knobs
         if "micro_batch_size" in domains:
             sizes = sorted(_values(domains["micro_batch_size"]))
             larger = [v for v in sizes if v > expert["micro_batch_size"]]
@@ -117,30 +136,23 @@ class Seeder:
         return out
 
     def _allowed(self, partial: dict[str, Any]) -> bool:
-        domains = self.policy.space.knobs
+        domains = self.space.knobs
         filled = {k: partial.get(k, _first(d)) for k, d in domains.items()}
         if "micro_batch_size" in domains and "micro_batch_size" not in partial:
             filled["micro_batch_size"] = _values(domains["micro_batch_size"])[0]
-        knobs = self.policy.knobs(filled)
-        if (
-            incompatibility(knobs, self.policy.target, self.policy.model, self.policy.gpus)
-            is not None
-        ):
+        knobs = self.knobs(filled)
+        if incompatibility(knobs, self.target, self.model, self.gpus) is not None:
             return False
-        return self.policy.space.violated_rule(knobs) is None
+        return self.space.violated_rule(knobs) is None
 
     def _largest_fitting_mb(self, params: dict[str, Any]) -> int:
-        sizes = sorted(_values(self.policy.space.knobs["micro_batch_size"]))
-        if (
-            self.policy.limit_gib is None
-        ):  # no memory to fill (e.g. a CPU): the smallest is cheapest
+        sizes = sorted(_values(self.space.knobs["micro_batch_size"]))
+        if self.limit_gib is None:  # no memory to fill (e.g. a CPU): the smallest is cheapest
             return sizes[0]
         fitting = [
             mb
             for mb in sizes
-            if self.policy.cost.predict(
-                self.policy.knobs({**params, "micro_batch_size": mb})
-            ).surely_fits(Z_SEED)
+            if self.cost.predict(self.knobs({**params, "micro_batch_size": mb})).surely_fits(Z_SEED)
         ]
         return fitting[-1] if fitting else sizes[0]
 
@@ -158,44 +170,38 @@ class Seeder:
             for st in studies:
                 rec = st.recommendation or {}
                 fp = rec.get("fingerprint") or {}
-                if (
-                    not rec.get("knobs")
-                    or (st.model_spec or {}).get("family") != self.policy.model.family
-                ):
+                if not rec.get("knobs") or (st.model_spec or {}).get("family") != self.model.family:
                     continue
                 if not self._same_gpu(fp):
                     continue
-                same_preset = (st.model_spec or {}).get("preset") == self.policy.model.preset
+                same_preset = (st.model_spec or {}).get("preset") == self.model.preset
                 found.append((not same_preset, rec["knobs"]))
             found.sort(key=lambda f: f[0])  # same preset first, newest first within
-        for _, knobs in found[: self.policy.history_seeds]:
+        for _, knobs in found[: self.options.history_seeds]:
             params = self._into_space(knobs)
             if params is not None:
                 out.append(params)
         return out
 
     def _same_gpu(self, fp: dict[str, Any]) -> bool:
-        if not fp or fp.get("device_type") != self.policy.target.device_type:
+        if not fp or fp.get("device_type") != self.target.device_type:
             return False
-        if (
-            self.policy.target.device_name
-            and fp.get("device_name") != self.policy.target.device_name
-        ):
+        if self.target.device_name and fp.get("device_name") != self.target.device_name:
             return False
-        cc = self.policy.target.compute_capability
+        cc = self.target.compute_capability
         return not (cc and fp.get("compute_capability") not in (None, f"{cc[0]}.{cc[1]}"))
 
     def _into_space(self, knobs: dict[str, Any]) -> dict[str, Any] | None:
         expert = self.expert_params()
         params = {}
-        for name, domain in self.policy.space.knobs.items():
+        for name, domain in self.space.knobs.items():
             value = knobs.get(name)
             params[name] = value if value is not None and _in(domain, value) else expert[name]
         try:
-            k = self.policy.knobs(params)
+            k = self.knobs(params)
         except ValueError:
             return None
-        return None if self.policy.screen(params, k) is not None else params
+        return None if self.screen(params, k) is not None else params
 
 
 def _values(domain: list[Any] | IntRange) -> list[Any]:

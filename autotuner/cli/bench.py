@@ -25,7 +25,7 @@ app = typer.Typer(
 
 
 def _bench_module(name: str) -> ModuleType:
-    path = Path(__file__).resolve().parent.parent / "bench" / f"{name}.py"
+    path = Path(__file__).resolve().parents[2] / "bench" / f"{name}.py"
     if not path.exists():
         typer.echo(f"error: {path} not found; run from a source checkout of autotuner", err=True)
         raise typer.Exit(2)

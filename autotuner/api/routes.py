@@ -1,7 +1,7 @@
-"""The JSON API under /api, plus /healthz. Bodies are the `autotuner.views` shapes.
+"""The JSON API under /api, plus /healthz. Bodies are the `autotuner.study.views` shapes.
 
 Handlers are plain functions (FastAPI runs them in its thread pool): each is one call into
-`autotuner.studies`, the same code the CLI runs on a local database.
+`autotuner.study.operations`, the same code the CLI runs on a local database.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from autotuner import studies
-from autotuner.service.app import require_token
-from autotuner.service.schemas import EXPORT_FORMATS, StudyRequest
+from autotuner.api.deps import require_token
 from autotuner.storage.models import StudyStatus
+from autotuner.study import operations as studies
+from autotuner.study.request import EXPORT_FORMATS, StudyRequest
 
 router = APIRouter(prefix="/api")
 health = APIRouter()
@@ -134,7 +134,7 @@ def export_best(
 
 @router.get("/spaces", summary="The built-in search spaces")
 def list_spaces() -> list[dict[str, Any]]:
-    from autotuner.space import builtin_space_names, load_space, spaces_dir
+    from autotuner.search.space import builtin_space_names, load_space, spaces_dir
 
     out = []
     for name in builtin_space_names():

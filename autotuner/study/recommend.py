@@ -8,7 +8,7 @@ with the noise: the larger of the within-trial repeat spread and the spread betw
 processes. A margin inside the noise is called a tie, plainly.
 
 Also here: the Pareto set of throughput against peak memory, and the knob report
-(`autotuner.importance`). A trial over the memory ceiling (options.max_mem_gib) is never
+(`autotuner.search.importance`). A trial over the memory ceiling (options.max_mem_gib) is never
 recommended.
 """
 
@@ -19,8 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotuner.importance import knob_report
-from autotuner.objective import Objective, memory_violation, time_to_train_h
+from autotuner.options import StudyOptions
+from autotuner.search.importance import knob_report
+from autotuner.search.objective import Objective, memory_violation, time_to_train_h
 from autotuner.spec import TrialResult, canonical_params
 from autotuner.storage.models import Trial, TrialState
 
@@ -71,7 +72,7 @@ class ConfigMeasurements:
 
 
 def group_measurements(
-    trials: Sequence[Trial], options: dict[str, Any] | None = None
+    trials: Sequence[Trial], options: StudyOptions | None = None
 ) -> list[ConfigMeasurements]:
     """Feasible measured configs, best pooled median first."""
     groups: dict[str, ConfigMeasurements] = {}
@@ -109,7 +110,7 @@ def recommend(
     trials: Sequence[Trial],
     objective: Objective,
     *,
-    options: dict[str, Any] | None = None,
+    options: StudyOptions | None = None,
     evidence: bool = False,
     extras: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
@@ -118,7 +119,7 @@ def recommend(
     `evidence` adds the knob report (PED-ANOVA with permutations: a second or so), which the
     coordinator stores once at the end of a study; live views leave it out.
     """
-    options = options or {}
+    options = options or StudyOptions()
     groups = group_measurements(trials, options)
     if not groups:
         return None

@@ -31,11 +31,11 @@ from typing import Any
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import select
 
-from autotuner.coordinator import StudyRunner
 from autotuner.executors.base import Completed, Executor
 from autotuner.storage.models import Study, StudyStatus
 from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database, DatabaseUnavailable
+from autotuner.study.coordinator import StudyRunner
 
 log = logging.getLogger(__name__)
 

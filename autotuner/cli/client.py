@@ -3,9 +3,9 @@
 - `ServiceClient`: the autotuner service over HTTP (`--server URL` / $AUTOTUNER_SERVER), sending
   $AUTOTUNER_TOKEN as a bearer token;
 - `LocalClient`: a database opened directly (`--db URL` / $AUTOTUNER_DATABASE_URL / the
-  embedded SQLite file), through the same `autotuner.studies` functions the service runs.
+  embedded SQLite file), through the same `autotuner.study.operations` functions the service runs.
 
-Both return the `autotuner.views` JSON shapes.
+Both return the `autotuner.study.views` JSON shapes.
 """
 
 from __future__ import annotations
@@ -160,10 +160,10 @@ class LocalClient:
     def submit(self, body: dict[str, Any]) -> dict[str, Any]:
         from pydantic import ValidationError
 
-        from autotuner import studies
         from autotuner.inputs import describe_validation_error
-        from autotuner.service.schemas import StudyRequest
         from autotuner.storage.session import upgrade_database
+        from autotuner.study import operations as studies
+        from autotuner.study.request import StudyRequest
 
         try:
             request = StudyRequest.model_validate(body)
@@ -174,36 +174,36 @@ class LocalClient:
         return studies.submit_study(self.db, request)
 
     def studies(self, status: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
-        from autotuner import studies
+        from autotuner.study import operations as studies
 
         return studies.list_studies(self._readable, status=status, limit=limit)
 
     def study(self, ref: str) -> dict[str, Any]:
-        from autotuner import studies
+        from autotuner.study import operations as studies
 
         return studies.get_study(self._readable, ref)
 
     def trials(self, ref: str) -> list[dict[str, Any]]:
-        from autotuner import studies
+        from autotuner.study import operations as studies
 
         return studies.list_trials(self._readable, ref)
 
     def trial(self, ref: str, number: int) -> dict[str, Any]:
-        from autotuner import studies
+        from autotuner.study import operations as studies
 
         return studies.get_trial(self._readable, ref, number)
 
     def best(self, ref: str) -> dict[str, Any]:
-        from autotuner import studies
+        from autotuner.study import operations as studies
 
         return studies.get_best(self._readable, ref)
 
     def cancel(self, ref: str) -> dict[str, Any]:
-        from autotuner import studies
+        from autotuner.study import operations as studies
 
         return studies.cancel_study(self._readable, ref)
 
     def export(self, ref: str, fmt: str) -> str:
-        from autotuner import studies
+        from autotuner.study import operations as studies
 
         return studies.export_best(self._readable, ref, fmt)
