@@ -20,7 +20,10 @@ COPY workers ./workers
 COPY migrations ./migrations
 COPY search_spaces ./search_spaces
 COPY examples ./examples
-RUN pip install -e . \
+# Every node of a Ray cluster must run the same Ray (and the worker image the same torch on
+# every GPU host): exact versions, set once here, shared by both targets.
+ARG RAY_VERSION=2.60.0
+RUN pip install "ray[client]==${RAY_VERSION}" && pip install -e . \
     && useradd --create-home --uid 10001 autotuner \
     && chown -R autotuner /app
 USER autotuner
@@ -28,8 +31,9 @@ EXPOSE 8000
 CMD ["autotuner", "serve", "--host", "0.0.0.0", "--port", "8000"]
 
 FROM control AS worker
-# Any CUDA build of torch >= 2.4; PyPI's default Linux wheel bundles the CUDA runtime.
-ARG TORCH="torch>=2.4"
+# An exact torch (PyPI's default Linux wheel bundles the CUDA runtime); override with
+# --build-arg TORCH=... to match your driver, the same on every GPU host.
+ARG TORCH="torch==2.13.0"
 USER root
 RUN pip install "${TORCH}" && pip install -e ".[worker]"
 USER autotuner

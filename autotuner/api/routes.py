@@ -155,10 +155,14 @@ def healthz(request: Request) -> JSONResponse:
         database = "ok"
     except Exception:
         database = "unavailable"
+    coordinator = scheduler.status() if scheduler is not None else {"state": "off"}
+    # Unhealthy when the database does not answer or the coordinator thread died or its last
+    # round failed: an orchestrator restarts a service that would otherwise run no study.
+    ok = database == "ok" and coordinator.get("healthy", True)
     body = {
-        "status": "ok" if database == "ok" else "degraded",
+        "status": "ok" if ok else "degraded",
         "database": database,
-        "coordinator": scheduler.status() if scheduler is not None else {"state": "off"},
+        "coordinator": coordinator,
         "version": request.app.version,
     }
-    return JSONResponse(body, status_code=200 if database == "ok" else 503)
+    return JSONResponse(body, status_code=200 if ok else 503)

@@ -11,6 +11,13 @@ from typing import Protocol
 from autotuner.spec import Fingerprint, TrialConfig, TrialResult
 
 
+class ExecutorUnavailable(RuntimeError):
+    """The cluster did not answer (Ray's head is unreachable, a call timed out).
+
+    Not a property of any trial or study: the scheduler waits and tries again, like a database
+    outage, instead of failing the study that happened to be asking."""
+
+
 @dataclass(frozen=True)
 class Completed:
     """One finished trial: the handle `submit` returned, its result, and where it ran."""
@@ -47,7 +54,9 @@ class Target:
 
 class Executor(Protocol):
     def target(self) -> Target:
-        """The hardware trials run on (GPU count; device name and capability when known)."""
+        """The hardware trials run on now (GPU count; device name and capability when known).
+
+        It follows the cluster: a GPU node that joins later shows up here."""
         ...
 
     def free_slots(self, gpus_per_trial: int) -> int:
@@ -55,7 +64,8 @@ class Executor(Protocol):
         ...
 
     def submit(self, config: TrialConfig) -> str:
-        """Start one trial in a fresh process; returns a handle."""
+        """Start one trial in a fresh process; returns a handle. Raises ExecutorUnavailable if
+        the cluster did not take it (then nothing runs)."""
         ...
 
     def collect(self, timeout_s: float) -> list[Completed]:

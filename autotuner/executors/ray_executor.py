@@ -7,6 +7,12 @@ trials, and a hung or crashed trial is killed and classified by process id.
 
 Concurrency comes from the cluster: one trial per `gpus_per_trial` free GPUs. On a CPU-only
 cluster trials run one at a time, because two trials sharing cores would measure each other.
+
+The hardware follows the cluster: the GPU count is re-read every few seconds, and when GPUs
+appear (a GPU node that joined after the service started) one GPU is probed for its name,
+capability and memory, without blocking the coordinator while the probe runs. Every Ray call
+that can fail because the cluster is unreachable raises `ExecutorUnavailable`, which the
+coordinator treats as an outage to wait out, not as a broken study.
 """
 
 from __future__ import annotations
@@ -17,12 +23,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from autotuner.executors.base import Completed, Target
+from autotuner.executors.base import Completed, ExecutorUnavailable, Target
 from autotuner.spec import FailureClass, TrialConfig, TrialResult
 
 # Extra seconds past a trial's own limit before the coordinator gives up on its Ray task
 # (the subprocess timeout inside the task fires first; this catches a lost node).
 TASK_GRACE_S = 60.0
+TARGET_REFRESH_S = 5.0  # how often the cluster's GPU count is re-read
+PROBE_TIMEOUT_S = 120.0  # a GPU probe that takes longer is abandoned and tried again
 
 
 def _run_trial_task(config_json: str) -> tuple[str, str]:
@@ -81,33 +89,64 @@ class RayExecutor:
         self._running: dict[str, _Running] = {}
         self._counter = 0
         self._target: Target | None = None
+        self._target_read_at = -float("inf")
+        self._probe: tuple[Any, float] | None = None  # (ref, started) of a running GPU probe
+        self._gpu_info: dict[str, Any] | None = None  # what the last finished probe saw
 
     # ------------------------------------------------------------------ Executor
 
     def target(self) -> Target:
+        now = time.monotonic()
+        if self._target is not None and now - self._target_read_at < TARGET_REFRESH_S:
+            return self._target
+        gpus = int(self._call(self._ray.cluster_resources).get("GPU", 0))
+        self._target_read_at = now
+        if gpus == 0:
+            self._target = Target("cpu", 0)
+        elif self._gpu_info is not None:
+            self._target = _gpu_target(gpus, self._gpu_info)
+        elif self._probe_done(first=self._target is None):
+            assert self._gpu_info is not None
+            self._target = _gpu_target(gpus, self._gpu_info)
+        # else: the probe of newly joined GPUs still runs; keep what we had until it answers.
         if self._target is None:
-            gpus = int(self._ray.cluster_resources().get("GPU", 0))
-            if gpus == 0:
-                self._target = Target("cpu", 0)
-            else:
-                probe = self._ray.get(
-                    self._ray.remote(num_gpus=1, max_calls=1)(_probe_task).remote(), timeout=120
-                )
-                cc = probe.get("compute_capability")
-                self._target = Target(
-                    "cuda",
-                    gpus,
-                    probe.get("name"),
-                    tuple(cc) if cc else None,
-                    probe.get("memory_gib"),
-                )
+            self._target = Target("cpu", 0)
         return self._target
+
+    def _probe_done(self, *, first: bool) -> bool:
+        """Start or check the GPU probe; True once it has answered. The first probe (at start,
+        before any study runs) may wait for the answer; later ones never block the caller."""
+        if self._probe is None:
+            task = self._ray.remote(num_gpus=1, max_calls=1)(_probe_task)
+            self._probe = (self._call(task.remote), time.monotonic())
+        ref, started = self._probe
+        ready, _ = self._call(
+            self._ray.wait, [ref], num_returns=1, timeout=PROBE_TIMEOUT_S if first else 0
+        )
+        if not ready:
+            if time.monotonic() - started > PROBE_TIMEOUT_S:
+                self._ray.cancel(ref, force=True)
+                self._probe = None  # no GPU was free for the probe: ask again later
+            return False
+        self._probe = None
+        try:
+            self._gpu_info = self._ray.get(ref)
+        except Exception:
+            return False  # the probe's worker died: probe again on the next refresh
+        return True
+
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """A Ray call whose failure means the cluster is unreachable, not a broken trial."""
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            raise ExecutorUnavailable(f"Ray: {type(exc).__name__}: {exc}"[:500]) from exc
 
     def free_slots(self, gpus_per_trial: int) -> int:
         target = self.target()
         if target.device_type == "cpu":
             return 0 if self._running else 1
-        available = int(self._ray.available_resources().get("GPU", 0))
+        available = int(self._call(self._ray.available_resources).get("GPU", 0))
         # available_resources lags behind submissions; count what we have in flight ourselves.
         in_flight = sum(r.config.num_gpus for r in self._running.values())
         free = min(available, target.gpus_total - in_flight)
@@ -124,7 +163,7 @@ class RayExecutor:
         }
         if config.num_gpus and self.target().device_type == "cuda":
             options["num_gpus"] = config.num_gpus
-        ref = self._task.options(**options).remote(config.model_dump_json())
+        ref = self._call(self._task.options(**options).remote, config.model_dump_json())
         self._running[handle] = _Running(ref, config, time.monotonic())
         return handle
 
@@ -133,9 +172,9 @@ class RayExecutor:
             time.sleep(min(timeout_s, 0.05))
             return []
         by_ref = {r.ref: h for h, r in self._running.items()}
-        ready, _ = self._ray.wait(list(by_ref), num_returns=1, timeout=timeout_s)
+        ready, _ = self._call(self._ray.wait, list(by_ref), num_returns=1, timeout=timeout_s)
         if ready:  # take everything else that is already done too
-            ready, _ = self._ray.wait(list(by_ref), num_returns=len(by_ref), timeout=0)
+            ready, _ = self._call(self._ray.wait, list(by_ref), num_returns=len(by_ref), timeout=0)
         done = [self._finish(by_ref[ref]) for ref in ready]
         done += self._expire_overdue()
         return done
@@ -143,7 +182,7 @@ class RayExecutor:
     def cancel(self, handle: str) -> None:
         running = self._running.pop(handle, None)
         if running is not None:
-            self._ray.cancel(running.ref, force=True)
+            self._call(self._ray.cancel, running.ref, force=True)
 
     def running(self) -> list[str]:
         return list(self._running)
@@ -185,3 +224,8 @@ class RayExecutor:
                     )
                 )
         return out
+
+
+def _gpu_target(gpus: int, info: dict[str, Any]) -> Target:
+    cc = info.get("compute_capability")
+    return Target("cuda", gpus, info.get("name"), tuple(cc) if cc else None, info.get("memory_gib"))

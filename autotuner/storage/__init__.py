@@ -9,6 +9,7 @@ Typical use:
 
 from autotuner.storage.models import Study, StudyStatus, Trial, TrialState
 from autotuner.storage.repository import (
+    LeaseLost,
     StudyNotFound,
     StudyRepo,
     TrialAlreadyFinished,
@@ -25,6 +26,7 @@ from autotuner.storage.session import (
 __all__ = [
     "Database",
     "DatabaseUnavailable",
+    "LeaseLost",
     "Study",
     "StudyNotFound",
     "StudyRepo",

@@ -38,6 +38,21 @@ class StudyNotFound(LookupError):
     """No study matches the id, id prefix or name given; the message says how to find one."""
 
 
+class LeaseLost(RuntimeError):
+    """A coordinator wrote to a study whose lease it no longer holds; nothing was written."""
+
+
+def db_now(session: Session) -> dt.datetime:
+    """The database's clock (Postgres `now()`), so that every coordinator compares lease and
+    heartbeat times on one clock, whatever its own says. SQLite is a local file: its clock is
+    this machine's."""
+    if session.get_bind().dialect.name == "postgresql":
+        value = session.scalar(select(func.now()))
+        if value is not None:
+            return value.astimezone(dt.UTC)
+    return utcnow()
+
+
 class TrialAlreadyFinished(RuntimeError):
     """A trial can be finished (or marked lost) once: a second result is refused, not recorded."""
 
@@ -194,7 +209,7 @@ class StudyRepo:
         has expired, or `owner` already holds it. Two coordinators racing: exactly one wins.
         """
         _fits("lease owner", owner, 64, "use a shorter owner id, e.g. host:pid")
-        now = utcnow()
+        now = db_now(self.session)
         result = self.session.execute(
             update(Study)
             .where(
@@ -213,11 +228,14 @@ class StudyRepo:
         return _rowcount(result) == 1
 
     def renew(self, study_id: str, owner: str, ttl_s: float) -> bool:
-        """Extend the lease `owner` holds; False if another owner has taken it meanwhile."""
+        """Extend the lease `owner` holds; False if another owner has taken it meanwhile.
+
+        An owner whose lease expired can still renew it while nobody else has taken it (its
+        trials were not marked lost: nothing was decided without it)."""
         result = self.session.execute(
             update(Study)
             .where(Study.id == study_id, Study.owner == owner)
-            .values(lease_expires_at=utcnow() + dt.timedelta(seconds=ttl_s))
+            .values(lease_expires_at=db_now(self.session) + dt.timedelta(seconds=ttl_s))
             .execution_options(synchronize_session=False)
         )
         self._reload_lease(study_id)
@@ -275,11 +293,16 @@ class TrialRepo:
         retry_of: int | None = None,
         attempt: int = 1,
         worker: str | None = None,
+        owner: str | None = None,
     ) -> Trial:
-        """A dispatched trial with the study's next number; started and heartbeat now."""
-        now = utcnow()
+        """A dispatched trial with the study's next number; started and heartbeat now.
+
+        With `owner`, the write happens only while that coordinator holds the study's lease
+        (else LeaseLost): a coordinator that lost its study launches nothing more."""
+        now = db_now(self.session)
         return self._create(
             study_id,
+            owner=owner,
             state=TrialState.RUNNING,
             params=params,
             config=config,
@@ -299,10 +322,12 @@ class TrialRepo:
         config: dict[str, Any],
         error_class: str,
         error_message: str,
+        owner: str | None = None,
     ) -> Trial:
         """A trial ruled out before launch: recorded as pruned, finished at once."""
         return self._create(
             study_id,
+            owner=owner,
             state=TrialState.PRUNED,
             params=params,
             config=config,
@@ -311,13 +336,18 @@ class TrialRepo:
             finished_at=utcnow(),
         )
 
-    def _create(self, study_id: str, *, state: TrialState, **fields: Any) -> Trial:
+    def _create(
+        self, study_id: str, *, state: TrialState, owner: str | None = None, **fields: Any
+    ) -> Trial:
         # Lock the study row so concurrent creators take numbers one after another: the second
         # waits here until the first commits, then sees its trial in max(number). SQLite ignores
         # FOR UPDATE; its BEGIN IMMEDIATE already serialises writers.
-        locked = self.session.scalar(select(Study.id).where(Study.id == study_id).with_for_update())
+        locked = self.session.execute(
+            select(Study.id, Study.owner).where(Study.id == study_id).with_for_update()
+        ).first()
         if locked is None:
             raise StudyNotFound(f"no study with id {study_id!r}; {_LIST_HINT}")
+        _check_owner(study_id, locked.owner, owner)
         last = self.session.scalar(select(func.max(Trial.number)).where(Trial.study_id == study_id))
         _fits("worker", fields.get("worker"), 200, "use a shorter worker name")
         _fits("purpose", fields.get("purpose"), 16, "use search, seed or remeasure")
@@ -344,11 +374,13 @@ class TrialRepo:
         objective_value: float | None = None,
         error_class: str | None = None,
         error_message: str | None = None,
+        owner: str | None = None,
     ) -> None:
         """Record how a running trial ended, with its metrics copied out of the result.
 
         Raises TrialAlreadyFinished if the trial is not running any more (finished by someone
-        else, or marked lost): a trial is never recorded twice.
+        else, or marked lost): a trial is never recorded twice. With `owner`, only while that
+        coordinator holds the study's lease (else LeaseLost): no result from a stale owner.
         """
         state = TrialState(state)
         if not state.finished:
@@ -368,6 +400,11 @@ class TrialRepo:
         }
         if trial.state != TrialState.RUNNING.value:
             raise _already_finished(trial, trial.state)
+        if owner is not None:
+            holder = self.session.scalar(
+                select(Study.owner).where(Study.id == trial.study_id).with_for_update()
+            )
+            _check_owner(trial.study_id, holder, owner)
         updated = self.session.execute(
             update(Trial)
             .where(Trial.id == trial.id, Trial.state == TrialState.RUNNING.value)
@@ -386,7 +423,7 @@ class TrialRepo:
         self.session.execute(
             update(Trial)
             .where(Trial.id.in_(list(trial_ids)), Trial.state == TrialState.RUNNING.value)
-            .values(heartbeat_at=utcnow())
+            .values(heartbeat_at=db_now(self.session))
             .execution_options(synchronize_session=False)
         )
 
@@ -436,7 +473,7 @@ class TrialRepo:
                 .with_for_update()
             )
         )
-        now = utcnow()
+        now = db_now(self.session)
         for trial in stale:
             seen = trial.heartbeat_at or trial.started_at or trial.created_at
             trial.state = TrialState.LOST.value
@@ -478,3 +515,11 @@ def _already_finished(trial: Trial, state: str | None) -> TrialAlreadyFinished:
         f"trial {trial.number} of study {trial.study_id} is already {state}; "
         "a trial is recorded once: start a new trial (retry_of=...) to measure it again"
     )
+
+
+def _check_owner(study_id: str, holder: str | None, owner: str | None) -> None:
+    if owner is not None and holder != owner:
+        raise LeaseLost(
+            f"study {study_id} is run by {holder or 'no coordinator'}, not {owner}; "
+            "this coordinator lost its lease and must stop writing to it"
+        )

@@ -2,8 +2,9 @@
 
 `resolve_database_url` picks the URL (`--db` > `AUTOTUNER_DATABASE_URL` > an SQLite file in the
 user data folder). `Database` wraps a cached engine: `with db.session() as s:` is one
-transaction that commits on success and rolls back on error. `upgrade_database` runs Alembic;
-migrations are the only way the schema is created.
+transaction that commits on success and rolls back on error; `with db.read() as s:` is one that
+only reads (on SQLite it does not take the write lock, so readers never wait for writers).
+`upgrade_database` runs Alembic; migrations are the only way the schema is created.
 """
 
 from __future__ import annotations
@@ -27,6 +28,20 @@ from sqlalchemy.pool import StaticPool
 
 ENV_VAR = "AUTOTUNER_DATABASE_URL"
 PG_CONNECT_TIMEOUT_S = 5
+# A statement that runs longer than this is cancelled (a bug or a lock held by a hung client,
+# never a normal query here), and a client idle inside a transaction (a paused coordinator
+# holding a study's row lock) is disconnected, so one stuck process cannot stall the rest.
+PG_STATEMENT_TIMEOUT_MS = 60_000
+PG_IDLE_IN_TRANSACTION_TIMEOUT_MS = 120_000
+# TCP keepalives: a connection whose peer vanished (failover, a dropped NAT entry) is noticed
+# in about idle + interval x count = 60 s instead of the kernel's two hours.
+PG_KEEPALIVES = {
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+}
+READ_ONLY = "autotuner_read_only"  # execution option: a transaction that only reads
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 _REMEDY = "set --db or AUTOTUNER_DATABASE_URL"
 
@@ -105,8 +120,15 @@ def _create_engine(url: str) -> Engine:
         configure_sqlite(engine, foreign_keys=True)
         return engine
     connect_args: dict[str, Any] = {}
-    if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
-        connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
+    if parsed.get_backend_name() == "postgresql":
+        connect_args.update({k: v for k, v in PG_KEEPALIVES.items() if k not in parsed.query})
+        if "connect_timeout" not in parsed.query:
+            connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
+        if "options" not in parsed.query:
+            connect_args["options"] = (
+                f"-c statement_timeout={PG_STATEMENT_TIMEOUT_MS} "
+                f"-c idle_in_transaction_session_timeout={PG_IDLE_IN_TRANSACTION_TIMEOUT_MS}"
+            )
     return create_engine(
         url, json_serializer=json_dumps, pool_pre_ping=True, connect_args=connect_args
     )
@@ -134,7 +156,10 @@ def configure_sqlite(engine: Engine, *, foreign_keys: bool) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        # A read-only transaction takes no write lock: with WAL it sees a consistent snapshot
+        # while a writer works, and never waits for one.
+        read_only = connection.get_execution_options().get(READ_ONLY, False)
+        connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
 
 def _enable_wal(cursor: Any) -> None:
@@ -185,6 +210,9 @@ class Database:
         self.engine = get_engine(self.url)
         # expire_on_commit=False: objects stay readable after their transaction ends.
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._readers = sessionmaker(
+            self.engine.execution_options(**{READ_ONLY: True}), expire_on_commit=False
+        )
 
     @classmethod
     def open(cls, url: str, *, migrate: bool = True) -> Database:
@@ -203,6 +231,18 @@ class Database:
     def session(self) -> Iterator[Session]:
         """One transaction: commits when the block ends, rolls back if it raises."""
         with self._sessions() as session, session.begin():
+            yield session
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        """One transaction that only reads (rolled back at the end; a write in it is a bug).
+
+        On SQLite it does not take the write lock; on Postgres it is READ ONLY."""
+        # Closing (not rolling back) ends the transaction without expiring what was read:
+        # the objects stay readable after the block, as with session().
+        with self._readers() as session:
+            if not self.is_sqlite:
+                session.execute(text("SET TRANSACTION READ ONLY"))
             yield session
 
     def check(self) -> None:

@@ -14,7 +14,12 @@ writer per study). The scheduler owns what they share:
 
 The database may go away (a Postgres restart): a round that fails on it is retried, and a
 finished trial whose result could not be stored stays in its runner's `in_flight` and is stored
-on a later round. Nothing is dropped and nothing is dispatched twice.
+on a later round. Nothing is dropped and nothing is dispatched twice. The cluster may go away
+too (`ExecutorUnavailable`): the same, a wait and a retry, never a failed study.
+
+The thread never dies of a round that raised: the round is logged, the state says `error` with
+the reason until a round succeeds again, and `/healthz` reports it. A study that fails (its
+runner raised, or another coordinator took its lease) is dropped at once: not one more launch.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from typing import Any
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import select
 
-from autotuner.executors.base import Completed, Executor
+from autotuner.executors.base import Completed, Executor, ExecutorUnavailable
 from autotuner.storage.models import Study, StudyStatus
 from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database, DatabaseUnavailable
@@ -46,6 +51,7 @@ DB_ERRORS = (
     sa_exc.TimeoutError,
     DatabaseUnavailable,
 )
+ROUND_ERROR_BACKOFF_S = 1.0  # after a round that raised, wait this long (doubling, to 30 s)
 
 
 @dataclass
@@ -86,6 +92,7 @@ class Scheduler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._db_down_since: float | None = None
+        self._last_round_at: float | None = None  # monotonic time the last round ended
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -109,10 +116,25 @@ class Scheduler:
         self._last_discover = 0.0
         self._wake.set()
 
+    @property
+    def healthy(self) -> bool:
+        """The thread is alive and its last round did not fail."""
+        alive = self._thread is not None and self._thread.is_alive()
+        return alive and self.state not in ("error", "stopped")
+
     def status(self) -> dict[str, Any]:
         in_flight = sum(len(s.runner.in_flight) for s in list(self._slots.values()))
+        thread_alive = self._thread is not None and self._thread.is_alive()
+        if self._thread is not None and not thread_alive and self.state != "stopped":
+            state = "error"  # the thread died outside every guard: a bug, said plainly
+        else:
+            state = self.state
+        last = self._last_round_at
         return {
-            "state": self.state,
+            "state": state,
+            "healthy": self.healthy,
+            "thread_alive": thread_alive,
+            "last_round_age_s": None if last is None else round(time.monotonic() - last, 1),
             "owner": self.owner,
             "studies_running": len(self._slots),
             "trials_in_flight": in_flight,
@@ -130,13 +152,29 @@ class Scheduler:
             self.executor = self._connect()
             if self.executor is None:
                 return
-            self.executor.target()  # probe the hardware once, before the first study
             self.state = "running"
+            backoff = ROUND_ERROR_BACKOFF_S
             while not self._stop.is_set():
-                self.tick()
-        except Exception as exc:  # a bug: say so loudly, keep the API answering
+                try:
+                    self.tick()
+                except DB_ERRORS as exc:
+                    self._database_down(exc)
+                except ExecutorUnavailable as exc:
+                    self._executor_down(exc)
+                except Exception as exc:  # a bug in a round: say so loudly, keep going
+                    log.exception("a coordinator round failed; retrying in %.0f s", backoff)
+                    self.state, self.last_error = "error", f"{type(exc).__name__}: {exc}"
+                    self._stop.wait(backoff)
+                    backoff = min(backoff * 2, 30.0)
+                    continue
+                backoff = ROUND_ERROR_BACKOFF_S
+                self._last_round_at = time.monotonic()
+                if self.state in ("error", "cluster unavailable"):
+                    self.state = "running"
+        except BaseException as exc:
             log.exception("the coordinator stopped")
             self.state, self.last_error = "error", f"{type(exc).__name__}: {exc}"
+            raise
         finally:
             self._shutdown()
 
@@ -173,7 +211,8 @@ class Scheduler:
             progressed = False
             for slot in order:
                 runner = slot.runner
-                if not runner.wants_trials:
+                # A study that failed in this round (dropped from _slots) launches nothing more.
+                if self._slots.get(runner.study_id) is not slot or not runner.wants_trials:
                     continue
                 if self.executor.free_slots(runner.gpus_per_trial) <= 0:
                     continue
@@ -210,10 +249,13 @@ class Scheduler:
         """Run one runner action; a database outage defers it, a bug fails that study only."""
         try:
             result = action()
-        except DB_ERRORS as exc:
+        except (*DB_ERRORS, ExecutorUnavailable) as exc:
             # Results not yet stored are still in the runner's in_flight: store them next round.
             slot.backlog = [c for c in pending if c.handle in slot.runner.in_flight] + slot.backlog
-            self._database_down(exc)
+            if isinstance(exc, ExecutorUnavailable):
+                self._executor_down(exc)
+            else:
+                self._database_down(exc)
             return 0
         except Exception as exc:
             self._fail(slot, exc)
@@ -259,6 +301,9 @@ class Scheduler:
         except DB_ERRORS as exc:
             self._database_down(exc)
             return
+        except ExecutorUnavailable as exc:
+            self._executor_down(exc)
+            return
         except Exception as exc:
             if isinstance(exc, RuntimeError) and "another coordinator" in str(exc):
                 # Another coordinator holds the lease (or a dead one's has not expired yet).
@@ -282,6 +327,12 @@ class Scheduler:
         self.last_error = str(exc).splitlines()[0][:500]
         self._stop.wait(min(self.poll_s * 2, 1.0))
 
+    def _executor_down(self, exc: BaseException) -> None:
+        log.warning("cluster unavailable (%s); retrying", str(exc).splitlines()[0][:200])
+        self.state = "cluster unavailable"
+        self.last_error = str(exc).splitlines()[0][:500]
+        self._stop.wait(min(self.poll_s * 2, 1.0))
+
     def _database_up(self) -> None:
         if self._db_down_since is not None:
             log.warning("database back after %.1f s", time.monotonic() - self._db_down_since)
@@ -291,10 +342,14 @@ class Scheduler:
     def _fail(self, slot: _Slot, exc: Exception) -> None:
         """A study whose runner raised (a bug, or a lost lease) stops; the others go on."""
         runner = slot.runner
+        runner.done = True  # whatever happens below, this runner launches nothing more
         self._slots.pop(runner.study_id, None)
         for handle in list(runner.in_flight):
             if self.executor is not None:
-                self.executor.cancel(handle)
+                try:
+                    self.executor.cancel(handle)
+                except ExecutorUnavailable:
+                    log.warning("could not cancel %s: the cluster is unavailable", handle)
         message = f"{type(exc).__name__}: {exc}"
         try:
             with self.db.session() as s:
@@ -327,7 +382,7 @@ class Scheduler:
                 if self.executor is not None:
                     try:
                         self.executor.cancel(handle)
-                    except Exception:
+                    except Exception:  # the cluster may be gone too; the trial rows stay running
                         log.exception("cancelling %s", handle)
             try:
                 with self.db.session() as s:

@@ -1,0 +1,180 @@
+"""The service's coordinator under faults that really happen, on real Postgres.
+
+- a round that raises (a bug) does not kill the coordinator thread; `/healthz` says so within
+  10 s and recovers when the rounds do;
+- an unreachable cluster (every executor call fails for a while) is waited out: no study fails,
+  every trial runs once;
+- a study that fails stops launching at once, even in the round it failed in.
+
+Every test ends by checking the invariants (tests/faults/invariants.py).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from autotuner.api.app import ServiceSettings, create_app
+from autotuner.executors.base import ExecutorUnavailable
+from autotuner.executors.replay import ReplayExecutor
+from autotuner.search.space import parse_space
+from autotuner.spec import ModelSpec, TrialConfig
+from autotuner.storage.models import StudyStatus
+from autotuner.storage.repository import StudyRepo
+from autotuner.storage.session import Database
+from autotuner.study.coordinator import create_study
+from autotuner.study.scheduler import Scheduler
+from tests.fakes import synthetic_landscape
+from tests.faults.invariants import check_invariants
+from tests.service.conftest import KNOBS, REPLAY_SPACE, wait_for
+
+pytestmark = pytest.mark.postgres
+
+SPACE = parse_space(REPLAY_SPACE)
+MODEL = ModelSpec.resolve({"preset": "tiny"})
+
+
+class FlakyExecutor(ReplayExecutor):
+    """A ReplayExecutor whose calls fail on demand: while `broken` is set, the calls named in
+    `broken_calls` raise it (None: healthy)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.broken: BaseException | None = None
+        self.broken_calls = {"collect", "free_slots", "submit"}
+        self.failed_calls = 0
+
+    def _maybe_fail(self, call: str) -> None:
+        if self.broken is not None and call in self.broken_calls:
+            self.failed_calls += 1
+            raise self.broken
+
+    def collect(self, timeout_s: float) -> Any:
+        self._maybe_fail("collect")
+        return super().collect(timeout_s)
+
+    def free_slots(self, gpus_per_trial: int) -> int:
+        self._maybe_fail("free_slots")
+        return super().free_slots(gpus_per_trial)
+
+    def submit(self, config: TrialConfig) -> str:
+        self._maybe_fail("submit")
+        return super().submit(config)
+
+
+def _executor(slots: int = 2) -> FlakyExecutor:
+    return FlakyExecutor(synthetic_landscape(KNOBS), list(KNOBS), slots=slots)
+
+
+def _status(db: Database, study_id: str) -> str:
+    with db.read() as s:
+        return StudyRepo(s).require(study_id).status
+
+
+def _scheduler(db: Database, executor: FlakyExecutor) -> Scheduler:
+    return Scheduler(db, lambda: executor, owner="faults", poll_s=0.05, discover_s=0.2)
+
+
+def test_a_round_that_raises_is_reported_by_healthz_and_the_thread_survives(
+    pg_url: str,
+) -> None:
+    db = Database(pg_url)
+    study_id = create_study(db, model=MODEL, space=SPACE, max_trials=8)
+    executor = _executor()
+    scheduler = _scheduler(db, executor)
+    app = create_app(ServiceSettings(db_url=pg_url, coordinator=False, migrate=False))
+    with TestClient(app) as client:
+        app.state.scheduler = scheduler
+        scheduler.start()
+        try:
+            wait_for(lambda: executor.submitted, 30, "the first trial")
+            # The scheduler's own call, outside any study's guard: a bug in the round itself.
+            executor.broken_calls = {"collect"}
+            executor.broken = RuntimeError("a bug in a round")
+            broke_at = time.monotonic()
+            wait_for(lambda: client.get("/healthz").status_code == 503, 10, "healthz to say 503")
+            assert time.monotonic() - broke_at < 10
+            health = client.get("/healthz").json()
+            assert health["coordinator"]["state"] == "error"
+            assert "a bug in a round" in health["coordinator"]["last_error"]
+            assert health["coordinator"]["thread_alive"] is True
+            executor.broken = None
+            wait_for(lambda: client.get("/healthz").status_code == 200, 60, "healthz to recover")
+            wait_for(lambda: _status(db, study_id) == StudyStatus.COMPLETED, 120, "the study")
+        finally:
+            scheduler.stop()
+    check_invariants(db, study_id, max_trials=8)
+
+
+def test_a_dead_coordinator_thread_makes_healthz_unhealthy(pg_url: str) -> None:
+    db = Database(pg_url)
+    executor = _executor()
+    scheduler = _scheduler(db, executor)
+
+    def die() -> None:
+        raise SystemExit("killed")  # not an Exception: nothing in a round catches it
+
+    scheduler.tick = die  # type: ignore[method-assign]
+    app = create_app(ServiceSettings(db_url=pg_url, coordinator=False, migrate=False))
+    with TestClient(app) as client:
+        app.state.scheduler = scheduler
+        scheduler.start()
+        wait_for(lambda: client.get("/healthz").status_code == 503, 10, "healthz to say 503")
+        coordinator = client.get("/healthz").json()["coordinator"]
+        assert coordinator["thread_alive"] is False and coordinator["state"] == "error"
+        scheduler.stop()
+
+
+def test_an_unreachable_cluster_is_waited_out_and_no_study_fails(pg_url: str) -> None:
+    db = Database(pg_url)
+    ids = [create_study(db, model=MODEL, space=SPACE, max_trials=6, seed=i) for i in range(2)]
+    executor = _executor()
+    scheduler = _scheduler(db, executor)
+    scheduler.start()
+    try:
+        wait_for(lambda: len(executor.submitted) >= 2, 30, "two trials")
+        executor.broken = ExecutorUnavailable("Ray: ConnectionError: head unreachable")
+        wait_for(lambda: executor.failed_calls >= 5, 10, "the executor to be called and fail")
+        assert scheduler.status()["state"] == "cluster unavailable"
+        time.sleep(1.0)  # an outage of a second or more, with calls failing all along
+        executor.broken = None
+        for study_id in ids:
+            wait_for(lambda s=study_id: _status(db, s) == StudyStatus.COMPLETED, 120, "a study")
+    finally:
+        scheduler.stop()
+    for study_id in ids:
+        check_invariants(db, study_id, max_trials=6)
+
+
+def test_a_failed_study_launches_nothing_more_in_the_same_round(pg_url: str) -> None:
+    db = Database(pg_url)
+    bad = create_study(db, model=MODEL, space=SPACE, max_trials=6)
+    good = create_study(db, model=MODEL, space=SPACE, max_trials=6, seed=1)
+    executor = _executor(slots=4)
+    scheduler = _scheduler(db, executor)
+    scheduler.executor = executor
+    scheduler.tick()  # adopts both
+    runner = scheduler._slots[bad].runner
+    launches = 0
+    real_launch = runner.launch
+
+    def launch_then_fail(max_count: int | None = None) -> int:
+        nonlocal launches
+        launches += 1
+        if launches == 2:
+            raise RuntimeError("a bug while launching")
+        return real_launch(max_count)
+
+    runner.launch = launch_then_fail  # type: ignore[method-assign]
+    for _ in range(400):
+        scheduler.tick()
+        if _status(db, good) == StudyStatus.COMPLETED and bad not in scheduler._slots:
+            break
+    assert launches == 2, "the failed study was asked to launch again"
+    assert runner.done
+    assert _status(db, bad) == StudyStatus.FAILED
+    check_invariants(db, bad, max_trials=6)
+    check_invariants(db, good, max_trials=6)
