@@ -1,4 +1,5 @@
-"""The JSON API under /api, plus /healthz. Bodies are the `autotuner.study.views` shapes.
+"""The JSON API under /api, plus /healthz. Bodies are the `autotuner.study.views` shapes, typed
+by the response models in `autotuner.api.schemas` (so /openapi.json documents them).
 
 Handlers are plain functions (FastAPI runs them in its thread pool): each is one call into
 `autotuner.study.operations`, the same code the CLI runs on a local database.
@@ -8,14 +9,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi.responses import PlainTextResponse
 
 from autotuner.api.deps import require_token
+from autotuner.api.schemas import BestView, Health, SpaceInfo, StudyView, TrialDetail, TrialView
 from autotuner.storage.models import StudyStatus
 from autotuner.study import operations as studies
 from autotuner.study.request import EXPORT_FORMATS, StudyRequest
 
+# Bodies are validated against their response models and written with only the keys the view
+# set (`exclude_unset`): the JSON is the view's, nulls included (see autotuner.api.schemas).
 router = APIRouter(prefix="/api")
 health = APIRouter()
 
@@ -57,6 +61,8 @@ def _wake(request: Request) -> None:
 @router.post(
     "/studies",
     status_code=201,
+    response_model=StudyView,
+    response_model_exclude_unset=True,
     dependencies=[Depends(require_token)],
     responses=_AUTH_ERRORS,
     summary="Submit a study",
@@ -70,7 +76,12 @@ def submit_study(body: StudyRequest, request: Request) -> dict[str, Any]:
     return view
 
 
-@router.get("/studies", summary="List studies, newest first")
+@router.get(
+    "/studies",
+    response_model=list[StudyView],
+    response_model_exclude_unset=True,
+    summary="List studies, newest first",
+)
 def list_studies(
     request: Request,
     status: Annotated[StudyStatus | None, Query(description="Only studies in this status")] = None,
@@ -79,18 +90,32 @@ def list_studies(
     return studies.list_studies(_db(request), status=status.value if status else None, limit=limit)
 
 
-@router.get("/studies/{study}", responses=_STUDY_ERRORS, summary="One study's progress")
+@router.get(
+    "/studies/{study}",
+    response_model=StudyView,
+    response_model_exclude_unset=True,
+    responses=_STUDY_ERRORS,
+    summary="One study's progress",
+)
 def get_study(study: StudyRef, request: Request) -> dict[str, Any]:
     return studies.get_study(_db(request), study)
 
 
-@router.get("/studies/{study}/trials", responses=_STUDY_ERRORS, summary="A study's trials")
+@router.get(
+    "/studies/{study}/trials",
+    response_model=list[TrialView],
+    response_model_exclude_unset=True,
+    responses=_STUDY_ERRORS,
+    summary="A study's trials",
+)
 def list_trials(study: StudyRef, request: Request) -> list[dict[str, Any]]:
     return studies.list_trials(_db(request), study)
 
 
 @router.get(
     "/studies/{study}/trials/{number}",
+    response_model=TrialDetail,
+    response_model_exclude_unset=True,
     responses=_STUDY_ERRORS,
     summary="One trial with its full config and result",
 )
@@ -100,13 +125,21 @@ def get_trial(
     return studies.get_trial(_db(request), study, number)
 
 
-@router.get("/studies/{study}/best", responses=_STUDY_ERRORS, summary="The best trial so far")
+@router.get(
+    "/studies/{study}/best",
+    response_model=BestView,
+    response_model_exclude_unset=True,
+    responses=_STUDY_ERRORS,
+    summary="The best trial so far",
+)
 def get_best(study: StudyRef, request: Request) -> dict[str, Any]:
     return studies.get_best(_db(request), study)
 
 
 @router.post(
     "/studies/{study}/cancel",
+    response_model=StudyView,
+    response_model_exclude_unset=True,
     dependencies=[Depends(require_token)],
     responses={**_STUDY_ERRORS, **_AUTH_ERRORS, 409: {"description": "Already finished"}},
     summary="Cancel a queued or running study",
@@ -119,7 +152,14 @@ def cancel_study(study: StudyRef, request: Request) -> dict[str, Any]:
 
 @router.get(
     "/studies/{study}/export",
-    responses={**_STUDY_ERRORS, 422: {"description": "No completed trial yet, or bad format"}},
+    responses={
+        200: {
+            "description": "The config as text, in the media type of its format",
+            "content": {media: {"schema": {"type": "string"}} for media in _MEDIA.values()},
+        },
+        **_STUDY_ERRORS,
+        422: {"description": "No completed trial yet, or bad format"},
+    },
     response_class=PlainTextResponse,
     summary="The best config as json, yaml, env (shell exports) or torchrun (a runnable script)",
 )
@@ -132,7 +172,12 @@ def export_best(
     return PlainTextResponse(text, media_type=_MEDIA[format])
 
 
-@router.get("/spaces", summary="The built-in search spaces")
+@router.get(
+    "/spaces",
+    response_model=list[SpaceInfo],
+    response_model_exclude_unset=True,
+    summary="The built-in search spaces",
+)
 def list_spaces() -> list[dict[str, Any]]:
     from autotuner.search.space import builtin_space_names, load_space, spaces_dir
 
@@ -146,8 +191,14 @@ def list_spaces() -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- health
 
 
-@health.get("/healthz", summary="Liveness and readiness: the database and the coordinator")
-def healthz(request: Request) -> JSONResponse:
+@health.get(
+    "/healthz",
+    response_model=Health,
+    response_model_exclude_unset=True,
+    responses={503: {"model": Health, "description": "The database or the coordinator is down"}},
+    summary="Liveness and readiness: the database and the coordinator",
+)
+def healthz(request: Request, response: Response) -> dict[str, Any]:
     db = request.app.state.db
     scheduler = request.app.state.scheduler
     try:
@@ -159,10 +210,10 @@ def healthz(request: Request) -> JSONResponse:
     # Unhealthy when the database does not answer or the coordinator thread died or its last
     # round failed: an orchestrator restarts a service that would otherwise run no study.
     ok = database == "ok" and coordinator.get("healthy", True)
-    body = {
+    response.status_code = 200 if ok else 503
+    return {
         "status": "ok" if ok else "degraded",
         "database": database,
         "coordinator": coordinator,
         "version": request.app.version,
     }
-    return JSONResponse(body, status_code=200 if ok else 503)

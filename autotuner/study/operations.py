@@ -23,7 +23,10 @@ from autotuner.spec import ModelSpec
 from autotuner.study.request import EXPORT_FORMATS, StudyRequest
 
 if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
     from autotuner.executors.base import Target
+    from autotuner.storage.models import Study, Trial
     from autotuner.storage.session import Database
 
 FINISHED = ("completed", "cancelled", "failed")
@@ -112,6 +115,8 @@ def submit_study(db: Database, req: StudyRequest, target: Target | None = None) 
 
 
 def list_studies(db: Database, *, status: str | None = None, limit: int = 100) -> list[dict]:
+    """Studies newest first with their trial counts: two statements however many studies (the
+    counts are one grouped query, not a query per study)."""
     from sqlalchemy import func, select
 
     from autotuner.storage.models import StudyStatus, Trial
@@ -136,25 +141,56 @@ def list_studies(db: Database, *, status: str | None = None, limit: int = 100) -
         return [study_view(st, (), counts=counts[st.id]) for st in studies]
 
 
-def get_study(db: Database, ref: str) -> dict[str, Any]:
+def _study_and_trials(s: Session, ref: str) -> tuple[Study, list[Trial]]:
     from autotuner.storage.repository import StudyRepo, TrialRepo
+
+    study = StudyRepo(s).require(ref)
+    return study, TrialRepo(s).list(study.id)
+
+
+def get_study(db: Database, ref: str) -> dict[str, Any]:
     from autotuner.study.views import study_view
 
     with db.session() as s:
-        study = StudyRepo(s).require(ref)
-        return study_view(study, TrialRepo(s).list(study.id))
+        return study_view(*_study_and_trials(s, ref))
 
 
 def list_trials(db: Database, ref: str) -> list[dict[str, Any]]:
-    from autotuner.storage.repository import StudyRepo, TrialRepo
     from autotuner.study.views import trial_view
 
     with db.session() as s:
-        study = StudyRepo(s).require(ref)
-        return [trial_view(t) for t in TrialRepo(s).list(study.id)]
+        _, trials = _study_and_trials(s, ref)
+        return [trial_view(t) for t in trials]
+
+
+def get_best(db: Database, ref: str) -> dict[str, Any]:
+    from autotuner.study.views import best_view
+
+    with db.session() as s:
+        return best_view(*_study_and_trials(s, ref))
+
+
+def get_study_detail(db: Database, ref: str) -> dict[str, Any]:
+    """A study, its knob names, its trials and its best, read in one transaction (two
+    statements): `get_study`, `list_trials` and `get_best` at once, for the dashboard."""
+    from autotuner.study.views import best_view, study_view, trial_view
+
+    with db.session() as s:
+        study, trials = _study_and_trials(s, ref)
+        return {
+            "study": study_view(study, trials),
+            "knobs": list((study.space or {}).get("knobs", {})),
+            "trials": [trial_view(t) for t in trials],
+            "best": best_view(study, trials),
+        }
 
 
 def get_trial(db: Database, ref: str, number: int) -> dict[str, Any]:
+    return get_trial_detail(db, ref, number)["trial"]
+
+
+def get_trial_detail(db: Database, ref: str, number: int) -> dict[str, Any]:
+    """One trial in full with its study's id and name."""
     from autotuner.storage.repository import StudyRepo, TrialRepo
     from autotuner.study.views import trial_view
 
@@ -167,29 +203,22 @@ def get_trial(db: Database, ref: str, number: int) -> dict[str, Any]:
                 f"study {study.id} has no trial #{number} (it has {count} trial(s), "
                 f"numbered from 0); list them with `autotuner trials {study.id}`"
             )
-        return trial_view(trial, full=True)
-
-
-def get_best(db: Database, ref: str) -> dict[str, Any]:
-    from autotuner.storage.repository import StudyRepo, TrialRepo
-    from autotuner.study.views import best_view
-
-    with db.session() as s:
-        study = StudyRepo(s).require(ref)
-        return best_view(study, TrialRepo(s).list(study.id))
+        return {
+            "study_id": study.id,
+            "study_name": study.name,
+            "trial": trial_view(trial, full=True),
+        }
 
 
 def export_best(db: Database, ref: str, fmt: str) -> str:
     """The best config as text in `fmt` (json, yaml, env or torchrun)."""
-    from autotuner.storage.repository import StudyRepo, TrialRepo
     from autotuner.study.export import render
     from autotuner.study.views import best_view
 
     if fmt not in EXPORT_FORMATS:
         raise UserError(f"format {fmt!r}: choose one of {', '.join(EXPORT_FORMATS)}")
     with db.session() as s:
-        study = StudyRepo(s).require(ref)
-        trials = TrialRepo(s).list(study.id)
+        study, trials = _study_and_trials(s, ref)
         rec = best_view(study, trials)["best"]
         config = None
         if rec is not None:

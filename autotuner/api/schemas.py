@@ -1,0 +1,206 @@
+"""Response models: the `autotuner.study.views` JSON shapes, typed for the OpenAPI schema.
+
+The views build plain dicts (the CLI's `--json` prints the same ones); these models describe
+them, field for field and in the same order, so a client can generate types from /openapi.json.
+Routes declare them as `response_model` with `response_model_exclude_unset=True`: a key the
+view leaves out (a field that only some studies have) stays out, a null stays null, and the JSON
+a client receives is the view's. Models of shapes this package builds forbid extra keys, so a
+view that grows a field without its model fails the tests instead of dropping the field.
+
+Free-form parts stay `dict[str, Any]`: knob params, the worker's config and result records, the
+model spec, the hardware fingerprint and the search policy's evidence.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autotuner.search.objective import Objective
+from autotuner.storage.models import StudyStatus, TrialState
+
+_ISO = "ISO 8601 timestamp (UTC), or null when it has not happened yet"
+
+
+class _View(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --------------------------------------------------------------------------- studies
+
+
+class StudyView(_View):
+    """A study's summary and progress."""
+
+    id: str = Field(examples=["st-1a2b3c4d"])
+    name: str
+    status: StudyStatus
+    objective: Objective
+    model: dict[str, Any] = Field(description="The model spec, resolved from a preset or inline")
+    space: str | None = Field(description="The search space's name")
+    sampler: str
+    gpus_per_trial: int
+    max_trials: int | None
+    max_minutes: float | None
+    trial_counts: dict[str, int] = Field(description="Trials per state (see TrialView.state)")
+    best_trial_number: int | None
+    error_message: str | None = Field(description="Why a failed study failed")
+    created_at: str = Field(description=_ISO)
+    started_at: str | None = Field(description=_ISO)
+    finished_at: str | None = Field(description=_ISO)
+
+
+class TrialView(_View):
+    """One trial: what was tried and what it measured. Metrics are null until it completes."""
+
+    number: int = Field(description="0, 1, 2... within the study")
+    state: TrialState
+    purpose: str = Field(description="search, seed (an expert default) or remeasure")
+    attempt: int = Field(description="2 for the one retry of an infra failure")
+    retry_of: int | None = Field(description="The trial number this one retries")
+    params: dict[str, Any] = Field(description="The knob values tried")
+    tokens_per_s: float | None
+    tokens_per_s_min: float | None
+    tokens_per_s_max: float | None
+    tokens_per_s_per_gpu: float | None
+    mfu: float | None = Field(description="Model FLOPs utilisation, 0..1")
+    peak_mem_gib: float | None
+    compile_s: float | None
+    objective_value: float | None
+    error_class: str | None = Field(description="oom, unsupported, timeout, crash, ...")
+    error_message: str | None
+    worker: str | None = Field(description="The node and process that ran it")
+    fingerprint: str | None = Field(description="The hardware/software fingerprint's hash")
+    started_at: str | None = Field(description=_ISO)
+    finished_at: str | None = Field(description=_ISO)
+
+
+class TrialDetail(TrialView):
+    """A trial with the full records exchanged with the worker."""
+
+    config: dict[str, Any] = Field(description="The TrialConfig sent to the worker, verbatim")
+    result: dict[str, Any] | None = Field(description="The TrialResult, verbatim")
+
+
+# --------------------------------------------------------------------------- the recommendation
+
+
+class Interleaved(_View):
+    """Winner and runner-up re-measured in turn (A B A B) in fresh processes."""
+
+    pairs: int
+    winner_ahead: int = Field(description="Pairs in which the winner measured faster")
+    ratios: list[float] = Field(description="Winner over runner-up, pair by pair")
+
+
+class RunnerUp(_View):
+    """The second-best config and whether the winner beats it beyond the noise."""
+
+    trial_number: int
+    objective_value: float = Field(description="Pooled median over its measurements")
+    params: dict[str, Any]
+    margin_rel: float = Field(description="Winner over runner-up minus 1")
+    noise_rel: float
+    tie: bool = Field(description="The margin is within the noise: either config will do")
+    measurements: int
+    interleaved: Interleaved | None = Field(None, description="Only when both were re-measured")
+    text: str = Field(description="The verdict in words")
+
+
+class ParetoPoint(_View):
+    """A config no other beats on both the objective (higher) and peak memory (lower)."""
+
+    trial_number: int
+    objective_value: float
+    peak_mem_gib: float
+    params: dict[str, Any]
+
+
+class Recommendation(BaseModel):
+    """The winner, its margin over the runner-up, and the evidence behind it.
+
+    Finished studies carry the search policy's evidence too (`importance`, `cost_model`,
+    `pruned`, `learned_rules`, `stopped`); live views leave those keys out.
+    """
+
+    # The policy's evidence is free-form and may grow: keep unknown keys rather than lose them.
+    model_config = ConfigDict(extra="allow")
+
+    trial_number: int
+    objective: Objective
+    objective_value: float = Field(description="Pooled median over the winner's measurements")
+    params: dict[str, Any]
+    knobs: dict[str, Any] = Field(description="Every knob of the winning config")
+    model: dict[str, Any]
+    tokens_per_s: float
+    tokens_per_s_min: float | None
+    tokens_per_s_max: float | None
+    tokens_per_s_per_gpu: float | None
+    mfu: float | None
+    peak_mem_gib: float | None
+    compile_s: float | None
+    fingerprint: dict[str, Any] | None = Field(description="The hardware it was measured on")
+    completed_trials: int
+    measurements: int = Field(description="How many times the winner was measured")
+    measured_trials: list[int]
+    noise_rel: float = Field(description="The study's noise band, relative")
+    runner_up: RunnerUp | None
+    time_to_train_h: float | None = Field(None, description="Only for objective time_to_train")
+    pareto: list[ParetoPoint] = Field(description="Throughput against peak memory")
+    importance: list[dict[str, Any]] | None = Field(
+        None, description="Per-knob effect and verdict, most important first (finished studies)"
+    )
+    cost_model: dict[str, Any] | None = Field(None, description="The memory/time model's accuracy")
+    pruned: dict[str, int] | None = Field(None, description="Configs ruled out before launch")
+    learned_rules: list[str] | None = None
+    stopped: str | None = Field(None, description="Why the search stopped")
+
+
+class BestView(_View):
+    """The best trial so far: the stored recommendation once finished, else computed live."""
+
+    study: str
+    status: StudyStatus
+    completed_trials: int
+    total_trials: int
+    best: Recommendation | None = Field(description="Null until a trial completes")
+
+
+# --------------------------------------------------------------------------- the rest
+
+
+class SpaceInfo(_View):
+    """A built-in search space, submitted by name."""
+
+    name: str
+    description: str
+    size: int | None = Field(description="Configurations in the space; null when unbounded")
+
+
+class CoordinatorStatus(_View):
+    """The coordinator running in the service; only `state` when it is off."""
+
+    state: str = Field(
+        description="starting, running, database unavailable, cluster unavailable, stopped, "
+        "error, or off"
+    )
+    healthy: bool | None = Field(
+        None, description="False when its thread died or its last round failed"
+    )
+    thread_alive: bool | None = None
+    last_round_age_s: float | None = Field(None, description="Seconds since its last round")
+    owner: str | None = Field(None, description="Its lease owner id")
+    studies_running: int | None = None
+    trials_in_flight: int | None = None
+    last_error: str | None = None
+
+
+class Health(_View):
+    """Liveness and readiness; 503 when the database is unavailable or the coordinator is
+    unhealthy."""
+
+    status: Literal["ok", "degraded"]
+    database: Literal["ok", "unavailable"]
+    coordinator: CoordinatorStatus
+    version: str
