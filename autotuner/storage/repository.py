@@ -453,9 +453,12 @@ class TrialRepo:
         ).first()
 
     def mark_lost(
-        self, study_id: str, *, heartbeat_older_than: dt.datetime
+        self, study_id: str, *, heartbeat_older_than: dt.datetime, reason: str = "lost"
     ) -> builtins.list[Trial]:
         """Running trials whose last heartbeat is older than the cutoff become lost (infra).
+
+        `reason="cancelled"`: their study was cancelled while no coordinator ran it (they are
+        failed, with that message; a cancelled study is never resumed, so never retried).
 
         The rows are locked first, so a result arriving at the same moment either lands before
         (the trial is not lost) or is refused after (TrialAlreadyFinished), never both.
@@ -476,12 +479,16 @@ class TrialRepo:
         now = db_now(self.session)
         for trial in stale:
             seen = trial.heartbeat_at or trial.started_at or trial.created_at
-            trial.state = TrialState.LOST.value
             trial.error_class = "infra"
-            trial.error_message = (
-                f"no heartbeat since {seen.isoformat(timespec='seconds')}: its worker or "
-                "coordinator stopped; the trial may be retried"
-            )
+            if reason == "cancelled":
+                trial.state = TrialState.FAILED.value
+                trial.error_message = "cancelled with the study (no coordinator was running it)"
+            else:
+                trial.state = TrialState.LOST.value
+                trial.error_message = (
+                    f"no heartbeat since {seen.isoformat(timespec='seconds')}: its worker or "
+                    "coordinator stopped; the trial may be retried"
+                )
             trial.finished_at = now
         self.session.flush()
         return stale

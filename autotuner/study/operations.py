@@ -7,6 +7,7 @@ from the same code. Validation happens before anything is written: a rejected su
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -127,7 +128,7 @@ def list_studies(db: Database, *, status: str | None = None, limit: int = 100) -
         raise UserError(
             f"status {status!r}: choose one of {', '.join(s.value for s in StudyStatus)}"
         )
-    with db.session() as s:
+    with db.read() as s:
         studies = StudyRepo(s).list(status=status, limit=limit)
         counts: dict[str, dict[str, int]] = {st.id: {} for st in studies}
         if studies:
@@ -151,14 +152,14 @@ def _study_and_trials(s: Session, ref: str) -> tuple[Study, list[Trial]]:
 def get_study(db: Database, ref: str) -> dict[str, Any]:
     from autotuner.study.views import study_view
 
-    with db.session() as s:
+    with db.read() as s:
         return study_view(*_study_and_trials(s, ref))
 
 
 def list_trials(db: Database, ref: str) -> list[dict[str, Any]]:
     from autotuner.study.views import trial_view
 
-    with db.session() as s:
+    with db.read() as s:
         _, trials = _study_and_trials(s, ref)
         return [trial_view(t) for t in trials]
 
@@ -166,7 +167,7 @@ def list_trials(db: Database, ref: str) -> list[dict[str, Any]]:
 def get_best(db: Database, ref: str) -> dict[str, Any]:
     from autotuner.study.views import best_view
 
-    with db.session() as s:
+    with db.read() as s:
         return best_view(*_study_and_trials(s, ref))
 
 
@@ -175,7 +176,7 @@ def get_study_detail(db: Database, ref: str) -> dict[str, Any]:
     statements): `get_study`, `list_trials` and `get_best` at once, for the dashboard."""
     from autotuner.study.views import best_view, study_view, trial_view
 
-    with db.session() as s:
+    with db.read() as s:
         study, trials = _study_and_trials(s, ref)
         return {
             "study": study_view(study, trials),
@@ -194,7 +195,7 @@ def get_trial_detail(db: Database, ref: str, number: int) -> dict[str, Any]:
     from autotuner.storage.repository import StudyRepo, TrialRepo
     from autotuner.study.views import trial_view
 
-    with db.session() as s:
+    with db.read() as s:
         study = StudyRepo(s).require(ref)
         trial = TrialRepo(s).get(study.id, number)
         if trial is None:
@@ -217,7 +218,7 @@ def export_best(db: Database, ref: str, fmt: str) -> str:
 
     if fmt not in EXPORT_FORMATS:
         raise UserError(f"format {fmt!r}: choose one of {', '.join(EXPORT_FORMATS)}")
-    with db.session() as s:
+    with db.read() as s:
         study, trials = _study_and_trials(s, ref)
         rec = best_view(study, trials)["best"]
         config = None
@@ -230,9 +231,10 @@ def export_best(db: Database, ref: str, fmt: str) -> str:
 
 
 def cancel_study(db: Database, ref: str) -> dict[str, Any]:
-    """Cancel a queued or running study. Its coordinator stops its trials within a step."""
+    """Cancel a queued or running study. Its coordinator stops its trials within a step; when
+    no coordinator holds it, its running trials are ended here."""
     from autotuner.storage.models import Study, StudyStatus
-    from autotuner.storage.repository import StudyRepo, TrialRepo
+    from autotuner.storage.repository import StudyRepo, TrialRepo, db_now
     from autotuner.study.views import study_view
 
     with db.session() as s:
@@ -244,4 +246,17 @@ def cancel_study(db: Database, ref: str) -> dict[str, Any]:
         if study.status in FINISHED:
             raise Conflict(f"study {study.id} is already {study.status}; nothing to cancel")
         studies.set_status(study, StudyStatus.CANCELLED)
+        now = db_now(s)
+        expires = study.lease_expires_at
+        if study.owner is None or expires is None or _aware(expires) < now:
+            # No live coordinator will see the cancel: its running trials end here, or they
+            # would stay `running` in a finished study forever.
+            TrialRepo(s).mark_lost(
+                study.id, heartbeat_older_than=now + dt.timedelta(days=1), reason="cancelled"
+            )
+            studies.release(study.id, study.owner or "")
         return study_view(study, TrialRepo(s).list(study.id))
+
+
+def _aware(value: dt.datetime) -> dt.datetime:
+    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)

@@ -178,3 +178,23 @@ def test_a_failed_study_launches_nothing_more_in_the_same_round(pg_url: str) -> 
     assert _status(db, bad) == StudyStatus.FAILED
     check_invariants(db, bad, max_trials=6)
     check_invariants(db, good, max_trials=6)
+
+
+def test_cancelling_a_study_no_coordinator_runs_ends_its_running_trials(pg_url: str) -> None:
+    from autotuner.study import operations
+    from autotuner.study.coordinator import StudyRunner
+
+    db = Database(pg_url)
+    study_id = create_study(db, model=MODEL, space=SPACE, max_trials=6)
+    executor = _executor(slots=2)
+    dead = StudyRunner(db, study_id, executor, owner="dead-coordinator", lease_ttl_s=0.2)
+    dead.start()
+    dead.step()
+    assert dead.in_flight  # it dies here, with trials running and its lease about to expire
+    time.sleep(0.5)
+    view = operations.cancel_study(db, study_id)
+    assert view["status"] == StudyStatus.CANCELLED
+    check_invariants(db, study_id, max_trials=6)
+    with db.read() as s:
+        study = StudyRepo(s).require(study_id)
+        assert study.owner is None
