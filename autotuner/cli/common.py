@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from autotuner.cli.client import Backend
     from autotuner.options import StudyOptions
     from autotuner.storage.session import Database
+    from autotuner.study.request import StudyRequest
 
 out = Console()
 err = Console(stderr=True)
@@ -140,6 +141,41 @@ def as_flags(message: str) -> str:
         lambda m: "--" + m.group(1).replace("_", "-"),
         message,
     )
+
+
+# The request's fields as `tune` and `submit` spell them; options.x is --x (see as_flags).
+FLAGS = {
+    "gpus_per_trial": "--gpus",
+    "max_trials": "--trials",
+    "max_minutes": "--minutes",
+    "objective": "--objective",
+    "sampler": "--sampler",
+    "seed": "--seed",
+    "name": "--name",
+}
+
+
+def study_request(**fields: Any) -> StudyRequest:
+    """A study request from a command's flags, checked by the rules the API applies to a
+    submitted one (`StudyRequest`); errors name the flag (`--sampler`, `--max-mem-gib`)."""
+    from pydantic import ValidationError
+
+    from autotuner.inputs import UserError, describe_validation_error
+    from autotuner.study.request import StudyRequest
+
+    try:
+        return StudyRequest.model_validate(fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        if first["type"] in ("enum", "literal_error"):  # a flag with a fixed set of values
+            expected = re.findall(r"'([^']*)'", first["ctx"]["expected"])
+            message = f"{field} {first['input']!r}: choose one of {', '.join(expected)}"
+        else:
+            message = describe_validation_error(exc)
+        if field in FLAGS:
+            message = FLAGS[field] + message.removeprefix(field)
+        raise UserError(as_flags(message)) from None
 
 
 def study_options(**values: float | None) -> StudyOptions:

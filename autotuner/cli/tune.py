@@ -7,6 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from autotuner.cli.common import (
+    DEFAULT_TRIALS,
     DbOption,
     GpusOption,
     JsonFlag,
@@ -22,11 +23,10 @@ from autotuner.cli.common import (
     SpecArg,
     TrialsOption,
     UsdOption,
-    as_flags,
     err,
     friendly_errors,
     open_db_for_writing,
-    study_options,
+    study_request,
 )
 from autotuner.cli.render import show_best
 
@@ -65,33 +65,34 @@ def tune(
     otherwise. Without a GPU, trials run a small model on the CPU through the same code path.
     """
     from autotuner.inputs import UserError, load_model_spec
-    from autotuner.search.objective import Objective, check_options
-    from autotuner.search.sampler import SAMPLERS
     from autotuner.search.space import load_space
+    from autotuner.study.operations import validate_request
 
-    # Validate everything before anything is written.
+    # Read the files here, where their errors can name the file and line; then check the
+    # request by the rules the API and `submit` use, before anything is written.
     model = load_model_spec(spec)
-    search_space = load_space(space) if space is not None else None
-    try:
-        obj = Objective(objective)
-    except ValueError:
-        raise UserError(
-            f"--objective {objective!r}: choose one of {', '.join(o.value for o in Objective)}"
-        ) from None
-    if sampler not in SAMPLERS:
-        raise UserError(f"--sampler {sampler!r}: choose one of {', '.join(SAMPLERS)}")
-    options = study_options(
-        usd_per_gpu_hour=usd_per_gpu_hour,
-        planned_tokens=planned_tokens,
-        planned_hours=planned_hours,
-        max_mem_gib=max_mem_gib,
+    chosen = load_space(space) if space is not None else None
+    options = {
+        "usd_per_gpu_hour": usd_per_gpu_hour,
+        "planned_tokens": planned_tokens,
+        "planned_hours": planned_hours,
+        "max_mem_gib": max_mem_gib,
+    }
+    request = study_request(
+        model=model.model_dump(mode="json"),
+        # Without --space the default depends on the cluster: it is set once Ray is up.
+        **({"space": chosen.model_dump(mode="json", by_alias=True)} if chosen else {}),
+        name=name or None,
+        objective=objective,
+        max_trials=trials if trials is not None or minutes is not None else DEFAULT_TRIALS,
+        max_minutes=minutes,
+        gpus_per_trial=gpus,
+        sampler=sampler,
+        seed=seed,
+        options={k: v for k, v in options.items() if v is not None},
     )
-    try:
-        check_options(obj, options)
-    except ValueError as exc:
-        raise UserError(as_flags(str(exc))) from None
-    if trials is None and minutes is None:
-        trials = 20
+    if chosen is not None:
+        validate_request(request)
     database = open_db_for_writing(db)
 
     from autotuner.executors.ray_executor import RayExecutor
@@ -101,22 +102,25 @@ def tune(
     if not as_json:
         err.print("starting Ray...", style="dim")
     executor = RayExecutor(ray_address)
-    if search_space is None:  # the default suits the hardware the trials will run on
-        on_gpu = executor.target().device_type == "cuda"
-        search_space = load_space("single-gpu-quick" if on_gpu else "cpu-demo")
+    target = executor.target()
+    if chosen is None:  # the default suits the hardware the trials will run on
+        default = "single-gpu-quick" if target.device_type == "cuda" else "cpu-demo"
+        request = request.model_copy(update={"space": default})
+    # Again with the cluster known: as the service does, refuse more GPUs per trial than it has.
+    model, search_space = validate_request(request, target)
     owner = default_owner()
     study_id = create_study(
         database,
         model=model,
         space=search_space,
-        name=name,
-        objective=obj,
-        max_trials=trials,
-        max_minutes=minutes,
-        gpus_per_trial=gpus,
-        sampler=sampler,
-        seed=seed,
-        options=options,
+        name=request.name,
+        objective=request.objective,
+        max_trials=request.max_trials,
+        max_minutes=request.max_minutes,
+        gpus_per_trial=request.gpus_per_trial,
+        sampler=request.sampler,
+        seed=request.seed,
+        options=request.options,
     )
     # Take the study's lease at once: a service sharing this database must not adopt the
     # queued study before this process starts running it.
@@ -124,7 +128,7 @@ def tune(
         StudyRepo(s).try_acquire(study_id, owner, 300.0)
     if not as_json:
         err.print(f"study [bold]{study_id}[/]: {model.describe()}; space {search_space.name}")
-    progress = _TuneProgress(trials, quiet=as_json)
+    progress = _TuneProgress(request.max_trials, quiet=as_json)
     runner = StudyRunner(database, study_id, executor, owner=owner, on_event=progress.on_event)
     try:
         with progress:
