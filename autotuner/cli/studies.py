@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -38,6 +38,9 @@ from autotuner.cli.common import (
     study_options,
 )
 from autotuner.cli.render import best_table, print_json, show_best, studies_table, trials_table
+
+if TYPE_CHECKING:
+    from autotuner.cli.client import Backend
 
 FINISHED = ("completed", "cancelled", "failed")
 
@@ -153,7 +156,7 @@ def best(
         raise typer.Exit(0) from None
 
 
-def _watch_json(source: Any, study: str, interval: float) -> None:
+def _watch_json(source: Backend, study: str, interval: float) -> None:
     """One JSON line per change (for scripts), until the study ends."""
     import time
 
@@ -169,7 +172,7 @@ def _watch_json(source: Any, study: str, interval: float) -> None:
         time.sleep(interval)
 
 
-def _watch_table(source: Any, study: str, interval: float) -> None:
+def _watch_table(source: Backend, study: str, interval: float) -> None:
     import time
 
     from rich.console import Group
