@@ -1,0 +1,212 @@
+"""What the verbs share: option types, the consoles, error handling and opening the database.
+
+Commands declare their flags with these `Annotated` types, so a flag that several verbs take
+(`--db`, `--json`, the study's budget and objective) reads and helps the same everywhere.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable
+from functools import wraps
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+if TYPE_CHECKING:
+    from autotuner.cli.client import Backend
+    from autotuner.options import StudyOptions
+    from autotuner.storage.session import Database
+    from autotuner.study.request import StudyRequest
+
+out = Console()
+err = Console(stderr=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# --------------------------------------------------------------------------- option types
+
+DbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        envvar="AUTOTUNER_DATABASE_URL",
+        help="Database URL (postgresql+psycopg://user@host/db or sqlite:///path). "
+        "Default: a SQLite file in your user data folder.",
+        show_default=False,
+    ),
+]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of tables.")]
+ServerOption = Annotated[
+    str | None,
+    typer.Option(
+        "--server",
+        envvar="AUTOTUNER_SERVER",
+        help="The autotuner service's URL (e.g. http://tuner:8000); sends $AUTOTUNER_TOKEN. "
+        "Without it, commands work on the local database (--db).",
+        show_default=False,
+    ),
+]
+RayAddressOption = Annotated[
+    str | None,
+    typer.Option(
+        "--ray-address", envvar="RAY_ADDRESS", help="Existing Ray cluster; default: local."
+    ),
+]
+StudyArg = Annotated[str, typer.Argument(help="Study id (or a unique prefix, or its name).")]
+
+# A study's request, as `tune` and `submit` take it.
+SpecArg = Annotated[
+    str, typer.Argument(help="Model spec: a YAML/JSON file, or a preset name like gpt2-124m.")
+]
+GpusOption = Annotated[int, typer.Option("--gpus", min=1, help="GPUs per trial.")]
+TrialsOption = Annotated[
+    int | None, typer.Option("--trials", "-n", min=1, help="Stop after this many trials.")
+]
+MinutesOption = Annotated[
+    float | None, typer.Option("--minutes", "-m", min=0.1, help="Stop launching after this.")
+]
+SamplerOption = Annotated[str, typer.Option(help="tpe (default), random, grid or gp.")]
+SeedOption = Annotated[int, typer.Option(help="Sampler seed (same seed, same proposals).")]
+NameOption = Annotated[str | None, typer.Option(help="A name for the study.")]
+ObjectiveOption = Annotated[
+    str,
+    typer.Option(
+        help="What to maximise: tokens_per_s, tokens_per_s_per_gpu, mtokens_per_usd (needs "
+        "--usd-per-gpu-hour) or time_to_train (charges compile time; needs --planned-tokens "
+        "or --planned-hours)."
+    ),
+]
+UsdOption = Annotated[
+    float | None, typer.Option(min=0.0, help="Price of one GPU hour, for mtokens_per_usd.")
+]
+PlannedTokensOption = Annotated[
+    float | None, typer.Option(min=0.0, help="Tokens the real run will train on (time_to_train).")
+]
+PlannedHoursOption = Annotated[
+    float | None, typer.Option(min=0.0, help="Or the real run's length in hours (time_to_train).")
+]
+MaxMemOption = Annotated[
+    float | None,
+    typer.Option(min=0.0, help="Memory ceiling in GiB: configs that need more are infeasible."),
+]
+DEFAULT_TRIALS = 20  # the budget when neither --trials nor --minutes is given
+
+# --------------------------------------------------------------------------- errors
+
+
+def friendly_errors(fn: F) -> F:
+    """Turn the errors a user can fix into one clear line and exit code 2."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            if not _user_facing(exc):
+                raise
+            from rich.markup import escape
+
+            err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _user_facing(exc: Exception) -> bool:
+    from autotuner.inputs import UserError
+
+    if isinstance(exc, UserError):
+        return True
+    # Checked only if already imported: a command talking to the service never loads SQLAlchemy.
+    for module, name in (
+        ("autotuner.storage.repository", "StudyNotFound"),
+        ("autotuner.storage.session", "DatabaseUnavailable"),
+        ("autotuner.study.operations", "NotFound"),
+    ):
+        loaded = sys.modules.get(module)
+        if loaded is not None and isinstance(exc, getattr(loaded, name)):
+            return True
+    return False
+
+
+def as_flags(message: str) -> str:
+    """A message about options (`options.max_mem_gib`) in the words of the flags (`--max-mem-gib`).
+
+    The same checks serve the API (options.x) and these commands (--x)."""
+    return re.sub(
+        r"(?:options\.)?\b(usd_per_gpu_hour|planned_tokens|planned_hours|max_mem_gib)\b",
+        lambda m: "--" + m.group(1).replace("_", "-"),
+        message,
+    )
+
+
+# The request's fields as `tune` and `submit` spell them; options.x is --x (see as_flags).
+FLAGS = {
+    "gpus_per_trial": "--gpus",
+    "max_trials": "--trials",
+    "max_minutes": "--minutes",
+    "objective": "--objective",
+    "sampler": "--sampler",
+    "seed": "--seed",
+    "name": "--name",
+}
+
+
+def study_request(**fields: Any) -> StudyRequest:
+    """A study request from a command's flags, checked by the rules the API applies to a
+    submitted one (`StudyRequest`); errors name the flag (`--sampler`, `--max-mem-gib`)."""
+    from pydantic import ValidationError
+
+    from autotuner.inputs import UserError, describe_validation_error
+    from autotuner.study.request import StudyRequest
+
+    try:
+        return StudyRequest.model_validate(fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        if first["type"] in ("enum", "literal_error"):  # a flag with a fixed set of values
+            expected = re.findall(r"'([^']*)'", first["ctx"]["expected"])
+            message = f"{field} {first['input']!r}: choose one of {', '.join(expected)}"
+        else:
+            message = describe_validation_error(exc)
+        if field in FLAGS:
+            message = FLAGS[field] + message.removeprefix(field)
+        raise UserError(as_flags(message)) from None
+
+
+def study_options(**values: float | None) -> StudyOptions:
+    """The options a command's flags set, validated; errors name the flag (`--max-mem-gib`)."""
+    from pydantic import ValidationError
+
+    from autotuner.inputs import UserError, describe_validation_error
+    from autotuner.options import StudyOptions
+
+    try:
+        return StudyOptions.model_validate({k: v for k, v in values.items() if v is not None})
+    except ValidationError as exc:
+        raise UserError(as_flags(describe_validation_error(exc))) from None
+
+
+# --------------------------------------------------------------------------- databases
+
+
+def open_db_for_writing(db_url: str | None) -> Database:
+    """The results database, reachable and migrated to this version's schema."""
+    from autotuner.storage.session import Database, resolve_database_url, upgrade_database
+
+    url = resolve_database_url(db_url)
+    db = Database(url)
+    db.check()
+    upgrade_database(url)
+    return db
+
+
+def backend(server: str | None, db: str | None) -> Backend:
+    """The service (`--server`) or the local database (`--db`), behind one interface."""
+    from autotuner.cli.client import connect
+
+    return connect(server, db)

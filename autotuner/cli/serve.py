@@ -1,0 +1,92 @@
+"""`autotuner serve`: the service, i.e. the JSON API and the coordinator in one process."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from autotuner.cli.common import DbOption, RayAddressOption, err, friendly_errors
+
+
+@friendly_errors
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8000,
+    db: DbOption = None,
+    ray_address: RayAddressOption = None,
+    migrate: Annotated[
+        bool,
+        typer.Option(
+            help="Bring the schema to the latest revision on start (--no-migrate when a "
+            "separate step runs `alembic upgrade head`)."
+        ),
+    ] = True,
+    coordinator: Annotated[
+        bool, typer.Option(help="Run studies in this process (--no-coordinator: API only).")
+    ] = True,
+    coordinator_id: Annotated[
+        str | None,
+        typer.Option(
+            envvar="AUTOTUNER_COORDINATOR_ID",
+            help="Lease owner id of this coordinator; default serve@HOST:PORT. A restarted "
+            "service with the same id takes its studies back at once.",
+        ),
+    ] = None,
+    executor: Annotated[
+        str, typer.Option(hidden=True, envvar="AUTOTUNER_EXECUTOR", help="ray | replay:FILE")
+    ] = "ray",
+    lease_ttl: Annotated[float, typer.Option(hidden=True, min=2.0)] = 60.0,
+    heartbeat_interval: Annotated[float, typer.Option(hidden=True, min=0.1)] = 5.0,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Run the service: the JSON API (/api, OpenAPI at /docs) and the coordinator.
+
+    Mutating calls need $AUTOTUNER_TOKEN as a bearer token when it is set (always set it when
+    the service listens beyond localhost). Studies left unfinished by a previous run are picked
+    up again on start.
+    """
+    import logging
+    import os
+
+    import uvicorn
+
+    from autotuner.api.app import ServiceSettings, create_app
+    from autotuner.storage.session import resolve_database_url
+
+    token = os.environ.get("AUTOTUNER_TOKEN") or None
+    if not token and host not in ("127.0.0.1", "localhost", "::1"):
+        err.print(
+            f"[bold yellow]warning:[/] listening on {host} without AUTOTUNER_TOKEN: anyone "
+            "who reaches this port can submit and cancel studies"
+        )
+    logging.basicConfig(
+        level=log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    db_url = resolve_database_url(db)
+    from autotuner.storage.session import Database
+
+    Database(db_url).check()  # an unreachable database is one clear line, not a traceback
+    settings = ServiceSettings(
+        db_url=db_url,
+        token=token,
+        executor=executor,
+        ray_address=ray_address,
+        owner=coordinator_id,
+        port=port,
+        coordinator=coordinator,
+        migrate=migrate,
+        lease_ttl_s=lease_ttl,
+        heartbeat_interval_s=heartbeat_interval,
+    )
+    uvicorn.run(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_level=log_level.lower(),
+        timeout_graceful_shutdown=10,
+    )

@@ -1,0 +1,282 @@
+"""`autotuner submit`, `status`, `best`, `trials`, `cancel`, `export`: studies kept elsewhere.
+
+Each verb works on the service (`--server`) or a database opened here (`--db`) through the
+same `cli/client.py` backend interface, and prints its view with `cli/render.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from autotuner.cli.common import (
+    DEFAULT_TRIALS,
+    DbOption,
+    GpusOption,
+    JsonFlag,
+    MaxMemOption,
+    MinutesOption,
+    NameOption,
+    ObjectiveOption,
+    PlannedHoursOption,
+    PlannedTokensOption,
+    SamplerOption,
+    SeedOption,
+    ServerOption,
+    SpecArg,
+    StudyArg,
+    TrialsOption,
+    UsdOption,
+    backend,
+    err,
+    friendly_errors,
+    out,
+    study_options,
+)
+from autotuner.cli.render import best_table, print_json, show_best, studies_table, trials_table
+
+if TYPE_CHECKING:
+    from autotuner.cli.client import Backend
+
+FINISHED = ("completed", "cancelled", "failed")
+
+
+@friendly_errors
+def submit(
+    spec: SpecArg,
+    space: Annotated[
+        str,
+        typer.Option("--space", "-s", help="Search space: a built-in name or a YAML/JSON file."),
+    ] = "single-gpu-quick",
+    gpus: GpusOption = 1,
+    trials: TrialsOption = None,
+    minutes: MinutesOption = None,
+    objective: ObjectiveOption = "tokens_per_s",
+    usd_per_gpu_hour: UsdOption = None,
+    planned_tokens: PlannedTokensOption = None,
+    planned_hours: PlannedHoursOption = None,
+    max_mem_gib: MaxMemOption = None,
+    sampler: SamplerOption = "tpe",
+    seed: SeedOption = 0,
+    name: NameOption = None,
+    server: ServerOption = None,
+    db: DbOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Queue a study on the service (or the local database) and print its id.
+
+    The model spec and a space file are read here and sent as data; the service validates
+    them and answers with what to fix if anything is wrong.
+    """
+    body: dict[str, Any] = {
+        "model": _read_model_arg(spec),
+        "space": _read_space_arg(space),
+        "gpus_per_trial": gpus,
+        "max_trials": trials if trials is not None or minutes is not None else DEFAULT_TRIALS,
+        "max_minutes": minutes,
+        "objective": objective,
+        "sampler": sampler,
+        "seed": seed,
+    }
+    if name:
+        body["name"] = name
+    options = study_options(
+        usd_per_gpu_hour=usd_per_gpu_hour,
+        planned_tokens=planned_tokens,
+        planned_hours=planned_hours,
+        max_mem_gib=max_mem_gib,
+    )
+    if options.stored():
+        body["options"] = options.stored()
+    view = backend(server, db).submit(body)
+    if as_json:
+        print_json(view)
+        return
+    print(view["id"])
+    where = "the service" if server else "the local database (run it with `autotuner serve`)"
+    err.print(
+        f"queued study [bold]{view['id']}[/] ({view['name']}) on {where}; "
+        f"follow it with: autotuner best {view['id']} --watch",
+        highlight=False,
+    )
+
+
+def _read_model_arg(spec: str) -> Any:
+    from autotuner.inputs import read_structured_file
+    from autotuner.presets import MODEL_PRESETS
+
+    path = Path(spec)
+    if path.exists():
+        return read_structured_file(path)
+    if spec in MODEL_PRESETS:
+        return spec
+    from autotuner.inputs import UserError
+
+    raise UserError(
+        f"{spec}: no such file (or preset); give a YAML/JSON model spec or one of the "
+        f"presets: {', '.join(MODEL_PRESETS)}"
+    )
+
+
+def _read_space_arg(space: str) -> Any:
+    from autotuner.inputs import read_structured_file
+
+    path = Path(space)
+    return read_structured_file(path) if path.exists() else space
+
+
+@friendly_errors
+def best(
+    study: StudyArg,
+    watch: Annotated[
+        bool, typer.Option("--watch", "-w", help="Keep redrawing as trials land, until it ends.")
+    ] = False,
+    interval: Annotated[
+        float, typer.Option(min=0.2, help="Seconds between redraws with --watch.")
+    ] = 2.0,
+    server: ServerOption = None,
+    db: DbOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Show the best trial so far: config, tokens/s with its spread, MFU, peak memory."""
+    source = backend(server, db)
+    if not watch:
+        show_best(source.best(study), as_json)
+        return
+    try:
+        if as_json:
+            _watch_json(source, study, interval)
+        else:
+            _watch_table(source, study, interval)
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
+
+
+def _watch_json(source: Backend, study: str, interval: float) -> None:
+    """One JSON line per change (for scripts), until the study ends."""
+    import time
+
+    last = None
+    while True:
+        view = source.best(study)
+        line = json.dumps(view, default=str, sort_keys=True)
+        if line != last:
+            print(line, flush=True)
+            last = line
+        if view["status"] in FINISHED:
+            return
+        time.sleep(interval)
+
+
+def _watch_table(source: Backend, study: str, interval: float) -> None:
+    import time
+
+    from rich.console import Group
+    from rich.live import Live
+    from rich.text import Text
+
+    def frame(view: dict[str, Any]) -> Any:
+        stamp = time.strftime("%H:%M:%S")
+        line = (
+            f"{view['status']}: {view['completed_trials']} measured of {view['total_trials']} "
+            f"trial(s); updated {stamp}"
+            + ("" if view["status"] in FINISHED else f", every {interval:g} s (Ctrl-C to stop)")
+        )
+        return Group(best_table(view), Text(line, style="dim"))
+
+    view = source.best(study)
+    with Live(frame(view), console=out, auto_refresh=False) as live:
+        while view["status"] not in FINISHED:
+            time.sleep(interval)
+            view = source.best(study)
+            live.update(frame(view), refresh=True)
+
+
+@friendly_errors
+def trials(
+    study: StudyArg,
+    server: ServerOption = None,
+    db: DbOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """List every trial of a study with what it measured or why it failed."""
+    source = backend(server, db)
+    views = source.trials(study)
+    if as_json:
+        print_json(views)
+        return
+    out.print(trials_table(source.study(study), views))
+
+
+@friendly_errors
+def status(
+    study: Annotated[
+        str | None, typer.Argument(help="A study; omit to list recent studies.")
+    ] = None,
+    server: ServerOption = None,
+    db: DbOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Show one study's progress, or list recent studies."""
+    source = backend(server, db)
+    views = [source.study(study)] if study else source.studies(limit=50)
+    if as_json:
+        print_json(views[0] if study else views)
+        return
+    out.print(studies_table(views))
+    if study and views[0].get("error_message"):
+        err.print(f"error: {views[0]['error_message']}", highlight=False, soft_wrap=True)
+
+
+@friendly_errors
+def cancel(
+    study: StudyArg,
+    server: ServerOption = None,
+    db: DbOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Cancel a queued or running study; its running trials are stopped."""
+    view = backend(server, db).cancel(study)
+    if as_json:
+        print_json(view)
+    else:
+        out.print(f"study {view['id']} cancelled", highlight=False)
+
+
+@friendly_errors
+def export(
+    study: StudyArg,
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            "-f",
+            help="json, yaml, env (shell exports) or torchrun (a script that re-runs the "
+            "winning trial with this repo's trial runner).",
+        ),
+    ] = "json",
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")
+    ] = None,
+    server: ServerOption = None,
+    db: DbOption = None,
+) -> None:
+    """Write the recommended config in a form you can use."""
+    from autotuner.study.request import EXPORT_FORMATS
+
+    if fmt not in EXPORT_FORMATS:
+        from autotuner.inputs import UserError
+
+        raise UserError(f"--format {fmt!r}: choose one of {', '.join(EXPORT_FORMATS)}")
+    text = backend(server, db).export(study, fmt)
+    if output:
+        output.write_text(text)
+        if fmt == "torchrun":
+            output.chmod(0o755)
+        err.print(f"wrote {output}")
+    else:
+        sys.stdout.write(text)

@@ -1,0 +1,198 @@
+"""`autotuner tune`: a whole study in this process, on a local (or given) Ray cluster."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from autotuner.cli.common import (
+    DEFAULT_TRIALS,
+    DbOption,
+    GpusOption,
+    JsonFlag,
+    MaxMemOption,
+    MinutesOption,
+    NameOption,
+    ObjectiveOption,
+    PlannedHoursOption,
+    PlannedTokensOption,
+    RayAddressOption,
+    SamplerOption,
+    SeedOption,
+    SpecArg,
+    TrialsOption,
+    UsdOption,
+    err,
+    friendly_errors,
+    open_db_for_writing,
+    study_request,
+)
+from autotuner.cli.render import show_best
+
+
+@friendly_errors
+def tune(
+    spec: SpecArg,
+    space: Annotated[
+        str | None,
+        typer.Option(
+            "--space",
+            "-s",
+            help="Search space: a built-in name or a YAML file. Default: single-gpu-quick when "
+            "the cluster has GPUs, cpu-demo when it has none.",
+            show_default=False,
+        ),
+    ] = None,
+    trials: TrialsOption = None,
+    minutes: MinutesOption = None,
+    gpus: GpusOption = 1,
+    objective: ObjectiveOption = "tokens_per_s",
+    usd_per_gpu_hour: UsdOption = None,
+    planned_tokens: PlannedTokensOption = None,
+    planned_hours: PlannedHoursOption = None,
+    max_mem_gib: MaxMemOption = None,
+    sampler: SamplerOption = "tpe",
+    seed: SeedOption = 0,
+    name: NameOption = None,
+    ray_address: RayAddressOption = None,
+    db: DbOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Run a whole study here: search, measure, store, and print the recommended config.
+
+    Uses a local Ray (started on demand, or --ray-address) and a SQLite file unless --db says
+    otherwise. Without a GPU, trials run a small model on the CPU through the same code path.
+    """
+    from autotuner.inputs import UserError, load_model_spec
+    from autotuner.search.space import load_space
+    from autotuner.study.operations import validate_request
+
+    # Read the files here, where their errors can name the file and line; then check the
+    # request by the rules the API and `submit` use, before anything is written.
+    model = load_model_spec(spec)
+    chosen = load_space(space) if space is not None else None
+    options = {
+        "usd_per_gpu_hour": usd_per_gpu_hour,
+        "planned_tokens": planned_tokens,
+        "planned_hours": planned_hours,
+        "max_mem_gib": max_mem_gib,
+    }
+    request = study_request(
+        model=model.model_dump(mode="json"),
+        # Without --space the default depends on the cluster: it is set once Ray is up.
+        **({"space": chosen.model_dump(mode="json", by_alias=True)} if chosen else {}),
+        name=name or None,
+        objective=objective,
+        max_trials=trials if trials is not None or minutes is not None else DEFAULT_TRIALS,
+        max_minutes=minutes,
+        gpus_per_trial=gpus,
+        sampler=sampler,
+        seed=seed,
+        options={k: v for k, v in options.items() if v is not None},
+    )
+    if chosen is not None:
+        validate_request(request)
+    database = open_db_for_writing(db)
+
+    from autotuner.executors.ray_executor import RayExecutor
+    from autotuner.storage.repository import StudyRepo
+    from autotuner.study.coordinator import StudyRunner, create_study, default_owner
+
+    if not as_json:
+        err.print("starting Ray...", style="dim")
+    executor = RayExecutor(ray_address)
+    target = executor.target()
+    if chosen is None:  # the default suits the hardware the trials will run on
+        default = "single-gpu-quick" if target.device_type == "cuda" else "cpu-demo"
+        request = request.model_copy(update={"space": default})
+    # Again with the cluster known: as the service does, refuse more GPUs per trial than it has.
+    model, search_space = validate_request(request, target)
+    owner = default_owner()
+    study_id = create_study(
+        database,
+        model=model,
+        space=search_space,
+        name=request.name,
+        objective=request.objective,
+        max_trials=request.max_trials,
+        max_minutes=request.max_minutes,
+        gpus_per_trial=request.gpus_per_trial,
+        sampler=request.sampler,
+        seed=request.seed,
+        options=request.options,
+    )
+    # Take the study's lease at once: a service sharing this database must not adopt the
+    # queued study before this process starts running it.
+    with database.session() as s:
+        StudyRepo(s).try_acquire(study_id, owner, 300.0)
+    if not as_json:
+        err.print(f"study [bold]{study_id}[/]: {model.describe()}; space {search_space.name}")
+    progress = _TuneProgress(request.max_trials, quiet=as_json)
+    runner = StudyRunner(database, study_id, executor, owner=owner, on_event=progress.on_event)
+    try:
+        with progress:
+            runner.run()
+    except KeyboardInterrupt:
+        err.print(f"interrupted; resume or inspect with: autotuner trials {study_id}")
+        raise typer.Exit(130) from None
+    from autotuner.study.operations import get_best, get_study
+
+    failed = get_study(database, study_id)
+    if failed["status"] == "failed":
+        raise UserError(f"study {study_id} failed: {failed['error_message']}")
+    show_best(get_best(database, study_id), as_json)
+
+
+class _TuneProgress:
+    """A Rich progress bar fed by coordinator events."""
+
+    def __init__(self, total: int | None, *, quiet: bool) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.quiet = quiet
+        self.best = 0.0
+        self.progress = Progress(
+            TextColumn("[bold]trials"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+            console=err,
+            disable=quiet,
+        )
+        self.task = self.progress.add_task("", total=total)
+
+    def __enter__(self) -> _TuneProgress:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.__exit__(*exc)
+
+    def on_event(self, event: Any) -> None:
+        if self.quiet:
+            return
+        params = ", ".join(f"{k}={v}" for k, v in (event.params or {}).items())
+        if event.kind == "finished":
+            if event.tokens_per_s:
+                self.best = max(self.best, event.tokens_per_s)
+                line = f"#{event.trial_number} {event.tokens_per_s:,.0f} tok/s  {params}"
+            else:
+                line = f"#{event.trial_number} {event.state}: {event.message}  {params}"
+            if event.state != "failed":  # a failed trial is retried: it does not advance
+                self.progress.advance(self.task)
+            self.progress.console.print(line, highlight=False, soft_wrap=True)
+            self.progress.update(self.task, description=f"best {self.best:,.0f} tok/s")
+        elif event.kind == "pruned":
+            self.progress.console.print(
+                f"[dim]skipped (no GPU time): {params}: {event.message}[/]", highlight=False
+            )
+        elif event.kind == "lost":
+            self.progress.console.print(f"trial #{event.trial_number} was lost; retrying once")
