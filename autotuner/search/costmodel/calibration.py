@@ -1,0 +1,162 @@
+"""Calibration: per-study multipliers on the estimate's components, fitted to measured peaks.
+
+`Calibration` fits one multiplier per component of the physical estimate (`memory.py`) to the
+peaks measured so far in the study (Bayesian least squares that shrinks toward 1, so a handful
+of trials moves it only where they carry information), and treats measured OOMs as censored
+points (their peak was at least the limit). The prediction carries a standard deviation: the
+cost model prunes a trial only when even its optimistic end does not fit, because a wrongly
+pruned config is lost to the search for good (and the fastest config often sits right at the
+memory boundary), whereas a wrongly launched one costs one short failed trial.
+
+The allocator-visible peak (`max_memory_allocated`, what trials report as peak_mem_gib) is what
+is fitted; the OOM test compares that peak x the allocator's fragmentation (reserved/allocated,
+learned from the trials) + the CUDA context against the memory limit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autotuner.search.costmodel.memory import COMPONENTS, MemoryEstimate, base_gib
+
+CUDA_CONTEXT_GIB = 0.6  # the CUDA context and kernel images: outside the allocator's peak
+PRIOR_FRAGMENTATION = 1.05  # max_memory_reserved / max_memory_allocated
+PRIOR_REL_SD = 0.5  # a priori each component may be off by half
+PRIOR_BASE_SD_GIB = 1.0
+MIN_MODEL_REL_SD = 0.03  # the model never claims to be better than 3%
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A calibrated prediction of one trial's memory need against its limit."""
+
+    allocated_gib: float  # the allocator-visible peak (what trials report as peak_mem_gib)
+    need_gib: float  # allocated x fragmentation + CUDA context: what must fit in the limit
+    sd_gib: float  # one standard deviation of need_gib
+    limit_gib: float | None
+
+    def surely_over(self, z: float) -> bool:
+        """Even the optimistic end (need - z sd) is over the limit."""
+        return self.limit_gib is not None and self.need_gib - z * self.sd_gib > self.limit_gib
+
+    def surely_fits(self, z: float) -> bool:
+        return self.limit_gib is None or self.need_gib + z * self.sd_gib <= self.limit_gib
+
+    @property
+    def over_rel(self) -> float:
+        """need / limit - 1 (how far over; negative: headroom)."""
+        if not self.limit_gib:
+            return -1.0
+        return self.need_gib / self.limit_gib - 1.0
+
+
+@dataclass
+class _Point:
+    x: np.ndarray
+    y: float  # measured allocated peak (GiB), or the censoring bound for an OOM
+    censored: bool = False
+
+
+@dataclass
+class Calibration:
+    """Per-study multipliers on the estimate's components, fitted to measured peaks."""
+
+    on_cuda: bool
+    points: list[_Point] = field(default_factory=list)
+    reserved_ratios: list[float] = field(default_factory=list)
+    beta: np.ndarray = field(default_factory=lambda: np.ones(len(COMPONENTS)))
+    cov: np.ndarray = field(default_factory=lambda: np.eye(len(COMPONENTS)))
+    rel_sd: float = 0.05
+
+    def __post_init__(self) -> None:
+        self._fit()
+
+    @property
+    def overhead_gib(self) -> float:
+        return CUDA_CONTEXT_GIB if self.on_cuda else 0.0
+
+    @property
+    def fragmentation(self) -> float:
+        if not self.reserved_ratios:
+            return PRIOR_FRAGMENTATION
+        return float(min(1.5, max(1.0, np.median(self.reserved_ratios))))
+
+    @property
+    def measured(self) -> int:
+        return sum(1 for p in self.points if not p.censored)
+
+    def add_peak(
+        self, est: MemoryEstimate, peak_gib: float, reserved_gib: float | None, *, fit: bool = True
+    ) -> None:
+        """A measured trial: its allocator peak (and reserved peak for fragmentation)."""
+        self.points.append(_Point(est.vector(), float(peak_gib)))
+        if reserved_gib and peak_gib > 0:
+            self.reserved_ratios.append(reserved_gib / peak_gib)
+        if fit:
+            self._fit()
+
+    def add_oom(self, est: MemoryEstimate, need_at_least_gib: float, *, fit: bool = True) -> None:
+        """A measured OOM: its need was at least this (GiB, as need_gib, not allocated)."""
+        bound = (need_at_least_gib - self.overhead_gib) / self.fragmentation
+        self.points.append(_Point(est.vector(), max(bound, 0.0), censored=True))
+        if fit:
+            self._fit()
+
+    def refit(self) -> None:
+        self._fit()
+
+    def predict(self, est: MemoryEstimate, limit_gib: float | None) -> Prediction:
+        x = est.vector()
+        alloc = float(x @ self.beta)
+        var = float(x @ self.cov @ x) + (self.rel_sd * alloc) ** 2
+        frag = self.fragmentation
+        return Prediction(
+            allocated_gib=alloc,
+            need_gib=alloc * frag + self.overhead_gib,
+            sd_gib=math.sqrt(max(var, 0.0)) * frag,
+            limit_gib=limit_gib,
+        )
+
+    def _fit(self) -> None:
+        k = len(COMPONENTS)
+        prior_mean = np.ones(k)
+        prior_sd = np.full(k, PRIOR_REL_SD)
+        base = COMPONENTS.index("base")
+        prior_sd[base] = PRIOR_BASE_SD_GIB / base_gib(self.on_cuda)
+        prior_prec = np.diag(1.0 / prior_sd**2)
+        measured = [p for p in self.points if not p.censored]
+        rel_sd = max(MIN_MODEL_REL_SD, self.rel_sd)
+        beta, cov = prior_mean, np.diag(prior_sd**2)
+        robust = np.ones(len(measured))  # down-weights measured outliers (IRLS)
+        for _ in range(4):
+            censored = [p for p in self.points if p.censored and p.x @ beta < p.y]
+            active = measured + censored
+            if not active:
+                break
+            X = np.array([p.x for p in active])
+            y = np.array([p.y for p in active])
+            w = 1.0 / (rel_sd * np.maximum(y, 0.05) + 0.02) ** 2
+            w[: len(measured)] *= robust
+            A = X.T @ (X * w[:, None]) + prior_prec
+            cov = np.linalg.inv(A)
+            beta = cov @ (X.T @ (w * y) + prior_prec @ prior_mean)
+            beta = np.maximum(beta, 0.05)  # a component cannot free memory
+            if measured:
+                Xm = np.array([p.x for p in measured])
+                ym = np.array([p.y for p in measured])
+                resid = np.abs(Xm @ beta - ym) / np.maximum(ym, 0.05)
+                # One odd measurement (a memory pool the peak did not see, a misreport) must
+                # not drag every prediction: residuals far beyond the typical one (MAD) count
+                # less, Cauchy-style.
+                scale = max(MIN_MODEL_REL_SD, 1.4826 * float(np.median(resid)))
+                robust = 1.0 / (1.0 + (resid / (3.0 * scale)) ** 2)
+                # Residual spread estimates how wrong the model's shape is; with few points the
+                # prior's 5% stands (n/(n+3) keeps one lucky fit from claiming precision).
+                n = len(measured)
+                inliers = resid[resid <= 3.0 * scale]
+                rms = float(np.sqrt(np.mean(inliers**2))) if inliers.size else scale
+                rel_sd = max(MIN_MODEL_REL_SD, (n * rms + 3 * 0.05) / (n + 3))
+        self.beta, self.cov, self.rel_sd = beta, cov, rel_sd

@@ -1,0 +1,172 @@
+"""The physical estimate: a trial's peak memory by component, before any calibration.
+
+Parameters and FLOPs per token come from `autotuner.flops` (one convention for the whole
+product). This module adds the peak-memory estimate that predicts OOM, as a sum of components:
+
+| component              | what it counts (bytes)                                                 |
+| static                 | fp32 weights and AdamW moments (12 B/param), the autocast weight copy   |
+|                        | (2), grads kept across micro-steps (4), DDP buckets, compression bufs   |
+| activations(_compiled) | what autograd keeps per token per layer (Korthikanti et al. 2022,       |
+|                        | "Reducing Activation Recomputation", re-derived for our blocks, without |
+|                        | dropout), by precision and checkpointing; compiled graphs keep less     |
+| scores                 | the T x T attention matrices the math backend materialises (fp32)       |
+| logits(_compiled)      | the fp32 loss path over the vocab: upcast, log-softmax, its gradient    |
+| base                   | allocator-visible constants (cuBLAS workspace, RNG, small buffers)      |
+
+Each component is an honest physical estimate; `calibration.py` fits one multiplier per
+component to what the study measures.
+
+The peak falls at the start of backward: every activation and the loss path are alive, and the
+gradients (set to None after each step) do not exist yet unless accumulation keeps them across
+micro-steps; optimizer temporaries come after activations are freed. The constants were checked
+against the H200 GPT-2 124M recording (bench/results/landscape_gpt2_124m_h200.json): eager bf16
+and fp32 within a few percent; the compile factors are fitted to its compiled trials.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from autotuner.flops import flops_per_token, param_count
+from autotuner.spec import (
+    Attention,
+    Checkpointing,
+    CompileMode,
+    Knobs,
+    ModelFamily,
+    ModelSpec,
+)
+
+GIB = 1024**3
+COMPONENTS = (
+    "static",
+    "activations",
+    "activations_compiled",
+    "scores",
+    "logits",
+    "logits_compiled",
+    "base",
+)
+# Priors on what torch.compile saves: inductor's min-cut partitioner recomputes cheap pointwise
+# ops in backward instead of saving their outputs, and fuses the loss (calibrated per study).
+COMPILED_ACTIVATION_FACTOR = 0.72
+COMPILED_LOGITS_FACTOR = 0.33  # inductor fuses the loss: bf16 logits and their gradient remain
+
+
+def total_params(model: ModelSpec, knobs: Knobs) -> int:
+    """Every parameter the trial allocates: padded vocab and position embeddings included."""
+    vocab = padded_vocab(model.vocab_size, knobs.vocab_pad_multiple)
+    positions = model.seq_len * model.d_model if model.family == ModelFamily.GPT2 else 0
+    return param_count(model, vocab_size=vocab) + positions
+
+
+def base_gib(on_cuda: bool) -> float:
+    """Allocator-visible constants; on the CPU the peak is the RSS, torch's own included."""
+    return 0.1 if on_cuda else 0.6
+
+
+def padded_vocab(vocab: int, multiple: int) -> int:
+    return -(-vocab // multiple) * multiple
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Peak memory of one trial by component (GiB), before calibration."""
+
+    components: dict[str, float]
+    on_cuda: bool
+
+    def vector(self) -> np.ndarray:
+        return np.array([self.components.get(c, 0.0) for c in COMPONENTS])
+
+    @property
+    def allocated_gib(self) -> float:
+        return float(sum(self.components.values()))
+
+
+def estimate(
+    model: ModelSpec, knobs: Knobs, *, num_gpus: int = 1, on_cuda: bool = True
+) -> MemoryEstimate:
+    """The uncalibrated peak of one training step (per GPU: DDP keeps a full replica)."""
+    n = total_params(model, knobs)
+    static_b = 12.0 * n  # fp32 weights (4) + AdamW exp_avg, exp_avg_sq (8)
+    if knobs.precision.is_half:
+        static_b += 2.0 * n  # autocast caches the bf16/fp16 copy of each weight for the step
+    if knobs.grad_accum > 1:
+        static_b += 4.0 * n  # fp32 grads live across micro-steps (else born during backward)
+    if num_gpus > 1:
+        static_b += 4.0 * n  # DDP gradient buckets
+        if knobs.grad_compression != "none":
+            static_b += 2.0 * n
+    tokens = knobs.micro_batch_size * model.seq_len
+    acts_b, scores_b = _activation_bytes_per_token(model, knobs, on_cuda)
+    logits_b = _logits_bytes_per_token(model, knobs)
+    compiled = knobs.compile_mode != CompileMode.NONE
+    comps = {c: 0.0 for c in COMPONENTS}
+    comps["static"] = static_b / GIB
+    comps["activations_compiled" if compiled else "activations"] = (
+        tokens * acts_b / GIB * (COMPILED_ACTIVATION_FACTOR if compiled else 1.0)
+    )
+    comps["scores"] = tokens * scores_b / GIB
+    comps["logits_compiled" if compiled else "logits"] = (
+        tokens * logits_b / GIB * (COMPILED_LOGITS_FACTOR if compiled else 1.0)
+    )
+    comps["base"] = base_gib(on_cuda)
+    return MemoryEstimate(comps, on_cuda)
+
+
+def _activation_bytes_per_token(
+    model: ModelSpec, knobs: Knobs, on_cuda: bool
+) -> tuple[float, float]:
+    """(saved activations, attention scores) per token, summed over layers, in bytes."""
+    d, ff, L = model.d_model, model.ffn_dim, model.n_layer
+    kv = model.kv_heads * model.head_dim
+    half = knobs.precision.is_half
+    b = 2.0 if half else 4.0
+    llama = model.family != ModelFamily.GPT2
+    # Tensors autograd saves in one block, in elements (no dropout: masks cost nothing):
+    # attention: norm output (input of qkv), q/k/v (input of the kernel), kernel output
+    # (input of the out-projection); llama also keeps the RoPE-rotated q and k.
+    attn = d + (d + 2 * kv) + d + ((d + kv) if llama else 0)
+    # MLP: norm output, fc1 output (GELU input) and GELU output (fc2 input); SwiGLU keeps
+    # gate, up, silu(gate) and the product.
+    mlp = d + (4 * ff if llama else 2 * ff)
+    # Under autocast the residual stream stays fp32: each norm keeps its fp32 input.
+    full_block = (attn + mlp) * b + 2 * d * 4.0
+    if knobs.checkpointing == Checkpointing.NONE:
+        per_layer, extra = full_block, 0.0
+    elif knobs.checkpointing == Checkpointing.SELECTIVE:
+        # Op-level policy (workers/models/checkpointing.py): every matmul and attention output
+        # is kept, the norms and activations are recomputed; plus the block's input.
+        matmul_outputs = (d + 2 * kv) + d + d + (2 * ff if llama else ff) + d
+        per_layer, extra = matmul_outputs * b + d * 4.0, 0.0
+    else:
+        # Full: each block keeps only its input; backward recomputes one block at a time.
+        per_layer, extra = d * 4.0, full_block
+    embed_and_head = d * 4.0 * 2 + d * b  # embedding output, final norm input and output
+    acts = L * per_layer + extra + embed_and_head
+    scores = 0.0
+    materialises = knobs.attention == Attention.MATH or (
+        knobs.attention == Attention.FLEX and not on_cuda  # eager flex is a reference impl
+    )
+    if materialises:
+        # SDPA math upcasts half inputs and keeps the fp32 softmax (n_head x T per token per
+        # layer); the score matrix of the layer being computed is alive on top of it.
+        layers_kept = 1 if knobs.checkpointing == Checkpointing.FULL else L
+        scores = model.n_head * model.seq_len * 4.0 * (layers_kept + 1)
+    return acts, scores
+
+
+def _logits_bytes_per_token(model: ModelSpec, knobs: Knobs) -> float:
+    # The loss runs in fp32 whatever the precision: the (upcast) logits, the saved log-softmax
+    # and its gradient, 12 bytes per vocab entry per token (the half logits are freed by then).
+    vocab = padded_vocab(model.vocab_size, knobs.vocab_pad_multiple)
+    return vocab * 12.0
+
+
+def cost_summary(model: ModelSpec) -> dict[str, Any]:
+    """Parameters and FLOPs per token, as the recommendation reports them."""
+    return {"param_count": param_count(model), "flops_per_token": flops_per_token(model)}

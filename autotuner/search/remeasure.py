@@ -1,0 +1,75 @@
+"""The end of a study: when the search stops, and what is re-measured before recommending.
+
+The search stops once it has converged (progress.py), once the trial budget less the
+re-measure reserve is launched, or, with a time budget, at `SEARCH_TIME_SHARE` of it. The top
+candidates are then re-measured in fresh processes, interleaved A B A B, so a lucky first
+measurement does not win on noise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotuner.search.progress import Progress
+
+REMEASURE_SHARE = 5  # at most 1/5 of a trial budget goes to re-measurement
+SEARCH_TIME_SHARE = 0.85  # with a time budget, the search stops here and re-measuring begins
+
+
+class Remeasure:
+    """The re-measure reserve and plan of one study."""
+
+    def __init__(self, *, top: int, rounds: int) -> None:
+        self.top, self.rounds = top, rounds
+
+    def reserve(self, max_trials: int | None) -> int:
+        """Trials of the budget kept for re-measuring the top candidates."""
+        want = self.top * self.rounds
+        if want <= 0 or self.top < 1:
+            return 0
+        if max_trials is None:
+            return want
+        room = (max_trials // REMEASURE_SHARE) // self.top * self.top
+        return max(0, min(want, room))
+
+    def plan(
+        self, values: dict[str, tuple[dict[str, Any], float]], max_trials: int | None
+    ) -> list[dict[str, Any]]:
+        """The configs to re-measure in order: the best `top` by value, A B A B ..."""
+        reserve = self.reserve(max_trials)
+        ranked = sorted(values.values(), key=lambda pv: pv[1], reverse=True)
+        top = [params for params, _ in ranked[: self.top]]
+        if not top:
+            return []
+        rounds = max(1, reserve // len(top)) if reserve else 0
+        return [p for _ in range(rounds) for p in top][:reserve]
+
+    def next(self, progress: Progress, max_trials: int | None) -> dict[str, Any] | None:
+        """The next config to re-measure, or None when done."""
+        plan = self.plan(progress.values, max_trials)
+        return plan[progress.remeasured] if progress.remeasured < len(plan) else None
+
+    def search_over(
+        self,
+        progress: Progress,
+        launched: int,
+        max_trials: int | None,
+        elapsed_share: float | None,
+    ) -> bool:
+        """Whether the search is over and re-measuring (or the end) comes next."""
+        if progress.converged():
+            return True
+        if max_trials is not None and launched >= max_trials - self.reserve(max_trials):
+            return True
+        reserve_time = self.reserve(None) > 0
+        return elapsed_share is not None and reserve_time and elapsed_share >= SEARCH_TIME_SHARE
+
+
+def stop_reason(progress: Progress, budget_spent: bool) -> str:
+    """Why the study stopped, as the evidence reports it."""
+    if progress.converged():
+        return (
+            f"converged: no improvement beyond noise (±{progress.noise_rel():.1%}) in the last "
+            f"{progress.since_improvement} trials"
+        )
+    return "budget spent" if budget_spent else "search space exhausted"

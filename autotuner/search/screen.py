@@ -1,0 +1,169 @@
+"""Screening a proposal before launch: the reasons not to spend a GPU on it.
+
+In order: the built-in compatibility rules, the space's rules, rules learned from `unsupported`
+results, the OOM boundary (a micro-batch at or above one that ran out of memory, everything
+else equal), the cost model's predicted OOM, and dominated checkpointing. A screened-out
+proposal is recorded as a pruned trial and told to the sampler as a violated constraint.
+
+The screen keeps what finished trials taught it (learned rules, the OOM boundary); the cost
+model it asks is the study's, calibrated by the policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from autotuner.executors.base import Target
+from autotuner.options import StudyOptions
+from autotuner.search.costmodel import CostModel, Prediction
+from autotuner.search.rules import LearnedRules, incompatibility
+from autotuner.search.space import IntRange, SearchSpace
+from autotuner.spec import Checkpointing, FailureClass, Knobs, ModelSpec, TrialResult
+
+# Prune on a predicted OOM only when even the prediction's optimistic end (mean - Z sd) is over
+# the limit: a config pruned by mistake is lost to the search, one launched by mistake costs a
+# short failed trial.
+Z_PRUNE = 1.64
+
+# A pruned config that would run, but that another config beats for sure (error_class).
+DOMINATED = "dominated"
+
+
+@dataclass(frozen=True)
+class Prune:
+    """Why a proposal is not launched, and how the sampler is told."""
+
+    error_class: str  # a FailureClass value (oom, unsupported) or "dominated"
+    message: str
+    violation: float
+    result: TrialResult | None = None  # kept on the pruned row (a predicted OOM's numbers)
+
+
+class Screen:
+    """The reasons not to launch a proposal, for one study."""
+
+    def __init__(
+        self,
+        *,
+        space: SearchSpace,
+        model: ModelSpec,
+        target: Target,
+        gpus: int,
+        options: StudyOptions,
+        cost: CostModel,
+    ) -> None:
+        self.space, self.model, self.target, self.gpus = space, model, target, gpus
+        self.use_rules = options.rules
+        self.use_cost_model = options.cost_model
+        self.ceiling_gib = options.max_mem_gib
+        self.cost = cost
+        self.learned = LearnedRules()
+        self.ooms: list[tuple[dict[str, Any], int, int]] = []  # (other params, micro-batch, n)
+
+    def check(self, params: dict[str, Any], knobs: Knobs) -> Prune | None:
+        """Why not to launch this proposal, or None to launch it."""
+        if self.use_rules:
+            reason = incompatibility(knobs, self.target, self.model, self.gpus)
+            if reason is None and (rule := self.space.violated_rule(knobs)) is not None:
+                reason = rule.why
+            if reason is not None:
+                return Prune(FailureClass.UNSUPPORTED.value, reason, 1.0)
+            if (learned := self.learned.violated_by(knobs)) is not None:
+                return Prune(FailureClass.UNSUPPORTED.value, learned.describe(), 1.0)
+        if not self.use_cost_model:
+            return None
+        if (oom := self._oom_boundary(params, knobs)) is not None:
+            return oom
+        if (oom := self._predicted_oom(knobs)) is not None:
+            return oom
+        return self._dominated(knobs)
+
+    def learn(self, number: int, params: dict[str, Any], knobs: Knobs, result: TrialResult) -> None:
+        """Remember what a finished trial rules out: an unsupported combination, an OOM."""
+        fclass = result.failure_class
+        if fclass == FailureClass.UNSUPPORTED:
+            self.learned.learn(knobs, result.unsupported_knobs, number, result.error_message)
+        if fclass == FailureClass.OOM:
+            rest = {k: v for k, v in params.items() if k != "micro_batch_size"}
+            self.ooms.append((rest, knobs.micro_batch_size, number))
+
+    def _dominated(self, knobs: Knobs) -> Prune | None:
+        # Checkpointing trades compute for memory: at the same micro-batch it is always slower,
+        # so it is only worth measuring where less checkpointing would not fit.
+        domain = self.space.knobs.get("checkpointing")
+        if domain is None or isinstance(domain, IntRange):
+            return None  # not searched: the user chose it
+        order = [Checkpointing.NONE, Checkpointing.SELECTIVE, Checkpointing.FULL]
+        level = order.index(knobs.checkpointing)
+        for lighter in order[:level]:
+            if not _in(domain, lighter.value):
+                continue
+            alt = knobs.model_copy(update={"checkpointing": lighter})
+            if self.space.violated_rule(alt) is None and self.cost.predict(alt).surely_fits(
+                Z_PRUNE
+            ):
+                return Prune(
+                    DOMINATED,
+                    f"dominated: checkpointing={knobs.checkpointing.value} only recomputes; "
+                    f"checkpointing={lighter.value} fits at micro-batch "
+                    f"{knobs.micro_batch_size} (cost model) and is faster",
+                    0.01,
+                )
+        return None
+
+    def _oom_boundary(self, params: dict[str, Any], knobs: Knobs) -> Prune | None:
+        # Memory grows with the micro-batch, everything else equal: at or above a micro-batch
+        # that ran out of memory is out of memory too.
+        mb = knobs.micro_batch_size
+        rest = {k: v for k, v in params.items() if k != "micro_batch_size"}
+        for other, oom_mb, number in self.ooms:
+            if other == rest and mb >= oom_mb:
+                pred = self.cost.predict(knobs)
+                return Prune(
+                    FailureClass.OOM.value,
+                    f"predicted out of memory: micro_batch_size {oom_mb} ran out of memory in "
+                    f"trial {number} with the same other knobs; {mb} needs more",
+                    max(pred.over_rel, 0.01),
+                    _predicted_result(pred, "boundary"),
+                )
+        return None
+
+    def _predicted_oom(self, knobs: Knobs) -> Prune | None:
+        pred = self.cost.predict(knobs)
+        over_limit = pred.surely_over(Z_PRUNE)
+        over_ceiling = False
+        if self.ceiling_gib:
+            low = pred.allocated_gib - Z_PRUNE * pred.sd_gib / self.cost.calibration.fragmentation
+            over_ceiling = low > self.ceiling_gib
+        if not (over_limit or over_ceiling):
+            return None
+        if over_limit or not self.ceiling_gib:
+            what = f"the {pred.limit_gib:.1f} GiB limit"
+            violation = pred.over_rel
+        else:
+            what = f"the {self.ceiling_gib:.1f} GiB ceiling (max_mem_gib)"
+            violation = pred.allocated_gib / self.ceiling_gib - 1.0
+        return Prune(
+            FailureClass.OOM.value,
+            f"predicted out of memory: needs {pred.need_gib:.1f} ± {pred.sd_gib:.1f} GiB, over "
+            f"{what} (cost model calibrated on {self.cost.calibration.measured} measured trials)",
+            max(violation, 0.01),
+            _predicted_result(pred, "cost model"),
+        )
+
+
+def _predicted_result(pred: Prediction, source: str) -> TrialResult:
+    return TrialResult.failure(
+        FailureClass.OOM,
+        f"predicted out of memory ({source}); not launched",
+        required_mem_gib=round(pred.need_gib, 3),
+        memory_limit_gib=pred.limit_gib,
+        notes=["predicted", source],
+    )
+
+
+def _in(domain: list[Any] | IntRange, value: Any) -> bool:
+    if isinstance(domain, IntRange):
+        return isinstance(value, int) and domain.low <= value <= domain.high
+    return str(getattr(value, "value", value)) in {str(getattr(d, "value", d)) for d in domain}
