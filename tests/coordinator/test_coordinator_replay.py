@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import optuna
 import pytest
 
 from autotuner.executors.replay import ReplayExecutor
+from autotuner.search.policy import Prune
 from autotuner.search.space import parse_space
-from autotuner.spec import ModelSpec
+from autotuner.spec import Knobs, ModelSpec
 from autotuner.storage.models import StudyStatus, TrialState
 from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
@@ -160,3 +162,36 @@ def test_a_remeasurement_lost_in_a_restart_is_not_retried(db: Database) -> None:
         assert lost[0].state == TrialState.LOST and lost[0].purpose == "remeasure"
         assert not [t for t in trials if t.retry_of == lost_number]
         assert StudyRepo(s).require(runner.study_id).status == StudyStatus.COMPLETED
+
+
+def test_hooks_change_the_seeds_the_screen_and_the_sampler(db: Database) -> None:
+    """The replay benchmark's injection points: what is enqueued first, an extra screen before
+    the policy's, and a wrapped sampler."""
+    study_id = create_study(db, model=MODEL, space=SPACE, max_trials=8)
+    executor = ReplayExecutor(synthetic_landscape(KNOBS), list(KNOBS))
+    seen: list[list[dict]] = []
+    wrapped: list[optuna.samplers.BaseSampler] = []
+
+    def seeds(params: list[dict]) -> list[dict]:
+        seen.append(params)
+        return [{**params[0], "optimizer": "adamw-foreach"}]
+
+    def no_fp32(params: dict, knobs: Knobs) -> Prune | None:
+        return Prune("unsupported", "no fp32 here", 1.0) if params["precision"] == "fp32" else None
+
+    def wrap(inner: optuna.samplers.BaseSampler) -> optuna.samplers.BaseSampler:
+        wrapped.append(inner)
+        return inner
+
+    runner = StudyRunner(
+        db, study_id, executor, poll_s=0.0, seeds=seeds, screen=no_fp32, wrap_sampler=wrap
+    )
+    runner.run()
+    assert seen and seen[0][0]["micro_batch_size"] == 16  # the policy's expert default
+    assert wrapped == [runner.optuna.sampler]
+    assert all(c.knobs.precision != "fp32" for c in executor.submitted)
+    with db.session() as s:
+        trials = TrialRepo(s).list(study_id)
+    first = next(t for t in trials if t.state != TrialState.PRUNED)
+    assert first.params["optimizer"] == "adamw-foreach"
+    assert any(t.error_message == "no fp32 here" for t in trials)

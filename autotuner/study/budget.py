@@ -1,0 +1,33 @@
+"""A study's budget: trials launched and minutes since it started."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Budget:
+    """`max_trials` counts launched trials, never retries or pruned proposals; `max_minutes`
+    counts wall-clock time since the study first started (a restart does not reset it)."""
+
+    max_trials: int | None
+    max_minutes: float | None
+    started_at: dt.datetime
+
+    def elapsed_s(self) -> float:
+        started = self.started_at
+        started = started if started.tzinfo else started.replace(tzinfo=dt.UTC)
+        return (dt.datetime.now(dt.UTC) - started).total_seconds()
+
+    def time_used(self) -> float | None:
+        """The fraction of `max_minutes` used; None without a time budget."""
+        return self.elapsed_s() / (self.max_minutes * 60) if self.max_minutes else None
+
+    def spent(self, launched: int, retries_pending: bool) -> bool:
+        if self.max_minutes is not None and self.elapsed_s() >= self.max_minutes * 60:
+            return True
+        if self.max_trials is not None:
+            # Retries do not count: a lost worker must not eat the user's budget.
+            return launched >= self.max_trials and not retries_pending
+        return False

@@ -1,0 +1,22 @@
+"""What a running study tells its watcher (a progress bar, a log): one `Event` per change."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something a watcher (progress bar, log) may want to show."""
+
+    kind: str  # launched | finished | pruned | retry | lost | done
+    trial_number: int | None = None
+    params: dict[str, Any] | None = None
+    state: str | None = None
+    tokens_per_s: float | None = None
+    message: str | None = None
+
+
+OnEvent = Callable[[Event], None]

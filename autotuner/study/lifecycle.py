@@ -1,0 +1,157 @@
+"""A study's life in the database: the lease, heartbeats, a cancel, and its end.
+
+One coordinator writes a study at a time. It holds the study row's lease (`owner`,
+`lease_expires_at`), renews it with its running trials' heartbeats, and releases it when the
+study completes, is cancelled or fails. Taking the lease makes every trial still marked running
+an orphan of a dead coordinator: `StudyLease.take` marks them lost in the same transaction.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from autotuner.options import StudyOptions
+from autotuner.search.objective import Objective
+from autotuner.search.space import SearchSpace
+from autotuner.spec import ModelSpec
+from autotuner.storage.models import Study, StudyStatus, Trial, TrialState
+from autotuner.storage.repository import StudyRepo, TrialRepo
+from autotuner.storage.session import Database
+from autotuner.study.events import Event, OnEvent
+from autotuner.study.recommend import recommend
+
+_OVER = (StudyStatus.COMPLETED, StudyStatus.CANCELLED, StudyStatus.FAILED)
+
+
+def default_owner() -> str:
+    """A lease owner id unique to this process: host, pid and a random suffix."""
+    # The lease column holds 64 characters: keep the hostname part short.
+    return f"{socket.gethostname()[:40]}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    """What the study row says, read once when the lease is taken."""
+
+    space: SearchSpace
+    model: ModelSpec
+    objective: Objective
+    max_trials: int | None
+    max_minutes: float | None
+    gpus_per_trial: int
+    options: StudyOptions
+    sampler: str
+    seed: int
+    over: bool  # completed, cancelled or failed: nothing left to run
+    started_at: dt.datetime
+
+
+class StudyLease:
+    """The study row as its single writer sees it: take, keep, finish, fail, release."""
+
+    def __init__(
+        self,
+        db: Database,
+        study_id: str,
+        owner: str,
+        *,
+        ttl_s: float,
+        heartbeat_interval_s: float,
+        on_event: OnEvent,
+    ) -> None:
+        self.db = db
+        self.study_id = study_id
+        self.owner = owner
+        self.ttl_s = ttl_s
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.on_event = on_event
+        self._last_heartbeat = 0.0
+
+    def take(self) -> StudySettings:
+        """Take the lease and read the study; unless it is over, mark it running and its
+        orphaned trials lost (we hold the lease, so their owner is dead)."""
+        with self.db.session() as s:
+            studies = StudyRepo(s)
+            if not studies.try_acquire(self.study_id, self.owner, self.ttl_s):
+                raise RuntimeError(
+                    f"study {self.study_id} is being run by another coordinator; "
+                    f"wait for its lease to expire ({self.ttl_s:.0f} s) or cancel it"
+                )
+            study = studies.require(self.study_id)
+            over = study.status in _OVER
+            if not over:
+                if study.status == StudyStatus.QUEUED:
+                    studies.set_status(study, StudyStatus.RUNNING)
+                far_future = dt.datetime.now(dt.UTC) + dt.timedelta(days=1)
+                for lost in TrialRepo(s).mark_lost(self.study_id, heartbeat_older_than=far_future):
+                    self.on_event(Event("lost", lost.number, lost.params, TrialState.LOST))
+            return StudySettings(
+                space=SearchSpace.model_validate(study.space),
+                model=ModelSpec.model_validate(study.model_spec),
+                objective=Objective(study.objective),
+                max_trials=study.max_trials,
+                max_minutes=study.max_minutes,
+                gpus_per_trial=study.gpus_per_trial,
+                options=study.options,
+                sampler=study.sampler,
+                seed=study.seed,
+                over=over,
+                started_at=study.started_at or dt.datetime.now(dt.UTC),
+            )
+
+    def keep_alive(self, running_trial_ids: list[int]) -> None:
+        """At most once per heartbeat interval: beat the running trials, renew the lease."""
+        now = time.monotonic()
+        if now - self._last_heartbeat < self.heartbeat_interval_s:
+            return
+        self._last_heartbeat = now
+        with self.db.session() as s:
+            if running_trial_ids:
+                TrialRepo(s).heartbeat(running_trial_ids)
+            if not StudyRepo(s).renew(self.study_id, self.owner, self.ttl_s):
+                raise RuntimeError(
+                    f"lost the lease on study {self.study_id} to another coordinator"
+                )
+
+    def cancel_requested(self) -> bool:
+        with self.db.session() as s:
+            study = s.get(Study, self.study_id)
+            return study is not None and study.status == StudyStatus.CANCELLED
+
+    def fail(self, message: str) -> None:
+        """Mark the study failed with `message` and release the lease."""
+        with self.db.session() as s:
+            studies = StudyRepo(s)
+            studies.set_status(
+                studies.require(self.study_id), StudyStatus.FAILED, error_message=message
+            )
+            studies.release(self.study_id, self.owner)
+
+    def finish(
+        self,
+        status: StudyStatus,
+        *,
+        objective: Objective,
+        options: StudyOptions,
+        evidence: Callable[[list[Trial]], dict[str, Any]],
+    ) -> None:
+        """Store the recommendation (with `evidence(trials)`), set `status` (a cancel stays a
+        cancel) and release the lease, in one transaction."""
+        with self.db.session() as s:
+            studies = StudyRepo(s)
+            study = studies.require(self.study_id)
+            trials = TrialRepo(s).list(self.study_id)
+            rec = recommend(
+                trials, objective, options=options, evidence=True, extras=evidence(trials)
+            )
+            studies.set_best(study, rec["trial_number"] if rec else None, rec)
+            if study.status != StudyStatus.CANCELLED or status == StudyStatus.CANCELLED:
+                studies.set_status(study, status)
+            studies.release(self.study_id, self.owner)

@@ -1,0 +1,257 @@
+"""A study's trials in the database and on the executor: dispatch, prune, finish, cancel.
+
+The crash-safety order lives here: `TrialBook.dispatch` commits a trial's row (state running,
+with its number) before it submits the task, so a coordinator that dies between the two leaves a
+running row that the next one marks lost and retries. A result is committed by `finish` before
+the caller tells the sampler, and a trial leaves `in_flight` only once its result is stored.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+
+from autotuner.executors.base import Executor, Target
+from autotuner.options import StudyOptions
+from autotuner.search.objective import Objective, objective_value
+from autotuner.search.policy import Prune, SearchPolicy
+from autotuner.search.sampler import Observation
+from autotuner.search.space import SearchSpace
+from autotuner.spec import (
+    Device,
+    FailureClass,
+    Knobs,
+    MeasureSettings,
+    ModelSpec,
+    TrialConfig,
+    TrialResult,
+    TrialStatus,
+    canonical_params,
+)
+from autotuner.storage.models import Trial, TrialState
+from autotuner.storage.repository import TrialRepo
+from autotuner.storage.session import Database
+from autotuner.study.events import Event, OnEvent
+
+
+@dataclass
+class InFlight:
+    """A dispatched trial whose result has not been stored yet."""
+
+    trial_id: int
+    number: int
+    ask: optuna.Trial | None  # None for a re-measurement: the sampler is not told
+    params: dict[str, Any]
+    attempt: int
+    purpose: str = "search"
+    heartbeat_at: float = field(default_factory=time.monotonic)
+
+
+def retried_once(purpose: str, attempt: int) -> bool:
+    """Whether an infra failure (timeout, crash, lost) of this trial earns its one retry.
+
+    A re-measurement does not: its interleaved plan moves on (autotuner/policy.py). The same
+    rule holds in process and after a restart.
+    """
+    return attempt == 1 and purpose != "remeasure"
+
+
+def trial_config(
+    study_id: str,
+    model: ModelSpec,
+    space: SearchSpace,
+    target: Target,
+    gpus_per_trial: int,
+    knobs: Knobs,
+    number: int | None,
+) -> TrialConfig:
+    """The record the worker runs; on a CPU-only cluster the trial runs on the CPU."""
+    measure: MeasureSettings = space.measure
+    num_gpus = gpus_per_trial
+    if target.device_type == "cpu":
+        measure = measure.model_copy(update={"device": Device.CPU})
+        num_gpus = 0
+    return TrialConfig(
+        study_id=study_id,
+        trial_number=number,
+        model=model,
+        knobs=knobs,
+        measure=measure,
+        num_gpus=num_gpus,
+    )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a finished trial is stored and told: its state, value and observation."""
+
+    state: TrialState
+    value: float | None
+    error_class: FailureClass | None
+    message: str | None
+    observation: Observation
+    retry: bool  # an infra failure that earns its one retry
+
+
+def outcome(
+    flight: InFlight,
+    result: TrialResult,
+    policy: SearchPolicy,
+    objective: Objective,
+    gpus_per_trial: int,
+    options: StudyOptions,
+) -> Outcome:
+    """Classify a result: OK is complete; a config failure (OOM, unsupported, ...) is
+    infeasible, told with a violated constraint; an infra failure is failed, told as FAIL."""
+    params = flight.params
+    if result.status == TrialStatus.OK:
+        value = objective_value(objective, result, gpus_per_trial, options)
+        obs = Observation(params, value, policy.violation(params, result))
+        return Outcome(TrialState.COMPLETE, value, None, None, obs, retry=False)
+    fclass = result.failure_class or FailureClass.INFRA
+    if fclass.is_config_failure:
+        obs = Observation(params, 0.0, policy.violation(params, result))
+        return Outcome(TrialState.INFEASIBLE, None, fclass, result.error_message, obs, False)
+    retry = retried_once(flight.purpose, flight.attempt)
+    obs = Observation(params, None)
+    return Outcome(TrialState.FAILED, None, fclass, result.error_message, obs, retry)
+
+
+@dataclass
+class History:
+    """What a study's trial rows say, for a coordinator that (re)starts it."""
+
+    launched: int  # trials that count against max_trials: not pruned, not retries
+    observations: list[Observation]  # for the sampler, in trial order
+    measured: dict[str, Observation]  # canonical params -> what it gave (pruned excluded)
+    retries: list[tuple[dict[str, Any], int]]  # (params, number retried) still owed a retry
+
+
+def history(trials: list[Trial], policy: SearchPolicy) -> History:
+    """Feed each row to the policy and collect what the coordinator rebuilds from them."""
+    launched = sum(1 for t in trials if t.state != TrialState.PRUNED and t.retry_of is None)
+    past = History(launched, [], {}, [])
+    for t in trials:
+        policy.observe_row(t)
+        obs = policy.observation(t)
+        if obs is None:
+            continue
+        past.observations.append(obs)
+        if t.state != TrialState.PRUNED:
+            past.measured[canonical_params(t.params)] = obs
+        failed = t.state in (TrialState.FAILED, TrialState.LOST)
+        if failed and retried_once(t.purpose, t.attempt) and not t.retried:
+            past.retries.append((t.params, t.number))
+    return past
+
+
+class TrialBook:
+    """The trial rows of one study and the tasks behind them (`in_flight`, by handle)."""
+
+    def __init__(self, db: Database, study_id: str, executor: Executor, on_event: OnEvent) -> None:
+        self.db = db
+        self.study_id = study_id
+        self.executor = executor
+        self.on_event = on_event
+        self.in_flight: dict[str, InFlight] = {}
+
+    def dispatch(
+        self,
+        ask: optuna.Trial | None,
+        params: dict[str, Any],
+        config_for: Callable[[int], TrialConfig],
+        *,
+        retry_of: int | None,
+        purpose: str,
+    ) -> InFlight:
+        """Commit a running row (marking the original of a retry as retried), then submit."""
+        attempt = 2 if retry_of is not None else 1
+        with self.db.session() as s:
+            trials = TrialRepo(s)
+            if retry_of is not None:
+                original = trials.get(self.study_id, retry_of)
+                if original is not None:
+                    original.retried = True
+            row = trials.create_running(
+                self.study_id,
+                params=params,
+                config={},
+                retry_of=retry_of,
+                attempt=attempt,
+                purpose=purpose,
+            )
+            config = config_for(row.number)
+            row.config = config.model_dump(mode="json")
+            trial_id, number = row.id, row.number
+        # Only now, with the row committed: a crash from here on leaves a row to reconcile.
+        handle = self.executor.submit(config)
+        flight = InFlight(trial_id, number, ask, params, attempt, purpose)
+        self.in_flight[handle] = flight
+        return flight
+
+    def record_pruned(self, params: dict[str, Any], config: TrialConfig, prune: Prune) -> int:
+        """Store a proposal ruled out before launch; returns its trial number."""
+        with self.db.session() as s:
+            t = TrialRepo(s).create_pruned(
+                self.study_id,
+                params=params,
+                config=config.model_dump(mode="json"),
+                error_class=prune.error_class,
+                error_message=prune.message,
+            )
+            if prune.result is not None:  # a predicted OOM keeps its numbers
+                t.result = prune.result.model_dump(mode="json")
+            return t.number
+
+    def finish(
+        self,
+        flight: InFlight,
+        state: TrialState,
+        result: TrialResult | None,
+        error_class: FailureClass | None,
+        message: str | None,
+        value: float | None = None,
+        worker: str | None = None,
+    ) -> None:
+        """Store a trial's end (one transaction); it stays in `in_flight` for the caller."""
+        with self.db.session() as s:
+            trials = TrialRepo(s)
+            row = s.get(Trial, flight.trial_id)
+            assert row is not None
+            if worker:
+                row.worker = worker
+            trials.finish(
+                row,
+                state,
+                result=result.model_dump(mode="json") if result else None,
+                objective_value=value,
+                error_class=error_class.value if error_class else None,
+                error_message=message,
+            )
+        self.on_event(
+            Event(
+                "finished",
+                flight.number,
+                flight.params,
+                state,
+                result.tokens_per_s if result else None,
+                message,
+            )
+        )
+
+    def cancel_all(self) -> None:
+        """Cancel every trial in flight and store each as failed."""
+        for handle in list(self.in_flight):
+            self.executor.cancel(handle)
+            self.finish(
+                self.in_flight[handle],
+                TrialState.FAILED,
+                None,
+                FailureClass.INFRA,
+                "cancelled with the study",
+            )
+            del self.in_flight[handle]

@@ -1,0 +1,126 @@
+"""The report: acceptance checks, notes and the Markdown rendering of a benchmark document."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from autotuner.spec import (
+    FailureClass,
+    TrialResult,
+)
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    lines = [
+        f"# Replay benchmark: {Path(doc['landscape']).name}",
+        "",
+        f"Command: `{doc['command']}`",
+        "",
+        f"Landscape recorded on: {doc['hardware']}. Model: {doc['model']}. Space: "
+        f"{doc['space']['name']} ({len(doc['space']['knobs'])} knobs, grid of "
+        f"{doc['grid_size']}, {doc['universe_size']} recorded). Best recorded: "
+        f"{doc['best']['tokens_per_s']:,.0f} tokens/s with {doc['best']['params']}.",
+        f"Seeds: {doc['seeds']}; trial budget per run: {doc['budget']}. Replayed on: "
+        f"{doc['ran_on']} at {doc['ran_at']}.",
+        "",
+        "Trials and simulated GPU-seconds until the best config found is within 2% of the "
+        "landscape's best (a run that never gets there counts as infinite: see hit rate).",
+        "",
+        "| strategy | hit rate | trials median | trials p90 | GPU-s median | GPU-s p90 | OOMs "
+        "per run (before 2%) | impossible launched (all runs) | predicted-OOM precision / "
+        "recall |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, s in doc["strategies"].items():
+        p = s["predicted_oom"]
+        pr = (
+            f"{_fmt(p['precision'])} / {_fmt(p['recall'])} (tp {p['tp']}, fp {p['fp']}, "
+            f"fn {p['fn']})"
+            if name.startswith("ours")
+            else "-"
+        )
+        lines.append(
+            f"| {name} | {s['hit_rate']:.0%} | {_fmt(s['trials_to_2pct']['median'])} | "
+            f"{_fmt(s['trials_to_2pct']['p90'])} | {_fmt(s['gpu_s_to_2pct']['median'])} | "
+            f"{_fmt(s['gpu_s_to_2pct']['p90'])} | {s['ooms_launched_mean']:.1f} "
+            f"({s['ooms_before_2pct_mean']:.1f}) | "
+            f"{s['impossible_launched_total']} | {pr} |"
+        )
+    acc = doc["acceptance"]
+    lines += ["", "Acceptance:", ""]
+    lines += [f"- {'PASS' if ok else 'FAIL'}: {text}" for text, ok in acc]
+    if doc.get("notes"):
+        lines += ["", "Notes:", ""] + [f"- {n}" for n in doc["notes"]]
+    off = doc["cost_model_offline"]
+    lines += [
+        "",
+        f"Cost model against every recorded config ({off['configs']} with a peak or an OOM, "
+        f"limit {_fmt(off['limit_gib'])} GiB, pruning at mean - {off['z']} sd):",
+        "",
+        "| model | predicted-OOM precision | recall | tp/fp/fn/tn | median abs error of peak |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for mode in ("uncalibrated", "leave_one_out"):
+        m = off[mode]
+        lines.append(
+            f"| {mode} | {_fmt(m['precision'])} | {_fmt(m['recall'])} | "
+            f"{m['tp']}/{m['fp']}/{m['fn']}/{m['tn']} | {_fmt(m['median_abs_rel_error_peak'])} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(x: Any) -> str:
+    if x is None:
+        return "n/a"
+    return f"{x:,.3g}" if isinstance(x, float) else str(x)
+
+
+def notes(doc: dict[str, Any], table: dict[str, TrialResult]) -> list[str]:
+    out = []
+    if doc["universe_size"] < doc["grid_size"]:
+        out.append(
+            f"The recording holds {doc['universe_size']} configs of a {doc['grid_size']}-config "
+            "grid: every proposal (seeds included) becomes the nearest recorded config not yet "
+            "measured, so random search is uniform over the recording (docs/landscape-format.md)."
+        )
+    if not any(r.failure_class == FailureClass.OOM for r in table.values()):
+        out.append(
+            "No recorded config ran out of memory, so predicted-OOM precision and recall cannot "
+            "be measured on this recording (tests/search measure them on a fake GPU)."
+        )
+    if "ours-noseed" in doc["strategies"]:
+        out.append(
+            "ours' first trial is the expert default (bf16, fused attention, compile default, "
+            "the largest micro-batch the cost model says fits); ours-noseed is the same search "
+            "without any seed, to show what the rules, the cost model and TPE do on their own."
+        )
+    return out
+
+
+def acceptance(doc: dict[str, Any]) -> list[tuple[str, bool]]:
+    ours, rnd = doc["strategies"].get("ours"), doc["strategies"].get("random")
+    out = []
+    if ours:
+        med = ours["trials_to_2pct"]["median"]
+        out.append(
+            (
+                f"ours: median trials to within 2% = {_fmt(med)} (target <= 8)",
+                med is not None and med <= 8,
+            )
+        )
+        out.append(
+            (
+                f"ours: impossible configs launched = {ours['impossible_launched_total']} "
+                "(target 0)",
+                ours["impossible_launched_total"] == 0,
+            )
+        )
+    if ours and rnd:
+        a, b = ours["gpu_s_to_2pct"]["median"], rnd["gpu_s_to_2pct"]["median"]
+        ok = a is not None and (b is None or a <= b / 3)
+        out.append((f"ours: median GPU-s {_fmt(a)} vs random {_fmt(b)} (target <= 1/3)", ok))
+    out.append(
+        (f"landscape has >= 60 configs ({doc['universe_size']})", doc["universe_size"] >= 60)
+    )
+    return out

@@ -1,0 +1,165 @@
+"""One run: a fresh database, the real `StudyRunner`, a `ReplayExecutor`, and its trajectory."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from autotuner.executors.base import Target
+from autotuner.executors.replay import Landscape, ReplayExecutor
+from autotuner.options import PLAIN_SAMPLER, StudyOptions
+from autotuner.search.policy import Prune
+from autotuner.search.rules import incompatibility
+from autotuner.search.space import SearchSpace
+from autotuner.spec import (
+    FailureClass,
+    Knobs,
+    ModelSpec,
+    TrialResult,
+    canonical_params,
+)
+from autotuner.storage.models import TrialState
+from autotuner.storage.repository import StudyRepo, TrialRepo
+from autotuner.storage.session import Database, dispose_engines
+from autotuner.study.coordinator import StudyRunner, create_study
+from bench.replay_lib.universe import Snapper, UniverseSampler, grid_size
+
+WITHIN = 0.02
+PLAIN = PLAIN_SAMPLER
+STRATEGIES: dict[str, tuple[str, StudyOptions]] = {
+    "ours": ("tpe", StudyOptions()),
+    # Ablation: ours without any seed (rules, cost model, early stop, TPE from scratch).
+    "ours-noseed": ("tpe", StudyOptions(expert_seed=False, history_seeds=0)),
+    "tpe": ("tpe", PLAIN),
+    "random": ("random", PLAIN),
+    "grid": ("grid", PLAIN),
+}
+
+
+def run_once(
+    template_db: Path,
+    workdir: Path,
+    *,
+    strategy: str,
+    seed: int,
+    landscape: Landscape,
+    table: dict[str, TrialResult],
+    space: SearchSpace,
+    model: ModelSpec,
+    target: Target,
+    budget: int,
+    best: float,
+    trace: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    sampler, options = STRATEGIES[strategy]
+    db_path = workdir / f"{strategy}-{seed}.db"
+    shutil.copy(template_db, db_path)
+    url = f"sqlite:///{db_path}"
+    db = Database(url)
+    study_id = create_study(
+        db,
+        model=model,
+        space=space,
+        max_trials=budget,
+        sampler=sampler,
+        seed=seed,
+        options=options,
+    )
+    executor = ReplayExecutor(landscape, list(space.knobs), target=target)
+    hooks: dict[str, Any] = {}
+    if len(table) < grid_size(space):
+        # Every proposal (the seeds included) becomes the nearest recorded config: the
+        # recording is the universe each strategy searches (bench/replay_lib/universe.py).
+        snap = Snapper(table, space)
+
+        def recorded_only(params: dict[str, Any], knobs: Knobs) -> Prune | None:
+            if canonical_params({k: params[k] for k in space.knobs}) not in table:
+                return Prune("unsupported", "not recorded in the landscape", 1.0)
+            return None  # the policy's own screen decides
+
+        hooks = {
+            "seeds": snap.many,
+            "screen": recorded_only,
+            "wrap_sampler": lambda inner: UniverseSampler(inner, snap),
+        }
+    runner = StudyRunner(db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600, **hooks)
+    runner.start()
+    t0 = time.perf_counter()
+    while not runner.done:
+        runner.step()
+    wall = time.perf_counter() - t0
+    with db.session() as s:
+        trials = TrialRepo(s).list(study_id)
+        rec = StudyRepo(s).require(study_id).recommendation
+    if trace is not None:
+        trace.extend(
+            {
+                "n": t.number,
+                "state": t.state,
+                "purpose": t.purpose,
+                "params": t.params,
+                "value": t.objective_value,
+                "error": (t.error_message or "")[:120],
+            }
+            for t in trials
+        )
+    out = _trajectory(trials, table, space, model, target, best, options)
+    out.update(
+        strategy=strategy,
+        seed=seed,
+        coordinator_wall_s=round(wall, 3),
+        recommended_within=(rec is not None and rec["objective_value"] >= (1 - WITHIN) * best),
+        stopped=(rec or {}).get("stopped"),
+    )
+    dispose_engines()
+    db_path.unlink(missing_ok=True)
+    return out
+
+
+def _trajectory(trials, table, space, model, target, best, options) -> dict[str, Any]:
+    launched = 0
+    gpu_s = 0.0
+    hit: tuple[int, float] | None = None
+    ooms = impossible = ooms_before_hit = 0
+    tp = fp = fn = 0
+    not_recorded = 0
+    for t in trials:
+        key = canonical_params({k: t.params[k] for k in space.knobs})
+        if t.state == TrialState.PRUNED:
+            if t.error_message == "not recorded in the landscape":
+                not_recorded += 1
+            elif t.error_class == "oom":
+                truth = table.get(key)
+                if truth is not None and truth.failure_class == FailureClass.OOM:
+                    tp += 1
+                elif truth is not None:
+                    fp += 1
+            continue
+        if t.purpose == "remeasure":
+            continue
+        launched += 1
+        result = TrialResult.model_validate(t.result) if t.result else None
+        gpu_s += (result.wall_s or 0.0) if result else 0.0
+        knobs = space.knobs_for(t.params, model, 1)
+        if incompatibility(knobs, target, model, 1) or space.violated_rule(knobs):
+            impossible += 1
+        if t.error_class == "oom":
+            ooms += 1
+            fn += 1
+            ooms_before_hit += hit is None
+        value = t.objective_value or 0.0
+        if hit is None and value >= (1 - WITHIN) * best:
+            hit = (launched, gpu_s)
+    return {
+        "trials_to_2pct": hit[0] if hit else None,
+        "gpu_s_to_2pct": round(hit[1], 1) if hit else None,
+        "launched": launched,
+        "gpu_s_total": round(gpu_s, 1),
+        "ooms_launched": ooms,
+        "ooms_before_2pct": ooms_before_hit,
+        "impossible_launched": impossible,
+        "predicted_oom": {"tp": tp, "fp": fp, "fn": fn},
+        "pruned_not_recorded": not_recorded,
+    }

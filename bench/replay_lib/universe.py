@@ -1,0 +1,170 @@
+"""The landscape as the universe a strategy searches: space, model, recorded configs, snapping.
+
+A recorded landscape need not be a full grid (bench/gpu_validation.py records sweeps around a
+base config). Its configs are then the universe: each proposal, the seeds included, becomes the
+nearest recorded config not yet measured (`Snapper`, `UniverseSampler`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import optuna
+
+from autotuner.executors.replay import Landscape
+from autotuner.presets import MODEL_PRESETS
+from autotuner.search.sampler import distributions
+from autotuner.search.space import IntRange, SearchSpace, parse_space
+from autotuner.spec import (
+    Knobs,
+    ModelSpec,
+    TrialResult,
+    canonical_params,
+)
+
+# --------------------------------------------------------------------------- set-up
+
+
+def auto_space(landscape: Landscape) -> SearchSpace:
+    """The knobs that vary in the landscape (their recorded values); the rest fixed."""
+    names = set(Knobs.knob_names())
+    knobs, fixed = {}, {}
+    for name, values in landscape.values().items():
+        if name not in names:
+            continue
+        if len(values) > 1:
+            knobs[name] = sorted(values) if all(isinstance(v, int) for v in values) else values
+        else:
+            fixed[name] = values[0]
+    return parse_space(
+        {
+            "name": "replay-auto",
+            "description": "the landscape's varying knobs",
+            "knobs": knobs,
+            "fixed": fixed,
+        },
+        source="landscape",
+    )
+
+
+def landscape_model(landscape: Landscape, model: str | None) -> ModelSpec:
+    name = model or landscape.meta.get("model")
+    if name is None:
+        name = next((p.get("model") for p, _ in landscape.entries if p.get("model")), None)
+    if isinstance(name, dict):
+        return ModelSpec.resolve(name)
+    if name not in MODEL_PRESETS:
+        raise SystemExit(
+            f"the landscape does not name a model preset ({name!r}); pass --model PRESET"
+        )
+    return ModelSpec.resolve({"preset": name})
+
+
+def universe(landscape: Landscape, space: SearchSpace) -> dict[str, TrialResult]:
+    """The recorded configs inside the space (its fixed values matched), by searched params."""
+    out: dict[str, TrialResult] = {}
+    for params, result in landscape.entries:
+        if any(str(params.get(k, v)) != str(v) for k, v in space.fixed.items()):
+            continue
+        if not all(k in params and _in(space.knobs[k], params[k]) for k in space.knobs):
+            continue
+        out.setdefault(canonical_params({k: params[k] for k in space.knobs}), result)
+    return out
+
+
+def _in(domain: Any, value: Any) -> bool:
+    if isinstance(domain, IntRange):
+        return isinstance(value, int) and domain.low <= value <= domain.high
+    return str(value) in {str(getattr(d, "value", d)) for d in domain}
+
+
+def grid_size(space: SearchSpace) -> int:
+    return math.prod(
+        (len(d) if isinstance(d, list) else (d.high - d.low) // d.step + 1)
+        for d in space.knobs.values()
+    )
+
+
+# --------------------------------------------------------------------------- sparse recordings
+
+
+class Snapper:
+    """Maps a config to the nearest recorded one: categorical knobs count 1 per difference,
+    numeric knobs |log2 a - log2 b| (micro-batch 64 vs 128 counts like one categorical)."""
+
+    def __init__(self, table: dict[str, TrialResult], space: SearchSpace) -> None:
+        self.names = list(space.knobs)
+        self.recorded = [json.loads(k) for k in table]
+        self.keys = set(table)
+        self.dists = distributions(space)
+
+    def distance(self, a: dict[str, Any], b: dict[str, Any]) -> float:
+        d = 0.0
+        for n in self.names:
+            x, y = a.get(n), b.get(n)
+            if (
+                isinstance(x, int | float)
+                and isinstance(y, int | float)
+                and not isinstance(x, bool)
+            ):
+                d += abs(math.log2(max(x, 1)) - math.log2(max(y, 1)))
+            else:
+                d += str(x) != str(y)
+        return d
+
+    def nearest(self, params: dict[str, Any], exclude: set[str] | frozenset[str] = frozenset()):
+        if canonical_params({n: params.get(n) for n in self.names}) in self.keys:
+            return params
+        pool = [c for c in self.recorded if canonical_params(c) not in exclude] or self.recorded
+        return min(pool, key=lambda c: self.distance(c, params))
+
+    def many(self, configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for c in configs:
+            snapped = self.nearest(c, {canonical_params(o) for o in out})
+            if snapped not in out:
+                out.append(snapped)
+        return out
+
+
+class UniverseSampler(optuna.samplers.BaseSampler):
+    """Wraps a sampler so each proposal is a recorded config: the inner sampler proposes in the
+    space, and an unrecorded proposal becomes the nearest recorded config not yet measured."""
+
+    def __init__(self, inner: optuna.samplers.BaseSampler, snap: Snapper) -> None:
+        self.inner, self.snap = inner, snap
+
+    def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:
+        return {}  # everything goes through sample_independent -> one snapped config per trial
+
+    def sample_relative(self, study: Any, trial: Any, search_space: Any) -> dict[str, Any]:
+        return {}
+
+    def before_trial(self, study: Any, trial: Any) -> None:
+        self.inner.before_trial(study, trial)
+        self._proposal: dict[str, Any] | None = None
+        self._trial_id = trial._trial_id
+
+    def sample_independent(self, study: Any, trial: Any, name: str, dist: Any) -> Any:
+        if self._proposal is None or self._trial_id != trial._trial_id:
+            self._proposal = self._propose(study, trial)
+        return self._proposal[name]
+
+    def _propose(self, study: Any, trial: Any) -> dict[str, Any]:
+        dists = self.snap.dists
+        rel_space = self.inner.infer_relative_search_space(study, trial)
+        proposal = dict(self.inner.sample_relative(study, trial, rel_space)) if rel_space else {}
+        for name, dist in dists.items():
+            if name not in proposal:
+                proposal[name] = self.inner.sample_independent(study, trial, name, dist)
+        done = {
+            canonical_params(t.params)
+            for t in study.get_trials(deepcopy=False)
+            if t.state.is_finished() and t.params
+        }
+        return self.snap.nearest(proposal, done)
+
+    def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+        self.inner.after_trial(study, trial, state, values)
