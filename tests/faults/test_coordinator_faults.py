@@ -88,13 +88,12 @@ def test_a_round_that_raises_is_reported_by_healthz_and_the_thread_survives(
     app = create_app(ServiceSettings(db_url=pg_url, coordinator=False, migrate=False))
     with TestClient(app) as client:
         app.state.scheduler = scheduler
+        # The scheduler's own call, outside any study's guard: a bug in the round itself.
+        executor.broken_calls = {"collect"}
+        executor.broken = RuntimeError("a bug in a round")
+        broke_at = time.monotonic()
         scheduler.start()
         try:
-            wait_for(lambda: executor.submitted, 30, "the first trial")
-            # The scheduler's own call, outside any study's guard: a bug in the round itself.
-            executor.broken_calls = {"collect"}
-            executor.broken = RuntimeError("a bug in a round")
-            broke_at = time.monotonic()
             wait_for(lambda: client.get("/healthz").status_code == 503, 10, "healthz to say 503")
             assert time.monotonic() - broke_at < 10
             health = client.get("/healthz").json()
