@@ -89,7 +89,7 @@ class StudyRunner:
             heartbeat_interval_s=heartbeat_interval_s,
             on_event=self.on_event,
         )
-        self.trials = TrialBook(db, study_id, executor, self.on_event)
+        self.trials = TrialBook(db, study_id, executor, self.on_event, owner=self.owner)
         self.retry_queue: list[tuple[Params, int]] = []  # (params, number retried)
         self.measured: dict[str, Observation] = {}  # canonical params -> what it gave
         self.done = False
@@ -195,6 +195,14 @@ class StudyRunner:
     def launch(self, max_count: int | None = None) -> int:
         """Dispatch up to max_count new trials while the budget and the executor allow."""
         launched = 0
+        for flight in self.trials.reconcile():  # a failed dispatch's row, submitted now
+            if flight.retry_of is None:
+                self.launched += 1
+            else:  # the retry was put back in the queue when its dispatch raised: it is done
+                self.retry_queue = [r for r in self.retry_queue if r[1] != flight.retry_of]
+            kind = "retry" if flight.retry_of is not None else "launched"
+            self.on_event(Event(kind, flight.number, flight.params, TrialState.RUNNING))
+            launched += 1
         while (max_count is None or launched < max_count) and not self.done:
             if self._budget_spent() or self.executor.free_slots(self.gpus_per_trial) <= 0:
                 break

@@ -4,6 +4,15 @@ The crash-safety order lives here: `TrialBook.dispatch` commits a trial's row (s
 with its number) before it submits the task, so a coordinator that dies between the two leaves a
 running row that the next one marks lost and retries. A result is committed by `finish` before
 the caller tells the sampler, and a trial leaves `in_flight` only once its result is stored.
+
+Both are idempotent, for the faults in between:
+- a dispatch whose commit was acknowledged with an error although it committed, or whose
+  submit failed after the commit, leaves a running row with no task: `reconcile` submits that
+  row's own config (never a second row for the same trial);
+- a result whose commit acknowledgement was lost is written again by a later round, finds the
+  row already in that state, and counts as stored (`TrialAlreadyFinished` with the same state).
+Every write carries the coordinator's owner id: after another coordinator took the study, the
+repository refuses it (`LeaseLost`) and this one stops.
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ from autotuner.spec import (
     canonical_params,
 )
 from autotuner.storage.models import Trial, TrialState
-from autotuner.storage.repository import TrialRepo
+from autotuner.storage.repository import TrialAlreadyFinished, TrialRepo
 from autotuner.storage.session import Database
 from autotuner.study.events import Event, OnEvent
 
@@ -49,6 +58,7 @@ class InFlight:
     attempt: int
     purpose: str = "search"
     heartbeat_at: float = field(default_factory=time.monotonic)
+    retry_of: int | None = None
 
 
 def retried_once(purpose: str, attempt: int) -> bool:
@@ -152,12 +162,21 @@ def history(trials: list[Trial], policy: SearchPolicy) -> History:
 class TrialBook:
     """The trial rows of one study and the tasks behind them (`in_flight`, by handle)."""
 
-    def __init__(self, db: Database, study_id: str, executor: Executor, on_event: OnEvent) -> None:
+    def __init__(
+        self,
+        db: Database,
+        study_id: str,
+        executor: Executor,
+        on_event: OnEvent,
+        owner: str | None = None,
+    ) -> None:
         self.db = db
         self.study_id = study_id
         self.executor = executor
         self.on_event = on_event
+        self.owner = owner  # every write is fenced by the study's lease (None: unfenced)
         self.in_flight: dict[str, InFlight] = {}
+        self._maybe_orphaned = False  # a dispatch failed: a running row may have no task
 
     def dispatch(
         self,
@@ -169,6 +188,23 @@ class TrialBook:
         purpose: str,
     ) -> InFlight:
         """Commit a running row (marking the original of a retry as retried), then submit."""
+        try:
+            return self._dispatch(ask, params, config_for, retry_of=retry_of, purpose=purpose)
+        except BaseException:
+            # The row may have committed (a lost acknowledgement) or the submit may have
+            # failed after it did: `reconcile` looks before the next dispatch.
+            self._maybe_orphaned = True
+            raise
+
+    def _dispatch(
+        self,
+        ask: optuna.Trial | None,
+        params: dict[str, Any],
+        config_for: Callable[[int], TrialConfig],
+        *,
+        retry_of: int | None,
+        purpose: str,
+    ) -> InFlight:
         attempt = 2 if retry_of is not None else 1
         with self.db.session() as s:
             trials = TrialRepo(s)
@@ -183,15 +219,46 @@ class TrialBook:
                 retry_of=retry_of,
                 attempt=attempt,
                 purpose=purpose,
+                owner=self.owner,
             )
             config = config_for(row.number)
             row.config = config.model_dump(mode="json")
             trial_id, number = row.id, row.number
         # Only now, with the row committed: a crash from here on leaves a row to reconcile.
         handle = self.executor.submit(config)
-        flight = InFlight(trial_id, number, ask, params, attempt, purpose)
+        flight = InFlight(trial_id, number, ask, params, attempt, purpose, retry_of=retry_of)
         self.in_flight[handle] = flight
         return flight
+
+    def reconcile(self) -> list[InFlight]:
+        """Submit the running rows that have no task behind them, after a failed dispatch.
+
+        While this coordinator holds the lease every running row of the study is its own and
+        should be in flight; one that is not was committed by a dispatch that then raised. Its
+        own config is submitted (same row, same number): the dispatch completes, it is not
+        repeated. Returns the trials submitted (the sampler was told their ask failed)."""
+        if not self._maybe_orphaned:
+            return []
+        known = {f.trial_id for f in self.in_flight.values()}
+        with self.db.read() as s:
+            running = TrialRepo(s).list(self.study_id, states=[TrialState.RUNNING])
+            orphans = [t for t in running if t.id not in known]
+        out = []
+        for row in orphans:
+            handle = self.executor.submit(TrialConfig.model_validate(row.config))
+            flight = InFlight(
+                row.id,
+                row.number,
+                None,
+                row.params,
+                row.attempt,
+                row.purpose,
+                retry_of=row.retry_of,
+            )
+            self.in_flight[handle] = flight
+            out.append(flight)
+        self._maybe_orphaned = False
+        return out
 
     def record_pruned(self, params: dict[str, Any], config: TrialConfig, prune: Prune) -> int:
         """Store a proposal ruled out before launch; returns its trial number."""
@@ -202,6 +269,7 @@ class TrialBook:
                 config=config.model_dump(mode="json"),
                 error_class=prune.error_class,
                 error_message=prune.message,
+                owner=self.owner,
             )
             if prune.result is not None:  # a predicted OOM keeps its numbers
                 t.result = prune.result.model_dump(mode="json")
@@ -218,20 +286,30 @@ class TrialBook:
         worker: str | None = None,
     ) -> None:
         """Store a trial's end (one transaction); it stays in `in_flight` for the caller."""
-        with self.db.session() as s:
-            trials = TrialRepo(s)
-            row = s.get(Trial, flight.trial_id)
-            assert row is not None
-            if worker:
-                row.worker = worker
-            trials.finish(
-                row,
-                state,
-                result=result.model_dump(mode="json") if result else None,
-                objective_value=value,
-                error_class=error_class.value if error_class else None,
-                error_message=message,
-            )
+        try:
+            with self.db.session() as s:
+                trials = TrialRepo(s)
+                row = s.get(Trial, flight.trial_id)
+                assert row is not None
+                if worker:
+                    row.worker = worker
+                trials.finish(
+                    row,
+                    state,
+                    result=result.model_dump(mode="json") if result else None,
+                    objective_value=value,
+                    error_class=error_class.value if error_class else None,
+                    error_message=message,
+                    owner=self.owner,
+                )
+        except TrialAlreadyFinished:
+            # Stored already in this very state: an earlier write committed and only its
+            # acknowledgement was lost. Any other state (lost: another coordinator took the
+            # study) is not ours to overwrite.
+            with self.db.read() as s:
+                stored = s.get(Trial, flight.trial_id)
+                if stored is None or stored.state != state.value:
+                    raise
         self.on_event(
             Event(
                 "finished",
