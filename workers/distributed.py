@@ -77,7 +77,7 @@ def check(config: TrialConfig, device: torch.device) -> UnsupportedConfig | None
         if k.grad_compression != "none":
             # FSDP2 has no communication hooks; its reduce dtype is the compression it offers.
             remedy = {
-                "bf16": "set fsdp_reduce_dtype bf16, which reduce-scatters in bf16",
+                "bf16": "use fsdp_reduce_dtype bf16, which reduce-scatters in bf16",
                 "fp16": "use fsdp_reduce_dtype bf16 (FSDP2 here reduces in fp32 or bf16)",
                 "powersgd": "PowerSGD is a DDP communication hook: use parallel ddp",
             }[k.grad_compression]
@@ -172,8 +172,11 @@ class Group:
         dist.all_reduce(x)
         if parallel in _FSDP:
             full = torch.empty(4096 * self.world_size, device=self.device)
-            dist.all_gather_into_tensor(full, x)
-            dist.reduce_scatter_tensor(x, full)
+            # *_single: torch 2.13's names (the *_tensor spellings are deprecated there).
+            all_gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
+            reduce_scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+            all_gather(full, x)
+            reduce_scatter(x, full)
         else:
             dist.broadcast(x, src=0)
         self._sync()
