@@ -175,7 +175,7 @@ def _line(rec: dict[str, Any]) -> str:
     eff = rec.get("scaling_efficiency")
     return (
         f"{rec['name']:<40} {r['tokens_per_s']:>11,.0f} tok/s  "
-        f"{r['tokens_per_s_per_gpu']:>10,.0f} /GPU  eff {_fmt(eff, '5.1f', 100)}%  "
+        f"{r['tokens_per_s_per_gpu']:>10,.0f} /GPU  eff {_pct(eff):>6}  "
         f"spread {_spread(r) * 100:4.1f}%  mem {r['peak_mem_gib']:5.1f} GiB"
     )
 
@@ -244,6 +244,10 @@ def _repeated(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:.1f}%"
+
+
 def markdown(doc: dict[str, Any]) -> str:
     records = doc["trials"]
     fp = next((r["result"]["fingerprint"] for r in records if r["result"].get("fingerprint")), None)
@@ -269,7 +273,7 @@ def markdown(doc: dict[str, Any]) -> str:
         lines.append(
             f"| {rec['name']} | {rec['num_gpus']} | {_fmt(r.get('tokens_per_s'), ',.0f')} | "
             f"{_fmt(r.get('tokens_per_s_per_gpu'), ',.0f')} | "
-            f"{_fmt(rec.get('scaling_efficiency'), '.1f', 100)}{'%' if ok else ''} | "
+            f"{_pct(rec.get('scaling_efficiency'))} | "
             f"{_fmt(_spread(r) if ok else None, '.1f', 100)} | "
             f"{_fmt(r.get('peak_mem_gib'), '.1f')} | {status.replace('|', '/')} |"
         )
