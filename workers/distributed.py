@@ -32,7 +32,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from autotuner.spec import CompileMode, Knobs, Precision, TrialConfig
-from workers.errors import UnsupportedConfig
+from workers.errors import PeerFailed, UnsupportedConfig
 from workers.launch import LIMIT_ENV
 
 PG_TIMEOUT_FRACTION = 0.8
@@ -40,10 +40,6 @@ POWERSGD_RANK = 1  # low-rank approximation rank: the most compression PowerSGD 
 _FSDP = ("fsdp2", "fsdp2-no-reshard")
 _CUDAGRAPH_MODES = (CompileMode.REDUCE_OVERHEAD, CompileMode.MAX_AUTOTUNE)
 _NCCL_KNOBS = ("nccl_algo", "nccl_proto", "nccl_min_channels", "nccl_max_channels", "nccl_buffsize")
-
-
-class PeerFailed(Exception):
-    """Another rank reported a failure at an agreement point; this rank reports nothing."""
 
 
 def nccl_knobs(k: Knobs) -> dict[str, object]:
@@ -121,10 +117,6 @@ class Group:
     device: torch.device
     timeout_s: float
     last_progress: float = 0.0  # monotonic time of the last collective that completed
-
-    @staticmethod
-    def env_world_size() -> int:
-        return int(os.environ.get("WORLD_SIZE", "1"))
 
     @classmethod
     def start(cls, config: TrialConfig, device: torch.device) -> Group:

@@ -127,7 +127,7 @@ def run_trial(config: TrialConfig) -> TrialResult | None:
     import workers.models.llama  # noqa: F401
     from workers import fingerprint as fp_mod
     from workers import memory
-    from workers.distributed import Group, PeerFailed
+    from workers.errors import PeerFailed
     from workers.failures import classify, compile_error_types
 
     compile_error_types()
@@ -136,7 +136,9 @@ def run_trial(config: TrialConfig) -> TrialResult | None:
     try:
         device = resolve_device(config, int(os.environ.get("LOCAL_RANK", "0")))
         info["fingerprint"] = fp_mod.collect(device)
-        if Group.env_world_size() > 1:
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            from workers.distributed import Group  # torch.distributed: only where it is used
+
             info["_group"] = Group.start(config, device)
         return _run(config, device, info)
     except _InfraError as exc:
@@ -176,7 +178,7 @@ def build_step(config: TrialConfig, device, info: dict[str, Any], group=None):
     """
     import torch
 
-    from workers import distributed, faults, precision, support
+    from workers import faults, precision, support
     from workers.data import make_batches
     from workers.models import build_model
     from workers.training import TrainStep, build_optimizer
@@ -184,6 +186,8 @@ def build_step(config: TrialConfig, device, info: dict[str, Any], group=None):
     k, m, spec = config.knobs, config.measure, config.model
     rank = 0 if group is None else group.rank
     strikes = faults.strikes(config.fault_rank, rank)
+    if group is not None:
+        from workers import distributed  # only multi-GPU trials pay for its import
     refusal = (
         support.static_check(config, device, ranks=1 if group is None else group.world_size)
         or (group and distributed.check(config, device))
@@ -402,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"autotuner-trial: cannot read the config: {exc}", file=sys.stderr)
         return 2
     apply_process_env(config)  # before torch is imported anywhere
-    from workers.distributed import PeerFailed  # imports torch: after the environment is set
+    from workers.errors import PeerFailed
 
     distributed = "WORLD_SIZE" in os.environ
     try:
