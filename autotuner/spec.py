@@ -231,12 +231,31 @@ class Knobs(_Record):
     loader_workers: int = Field(default=2, ge=0, le=64)
     pin_memory: bool = True
     prefetch_factor: int = Field(default=2, ge=1, le=64)
-    # Multi-GPU / process-level settings (applied to the trial's process environment).
+    # Multi-GPU settings (inactive with one GPU). NCCL values become environment variables of
+    # the rank processes only, set before torch is imported; None / "default" leaves NCCL's own
+    # choice.
     nccl_algo: Literal["default", "Ring", "Tree"] = "default"
     nccl_proto: Literal["default", "Simple", "LL", "LL128"] = "default"
     nccl_min_channels: int | None = Field(default=None, ge=1, le=64)
+    nccl_max_channels: int | None = Field(default=None, ge=1, le=64)  # NCCL_MAX_NCHANNELS
+    nccl_buffsize: int | None = Field(default=None, ge=65536, le=1 << 30)  # NCCL_BUFFSIZE, bytes
+    # How the model is spread over the ranks (workers/distributed.py):
+    #   ddp               DistributedDataParallel: full replicas, gradients all-reduced in buckets
+    #   fsdp2             fully_shard per block and root, params re-sharded after forward (ZeRO-3)
+    #   fsdp2-no-reshard  fully_shard with reshard_after_forward=False (ZeRO-2-like: no
+    #                     all-gather again in backward, unsharded params kept until then)
+    #   hsdp              replicate across nodes, shard within: refused (needs several nodes)
+    parallel: Literal["ddp", "fsdp2", "fsdp2-no-reshard", "hsdp"] = "ddp"
+    # DDP only.
     ddp_bucket_cap_mb: int = Field(default=25, ge=1, le=1024)
-    grad_compression: Literal["none", "fp16", "bf16"] = "none"
+    ddp_grad_as_bucket_view: bool = False  # gradients alias the all-reduce buckets (no copy)
+    ddp_static_graph: bool = False  # the same parameters are used every step (skip re-checks)
+    # DDP communication hook: fp16/bf16 compress the buckets before the all-reduce (torch's
+    # default_hooks); powersgd is low-rank PowerSGD (rank 1, error feedback).
+    grad_compression: Literal["none", "fp16", "bf16", "powersgd"] = "none"
+    # FSDP2 only: the dtype gradients are reduce-scattered in (the parameter all-gather dtype
+    # follows `precision`: bf16 for bf16/fp8, fp32 otherwise).
+    fsdp_reduce_dtype: Literal["fp32", "bf16"] = "fp32"
 
     @classmethod
     def knob_names(cls) -> list[str]:
@@ -269,6 +288,11 @@ class MeasureSettings(_Record):
     memory_limit_gib: float | None = Field(default=None, gt=0)
     peak_flops: float | None = Field(default=None, gt=0)  # override the per-GPU peak table
     cpu_threads: int | None = Field(default=None, ge=1, le=1024)
+    # Multi-GPU trials: set NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and
+    # NVSHMEM_DISABLE_NVLS=1 in every rank. The lent H200 machines do not support NVLink
+    # multicast (NVLS) in their VMs; left on, NCCL/symmetric memory may try it and fail or hang
+    # at init. A documented setting, not a hidden default: turn it off where NVLS works.
+    disable_nvls_multicast: bool = True
 
 
 class TrialConfig(_Record):
@@ -285,7 +309,9 @@ class TrialConfig(_Record):
     env: dict[str, str] = Field(default_factory=dict)
     # Deliberate faults for tests (a named, reusable fake: see workers/faults.py). Never set by
     # the search; a poisoned loss provokes `numerics`, a sleep provokes `timeout`.
-    fault: Literal["none", "nan_loss", "hang", "segfault", "exit"] = "none"
+    fault: Literal["none", "nan_loss", "hang", "segfault", "exit", "unsupported"] = "none"
+    # Multi-GPU trials: the rank the fault strikes; None strikes every rank.
+    fault_rank: int | None = Field(default=None, ge=0)
 
 
 # --------------------------------------------------------------------------- result
@@ -371,7 +397,8 @@ class TrialResult(_Record):
     status: TrialStatus
     failure_class: FailureClass | None = None
     error_message: str | None = None
-    # Throughput: the median repeat, with the min and max repeats as its spread.
+    # Throughput: the median repeat, with the min and max repeats as its spread. With several
+    # ranks, tokens_per_s counts every rank and a repeat's time is the slowest rank's.
     tokens_per_s: float | None = None
     tokens_per_s_min: float | None = None
     tokens_per_s_max: float | None = None
@@ -386,7 +413,8 @@ class TrialResult(_Record):
     flops_convention: str | None = None
     peak_flops: float | None = None
     peak_flops_source: str | None = None
-    # Memory: the peak of the measured steps and the limit it was measured against.
+    # Memory: the peak of the measured steps and the limit it was measured against (per GPU:
+    # with several ranks, the largest rank's peak).
     peak_mem_gib: float | None = None
     peak_reserved_gib: float | None = None
     memory_kind: Literal["cuda", "cpu_rss"] | None = None
@@ -410,6 +438,11 @@ class TrialResult(_Record):
     param_count: int | None = None
     fingerprint: Fingerprint | None = None
     telemetry: Telemetry | None = None
+    # Multi-GPU trials: how many rank processes measured, how the model was spread, and for a
+    # failure the rank that failed first (whose failure classifies the trial).
+    num_ranks: int | None = None
+    parallel: str | None = None
+    failed_rank: int | None = None
     notes: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")

@@ -19,3 +19,7 @@ class UnsupportedConfig(Exception):
 
 class NumericsError(Exception):
     """The loss went non-finite, or did not decrease: the config does not train."""
+
+
+class PeerFailed(Exception):
+    """Another rank of a multi-GPU trial reported a failure; this rank reports nothing."""

@@ -5,6 +5,10 @@ failure class through the real code path. Never set by the search.
 - hang:     the process sleeps forever after building the model -> the launcher's `timeout`.
 - segfault: the process kills itself with SIGSEGV -> `crash` naming the signal.
 - exit:     the process exits with status 3 and writes no result -> `crash` with stderr's tail.
+- unsupported: the support checks refuse the config -> `unsupported` (with `fault_rank`, a
+            refusal only one rank makes: the ranks must still agree without hanging).
+
+In a multi-GPU trial `TrialConfig.fault_rank` picks the one rank a fault strikes (None: all).
 """
 
 from __future__ import annotations
@@ -13,6 +17,20 @@ import os
 import signal
 import sys
 import time
+
+
+def strikes(fault_rank: int | None, rank: int) -> bool:
+    """Whether a fault aimed at `fault_rank` (None: every rank) strikes this rank."""
+    return fault_rank is None or fault_rank == rank
+
+
+def unsupported(fault: str):
+    """An UnsupportedConfig for fault `unsupported` (raised with the support checks), else None."""
+    if fault != "unsupported":
+        return None
+    from workers.errors import UnsupportedConfig
+
+    return UnsupportedConfig("fault=unsupported: refused on purpose; use fault none")
 
 
 def before_training(fault: str) -> None:

@@ -9,6 +9,8 @@ How it ended                          -> result
   still running at the wall-clock cap -> `timeout` (its whole process group killed)
   killed by a signal                  -> `crash`, naming the signal
   exited non-zero without a result    -> `crash`, with the last lines of its stderr
+
+A trial on several GPUs (num_gpus > 1) runs one process per rank: workers/launch_ranks.py.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ def _terminate(proc: subprocess.Popen) -> None:
 
 
 PARENT_ENV = "AUTOTUNER_TRIAL_PARENT_PID"
+LIMIT_ENV = "AUTOTUNER_TRIAL_LIMIT_S"  # the wall-clock limit, for the ranks' collective timeout
 
 
 def die_with_parent() -> None:
@@ -99,6 +102,12 @@ def run_trial_process(
     timeout_s defaults to config.measure.timeout_s. on_heartbeat is called every few seconds
     while the trial runs (the coordinator uses it to keep the trial's lease alive).
     """
+    if config.num_gpus > 1:
+        from workers.launch_ranks import run_rank_processes
+
+        return run_rank_processes(
+            config, timeout_s=timeout_s, python=python, on_heartbeat=on_heartbeat
+        )
     limit = config.measure.timeout_s if timeout_s is None else timeout_s
     with tempfile.TemporaryDirectory(prefix="autotuner-trial-") as tmp:
         tmpdir = Path(tmp)

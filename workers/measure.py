@@ -11,6 +11,10 @@
 
 Losses are kept as device tensors and read at the repeat edges (already synced): reading
 them inside a repeat would add syncs.
+
+With several ranks (workers/distributed.py) every time goes through `ranks.slowest` and every
+loss through `ranks.mean`, so all ranks take the same decisions from the same numbers, and the
+`sync` given also waits for every rank (a barrier at the repeat edges).
 """
 
 from __future__ import annotations
@@ -27,6 +31,19 @@ from autotuner.spec import MeasureSettings
 from workers.errors import NumericsError
 
 STABLE_WINDOW = 3
+
+
+class OneProcess:
+    """The protocol's view of the other ranks when there are none."""
+
+    def slowest(self, seconds: float) -> float:
+        return seconds
+
+    def mean(self, loss: torch.Tensor) -> float:
+        return float(loss)
+
+
+ONE_PROCESS = OneProcess()
 
 
 @dataclass
@@ -49,14 +66,17 @@ def _check_finite(loss: float, where: str) -> float:
 
 
 def warm_up(
-    step: Callable[[], torch.Tensor], sync: Callable[[], None], s: MeasureSettings
+    step: Callable[[], torch.Tensor],
+    sync: Callable[[], None],
+    s: MeasureSettings,
+    ranks: OneProcess = ONE_PROCESS,
 ) -> Timing:
     sync()
     t0 = time.perf_counter()
     loss = step()
     sync()
-    first = time.perf_counter() - t0
-    loss_initial = _check_finite(float(loss), "the first step")
+    first = ranks.slowest(time.perf_counter() - t0)
+    loss_initial = _check_finite(ranks.mean(loss), "the first step")
     times: list[float] = []
     stable = False
     window = min(STABLE_WINDOW, s.warmup_max_steps)
@@ -64,8 +84,8 @@ def warm_up(
         t0 = time.perf_counter()
         loss = step()
         sync()
-        times.append(time.perf_counter() - t0)
-        _check_finite(float(loss), f"warm-up step {len(times)}")  # synced already: free
+        times.append(ranks.slowest(time.perf_counter() - t0))
+        _check_finite(ranks.mean(loss), f"warm-up step {len(times)}")  # synced already: free
         if len(times) >= max(s.warmup_min_steps, window):
             last = times[-window:]
             if (max(last) - min(last)) / statistics.median(last) <= s.warmup_stable_rel:
@@ -87,6 +107,7 @@ def timed_repeats(
     sync: Callable[[], None],
     timing: Timing,
     s: MeasureSettings,
+    ranks: OneProcess = ONE_PROCESS,
 ) -> Timing:
     S = timing.steps_per_repeat = steps_per_repeat(timing.step_time_s, s)
     first_loss = None
@@ -98,8 +119,8 @@ def timed_repeats(
             if first_loss is None:
                 first_loss = loss
         sync()  # repeat edge: everything this repeat queued is finished
-        timing.repeat_s.append(time.perf_counter() - t0)
-        _check_finite(float(loss), f"the end of repeat {r + 1}")
-    timing.loss_first = _check_finite(float(first_loss), "the first measured step")
-    timing.loss_last = float(loss)
+        timing.repeat_s.append(ranks.slowest(time.perf_counter() - t0))
+        last = _check_finite(ranks.mean(loss), f"the end of repeat {r + 1}")
+    timing.loss_first = _check_finite(ranks.mean(first_loss), "the first measured step")
+    timing.loss_last = last
     return timing

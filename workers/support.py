@@ -22,15 +22,21 @@ _HALF_ONLY_SDPA = (Attention.FLASH, Attention.CUDNN)
 _CUDAGRAPH_MODES = (CompileMode.REDUCE_OVERHEAD, CompileMode.MAX_AUTOTUNE)
 
 
-def static_check(config: TrialConfig, device: torch.device) -> UnsupportedConfig | None:
-    """Why this worker cannot run the config (message with a remedy + the knobs to blame)."""
+def static_check(
+    config: TrialConfig, device: torch.device, ranks: int = 1
+) -> UnsupportedConfig | None:
+    """Why this worker cannot run the config (message with a remedy + the knobs to blame).
+
+    `ranks`: the processes this trial runs in (the parallel knobs are checked in
+    workers/distributed.py).
+    """
     k = config.knobs
     precision = {"precision": k.precision.value}
     attention = {"attention": k.attention.value}
-    if config.num_gpus > 1:
+    if config.num_gpus > 1 and ranks != config.num_gpus:
         return UnsupportedConfig(
-            f"num_gpus={config.num_gpus}: data-parallel trials are not implemented in this "
-            "worker yet; measure with num_gpus 1"
+            f"num_gpus={config.num_gpus} runs one process per GPU but this trial has {ranks}: "
+            "start it with workers.launch.run_trial_process, which launches the ranks"
         )
     if device.type == "cpu":
         if k.precision == Precision.TF32:

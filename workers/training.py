@@ -8,6 +8,9 @@ step, and that cost is real, so it is measured.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
+
 import torch
 import torch.nn as nn
 
@@ -45,28 +48,33 @@ class TrainStep:
         scaler: torch.amp.GradScaler | None,
         cudagraphs: bool,
         fault: str = "none",
+        grad_sync: Callable[[bool], contextlib.AbstractContextManager] | None = None,
     ):
         self.model, self.optimizer, self.batches = model, optimizer, batches
         self.grad_accum, self.autocast, self.scaler = grad_accum, autocast, scaler
         self.cudagraphs, self.fault = cudagraphs, fault
+        # Several ranks: `with grad_sync(last):` skips the gradient collectives on all but the
+        # last micro-step (DDP no_sync, FSDP2 set_requires_gradient_sync), as real training does.
+        self.grad_sync = grad_sync or (lambda last: contextlib.nullcontext())
         self.params = [p for g in optimizer.param_groups for p in g["params"]]
 
     def __call__(self) -> torch.Tensor:
         loss_sum = None
-        for _ in range(self.grad_accum):
+        for i in range(self.grad_accum):
             x, y = self.batches.next()
             if self.cudagraphs:
                 # Tell CUDA-graph trees a new iteration starts: the previous replay's outputs
                 # (already consumed by backward) may be overwritten.
                 torch.compiler.cudagraph_mark_step_begin()
-            with self.autocast():
-                # Divide so the accumulated gradient is the mean over all micro-batches.
-                loss = self.model(x, y) / self.grad_accum
-            loss = faults.poison_loss(loss, self.fault)
-            if self.scaler is not None:
-                self.scaler.scale(loss).backward()
-            else:
-                loss.backward()
+            with self.grad_sync(i == self.grad_accum - 1):
+                with self.autocast():
+                    # Divide so the accumulated gradient is the mean over all micro-batches.
+                    loss = self.model(x, y) / self.grad_accum
+                loss = faults.poison_loss(loss, self.fault)
+                if self.scaler is not None:
+                    self.scaler.scale(loss).backward()
+                else:
+                    loss.backward()
             detached = loss.detach()
             if self.cudagraphs:  # a graph's output memory is reused by the next replay
                 detached = detached.clone()

@@ -29,20 +29,42 @@ from autotuner.spec import (
 )
 
 _PROCESS_START = time.perf_counter()
+# A rank that stopped because another rank failed exits with this status and writes nothing;
+# the launcher (workers/launch_ranks.py) reports the rank that failed first.
+PEER_FAILED_EXIT = 75
 
 
-def apply_process_env(config: TrialConfig) -> None:
-    """Environment the trial's libraries read at import or init (call before importing torch)."""
-    os.environ.update(config.env)
+NVLS_OFF_ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+_DDP_ONLY = ["ddp_bucket_cap_mb", "ddp_grad_as_bucket_view", "ddp_static_graph", "grad_compression"]
+_FSDP_ONLY = ["fsdp_reduce_dtype"]
+_NCCL = ["nccl_algo", "nccl_proto", "nccl_min_channels", "nccl_max_channels", "nccl_buffsize"]
+
+
+def process_env(config: TrialConfig) -> dict[str, str]:
+    """Environment the trial's libraries read at import or init: config.env, the NCCL knobs, and
+    for several GPUs the NVLink-multicast-off settings (MeasureSettings.disable_nvls_multicast)."""
     k = config.knobs
+    env = dict(config.env)
     nccl = {
         "NCCL_ALGO": None if k.nccl_algo == "default" else k.nccl_algo,
         "NCCL_PROTO": None if k.nccl_proto == "default" else k.nccl_proto,
-        "NCCL_MIN_NCHANNELS": None if k.nccl_min_channels is None else str(k.nccl_min_channels),
+        "NCCL_MIN_NCHANNELS": k.nccl_min_channels,
+        "NCCL_MAX_NCHANNELS": k.nccl_max_channels,
+        "NCCL_BUFFSIZE": k.nccl_buffsize,
     }
-    for name, value in nccl.items():
-        if value is not None:
-            os.environ[name] = value
+    env.update({name: str(value) for name, value in nccl.items() if value is not None})
+    if config.num_gpus > 1 and config.measure.disable_nvls_multicast:
+        env.update(NVLS_OFF_ENV)
+    return env
+
+
+def apply_process_env(config: TrialConfig) -> None:
+    """Set process_env(config) in this process (call before importing torch)."""
+    os.environ.update(process_env(config))
 
 
 def inactive_knobs(config: TrialConfig, device_type: str) -> list[str]:
@@ -56,17 +78,14 @@ def inactive_knobs(config: TrialConfig, device_type: str) -> list[str]:
         if device_type != "cuda":
             off.append("pin_memory")
     if config.num_gpus <= 1:
-        off += [
-            "nccl_algo",
-            "nccl_proto",
-            "nccl_min_channels",
-            "ddp_bucket_cap_mb",
-            "grad_compression",
-        ]
+        return off + _NCCL + ["parallel"] + _DDP_ONLY + _FSDP_ONLY
+    if device_type != "cuda":
+        off += _NCCL  # gloo on the CPU
+    off += _FSDP_ONLY if k.parallel == "ddp" else _DDP_ONLY
     return off
 
 
-def resolve_device(config: TrialConfig):
+def resolve_device(config: TrialConfig, local_rank: int = 0):
     import torch
 
     want = config.measure.device
@@ -74,7 +93,11 @@ def resolve_device(config: TrialConfig):
         return torch.device("cpu")
     if not torch.cuda.is_available():
         raise _InfraError("measure.device is 'cuda' but this worker sees no CUDA device")
-    return torch.device("cuda", 0)
+    if local_rank >= torch.cuda.device_count():
+        raise _InfraError(
+            f"local rank {local_rank} has no GPU: this worker sees {torch.cuda.device_count()}"
+        )
+    return torch.device("cuda", local_rank)
 
 
 class _InfraError(Exception):
@@ -89,8 +112,13 @@ def _compile(model, mode: CompileMode):
     return torch.compile(model, mode=mode.value)
 
 
-def run_trial(config: TrialConfig) -> TrialResult:
-    """Run one trial in this process and return its result (never raises for a failed config)."""
+def run_trial(config: TrialConfig) -> TrialResult | None:
+    """Run one trial, or one rank of it, in this process (never raises for a failed config).
+
+    In a rank of a multi-GPU trial (the launcher set WORLD_SIZE), a rank other than 0 returns
+    None when all went well (rank 0 reports for all), and PeerFailed propagates when another
+    rank failed first and reports the failure.
+    """
     # Everything the trial and its failure path import is imported now, before a memory cap
     # applies: an import that fails under the cap must not turn an OOM into a crash.
     import torch._dynamo  # noqa: F401  (the optimizer and torch.compile import it lazily)
@@ -99,20 +127,34 @@ def run_trial(config: TrialConfig) -> TrialResult:
     import workers.models.llama  # noqa: F401
     from workers import fingerprint as fp_mod
     from workers import memory
+    from workers.errors import PeerFailed
     from workers.failures import classify, compile_error_types
 
     compile_error_types()
     apply_process_env(config)  # again, for in-process callers (tests); main() did it first
     info: dict[str, Any] = {"notes": []}
     try:
-        device = resolve_device(config)
+        device = resolve_device(config, int(os.environ.get("LOCAL_RANK", "0")))
         info["fingerprint"] = fp_mod.collect(device)
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            from workers.distributed import Group  # torch.distributed: only where it is used
+
+            info["_group"] = Group.start(config, device)
         return _run(config, device, info)
     except _InfraError as exc:
         return TrialResult.failure(FailureClass.INFRA, str(exc), **_public(info))
+    except PeerFailed:
+        raise
     except Exception as exc:
         memory.release_cap()
         failure_class, message, extra = classify(exc)
+        group = info.get("_group")
+        if failure_class == FailureClass.CRASH and group is not None and group.stalled():
+            failure_class = FailureClass.TIMEOUT
+            message = (
+                f"rank {group.rank} waited {group.timeout_s:.0f} s (the process-group timeout) "
+                f"in a collective: another rank is hung or far slower\n{message}"
+            )
         return TrialResult.failure(failure_class, message, **_public(info), **extra)
     finally:
         batches = info.pop("_batches", None)
@@ -125,52 +167,88 @@ def _public(info: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in info.items() if not key.startswith("_")}
 
 
-def build_step(config: TrialConfig, device, info: dict[str, Any]):
-    """Check support, then build model -> float8 -> optimizer -> compile -> data -> TrainStep.
+def build_step(config: TrialConfig, device, info: dict[str, Any], group=None):
+    """Check support, then build model -> float8 -> [parallel wrapper] -> optimizer -> compile
+    -> data -> TrainStep.
 
     Fills info (param_count, notes, _batches). Raises UnsupportedConfig before building
-    anything when this worker has no kernel for the config.
+    anything when this worker has no kernel for the config. With a process group (one rank of a
+    multi-GPU trial) the ranks agree after the checks and after the build, so one rank's
+    refusal or OOM stops them all instead of leaving the others in a collective.
     """
     import torch
 
-    from workers import precision, support
+    from workers import faults, precision, support
     from workers.data import make_batches
     from workers.models import build_model
     from workers.training import TrainStep, build_optimizer
 
     k, m, spec = config.knobs, config.measure, config.model
-    refusal = support.static_check(config, device) or support.probe_attention(config, device)
-    if refusal is not None:
+    rank = 0 if group is None else group.rank
+    strikes = faults.strikes(config.fault_rank, rank)
+    if group is not None:
+        from workers import distributed  # only multi-GPU trials pay for its import
+    refusal = (
+        support.static_check(config, device, ranks=1 if group is None else group.world_size)
+        or (group and distributed.check(config, device))
+        or support.probe_attention(config, device)
+        or (strikes and faults.unsupported(config.fault))
+        or None
+    )
+    if group is not None:
+        group.agree(refusal)
+    elif refusal is not None:
         raise refusal
 
+    # The same seed on every rank: every replica (DDP) and the full model FSDP2 shards start
+    # from the same weights.
     torch.manual_seed(m.seed)
-    # Parameters are created and initialised on the device itself: initialising a 1B model on
-    # the CPU and copying it over would cost seconds per trial and measure nothing.
-    with device:
-        model = build_model(spec, k)
-    model.train()
-    info["param_count"] = sum(p.numel() for p in model.parameters())
-    if k.precision.is_fp8:
-        n = precision.convert_fp8(model, k.precision)
-        info["notes"].append(f"{k.precision.value}: {n} Linear layers run in float8 (torchao)")
-    # The optimizer holds the original parameters; the compiled wrapper shares them.
-    optimizer = build_optimizer(model, k.optimizer)
-    compiled = _compile(model, k.compile_mode)
-    batches = make_batches(k, spec.vocab_size, spec.seq_len, device, m.seed)
+    failure = None
+    try:
+        # Parameters are created and initialised on the device itself: initialising a 1B model
+        # on the CPU and copying it over would cost seconds per trial and measure nothing.
+        with device:
+            model = build_model(spec, k)
+        model.train()
+        info["param_count"] = sum(p.numel() for p in model.parameters())
+        if k.precision.is_fp8:
+            n = precision.convert_fp8(model, k.precision)
+            info["notes"].append(f"{k.precision.value}: {n} Linear layers run in float8 (torchao)")
+    except Exception as exc:
+        if group is None:
+            raise
+        failure = exc
+    if group is not None:
+        group.agree(failure)
+
+    grad_sync = None
+    if group is None:
+        # The optimizer holds the original parameters; the compiled wrapper shares them.
+        optimizer = build_optimizer(model, k.optimizer)
+        runnable = _compile(model, k.compile_mode)
+    else:
+        runnable, grad_sync = distributed.parallelize(
+            model, config, group, lambda module: _compile(module, k.compile_mode)
+        )
+        # After the wrapper: FSDP2 replaced the parameters by this rank's shards.
+        optimizer = build_optimizer(model, k.optimizer)
+    # Each data-parallel rank reads its own batches, as in real training.
+    batches = make_batches(k, spec.vocab_size, spec.seq_len, device, m.seed + rank)
     info["_batches"] = batches
     return TrainStep(
-        compiled,
+        runnable,
         optimizer,
         batches,
         grad_accum=k.grad_accum,
         autocast=lambda: precision.autocast(k.precision, device.type),
         scaler=precision.grad_scaler(k.precision, device.type),
         cudagraphs=k.compile_mode in (CompileMode.REDUCE_OVERHEAD, CompileMode.MAX_AUTOTUNE),
-        fault=config.fault,
+        fault=config.fault if strikes else "none",
+        grad_sync=grad_sync,
     )
 
 
-def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult:
+def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | None:
     import torch
 
     from autotuner import flops
@@ -179,7 +257,8 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult:
 
     k, m, spec = config.knobs, config.measure, config.model
     notes: list[str] = info["notes"]
-    dp_ranks = 1  # one process, one device (support.static_check refuses num_gpus > 1)
+    group = info.get("_group")
+    rank, dp_ranks = (0, 1) if group is None else (group.rank, group.world_size)
     tokens_per_step = k.micro_batch_size * spec.seq_len * k.grad_accum * dp_ranks
     info["tokens_per_step"] = tokens_per_step
 
@@ -194,14 +273,21 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult:
 
     # --- support checks, then build
     t_build = time.perf_counter()
-    step = build_step(config, device, info)
+    step = build_step(config, device, info, group)
     info["build_s"] = time.perf_counter() - t_build
-    faults.before_training(config.fault)
+    if faults.strikes(config.fault_rank, rank):
+        faults.before_training(config.fault)
 
-    # --- measure
-    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    # --- measure (with several ranks: barriers at the edges, the slowest rank's times)
+    ranks = measure.ONE_PROCESS if group is None else group
+    if group is not None:
+        sync = group.edge
+    elif device.type == "cuda":
+        sync = lambda: torch.cuda.synchronize(device)  # noqa: E731
+    else:
+        sync = lambda: None  # noqa: E731
     t_warm = time.perf_counter()
-    timing = measure.warm_up(step, sync, m)
+    timing = measure.warm_up(step, sync, m, ranks)
     info.update(
         first_step_s=timing.first_step_s,
         warmup_steps=len(timing.warmup_step_s),
@@ -220,9 +306,12 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult:
     # The peak is the whole trial's, warm-up and compile included: the config needs all of it
     # to run at all. (Resetting it after warm-up hid the CUDA-graph pool that reduce-overhead
     # allocates while recording: 1.4 GiB reported where 8.6 GiB was reserved, H200 run 1.)
-    with telemetry.Sampler(m.telemetry_hz if device.type == "cuda" else 0) as sampler:
-        measure.timed_repeats(step, sync, timing, m)
+    hz = m.telemetry_hz if device.type == "cuda" and rank == 0 else 0
+    with telemetry.Sampler(hz, device.index or 0) as sampler:
+        measure.timed_repeats(step, sync, timing, m, ranks)
     peak_mem, peak_reserved, memory_kind = memory.peaks(device)
+    if group is not None:  # memory is per GPU: the largest rank's
+        peak_mem, peak_reserved = group.largest([peak_mem, peak_reserved])
 
     # --- sanity: the loss must fall (same fixed batches every step for synthetic data)
     reference = timing.loss_first
@@ -234,6 +323,9 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult:
             f"loss did not decrease ({reference:.4f} -> {timing.loss_last:.4f} over "
             f"{timing.steps_per_repeat * m.repeats} measured steps): the config does not train"
         )
+
+    if rank != 0:
+        return None  # rank 0 reports for every rank (the numbers above are agreed on)
 
     # --- throughput, MFU
     S = timing.steps_per_repeat
@@ -269,6 +361,8 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult:
         loss_last=timing.loss_last,
         telemetry=sampler.result,
         wall_s=time.perf_counter() - _PROCESS_START,
+        num_ranks=None if group is None else dp_ranks,
+        parallel=None if group is None else k.parallel,
         **_public(info),
     )
 
@@ -312,10 +406,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"autotuner-trial: cannot read the config: {exc}", file=sys.stderr)
         return 2
     apply_process_env(config)  # before torch is imported anywhere
-    result = run_trial(config)
-    if result.wall_s is None:
-        result.wall_s = time.perf_counter() - _PROCESS_START
-    _write_result(result, args.result)
+    from workers.errors import PeerFailed
+
+    distributed = "WORLD_SIZE" in os.environ
+    try:
+        result = run_trial(config)
+    except PeerFailed as exc:
+        print(f"autotuner-trial: {exc}", file=sys.stderr, flush=True)
+        os._exit(PEER_FAILED_EXIT)  # nothing to report: the failing rank does
+    if result is not None:
+        if result.wall_s is None:
+            result.wall_s = time.perf_counter() - _PROCESS_START
+        _write_result(result, args.result)
+    if distributed:
+        # Skip the process group's destructors: after a failure a peer may be gone and NCCL's
+        # teardown could wait for it. Everything this rank reports is written already.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 

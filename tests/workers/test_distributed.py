@@ -1,0 +1,247 @@
+"""Multi-GPU trials on the CPU: 2 and 4 gloo ranks through the real launcher (one fresh process
+per rank), each way a rank can fail, and the parallel knobs' support rules."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch
+
+from autotuner.spec import FailureClass, TrialConfig, TrialStatus
+from workers import distributed, launch, launch_ranks
+from workers.launch import run_trial_process
+from workers.trial import NVLS_OFF_ENV, inactive_knobs, process_env
+
+from .conftest import FAST, make_config
+
+CPU = torch.device("cpu")
+# One intra-op thread per rank: 4 ranks share this machine's cores.
+RANKS_FAST = FAST.model_copy(update={"cpu_threads": 1, "timeout_s": 120})
+
+
+def _config(k: int = 2, fault: str = "none", fault_rank: int | None = None, **knobs):
+    config = make_config(measure=knobs.pop("measure", RANKS_FAST), fault=fault, **knobs)
+    config.num_gpus, config.fault_rank = k, fault_rank
+    return config
+
+
+def _trial_processes() -> list[int]:
+    """Live rank processes launched from this test process (other sessions may run trials too:
+    the launcher marks its children with its pid, and the mark survives re-parenting)."""
+    mark = f"{launch.PARENT_ENV}={os.getpid()}".encode()
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if mark in env and state != "Z":
+            pids.append(int(pid))
+    return pids
+
+
+@pytest.fixture
+def no_orphans():
+    before = set(_trial_processes())
+    yield
+    left = set(_trial_processes()) - before
+    assert not left, f"rank processes left behind: {left}"
+
+
+def _assert_ok(result, k: int, parallel: str, tokens_per_step: int):
+    assert result.status == TrialStatus.OK, result.error_message
+    assert (result.num_ranks, result.parallel) == (k, parallel)
+    # Every rank's tokens count; per GPU is the total over k.
+    assert result.tokens_per_step == tokens_per_step
+    assert result.tokens_per_s_per_gpu == pytest.approx(result.tokens_per_s / k)
+    assert result.tokens_per_s_min <= result.tokens_per_s <= result.tokens_per_s_max
+    assert result.peak_mem_gib > 0 and result.memory_kind == "cpu_rss"
+    assert result.loss_last < result.loss_first
+
+
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp2", "fsdp2-no-reshard"])
+def test_two_ranks_measure_all_ranks_tokens(parallel, no_orphans):
+    result = run_trial_process(_config(2, parallel=parallel))
+    _assert_ok(result, 2, parallel, tokens_per_step=2 * 64)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp2"])
+def test_four_ranks_with_grad_accumulation(parallel, no_orphans):
+    result = run_trial_process(_config(4, parallel=parallel, micro_batch_size=2, grad_accum=3))
+    _assert_ok(result, 4, parallel, tokens_per_step=2 * 64 * 3 * 4)
+
+
+@pytest.mark.parametrize("compression", ["fp16", "powersgd"])
+def test_ddp_comm_hooks_run(compression, no_orphans):
+    result = run_trial_process(_config(2, grad_compression=compression))
+    _assert_ok(result, 2, "ddp", tokens_per_step=2 * 64)
+
+
+def test_fsdp2_reduces_in_bf16(no_orphans):
+    config = _config(2, parallel="fsdp2", precision="bf16", fsdp_reduce_dtype="bf16")
+    _assert_ok(run_trial_process(config), 2, "fsdp2", tokens_per_step=2 * 64)
+
+
+# --------------------------------------------------------------------------- in one rank
+
+
+def test_grad_sync_skips_all_but_the_last_micro_step():
+    """The wrappers' grad_sync (DDP no_sync) is entered once per micro-step, sync only last."""
+    from workers.training import TrainStep
+
+    seen = []
+
+    class Batches:
+        def next(self):
+            return torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 4, dtype=torch.long)
+
+    model = torch.nn.Sequential()
+    model.forward = lambda x, y: (torch.ones(1, requires_grad=True) * 2).sum()
+    p = torch.nn.Parameter(torch.ones(1))
+    step = TrainStep(
+        model,
+        torch.optim.SGD([p]),
+        Batches(),
+        grad_accum=3,
+        autocast=lambda: torch.autocast("cpu", enabled=False),
+        scaler=None,
+        cudagraphs=False,
+        grad_sync=lambda last: seen.append(last) or torch.autocast("cpu", enabled=False),
+    )
+    step()
+    assert seen == [False, False, True]
+
+
+# --------------------------------------------------------------------------- failures
+
+
+def test_a_rank_killed_mid_trial_is_a_crash_naming_it(no_orphans):
+    start = time.monotonic()
+    result = run_trial_process(_config(2, fault="segfault", fault_rank=1))
+    assert result.failure_class == FailureClass.CRASH, result.error_message
+    assert result.failed_rank == 1 and result.num_ranks == 2
+    assert "rank 1" in result.error_message and "SIGSEGV" in result.error_message
+    assert time.monotonic() - start < 30  # rank 0 was not left waiting for the dead rank
+
+
+def test_a_rank_exiting_without_result_is_a_crash_with_its_stderr(no_orphans):
+    result = run_trial_process(_config(2, parallel="fsdp2", fault="exit", fault_rank=1))
+    assert result.failure_class == FailureClass.CRASH and result.failed_rank == 1
+    assert "status 3" in result.error_message and "fault=exit" in result.error_message
+
+
+def test_a_hung_rank_ends_at_the_limit_as_timeout(no_orphans):
+    start = time.monotonic()
+    result = run_trial_process(_config(2, fault="hang", fault_rank=1), timeout_s=15)
+    assert result.failure_class == FailureClass.TIMEOUT, result.error_message
+    assert time.monotonic() - start < 15 + launch.KILL_GRACE_S + 5
+    assert "all 2 ranks were killed" in result.error_message
+
+
+def test_one_rank_refusing_is_unsupported_without_hanging(no_orphans):
+    start = time.monotonic()
+    result = run_trial_process(_config(2, fault="unsupported", fault_rank=1))
+    assert result.failure_class == FailureClass.UNSUPPORTED, result.error_message
+    assert result.failed_rank == 1 and "fault=unsupported" in result.error_message
+    assert time.monotonic() - start < 30
+
+
+def test_nan_on_one_rank_is_numerics_for_the_trial(no_orphans):
+    result = run_trial_process(_config(2, fault="nan_loss", fault_rank=1))
+    assert result.failure_class == FailureClass.NUMERICS, result.error_message
+
+
+# --------------------------------------------------------------------------- rules
+
+
+@pytest.mark.parametrize(
+    "knobs, blamed",
+    [
+        ({"parallel": "hsdp"}, {"parallel": "hsdp"}),
+        (
+            {"compile_mode": "reduce-overhead"},
+            {"parallel": "ddp", "compile_mode": "reduce-overhead"},
+        ),
+        (
+            {"parallel": "fsdp2", "grad_compression": "bf16"},
+            {"parallel": "fsdp2", "grad_compression": "bf16"},
+        ),
+        (
+            {"parallel": "fsdp2-no-reshard", "grad_compression": "powersgd"},
+            {"parallel": "fsdp2-no-reshard", "grad_compression": "powersgd"},
+        ),
+        ({"parallel": "fsdp2", "precision": "fp16"}, {"parallel": "fsdp2", "precision": "fp16"}),
+        ({"grad_compression": "bf16"}, {"grad_compression": "bf16"}),  # gloo has no bf16 hook
+    ],
+)
+def test_unsupported_parallel_combinations_name_the_knobs(knobs, blamed):
+    refusal = distributed.check(_config(2, **knobs), CPU)
+    assert refusal is not None and refusal.knobs == blamed
+    assert " use " in str(refusal)  # a remedy
+
+
+def test_supported_combinations_pass():
+    for knobs in (
+        {},
+        {"parallel": "fsdp2", "fsdp_reduce_dtype": "bf16"},
+        {"grad_compression": "fp16"},
+    ):
+        assert distributed.check(_config(2, **knobs), CPU) is None
+
+
+def test_in_one_process_several_gpus_are_refused():
+    from workers.trial import run_trial
+
+    result = run_trial(_config(2))
+    assert result.failure_class == FailureClass.UNSUPPORTED and "num_gpus" in result.error_message
+
+
+def test_inactive_knobs_follow_the_parallel_mode():
+    ddp_only = {"ddp_bucket_cap_mb", "ddp_grad_as_bucket_view", "ddp_static_graph"}
+    ddp_only.add("grad_compression")
+    nccl = {"nccl_algo", "nccl_proto", "nccl_min_channels", "nccl_max_channels", "nccl_buffsize"}
+    one = set(inactive_knobs(_config(1), "cuda"))
+    assert ddp_only | nccl | {"parallel", "fsdp_reduce_dtype"} <= one
+    ddp = set(inactive_knobs(_config(2, parallel="ddp"), "cuda"))
+    assert "fsdp_reduce_dtype" in ddp and not (ddp & (ddp_only | nccl | {"parallel"}))
+    fsdp = set(inactive_knobs(_config(2, parallel="fsdp2"), "cuda"))
+    assert ddp_only <= fsdp and "fsdp_reduce_dtype" not in fsdp and not fsdp & nccl
+    assert nccl <= set(inactive_knobs(_config(2), "cpu"))  # gloo reads no NCCL variable
+
+
+# --------------------------------------------------------------------------- environment
+
+
+def test_rank_environment_has_rendezvous_nccl_and_nvls_settings():
+    config = _config(2, nccl_algo="Tree", nccl_max_channels=4, nccl_buffsize=1 << 22)
+    rdv = launch_ranks.Rendezvous(nproc_per_node=2, nnodes=2, node_rank=1, master_addr="10.0.0.1")
+    env = launch_ranks.rank_env(config, rdv, local_rank=1, port=29500, limit_s=60)
+    assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"]) == ("3", "1", "4")
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("10.0.0.1", "29500")
+    assert (env["NCCL_ALGO"], env["NCCL_MAX_NCHANNELS"]) == ("Tree", "4")
+    assert env["NCCL_BUFFSIZE"] == str(1 << 22) and "NCCL_PROTO" not in process_env(config)
+    assert all(env[name] == value for name, value in NVLS_OFF_ENV.items())
+
+
+def test_nvls_settings_are_a_documented_switch():
+    off = _config(2, measure=RANKS_FAST.model_copy(update={"disable_nvls_multicast": False}))
+    assert not set(NVLS_OFF_ENV) & set(process_env(off))
+    assert not set(NVLS_OFF_ENV) & set(process_env(_config(1)))  # one GPU: no collectives
+
+
+def test_old_records_load_with_the_new_fields_defaulted():
+    old = make_config().model_dump(mode="json")
+    for name in ("parallel", "fsdp_reduce_dtype", "nccl_max_channels", "nccl_buffsize"):
+        old["knobs"].pop(name)
+    old.pop("fault_rank")
+    old["measure"].pop("disable_nvls_multicast")
+    config = TrialConfig.model_validate(old)
+    assert config.knobs.parallel == "ddp" and config.measure.disable_nvls_multicast
