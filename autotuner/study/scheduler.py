@@ -353,10 +353,14 @@ class Scheduler:
         message = f"{type(exc).__name__}: {exc}"
         try:
             with self.db.session() as s:
-                study = s.get(Study, runner.study_id)
-                if study is None or (study.owner not in (None, self.owner)):
+                study = s.get(Study, runner.study_id, with_for_update=True)
+                if study is None or study.owner != self.owner:
+                    # Not ours any more (taken over, or finished and released by whoever took
+                    # it): a stale coordinator writes nothing.
                     log.warning(
-                        "study %s: %s; another coordinator has it", runner.study_id, message
+                        "study %s: %s; this coordinator no longer holds it",
+                        runner.study_id,
+                        message,
                     )
                     return
                 log.error("study %s failed: %s", runner.study_id, message, exc_info=exc)

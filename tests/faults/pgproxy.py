@@ -66,8 +66,10 @@ class PgProxy:
 
     def url(self, upstream_url: str) -> str:
         """`upstream_url` with its host and port replaced by the proxy's."""
-        return make_url(upstream_url).set(host="127.0.0.1", port=self.port).render_as_string(
-            hide_password=False
+        return (
+            make_url(upstream_url)
+            .set(host="127.0.0.1", port=self.port)
+            .render_as_string(hide_password=False)
         )
 
     # ------------------------------------------------------------------ faults
@@ -130,10 +132,10 @@ class PgProxy:
                 armed = self._lose_after
                 if COMMIT in data and armed is not None and armed in conn.sent:
                     self._lose_after = None
+                    self.acks_lost += 1
                     conn.muted = True  # the client must not hear the server's "COMMIT" answer
                     conn.server.sendall(data)
                     time.sleep(0.3)  # let the server commit before the link goes
-                    self.acks_lost += 1
                     break
                 conn.server.sendall(data)
                 if COMMIT in data or b"ROLLBACK" in data:
