@@ -8,6 +8,7 @@ as {"params": knobs, "result": TrialResult} so the search team can replay it.
     python bench/gpu_validation.py --part 1 --out $OUT      # GPT-2 landscape (eager + compile)
     python bench/gpu_validation.py --part 2 --out $OUT      # repeatability, llama-1b, the rest
     python bench/gpu_validation.py --part 3 --out $OUT      # what 1 and 2 did not reach
+    python bench/gpu_validation.py --part 4 --out $OUT      # fp8 under compile, bigger models
     python bench/gpu_validation.py --merge DIR1 DIR2 --out bench/results   # join, write Markdown
 
 Each part stops launching trials after --budget-s and always writes what it has (the JSON is
@@ -345,9 +346,62 @@ def plan_part3(recorded: Path) -> list[Planned]:
     return sorted(rest, key=lambda p: p.knobs.get("compile_mode", "none") != "none")
 
 
+def plan_part4() -> list[Planned]:
+    """fp8 (torchao tensorwise and rowwise) under torch.compile, against bf16 compiled at the
+    same micro-batch, on GPT-2 124M and Llama 1B; then reduce-overhead's whole-trial peak
+    memory. Eager fp8 was 2-3x slower than bf16 (part 2): compile is where fp8's casts fuse.
+
+    In priority order (compiles are ~1 minute each on the H200; what does not fit is skipped).
+    """
+    gk = {**BASE, "micro_batch_size": 64, "compile_mode": "default"}
+    lk = {"precision": "bf16", "attention": "flash", "micro_batch_size": 8}
+    lk_c = {**lk, "compile_mode": "default"}
+    ct = COMPILE_TIMEOUT_S
+    return [
+        Planned("gpt2 bf16 flash mb64 compile", "fp8-compile", GPT2, gk, timeout_s=ct),
+        Planned(
+            "gpt2 fp8-rowwise flash mb64 compile",
+            "fp8-compile",
+            GPT2,
+            {**gk, "precision": "fp8-rowwise"},
+            timeout_s=ct,
+        ),
+        Planned("llama-1b bf16 flash mb8 compile", "fp8-compile", LLAMA, lk_c, timeout_s=240),
+        Planned(
+            "llama-1b fp8-rowwise flash mb8 compile",
+            "fp8-compile",
+            LLAMA,
+            {**lk_c, "precision": "fp8-rowwise"},
+            timeout_s=240,
+        ),
+        Planned(
+            "gpt2 fp8-tensorwise flash mb64 compile",
+            "fp8-compile",
+            GPT2,
+            {**gk, "precision": "fp8-tensorwise"},
+            timeout_s=ct,
+        ),
+        Planned(
+            "llama-1b fp8-tensorwise flash mb8 compile",
+            "fp8-compile",
+            LLAMA,
+            {**lk_c, "precision": "fp8-tensorwise"},
+            timeout_s=240,
+        ),
+        _gpt2(
+            "gpt2 bf16 flash mb16 reduce-overhead (peak memory)",
+            "reduce-overhead-memory",
+            ct,
+            compile_mode="reduce-overhead",
+        ),
+    ]
+
+
 def run_part(part: int, out: Path, budget_s: float, hard_end_s: float) -> None:
     if part == 3:
         plan = plan_part3(Path(__file__).resolve().parent / "results" / "gpu_validation_h200.json")
+    elif part == 4:
+        plan = plan_part4()
     else:
         plan = plan_part1() if part == 1 else plan_part2()
     out.mkdir(parents=True, exist_ok=True)
@@ -629,7 +683,7 @@ def _part_from_study_db(path: Path) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", type=int, choices=(1, 2, 3))
+    ap.add_argument("--part", type=int, choices=(1, 2, 3, 4))
     ap.add_argument(
         "--merge",
         nargs="+",
