@@ -4,8 +4,9 @@ Three layers, checked in this order before any GPU time is spent:
 
 1. Built-in rules (`incompatibility`): what the hardware, the model's shape and the worker
    cannot do (flash/cuDNN need fp16/bf16, fp8 needs compute capability >= 8.9, CUDA-only kernels
-   on the CPU, ...), and knobs that do nothing in this setup (NCCL settings with one GPU), whose
-   other values would only measure the same config again.
+   on the CPU, ...), the parallel combinations the worker refuses (workers/distributed.py), and
+   knobs that do nothing in this setup (NCCL settings with one GPU, DDP settings under FSDP2),
+   whose other values would only measure the same config again.
 2. The space's own rules (`rules:` in a space file), see autotuner/space.py.
 3. Learned rules (`LearnedRules`): what a worker reported as `unsupported` in this study. The
    rule covers exactly the knob values the worker names as the cause
@@ -31,13 +32,15 @@ from autotuner.spec import (
 )
 
 _CUDA_GRAPH_MODES = (CompileMode.REDUCE_OVERHEAD, CompileMode.MAX_AUTOTUNE)
-_MULTI_GPU_KNOBS = (
-    "nccl_algo",
-    "nccl_proto",
-    "nccl_min_channels",
+_NCCL_KNOBS = ("nccl_algo", "nccl_proto", "nccl_min_channels", "nccl_max_channels", "nccl_buffsize")
+_DDP_KNOBS = (
     "ddp_bucket_cap_mb",
+    "ddp_grad_as_bucket_view",
+    "ddp_static_graph",
     "grad_compression",
 )
+_FSDP_KNOBS = ("fsdp_reduce_dtype",)
+_MULTI_GPU_KNOBS = ("parallel", *_NCCL_KNOBS, *_DDP_KNOBS, *_FSDP_KNOBS)
 _DEFAULTS = Knobs()
 
 
@@ -54,12 +57,63 @@ def incompatibility(
             return reason
     if num_gpus is not None and num_gpus <= 1:
         for name in _MULTI_GPU_KNOBS:
-            if getattr(knobs, name) != getattr(_DEFAULTS, name):
+            if _changed(knobs, name):
                 return (
-                    f"{name}={getattr(knobs, name)} does nothing with one GPU per trial (no "
+                    f"{name}={_show(knobs, name)} does nothing with one GPU per trial (no "
                     f"collectives run); it would re-measure the default config: search it only "
                     f"with --gpus 2 or more"
                 )
+    if num_gpus is not None and num_gpus > 1:
+        return _parallel_rules(knobs, target)
+    return None
+
+
+def _changed(knobs: Knobs, name: str) -> bool:
+    return bool(getattr(knobs, name) != getattr(_DEFAULTS, name))
+
+
+def _show(knobs: Knobs, name: str) -> str:
+    value = getattr(knobs, name)
+    return str(getattr(value, "value", value))
+
+
+def _parallel_rules(knobs: Knobs, target: Target) -> str | None:
+    """What the multi-GPU worker refuses (workers/distributed.py says why), and settings that
+    do nothing under the chosen parallelism."""
+    fsdp = knobs.parallel in ("fsdp2", "fsdp2-no-reshard")
+    if knobs.parallel == "hsdp":
+        return (
+            "parallel=hsdp replicates across nodes and shards within one: it needs several "
+            "nodes' worth of ranks; use fsdp2 (or fsdp2-no-reshard) on one node"
+        )
+    if knobs.compile_mode in _CUDA_GRAPH_MODES:
+        return (
+            f"compile mode {knobs.compile_mode.value!r} captures CUDA graphs, which DDP's and "
+            "FSDP2's collectives break; with several GPUs use 'default' or "
+            "'max-autotune-no-cudagraphs'"
+        )
+    if fsdp and knobs.grad_compression != "none":
+        return (
+            f"grad_compression={knobs.grad_compression} is a DDP communication hook; FSDP2 has "
+            "none: use fsdp_reduce_dtype=bf16 for bf16 gradient reduction, or parallel=ddp"
+        )
+    if fsdp and knobs.precision == Precision.FP16:
+        return (
+            "fp16 loss scaling under FSDP2 sees one rank's gradient shard, so ranks would "
+            "disagree on skipping a step: use bf16 with fsdp2, or parallel=ddp"
+        )
+    if target.device_type == "cpu":
+        if knobs.grad_compression == "bf16":
+            return "bf16 gradient compression needs NCCL; on the CPU (gloo) use fp16 or none"
+        for name in _NCCL_KNOBS:
+            if _changed(knobs, name):
+                return f"{name} is an NCCL setting; CPU trials use gloo, where it does nothing"
+    for name in _DDP_KNOBS if fsdp else _FSDP_KNOBS:
+        if _changed(knobs, name):
+            return (
+                f"{name}={_show(knobs, name)} does nothing under parallel={knobs.parallel}; "
+                "it would re-measure the same config"
+            )
     return None
 
 

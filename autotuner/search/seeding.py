@@ -48,6 +48,11 @@ EXPERT: dict[str, list[Any]] = {
     "nccl_algo": ["default"],
     "nccl_proto": ["default"],
     "grad_compression": ["none"],
+    # Several GPUs: DDP first (the common default; FSDP2 pays off when states do not fit).
+    "parallel": ["ddp", "fsdp2", "fsdp2-no-reshard"],
+    "ddp_grad_as_bucket_view": [False, True],
+    "ddp_static_graph": [False, True],
+    "fsdp_reduce_dtype": ["fp32", "bf16"],
 }
 
 

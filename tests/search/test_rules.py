@@ -125,3 +125,33 @@ def test_learned_rules_survive_a_restart(db, run_study) -> None:
     again.start()
     assert again.policy.learned.violated_by(Knobs(attention="efficient")) is not None
     assert again.policy.screen({"attention": "efficient"}, Knobs(attention="efficient"))
+
+
+def test_parallel_rules_follow_what_the_multi_gpu_worker_runs() -> None:
+    bf16 = {"precision": "bf16", "attention": "flash"}
+    # One GPU per trial: no parallel knob can change what runs.
+    assert "one GPU" in _why(H200, gpus=1, parallel="fsdp2", **bf16)
+    assert "one GPU" in _why(H200, gpus=1, nccl_buffsize=1 << 22, **bf16)
+    # Several: what the worker refuses, said with the fix.
+    assert _why(H200, gpus=2, parallel="ddp", **bf16) == ""
+    assert _why(H200, gpus=2, parallel="fsdp2", fsdp_reduce_dtype="bf16", **bf16) == ""
+    assert "several nodes" in _why(H200, gpus=2, parallel="hsdp", **bf16)
+    assert "CUDA graphs" in _why(H200, gpus=2, compile_mode="reduce-overhead", **bf16)
+    assert "fsdp_reduce_dtype=bf16" in _why(
+        H200, gpus=2, parallel="fsdp2", grad_compression="bf16", **bf16
+    )
+    assert "parallel=ddp" in _why(
+        H200, gpus=2, parallel="fsdp2-no-reshard", precision="fp16", attention="flash"
+    )
+    # Settings of the other parallelism would re-measure the same config.
+    assert "does nothing under parallel=fsdp2" in _why(
+        H200, gpus=2, parallel="fsdp2", ddp_bucket_cap_mb=100, **bf16
+    )
+    assert "does nothing under parallel=ddp" in _why(
+        H200, gpus=2, parallel="ddp", fsdp_reduce_dtype="bf16", **bf16
+    )
+    # CPU trials use gloo: NCCL settings and NCCL-only hooks do nothing or cannot run.
+    cpu = {"precision": "fp32", "attention": "math"}
+    assert "gloo" in _why(CPU, gpus=2, nccl_algo="Ring", **cpu)
+    assert "NCCL" in _why(CPU, gpus=2, grad_compression="bf16", **cpu)
+    assert _why(CPU, gpus=2, grad_compression="fp16", **cpu) == ""
