@@ -17,6 +17,8 @@ _ENV_KNOBS = {
     "nccl_algo": "NCCL_ALGO",
     "nccl_proto": "NCCL_PROTO",
     "nccl_min_channels": "NCCL_MIN_NCHANNELS",
+    "nccl_max_channels": "NCCL_MAX_NCHANNELS",
+    "nccl_buffsize": "NCCL_BUFFSIZE",
 }
 
 

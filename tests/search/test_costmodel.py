@@ -126,3 +126,18 @@ def test_ours_launches_fewer_ooms_than_plain_tpe_and_random(db, run_study) -> No
             )
     assert ooms["ours"] * 2 <= ooms["tpe"], ooms
     assert ooms["ours"] * 2 <= ooms["random"], ooms
+
+
+def test_sharded_states_cost_less_per_gpu_than_replicas() -> None:
+    from autotuner.spec import ModelSpec
+
+    model = ModelSpec.resolve({"preset": "llama-3b"})
+
+    def static(parallel: str, gpus: int) -> float:
+        knobs = Knobs(parallel=parallel, precision="bf16", attention="flash", micro_batch_size=4)
+        return estimate(model, knobs, num_gpus=gpus).components["static"]
+
+    # Per GPU: FSDP2 shards the fp32 states; without resharding it keeps the bf16 params.
+    assert static("fsdp2", 2) < static("fsdp2-no-reshard", 2) < static("ddp", 2)
+    assert static("fsdp2", 8) < static("fsdp2", 2)  # more ranks, smaller shards
+    assert static("ddp", 8) == static("ddp", 2)  # a replica per GPU, whatever their number

@@ -5,7 +5,9 @@ product). This module adds the peak-memory estimate that predicts OOM, as a sum 
 
 | component              | what it counts (bytes)                                                 |
 | static                 | fp32 weights and AdamW moments (12 B/param), the autocast weight copy   |
-|                        | (2), grads kept across micro-steps (4), DDP buckets, compression bufs   |
+|                        | (2), grads kept across micro-steps (4), DDP buckets, compression bufs;  |
+|                        | under FSDP2 the fp32 states are sharded (1/N) and the unsharded         |
+|                        | parameters of the layers being computed (or of all, without reshard)   |
 | activations(_compiled) | what autograd keeps per token per layer (Korthikanti et al. 2022,       |
 |                        | "Reducing Activation Recomputation", re-derived for our blocks, without |
 |                        | dropout), by precision and checkpointing; compiled graphs keep less     |
@@ -90,17 +92,12 @@ class MemoryEstimate:
 def estimate(
     model: ModelSpec, knobs: Knobs, *, num_gpus: int = 1, on_cuda: bool = True
 ) -> MemoryEstimate:
-    """The uncalibrated peak of one training step (per GPU: DDP keeps a full replica)."""
+    """The uncalibrated peak of one training step, per GPU (the largest rank's)."""
     n = total_params(model, knobs)
-    static_b = 12.0 * n  # fp32 weights (4) + AdamW exp_avg, exp_avg_sq (8)
-    if knobs.precision.is_half:
-        static_b += 2.0 * n  # autocast caches the bf16/fp16 copy of each weight for the step
-    if knobs.grad_accum > 1:
-        static_b += 4.0 * n  # fp32 grads live across micro-steps (else born during backward)
-    if num_gpus > 1:
-        static_b += 4.0 * n  # DDP gradient buckets
-        if knobs.grad_compression != "none":
-            static_b += 2.0 * n
+    if num_gpus > 1 and knobs.parallel in ("fsdp2", "fsdp2-no-reshard"):
+        static_b = _fsdp_static_bytes(model, knobs, n, num_gpus)
+    else:
+        static_b = _replica_static_bytes(knobs, n, num_gpus)
     tokens = knobs.micro_batch_size * model.seq_len
     acts_b, scores_b = _activation_bytes_per_token(model, knobs, on_cuda)
     logits_b = _logits_bytes_per_token(model, knobs)
@@ -116,6 +113,38 @@ def estimate(
     )
     comps["base"] = base_gib(on_cuda)
     return MemoryEstimate(comps, on_cuda)
+
+
+def _replica_static_bytes(knobs: Knobs, n: int, num_gpus: int) -> float:
+    """One GPU, or DDP: every rank keeps a full replica."""
+    static_b = 12.0 * n  # fp32 weights (4) + AdamW exp_avg, exp_avg_sq (8)
+    if knobs.precision.is_half:
+        static_b += 2.0 * n  # autocast caches the bf16/fp16 copy of each weight for the step
+    if knobs.grad_accum > 1:
+        static_b += 4.0 * n  # fp32 grads live across micro-steps (else born during backward)
+    if num_gpus > 1:
+        static_b += 4.0 * n  # DDP gradient buckets
+        if knobs.grad_compression != "none":
+            static_b += 2.0 * n
+    return static_b
+
+
+def _fsdp_static_bytes(model: ModelSpec, knobs: Knobs, n: int, num_gpus: int) -> float:
+    """FSDP2: the fp32 weights, moments (and accumulated grads) are sharded over the ranks; the
+    parameters are all-gathered in the compute dtype one block at a time (with the next one
+    prefetched), or kept unsharded from forward to backward without resharding."""
+    shard = 1.0 / num_gpus
+    static_b = 12.0 * n * shard
+    if knobs.grad_accum > 1:
+        static_b += 4.0 * n * shard
+    param_b = 2.0 if knobs.precision.is_half or knobs.precision.is_fp8 else 4.0
+    if knobs.parallel == "fsdp2-no-reshard":
+        static_b += param_b * n
+    else:
+        static_b += param_b * 2.0 * n / max(model.n_layer, 1)
+    # Reduce-scatter input: one block's unsharded gradients in the reduce dtype.
+    reduce_b = 2.0 if knobs.fsdp_reduce_dtype == "bf16" else 4.0
+    return static_b + reduce_b * n / max(model.n_layer, 1)
 
 
 def _activation_bytes_per_token(
