@@ -6,8 +6,8 @@ import itertools
 import zlib
 from typing import Any
 
-from autotuner.executors.replay import Landscape
-from autotuner.spec import FailureClass, Fingerprint, TrialResult, TrialStatus
+from autotuner.executors.replay import Landscape, ReplayExecutor
+from autotuner.spec import FailureClass, Fingerprint, TrialConfig, TrialResult, TrialStatus
 
 FAKE_GPU = Fingerprint(
     device_type="cuda",
@@ -194,3 +194,32 @@ def physical_landscape(
             )
         )
     return Landscape(entries)
+
+
+# --------------------------------------------------------------------------- several GPUs
+
+
+class FakeMultiGpuReplay(ReplayExecutor):
+    """A ReplayExecutor for k-GPU trials: the landscape holds one-GPU results; a trial on k
+    GPUs measures k x `scaling` of it (`num_ranks` k), keyed by the single-GPU knobs only, so
+    a study's one-GPU reference trial finds its config too."""
+
+    def __init__(self, *args: Any, scaling: float = 0.9, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.scaling = scaling
+
+    def _answer(self, config: TrialConfig) -> TrialResult:
+        result = super()._answer(config)
+        k = max(config.num_gpus, 1)
+        if result.status != TrialStatus.OK or k == 1:
+            return result
+        tps = (result.tokens_per_s or 0.0) * k * self.scaling
+        return result.model_copy(
+            update={
+                "tokens_per_s": tps,
+                "tokens_per_s_min": tps * 0.99,
+                "tokens_per_s_max": tps * 1.01,
+                "tokens_per_s_per_gpu": tps / k,
+                "num_ranks": k,
+            }
+        )

@@ -148,6 +148,11 @@ class Recommendation(BaseModel):
     runner_up: RunnerUp | None
     time_to_train_h: float | None = Field(None, description="Only for objective time_to_train")
     pareto: list[ParetoPoint] = Field(description="Throughput against peak memory")
+    scaling: dict[str, Any] | None = Field(
+        None,
+        description="Multi-GPU studies: the winner's per-GPU rate against the same config on "
+        "one GPU (efficiency, the reference trial, a sentence)",
+    )
     importance: list[dict[str, Any]] | None = Field(
         None, description="Per-knob effect and verdict, most important first (finished studies)"
     )

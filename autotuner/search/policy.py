@@ -27,7 +27,7 @@ from autotuner.search import evidence
 from autotuner.search.costmodel import CostModel
 from autotuner.search.feedback import Feedback
 from autotuner.search.objective import Objective
-from autotuner.search.progress import Progress
+from autotuner.search.progress import REFERENCE, Progress
 from autotuner.search.remeasure import Remeasure, stop_reason
 from autotuner.search.sampler import Observation
 from autotuner.search.screen import DOMINATED, Z_PRUNE, Prune, Screen
@@ -74,7 +74,9 @@ class SearchPolicy:
         )
         self.learned = self.screening.learned
         self.progress = Progress(objective=objective, gpus=gpus_per_trial, options=options)
-        self.remeasure = Remeasure(top=options.remeasure_top, rounds=options.remeasure_rounds)
+        self.remeasure = Remeasure(
+            top=options.remeasure_top, rounds=options.remeasure_rounds, reference=gpus_per_trial > 1
+        )
         self.feedback = Feedback(cost=self.cost, options=options, knobs=self.knobs)
         self.seed_keys: set[str] = set()
 
@@ -92,6 +94,9 @@ class SearchPolicy:
     ) -> None:
         """Learn from a finished trial (live, or replayed from the database on restart)."""
         if result is None or "predicted" in result.notes:
+            return
+        if purpose == REFERENCE:  # one GPU: says nothing about this study's k-GPU configs
+            self.progress.observe(params, result, purpose)
             return
         knobs = self.knobs(params)
         self.cost.observe(knobs, result)
@@ -147,8 +152,9 @@ class SearchPolicy:
     ) -> bool:
         return self.remeasure.search_over(self.progress, launched, max_trials, elapsed_share)
 
-    def next_remeasure(self, max_trials: int | None) -> dict[str, Any] | None:
-        """The next config to re-measure (A B A B ...), or None when done."""
+    def next_remeasure(self, max_trials: int | None) -> tuple[dict[str, Any], str] | None:
+        """The next (config, purpose) after the search: re-measurements A B A B, then (several
+        GPUs) the reference on one GPU; None when done."""
         return self.remeasure.next(self.progress, max_trials)
 
     def stop_reason(self, budget_spent: bool) -> str:

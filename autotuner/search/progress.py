@@ -15,6 +15,9 @@ from autotuner.options import StudyOptions
 from autotuner.search.objective import Objective, memory_violation, objective_value
 from autotuner.spec import TrialResult, TrialStatus, canonical_params
 
+# A multi-GPU study's last trial: its best config on one GPU, for the scaling efficiency.
+REFERENCE = "reference"
+
 
 class Progress:
     """How far the search has come, one finished trial at a time."""
@@ -29,11 +32,15 @@ class Progress:
         # canonical params -> (params, best search value) of each feasible config
         self.values: dict[str, tuple[dict[str, Any], float]] = {}
         self.remeasured = 0
+        self.referenced = False  # the 1-GPU scaling reference has run (multi-GPU studies)
 
     def observe(self, params: dict[str, Any], result: TrialResult, purpose: str) -> None:
         """Count a finished (measured, not predicted) trial of this purpose."""
         if purpose == "remeasure":
             self.remeasured += 1
+            return
+        if purpose == REFERENCE:
+            self.referenced = True  # a 1-GPU run: not comparable with this study's trials
             return
         fclass = result.failure_class
         if fclass is not None and not fclass.is_config_failure:

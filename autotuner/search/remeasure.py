@@ -3,14 +3,15 @@
 The search stops once it has converged (progress.py), once the trial budget less the
 re-measure reserve is launched, or, with a time budget, at `SEARCH_TIME_SHARE` of it. The top
 candidates are then re-measured in fresh processes, interleaved A B A B, so a lucky first
-measurement does not win on noise.
+measurement does not win on noise. A multi-GPU study ends with one more trial, the reference:
+its best config on one GPU, so the recommendation can state its scaling efficiency.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from autotuner.search.progress import Progress
+from autotuner.search.progress import REFERENCE, Progress
 
 REMEASURE_SHARE = 5  # at most 1/5 of a trial budget goes to re-measurement
 SEARCH_TIME_SHARE = 0.85  # with a time budget, the search stops here and re-measuring begins
@@ -19,11 +20,15 @@ SEARCH_TIME_SHARE = 0.85  # with a time budget, the search stops here and re-mea
 class Remeasure:
     """The re-measure reserve and plan of one study."""
 
-    def __init__(self, *, top: int, rounds: int) -> None:
+    def __init__(self, *, top: int, rounds: int, reference: bool = False) -> None:
         self.top, self.rounds = top, rounds
+        self.reference = reference  # end with the best config on one GPU (multi-GPU studies)
 
     def reserve(self, max_trials: int | None) -> int:
-        """Trials of the budget kept for re-measuring the top candidates."""
+        """Trials of the budget kept for the end: re-measurements, then the reference."""
+        return self._remeasure_reserve(max_trials) + self._reference_reserve(max_trials)
+
+    def _remeasure_reserve(self, max_trials: int | None) -> int:
         want = self.top * self.rounds
         if want <= 0 or self.top < 1:
             return 0
@@ -32,11 +37,15 @@ class Remeasure:
         room = (max_trials // REMEASURE_SHARE) // self.top * self.top
         return max(0, min(want, room))
 
+    def _reference_reserve(self, max_trials: int | None) -> int:
+        # Not in a budget of two or fewer trials: those are for the search.
+        return 1 if self.reference and (max_trials is None or max_trials > 2) else 0
+
     def plan(
         self, values: dict[str, tuple[dict[str, Any], float]], max_trials: int | None
     ) -> list[dict[str, Any]]:
         """The configs to re-measure in order: the best `top` by value, A B A B ..."""
-        reserve = self.reserve(max_trials)
+        reserve = self._remeasure_reserve(max_trials)
         ranked = sorted(values.values(), key=lambda pv: pv[1], reverse=True)
         top = [params for params, _ in ranked[: self.top]]
         if not top:
@@ -44,10 +53,16 @@ class Remeasure:
         rounds = max(1, reserve // len(top)) if reserve else 0
         return [p for _ in range(rounds) for p in top][:reserve]
 
-    def next(self, progress: Progress, max_trials: int | None) -> dict[str, Any] | None:
-        """The next config to re-measure, or None when done."""
+    def next(self, progress: Progress, max_trials: int | None) -> tuple[dict[str, Any], str] | None:
+        """The next (config, purpose) to run after the search, or None when done: each
+        re-measurement ("remeasure"), then the reference ("reference") of the best config."""
         plan = self.plan(progress.values, max_trials)
-        return plan[progress.remeasured] if progress.remeasured < len(plan) else None
+        if progress.remeasured < len(plan):
+            return plan[progress.remeasured], "remeasure"
+        if self._reference_reserve(max_trials) and not progress.referenced and progress.values:
+            best = max(progress.values.values(), key=lambda pv: pv[1])[0]
+            return best, REFERENCE
+        return None
 
     def search_over(
         self,
@@ -61,7 +76,7 @@ class Remeasure:
             return True
         if max_trials is not None and launched >= max_trials - self.reserve(max_trials):
             return True
-        reserve_time = self.reserve(None) > 0
+        reserve_time = self._remeasure_reserve(None) > 0
         return elapsed_share is not None and reserve_time and elapsed_share >= SEARCH_TIME_SHARE
 
 

@@ -31,7 +31,14 @@ from autotuner.study.budget import Budget
 from autotuner.study.create import create_study
 from autotuner.study.events import Event, OnEvent
 from autotuner.study.lifecycle import StudyLease, default_owner
-from autotuner.study.trials import InFlight, TrialBook, history, outcome, trial_config
+from autotuner.study.trials import (
+    InFlight,
+    TrialBook,
+    history,
+    outcome,
+    reference_knobs,
+    trial_config,
+)
 
 __all__ = ["MAX_IDLE_PROPOSALS", "Event", "StudyRunner", "create_study", "default_owner"]
 
@@ -271,13 +278,31 @@ class StudyRunner:
         interleaved A B A B (the plan is autotuner/policy.py's)."""
         if self.in_flight:
             return False  # the candidates are known once every search trial has reported
-        params = self.policy.next_remeasure(self.max_trials)
-        if params is None:
+        planned = self.policy.next_remeasure(self.max_trials)
+        if planned is None:
             self._exhausted = True
             return False
+        params, purpose = planned
+        if purpose == "reference":
+            self._dispatch_reference(params)
+            return True
         knobs = self.space.knobs_for(params, self.model, self.gpus_per_trial)
-        self._dispatch(None, params, knobs, None, purpose="remeasure")
+        self._dispatch(None, params, knobs, None, purpose=purpose)
         return True
+
+    def _dispatch_reference(self, params: Params) -> None:
+        """The best config on one GPU (every multi-GPU knob at its default), for the
+        recommendation's scaling efficiency: per-GPU rate at k GPUs / rate on one."""
+        knobs = reference_knobs(self.space.knobs_for(params, self.model, self.gpus_per_trial))
+        flight = self.trials.dispatch(
+            None,
+            params,
+            lambda n: trial_config(self.study_id, self.model, self.space, self.target, 1, knobs, n),
+            retry_of=None,
+            purpose="reference",
+        )
+        self.launched += 1
+        self.on_event(Event("launched", flight.number, params, TrialState.RUNNING))
 
     def _config(self, knobs: Knobs, number: int | None) -> TrialConfig:
         return trial_config(
@@ -308,9 +333,9 @@ class StudyRunner:
         if flight is None:
             return  # cancelled earlier; its late result is discarded
         result = completed.result
-        out = outcome(
-            flight, result, self.policy, self.objective, self.gpus_per_trial, self.options
-        )
+        reference = flight.purpose == "reference"  # one GPU, outside the study's space
+        gpus = 1 if reference else self.gpus_per_trial
+        out = outcome(flight, result, self.policy, self.objective, gpus, self.options)
         self.trials.finish(
             flight, out.state, result, out.error_class, out.message, out.value, completed.worker
         )
@@ -322,7 +347,7 @@ class StudyRunner:
         self.policy.observe(flight.number, flight.params, result, flight.purpose)
         if flight.ask is not None:
             tell(self.optuna, flight.ask, out.observation)
-        if out.observation.value is not None:
+        if out.observation.value is not None and not reference:
             self.measured[canonical_params(flight.params)] = out.observation
 
     # ------------------------------------------------------------------ budget and the end

@@ -79,6 +79,8 @@ def group_measurements(
     for t in trials:
         if t.state != TrialState.COMPLETE or not t.objective_value or not t.result:
             continue
+        if t.purpose == "reference":
+            continue  # one GPU: the scaling reference, not a candidate
         result = TrialResult.model_validate(t.result)
         if options and memory_violation(result, options) > 0:
             continue
@@ -151,6 +153,8 @@ def recommend(
     if len(groups) > 1:
         rec["runner_up"] = _runner_up(best, groups[1])
     rec["pareto"] = pareto(groups)
+    if (scaling := scaling_efficiency(trials, best)) is not None:
+        rec["scaling"] = scaling
     if evidence:
         rec["importance"] = knob_report(
             [(g.first.params, g.median) for g in groups], rec["noise_rel"]
@@ -158,6 +162,41 @@ def recommend(
     if extras:
         rec.update(extras)
     return rec
+
+
+def scaling_efficiency(trials: Sequence[Trial], best: ConfigMeasurements) -> dict[str, Any] | None:
+    """A multi-GPU winner against the same config on one GPU (the study's reference trial):
+    per-GPU tokens/s at k GPUs / tokens/s on one. None for single-GPU studies."""
+    result = best.results[0]
+    ranks = result.num_ranks or 1
+    if ranks <= 1:
+        return None
+    refs = [t for t in trials if t.purpose == "reference"]
+    ref = next((t for t in refs if t.state == TrialState.COMPLETE and t.result), None)
+    if ref is None:
+        why = "its reference trial failed" if refs else "no reference trial ran"
+        return {"gpus": ranks, "efficiency": None, "text": f"not measured: {why}"}
+    one = TrialResult.model_validate(ref.result).tokens_per_s or 0.0
+    per_gpu = statistics.median((r.tokens_per_s or 0.0) / ranks for r in best.results)
+    same = canonical_params(ref.params) == best.key
+    eff = per_gpu / one if one else None
+    text = (
+        f"{eff:.0%} scaling on {ranks} GPUs ({per_gpu:,.0f} tokens/s per GPU against "
+        f"{one:,.0f} on one GPU, trial #{ref.number})"
+        if eff is not None
+        else "not measured: the reference measured no throughput"
+    )
+    if not same:
+        text += "; the reference ran the search's best, not the re-measured winner"
+    return {
+        "gpus": ranks,
+        "efficiency": eff,
+        "tokens_per_s_per_gpu": per_gpu,
+        "one_gpu_tokens_per_s": one,
+        "reference_trial": ref.number,
+        "same_config": same,
+        "text": text,
+    }
 
 
 def _runner_up(best: ConfigMeasurements, second: ConfigMeasurements) -> dict[str, Any]:

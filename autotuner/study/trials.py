@@ -64,10 +64,11 @@ class InFlight:
 def retried_once(purpose: str, attempt: int) -> bool:
     """Whether an infra failure (timeout, crash, lost) of this trial earns its one retry.
 
-    A re-measurement does not: its interleaved plan moves on (autotuner/policy.py). The same
-    rule holds in process and after a restart.
+    A re-measurement does not: its interleaved plan moves on (search/remeasure.py); nor does a
+    multi-GPU study's one-GPU reference (its scaling is then reported as not measured). The
+    same rule holds in process and after a restart.
     """
-    return attempt == 1 and purpose != "remeasure"
+    return attempt == 1 and purpose not in ("remeasure", "reference")
 
 
 def trial_config(
@@ -93,6 +94,25 @@ def trial_config(
         measure=measure,
         num_gpus=num_gpus,
     )
+
+
+def reference_knobs(knobs: Knobs) -> Knobs:
+    """`knobs` for one GPU: every multi-GPU setting at its default (they do nothing there)."""
+    defaults = Knobs()
+    multi = (
+        "parallel",
+        "nccl_algo",
+        "nccl_proto",
+        "nccl_min_channels",
+        "nccl_max_channels",
+        "nccl_buffsize",
+        "ddp_bucket_cap_mb",
+        "ddp_grad_as_bucket_view",
+        "ddp_static_graph",
+        "grad_compression",
+        "fsdp_reduce_dtype",
+    )
+    return knobs.model_copy(update={name: getattr(defaults, name) for name in multi})
 
 
 @dataclass(frozen=True)
