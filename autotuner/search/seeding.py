@@ -7,8 +7,9 @@
    and model family, newest first and the same preset first, mapped into this space (a value
    the space lacks takes the expert's) and kept only if they pass the policy's screen.
 3. The expert default's closest alternatives: the next micro-batch up, the other fused
-   attention kernel, CUDA graphs (reduce-overhead): the local search an engineer would do by
-   hand, and the sampler's first evidence about the knobs that matter most.
+   attention kernel, CUDA graphs (reduce-overhead), fp8 where the GPU has it: the local search
+   an engineer would do by hand, and the sampler's first evidence about the knobs that matter
+   most.
 """
 
 from __future__ import annotations
@@ -128,6 +129,10 @@ class Seeder:
         prefs = {
             "attention": ["cudnn", "flash", "flex", "efficient"],
             "compile_mode": ["reduce-overhead", "default"],
+            # Every precision class the hardware supports gets a seed: fp8 loses on small
+            # matmuls (GPT-2 124M: 0.78x) but won 1.17x on Llama 1B under compile (H200,
+            # bench/results/fp8_compile_h200.md), which a bf16-only start never measured.
+            "precision": ["fp8-tensorwise", "fp8-rowwise"],
         }
         for name, values in prefs.items():
             domain = domains.get(name)

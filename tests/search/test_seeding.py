@@ -83,3 +83,33 @@ def test_winners_from_another_gpu_or_family_are_not_used(any_db, run_study) -> N
     llama.model = llama.model.model_copy(update={"family": "llama"})
     assert llama._seeder()._history(any_db) == []
     assert Knobs(**winner)  # the winner itself was valid
+
+
+def test_seeds_cover_fp8_where_the_gpu_has_it() -> None:
+    from autotuner.options import StudyOptions
+    from autotuner.search.objective import Objective
+    from autotuner.search.policy import SearchPolicy
+
+    space = gpt2_space(
+        {
+            "micro_batch_size": [8, 16, 32],
+            "precision": ["bf16", "fp8-tensorwise", "fp8-rowwise"],
+            "attention": ["flash", "cudnn"],
+        }
+    )
+    a100 = Target("cuda", 1, "NVIDIA A100-SXM4-80GB", (8, 0), 80.0)
+
+    def precisions(target: Target) -> list[str]:
+        policy = SearchPolicy(
+            space=space,
+            model=GPT2,
+            target=target,
+            gpus_per_trial=1,
+            objective=Objective.TOKENS_PER_S,
+            options=StudyOptions(history_seeds=0),
+        )
+        return [p["precision"] for p in policy.seeds(Database("sqlite://"))]
+
+    on_h200 = precisions(H200)
+    assert on_h200[0] == "bf16" and "fp8-tensorwise" in on_h200  # the expert first, then fp8
+    assert not [p for p in precisions(a100) if p.startswith("fp8")]  # cc 8.0: no fp8 kernels
