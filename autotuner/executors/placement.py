@@ -92,7 +92,8 @@ class Gang:
     ready: Any  # pg.ready(), while the GPUs are being reserved; None once the tasks run
     since: float  # when the reservation or the tasks started (time.monotonic)
     refs: list[Any] = field(default_factory=list)
-    workers: dict[int, str] = field(default_factory=dict)
+    nodes: list[str] = field(default_factory=list)  # Ray node id of each task's bundle
+    workers: dict[int, str] = field(default_factory=dict)  # what each finished task reported
     done: set[int] = field(default_factory=set)
     failures: list[_Failure] = field(default_factory=list)
     first_failure_at: float | None = None
@@ -184,12 +185,13 @@ class Placer:
         return max(0.0, SETTLE_S - (time.monotonic() - gang.first_failure_at))
 
     def worker(self, gang: Gang) -> str | None:
-        if not gang.workers:
+        if not gang.workers and not gang.nodes:
             return None
         if len(gang.refs) == 1:
             return gang.workers.get(0)
-        text = " ".join(f"r{i}={w}" for i, w in sorted(gang.workers.items()))
-        return text[:WORKER_CHARS]
+        # Every rank's node, also for a task cancelled before it answered.
+        ranks = (gang.workers.get(i) or f"?@{node[:8]}" for i, node in enumerate(gang.nodes))
+        return " ".join(f"r{i}={w}" for i, w in enumerate(ranks))[:WORKER_CHARS]
 
     def _placed(self, gang: Gang) -> None:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -221,6 +223,7 @@ class Placer:
             }
             gang.refs = [self._task.options(**opts).remote(config_json, None)]
             return
+        gang.nodes = nodes
         addr = self._address(nodes[0])
         port = pick_port(addr)
         for i in range(k):

@@ -134,3 +134,21 @@ def test_a_rank_crashing_on_the_other_node_fails_the_trial_naming_it(spread) -> 
     # The placement group is gone: both GPUs serve the next trial; no rank process is left.
     wait_for(lambda: spread.free_slots(2) == 1, 30, "the trial's GPUs to be free again")
     wait_for(lambda: not _live_processes_marked(config.env[MARK_ENV]), 15, "no rank left")
+
+
+def test_a_cancelled_trial_leaves_no_rank_and_frees_its_gpus(spread) -> None:
+    wait_for(lambda: spread.free_slots(2) == 1, 30, "both GPUs free")
+    config = _config(fault="hang", fault_rank=1)
+    mark = config.env[MARK_ENV]
+    handle = spread.submit(config)
+    assert spread.free_slots(2) == 0  # reserved from the moment it is submitted
+
+    def both_ranks_running() -> bool:
+        spread.collect(0.2)
+        return len(_live_processes_marked(mark)) >= 2
+
+    wait_for(both_ranks_running, 90, "both ranks to run")
+    spread.cancel(handle)
+    assert spread.running() == []
+    wait_for(lambda: not _live_processes_marked(mark), 30, "the ranks to die with their tasks")
+    wait_for(lambda: spread.free_slots(2) == 1, 30, "the trial's GPUs to be free again")
