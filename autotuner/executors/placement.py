@@ -1,15 +1,15 @@
 """Where a trial on k > 1 GPUs runs: a Ray placement group, then one task per node or per rank.
 
-The GPUs are reserved first, as a placement group of one bundle per rank ({"GPU": 1, "CPU": 1};
-strategy PACK by default, so Ray puts them on one node when one has k free GPUs). Nothing
-blocks while Ray places it: the executor waits on `pg.ready()` beside the trials' tasks. Then:
+The GPUs are reserved first, as a placement group; nothing blocks while Ray places it (the
+executor waits on `pg.ready()` beside the trials' tasks). Then:
 
-- All bundles on one node: a task may use no more than one bundle holds, so the group is
-  re-reserved as one bundle of k GPUs on that node (the new group is asked for before the old
-  one is removed, so it takes the GPUs the old one frees), and one task with num_gpus=k runs
-  today's launcher there (`run_trial_process`: all k ranks on that node, which see each other's
-  GPUs, as NCCL's peer-to-peer paths want).
-- Bundles on several nodes: one task per bundle (num_gpus=1, pinned to its bundle), each running
+- Some node can hold all k GPUs (strategy PACK, the default): the group is one bundle of k GPUs
+  on one node (STRICT_PACK), and one task with num_gpus=k runs today's launcher there
+  (`run_trial_process`: all k ranks on that node, which see each other's GPUs, as NCCL's
+  peer-to-peer paths want). A task may use no more than one bundle holds, hence one bundle.
+- No node can (or strategy SPREAD): one bundle per rank ({"GPU": 1, "CPU": 1}) under the
+  strategy, and the ranks go where the bundles landed:
+  one task per bundle (num_gpus=1, pinned to its bundle), each running
   one rank through `run_rank_processes(nproc_per_node=1, nnodes=k, node_rank=i)`; LOCAL_RANK 0 is
   the GPU Ray gave that task. All meet at rank 0's node (its NodeManagerAddress) on one port
   chosen here.
@@ -122,9 +122,15 @@ class Placer:
         self._task = ray.remote(max_calls=1, max_retries=0)(_run_node_task)
 
     def reserve(self, config: TrialConfig, name: str) -> Gang:
-        pg = self._pg.placement_group(
-            [dict(BUNDLE) for _ in range(config.num_gpus)], strategy=self._strategy
-        )  # unnamed: a placement group's name must be unique in the cluster
+        k = config.num_gpus
+        if self._strategy == "PACK" and self._largest_node_gpus() >= k:
+            # One node can hold the trial: one bundle of k GPUs there, so a single task (and
+            # our launcher) starts every rank with all k GPUs visible, as NCCL wants.
+            bundles, strategy = [{"GPU": k, "CPU": 1}], "STRICT_PACK"
+        else:
+            bundles, strategy = [dict(BUNDLE) for _ in range(k)], self._strategy
+        # Unnamed: a placement group's name must be unique in the cluster.
+        pg = self._pg.placement_group(bundles, strategy=strategy)
         return Gang(config, name, pg, pg.ready(), time.monotonic())
 
     def advance(self, gang: Gang, ref: Any) -> None:
@@ -199,17 +205,6 @@ class Placer:
         table = self._pg.placement_group_table(gang.pg)
         nodes = [table["bundles_to_node_id"][i] for i in range(len(gang.pg.bundle_specs))]
         k = gang.config.num_gpus
-        if len(set(nodes)) == 1 and len(nodes) > 1:
-            # One node: one bundle of k GPUs there, asked for before the old group lets go.
-            old = gang.pg
-            gang.pg = self._pg.placement_group(
-                [{"GPU": k, "CPU": 1}],
-                strategy="STRICT_PACK",
-                _soft_target_node_id=nodes[0],
-            )
-            gang.ready = gang.pg.ready()
-            self._pg.remove_placement_group(old)
-            return
         gang.ready = None
         gang.since = time.monotonic()
         config_json = gang.config.model_dump_json()
@@ -236,6 +231,10 @@ class Placer:
             }
             rdv = {"nnodes": k, "node_rank": i, "master_addr": addr, "master_port": port}
             gang.refs.append(self._task.options(**opts).remote(config_json, rdv))
+
+    def _largest_node_gpus(self) -> int:
+        nodes = [n for n in self._ray.nodes() if n.get("Alive")]
+        return int(max((n.get("Resources", {}).get("GPU", 0) for n in nodes), default=0))
 
     def _address(self, node_id: str) -> str:
         for node in self._ray.nodes():
