@@ -8,6 +8,11 @@ trials, and a hung or crashed trial is killed and classified by process id.
 Concurrency comes from the cluster: one trial per `gpus_per_trial` free GPUs. On a CPU-only
 cluster trials run one at a time, because two trials sharing cores would measure each other.
 
+A trial on one GPU is one task with num_gpus=1. A trial on k > 1 GPUs first reserves them as a
+placement group, one bundle per rank (PACK: on one node when one has k free GPUs), then runs one
+task with num_gpus=k when they are on one node, or one task per rank across nodes, all meeting
+at rank 0's node: `placement.py`. Its GPUs are given back when the trial ends, however it ends.
+
 The hardware follows the cluster: the GPU count is re-read every few seconds, and when GPUs
 appear (a GPU node that joined after the service started) one GPU is probed for its name,
 capability and memory, without blocking the coordinator while the probe runs. Every Ray call
@@ -24,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotuner.executors.base import Completed, ExecutorUnavailable, Target
+from autotuner.executors.placement import Gang, Placer
 from autotuner.spec import FailureClass, TrialConfig, TrialResult
 
 # Extra seconds past a trial's own limit before the coordinator gives up on its Ray task
@@ -31,6 +37,7 @@ from autotuner.spec import FailureClass, TrialConfig, TrialResult
 TASK_GRACE_S = 60.0
 TARGET_REFRESH_S = 5.0  # how often the cluster's GPU count is re-read
 PROBE_TIMEOUT_S = 120.0  # a GPU probe that takes longer is abandoned and tried again
+RESERVE_TIMEOUT_S = 300.0  # a k-GPU trial whose GPUs Ray cannot place this long is `infra`
 
 
 def _run_trial_task(config_json: str) -> tuple[str, str]:
@@ -52,9 +59,10 @@ def _probe_task() -> dict[str, Any]:
 
 @dataclass
 class _Running:
-    ref: Any
+    ref: Any  # the trial's task; None for a trial on several GPUs (its gang's tasks)
     config: TrialConfig
     started: float
+    gang: Gang | None = None
 
 
 class RayExecutor:
@@ -66,6 +74,7 @@ class RayExecutor:
         *,
         num_cpus: int | None = None,
         num_gpus: int | None = None,
+        placement_strategy: str = "PACK",
     ) -> None:
         import ray
 
@@ -86,6 +95,7 @@ class RayExecutor:
                 kwargs.update(num_cpus=num_cpus or os.cpu_count(), num_gpus=num_gpus)
             ray.init(address=address, **kwargs)
         self._task = ray.remote(max_calls=1, max_retries=0)(_run_trial_task)
+        self._placer = Placer(ray, placement_strategy)
         self._running: dict[str, _Running] = {}
         self._counter = 0
         self._target: Target | None = None
@@ -157,11 +167,14 @@ class RayExecutor:
         handle = f"t{self._counter}"
         # The task's name shows in `ray list tasks`, the Ray dashboard and the worker's process
         # title (`ray::trial st-1234abcd#7`), so an operator can tell which trial is which.
-        options: dict[str, Any] = {
-            "num_cpus": 1,
-            "name": f"trial {config.study_id or '-'}#{config.trial_number}",
-        }
-        if config.num_gpus and self.target().device_type == "cuda":
+        name = f"trial {config.study_id or '-'}#{config.trial_number}"
+        cuda = self.target().device_type == "cuda"
+        if config.num_gpus > 1 and cuda:
+            gang = self._call(self._placer.reserve, config, name)
+            self._running[handle] = _Running(None, config, time.monotonic(), gang)
+            return handle
+        options: dict[str, Any] = {"num_cpus": 1, "name": name}
+        if config.num_gpus and cuda:
             options["num_gpus"] = config.num_gpus
         ref = self._call(self._task.options(**options).remote, config.model_dump_json())
         self._running[handle] = _Running(ref, config, time.monotonic())
@@ -171,17 +184,42 @@ class RayExecutor:
         if not self._running:
             time.sleep(min(timeout_s, 0.05))
             return []
-        by_ref = {r.ref: h for h, r in self._running.items()}
-        ready, _ = self._call(self._ray.wait, list(by_ref), num_returns=1, timeout=timeout_s)
+        by_ref: dict[Any, str] = {}
+        for h, r in self._running.items():
+            for ref in [r.ref] if r.gang is None else r.gang.waiting_on():
+                by_ref[ref] = h
+            if r.gang is not None:  # a failure waiting for the other nodes' reports
+                left = self._placer.settle_left(r.gang)
+                timeout_s = timeout_s if left is None else min(timeout_s, left)
+        ready: list[Any] = []
+        if by_ref:
+            ready, _ = self._call(self._ray.wait, list(by_ref), num_returns=1, timeout=timeout_s)
         if ready:  # take everything else that is already done too
             ready, _ = self._call(self._ray.wait, list(by_ref), num_returns=len(by_ref), timeout=0)
-        done = [self._finish(by_ref[ref]) for ref in ready]
+        done = []
+        for ref in ready:
+            running = self._running[by_ref[ref]]
+            if running.gang is None:
+                done.append(self._finish(by_ref[ref]))
+            else:
+                self._call(self._placer.advance, running.gang, ref)
+        for h, r in list(self._running.items()):
+            if r.gang is not None and (outcome := self._placer.outcome(r.gang)) is not None:
+                self._end(h)
+                done.append(Completed(h, *outcome))
         done += self._expire_overdue()
         return done
 
     def cancel(self, handle: str) -> None:
-        running = self._running.pop(handle, None)
-        if running is not None:
+        if handle in self._running:
+            self._end(handle)
+
+    def _end(self, handle: str) -> None:
+        """Forget a trial and stop its tasks (a gang's also gives its GPUs back)."""
+        running = self._running.pop(handle)
+        if running.gang is not None:
+            self._call(self._placer.end, running.gang)
+        else:
             self._call(self._ray.cancel, running.ref, force=True)
 
     def running(self) -> list[str]:
@@ -208,21 +246,28 @@ class RayExecutor:
         now = time.monotonic()
         out = []
         for handle, running in list(self._running.items()):
-            limit = running.config.measure.timeout_s + TASK_GRACE_S
-            if now - running.started > limit:
-                self.cancel(handle)
-                out.append(
-                    Completed(
-                        handle,
-                        TrialResult.failure(
-                            FailureClass.INFRA,
-                            f"no answer from the trial's Ray task {limit:.0f} s after launch "
-                            f"(its own limit is {running.config.measure.timeout_s:.0f} s); "
-                            f"the worker node may be lost",
-                            wall_s=now - running.started,
-                        ),
+            gang, started = running.gang, running.started
+            if gang is not None and gang.reserving:
+                if now - gang.since > RESERVE_TIMEOUT_S:
+                    message = (
+                        f"Ray could not place the trial's {running.config.num_gpus} GPUs "
+                        f"within {RESERVE_TIMEOUT_S:.0f} s"
                     )
+                else:
+                    continue
+            else:
+                started = started if gang is None else gang.since  # a gang: since its launch
+                limit = running.config.measure.timeout_s + TASK_GRACE_S
+                if now - started <= limit:
+                    continue
+                message = (
+                    f"no answer from the trial's Ray tasks {limit:.0f} s after launch "
+                    f"(its own limit is {running.config.measure.timeout_s:.0f} s); "
+                    f"a worker node may be lost"
                 )
+            self._end(handle)
+            failure = TrialResult.failure(FailureClass.INFRA, message, wall_s=now - started)
+            out.append(Completed(handle, failure))
         return out
 
 
