@@ -16,6 +16,9 @@ has, rewriting the JSON after every trial):
          ~16 eager trials: give it its own call (`--only nccl`) to stay within ~8 minutes;
          gpt2 + llama fit in another.
   llama  Llama 1B bf16 mb4 flash: 1 GPU vs 2 GPUs with ddp and fsdp2.
+  interference  the eager GPT-2 1-GPU config alone on GPU 0, then two copies side by side (GPU 0
+         and GPU 1 at once), interleaved, 3 rounds: whether independent 1-GPU trials may share
+         a node without measuring each other (issue 9, item 6).
 
 Per trial: tokens/s (all ranks), per-GPU tokens/s, scaling efficiency (per-GPU rate at k GPUs /
 rate of the same knobs at 1 GPU), spread, peak memory (largest rank), status. Results go to
@@ -39,7 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from autotuner.spec import Device, Knobs, MeasureSettings, ModelSpec, TrialConfig
 from bench.gpu_validation import _fmt, _spread, _write
 
-GROUPS = ("gpt2", "nccl", "llama")
+GROUPS = ("gpt2", "nccl", "llama", "interference")
+INTERFERENCE_ROUNDS = 3
 # MEASUREMENT.md's 1 s repeats, a short warm-up: an eager GPT-2 trial is ~15 s of wall time.
 MEASURE = MeasureSettings(repeats=3, min_repeat_s=1.0, warmup_min_steps=3, warmup_max_steps=15)
 EAGER_TIMEOUT_S = 90
@@ -77,6 +81,8 @@ class Planned:
     baseline: str | None = None  # the 1-GPU trial of the same knobs (scaling efficiency)
     timeout_s: float = EAGER_TIMEOUT_S
     extra: dict[str, Any] = field(default_factory=dict)
+    # Run at the same time as this trial, each pinned to its GPU (interference group).
+    side_by_side: list[str] = field(default_factory=list)
 
     def config(self) -> TrialConfig:
         model, knobs = self.model, dict(self.knobs)
@@ -145,10 +151,37 @@ def plan_llama() -> list[Planned]:
     return p
 
 
+def plan_interference() -> list[Planned]:
+    """The same 1-GPU trial alone, then beside an identical one on the other GPU."""
+    p = []
+    for round_ in range(1, INTERFERENCE_ROUNDS + 1):
+        alone = {"env": {"CUDA_VISIBLE_DEVICES": "0"}}
+        p.append(
+            Planned(f"gpt2 1gpu alone #{round_}", "interference", GPT2, GPT2_KNOBS, 1, extra=alone)
+        )
+        p.append(
+            Planned(
+                f"gpt2 1gpu beside another #{round_}",
+                "interference",
+                GPT2,
+                GPT2_KNOBS,
+                1,
+                extra={"env": {"CUDA_VISIBLE_DEVICES": "0"}},
+                side_by_side=["1"],
+            )
+        )
+    return p
+
+
 def plan(groups: list[str]) -> list[Planned]:
     """The groups' trials, each 1-GPU baseline they compare against first (--only nccl alone
     still measures its baseline)."""
-    planners = {"gpt2": plan_gpt2, "nccl": plan_nccl, "llama": plan_llama}
+    planners = {
+        "gpt2": plan_gpt2,
+        "nccl": plan_nccl,
+        "llama": plan_llama,
+        "interference": plan_interference,
+    }
     chosen = [t for g in GROUPS if g in groups for t in planners[g]()]
     names = {t.name for t in chosen}
     every = {t.name: t for g in GROUPS for t in planners[g]()}
@@ -181,8 +214,6 @@ def _line(rec: dict[str, Any]) -> str:
 
 
 def run(planned: list[Planned], out: Path, budget_s: float, hard_end_s: float) -> dict[str, Any]:
-    from workers.launch import run_trial_process
-
     out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     records: list[dict[str, Any]] = []
@@ -201,7 +232,7 @@ def run(planned: list[Planned], out: Path, budget_s: float, hard_end_s: float) -
             doc["skipped"].append(p.name)
             continue
         config = p.config()
-        result = run_trial_process(config, timeout_s=timeout)
+        result = _run_side_by_side(p, config, timeout)
         rec = {
             "name": p.name,
             "group": p.group,
@@ -220,6 +251,26 @@ def run(planned: list[Planned], out: Path, budget_s: float, hard_end_s: float) -
     _write(out / "multi_gpu.json", doc)
     (out / "multi_gpu.md").write_text(markdown(doc))
     return doc
+
+
+def _run_side_by_side(p: Planned, config: TrialConfig, timeout: float) -> Any:
+    """The trial, with its side-by-side copies (other GPUs) running at the same moment; the
+    copies' results are only their load (the trial's own result is the one recorded)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from workers.launch import run_trial_process
+
+    if not p.side_by_side or SMOKE:
+        return run_trial_process(config, timeout_s=timeout)
+    copies = [
+        config.model_copy(update={"env": {**config.env, "CUDA_VISIBLE_DEVICES": gpu}})
+        for gpu in p.side_by_side
+    ]
+    with ThreadPoolExecutor(len(copies) + 1) as pool:
+        mine = pool.submit(run_trial_process, config, timeout_s=timeout)
+        for c in copies:
+            pool.submit(run_trial_process, c, timeout_s=timeout)
+        return mine.result()
 
 
 def _config_name(name: str) -> str:
