@@ -79,9 +79,7 @@ def test_winners_from_another_gpu_or_family_are_not_used(any_db, run_study) -> N
         any_db, trials=4, seed=6, target=other_gpu, options={"neighbour_seeds": False}
     )
     assert runner.policy.seeds(any_db) == [runner.policy.expert_params()]
-    from autotuner.search.seeding import Seeder
-
     llama = runner.policy  # the same policy for a Llama model: nothing from GPT-2 studies
     llama.model = llama.model.model_copy(update={"family": "llama"})
-    assert Seeder(llama)._history(any_db) == []
+    assert llama._seeder()._history(any_db) == []
     assert Knobs(**winner)  # the winner itself was valid
