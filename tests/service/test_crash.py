@@ -26,8 +26,9 @@ import httpx
 import pytest
 
 from tests.pgserver import PrivatePostgres
+from tests.polling import wait_for
 from tests.service import procs
-from tests.service.conftest import CPU_SPACE, Service, study_body, wait_for
+from tests.service.conftest import CPU_SPACE, Service, study_body
 
 pytestmark = [pytest.mark.postgres]  # the restart test brings its own (private_postgres)
 
@@ -184,7 +185,7 @@ def test_killed_trial_process_and_killed_ray_worker_are_failed_and_retried_once(
     assert list(trials) == list(range(len(trials)))
     # The trial process of the killed Ray worker dies with it (parent-death signal): no orphan
     # keeps a device busy while its retry runs.
-    wait_for(lambda: not procs.alive(trial1), 10, "trial 1's process to die with its worker")
+    wait_for(lambda: not procs.alive(trial1), 30, "trial 1's process to die with its worker")
 
 
 # --------------------------------------------------------------------------- Postgres restart
