@@ -5,8 +5,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
+# The inner loop: no GPU, no Ray head, no service or trial processes, nothing slow (~1 min).
+FAST_TESTS := not (gpu or slow or ray or service or trials or browser)
 
-.PHONY: setup demo test lint format gpu-test
+.PHONY: setup demo test test-fast lint format gpu-test
 
 setup: $(VENV)/.installed
 
@@ -20,8 +22,12 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(VENV)/bin/autotuner tune examples/tiny.yaml --space cpu-demo --trials 8
 
+# The whole suite, as CI runs it (.ci/run): real Postgres, Ray, services, trials; ~10 min.
 test: setup
 	$(PY) -m pytest -m "not gpu" $(PYTEST_ARGS)
+
+test-fast: setup
+	$(PY) -m pytest -m "$(FAST_TESTS)" $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check autotuner workers tests bench

@@ -1,4 +1,9 @@
-"""Shared fixtures: real databases, created by the real migrations.
+"""Shared fixtures: real databases, created by the real migrations; the tiers' markers.
+
+Tiers (`make test-fast` runs `-m "not (gpu or slow or ray or service or trials or browser)"`):
+the markers below are put on tests here, by the fixtures they use or the folder they are in,
+so a new test that starts a service or a Ray head lands in the right tier without a decorator.
+`slow`, `gpu` and `postgres` are still written on the tests themselves.
 
 Postgres: the server at $AUTOTUNER_TEST_PG (default postgresql+psycopg://postgres@127.0.0.1:5432,
 trust auth). Each test session creates its own database with a random name, migrates it with
@@ -8,6 +13,8 @@ Tests that use it must be marked `@pytest.mark.postgres`.
     def test_something(pg_url):          # a migrated, empty Postgres database
     def test_other(sqlite_url):          # a migrated SQLite file under tmp_path
     def test_migrations(pg_empty_url):   # a fresh database with no tables at all
+    def test_outage(private_postgres):   # a server of the test's own, to stop and restart
+                                         # (tests/pgserver.py: .url, .stop(), .restart(down_s))
 """
 
 from __future__ import annotations
@@ -23,8 +30,43 @@ import pytest
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL
 
+    from tests.pgserver import PrivatePostgres
+
 # SQLAlchemy and the storage package are imported inside the fixtures: test runs that never ask
 # for a database (the workers, the GPU box) don't pay for them.
+
+# A test that uses one of these fixtures gets the marker (see pyproject.toml for each meaning).
+MARK_BY_FIXTURE = {
+    "ray_address": "ray",
+    "start_service": "service",
+    "service": "service",
+    "private_postgres": "service",
+}
+# Every test under one of these folders gets the marker.
+MARK_BY_FOLDER = {
+    "workers": "trials",
+}
+# And these test files.
+MARK_BY_FILE = {
+    "test_dashboard_browser.py": "browser",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    tests_dir = Path(__file__).parent
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        marks = {mark for fixture, mark in MARK_BY_FIXTURE.items() if fixture in names}
+        path = Path(item.path)
+        if path.is_relative_to(tests_dir):
+            folder = path.relative_to(tests_dir).parts[0]
+            if folder in MARK_BY_FOLDER:
+                marks.add(MARK_BY_FOLDER[folder])
+        if path.name in MARK_BY_FILE:
+            marks.add(MARK_BY_FILE[path.name])
+        for mark in sorted(marks):
+            item.add_marker(mark)
+
 
 PG_ENV = "AUTOTUNER_TEST_PG"
 PG_DEFAULT = "postgresql+psycopg://postgres@127.0.0.1:5432"
@@ -136,3 +178,23 @@ def sqlite_url(tmp_path: Path) -> str:
     url = f"sqlite:///{tmp_path / 'autotuner.db'}"
     upgrade_database(url)
     return url
+
+
+@pytest.fixture
+def private_postgres() -> Iterator[PrivatePostgres]:
+    """A PostgreSQL server of this test's own (started, database `autotuner` migrated), for
+    tests that stop or restart the database: never do that to the shared server. Removed at
+    the end, whatever the test did to it. See tests/pgserver.py."""
+    from tests.pgserver import PrivatePostgres, find_bindir
+
+    if find_bindir() is None:
+        pytest.skip("no PostgreSQL binaries (initdb, pg_ctl) on this machine")
+    server = PrivatePostgres()
+    try:
+        server.create()
+        yield server
+    finally:
+        from autotuner.storage.session import dispose_engines
+
+        dispose_engines()  # pooled connections to it would otherwise outlive the server
+        server.destroy()

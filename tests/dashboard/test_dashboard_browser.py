@@ -8,12 +8,12 @@ import socket
 import subprocess
 import tempfile
 import threading
-import time
 
 import pytest
 import uvicorn
 
 from tests.dashboard.conftest import make_app
+from tests.polling import wait_for
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -29,9 +29,7 @@ def server(study):
     srv = uvicorn.Server(config)
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
-    while not srv.started and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: srv.started, 20, "the dashboard server to start", every_s=0.05)
     yield f"http://127.0.0.1:{port}", study_id
     srv.should_exit = True
     thread.join(10)

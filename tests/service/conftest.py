@@ -27,6 +27,7 @@ import httpx
 import pytest
 
 from tests.fakes import synthetic_landscape
+from tests.polling import wait_for  # noqa: F401 (re-exported: older imports find it here)
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "test-token-4f9a"  # the services below run with this AUTOTUNER_TOKEN
@@ -246,19 +247,6 @@ def ray_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
-
-
-def wait_for(
-    predicate: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.3
-) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(every_s)
 
 
 def study_body(**overrides: Any) -> dict[str, Any]:

@@ -12,13 +12,13 @@ import httpx
 import pytest
 import yaml
 
+from tests.polling import wait_for
 from tests.service.conftest import (
     REPLAY_SPACE,
     Service,
     db_counts,
     free_port,
     study_body,
-    wait_for,
 )
 
 pytestmark = pytest.mark.postgres

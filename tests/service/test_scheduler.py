@@ -7,12 +7,13 @@ import pytest
 from autotuner.executors.replay import ReplayExecutor
 from autotuner.search.space import parse_space
 from autotuner.spec import ModelSpec
-from autotuner.storage.models import StudyStatus, TrialState
+from autotuner.storage.models import StudyStatus, TrialState, utcnow
 from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
 from autotuner.study.coordinator import StudyRunner, create_study
 from autotuner.study.scheduler import Scheduler
 from tests.fakes import synthetic_landscape
+from tests.polling import wait_for
 from tests.service.conftest import KNOBS, REPLAY_SPACE
 
 pytestmark = pytest.mark.postgres
@@ -36,6 +37,12 @@ def _run(scheduler: Scheduler, study_ids: list[str], db: Database, max_ticks: in
         if statuses <= {StudyStatus.COMPLETED, StudyStatus.CANCELLED}:
             return
     raise AssertionError(f"studies not finished after {max_ticks} ticks: {statuses}")
+
+
+def _lease_expired(db: Database, study_id: str) -> bool:
+    with db.session() as s:
+        expires = StudyRepo(s).require(study_id).lease_expires_at
+    return expires is not None and expires < utcnow()
 
 
 def test_free_slots_go_round_robin_across_studies(pg_url: str) -> None:
@@ -83,9 +90,7 @@ def test_a_study_left_running_by_a_dead_coordinator_is_resumed(pg_url: str) -> N
         dead.step()
     assert dead.in_flight  # it dies with a trial in flight, its lease soon expired
     scheduler, _ = _scheduler(db, slots=2)
-    import time
-
-    time.sleep(0.2)
+    wait_for(lambda: _lease_expired(db, study_id), 10, "the dead coordinator's lease to expire")
     _run(scheduler, [study_id], db)
     with db.session() as s:
         trials = TrialRepo(s).list(study_id)
