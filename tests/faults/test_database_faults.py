@@ -32,7 +32,7 @@ from tests.faults.invariants import check_invariants
 from tests.faults.pgproxy import PgProxy
 from tests.service.conftest import KNOBS, REPLAY_SPACE, wait_for
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]  # 10 runs of each fault: ~45 s
 
 SPACE = parse_space(REPLAY_SPACE)
 MODEL = ModelSpec.resolve({"preset": "tiny"})
