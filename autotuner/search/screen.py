@@ -63,6 +63,9 @@ class Screen:
 
     def check(self, params: dict[str, Any], knobs: Knobs) -> Prune | None:
         """Why not to launch this proposal, or None to launch it."""
+        # Not an ablation switch: a different global batch is a different training run.
+        if (why := self.space.global_batch_mismatch(knobs, self.model, self.gpus)) is not None:
+            return Prune(FailureClass.UNSUPPORTED.value, why, 1.0)
         if self.use_rules:
             reason = incompatibility(knobs, self.target, self.model, self.gpus)
             if reason is None and (rule := self.space.violated_rule(knobs)) is not None:

@@ -181,6 +181,23 @@ class SearchSpace(BaseModel):
             values["grad_accum"] = max(1, self.global_batch_tokens // per_step)
         return Knobs.model_validate(values)
 
+    def global_batch_mismatch(self, knobs: Knobs, model: ModelSpec, num_gpus: int) -> str | None:
+        """Why these knobs do not run exactly the space's global batch (None: they do, or the
+        space sets none). The global batch is held, never rounded: an inexact config is a
+        different training run, and comparing it with the others would not be fair."""
+        if not self.global_batch_tokens:
+            return None
+        ranks = max(num_gpus, 1)
+        ran = knobs.micro_batch_size * model.seq_len * knobs.grad_accum * ranks
+        if ran == self.global_batch_tokens:
+            return None
+        return (
+            f"micro_batch_size {knobs.micro_batch_size} x seq_len {model.seq_len} x {ranks} "
+            f"GPU(s) does not divide the global batch of {self.global_batch_tokens:,} tokens "
+            f"(grad_accum {knobs.grad_accum} would run {ran:,}); it is held exactly, not "
+            "rounded: pick micro-batches that divide it"
+        )
+
     def violated_rule(self, knobs: Knobs) -> Rule | None:
         flat = knobs.model_dump(mode="json")
         for rule in self.rules:

@@ -155,3 +155,19 @@ def test_parallel_rules_follow_what_the_multi_gpu_worker_runs() -> None:
     assert "gloo" in _why(CPU, gpus=2, nccl_algo="Ring", **cpu)
     assert "NCCL" in _why(CPU, gpus=2, grad_compression="bf16", **cpu)
     assert _why(CPU, gpus=2, grad_compression="fp16", **cpu) == ""
+
+
+def test_configs_off_the_global_batch_are_pruned_before_launch(db, run_study) -> None:
+    from tests.search.conftest import gpt2_space
+
+    space = gpt2_space({"micro_batch_size": [4, 8, 16, 24], "precision": ["bf16", "fp32"]})
+    space = space.model_copy(update={"global_batch_tokens": 32 * 1024})
+    _, _, trials, _ = run_study(db, space=space, trials=12, options={"rules": False})
+    launched = [t for t in trials if t.state != TrialState.PRUNED]
+    assert launched and all(t.params["micro_batch_size"] != 24 for t in launched)
+    assert all(
+        t.config["knobs"]["micro_batch_size"] * t.config["knobs"]["grad_accum"] == 32
+        for t in launched
+    )
+    pruned = [t for t in trials if t.params["micro_batch_size"] == 24]
+    assert all("global batch" in (t.error_message or "") for t in pruned)

@@ -173,3 +173,18 @@ def test_records_round_trip_json() -> None:
         TrialResult(status="ok", tokens_per_s=0.0)
     with pytest.raises(ValueError, match="needs a failure_class"):
         TrialResult(status="failed")
+
+
+def test_a_global_batch_is_held_exactly_never_rounded() -> None:
+    space = parse_space(
+        {"name": "x", "knobs": {"micro_batch_size": [8, 24, 64]}, "global_batch_tokens": 32768}
+    )
+    model = parse_model_spec({"preset": "gpt2-124m"})  # seq_len 1024
+    exact = space.knobs_for({"micro_batch_size": 8}, model, 1)  # 8 x 1024 x 4
+    assert space.global_batch_mismatch(exact, model, 1) is None
+    odd = space.knobs_for({"micro_batch_size": 24}, model, 1)  # 32768 / 24576 is not whole
+    why = space.global_batch_mismatch(odd, model, 1)
+    assert why is not None and "does not divide the global batch of 32,768 tokens" in why
+    big = space.knobs_for({"micro_batch_size": 64}, model, 1)  # one micro-batch is already 2x
+    assert space.global_batch_mismatch(big, model, 1) is not None
+    assert space.global_batch_mismatch(exact, model, 2) is not None  # 2 GPUs double it
