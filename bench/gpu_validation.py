@@ -9,6 +9,7 @@ as {"params": knobs, "result": TrialResult} so the search team can replay it.
     python bench/gpu_validation.py --part 2 --out $OUT      # repeatability, llama-1b, the rest
     python bench/gpu_validation.py --part 3 --out $OUT      # what 1 and 2 did not reach
     python bench/gpu_validation.py --part 4 --out $OUT      # fp8 under compile, bigger models
+    python bench/gpu_validation.py --part 5 --out $OUT      # Llama 3B: bf16 vs fp8 compiled
     python bench/gpu_validation.py --merge DIR1 DIR2 --out bench/results   # join, write Markdown
 
 Each part stops launching trials after --budget-s and always writes what it has (the JSON is
@@ -397,11 +398,35 @@ def plan_part4() -> list[Planned]:
     ]
 
 
+def plan_part5() -> list[Planned]:
+    """Llama 3B, bf16 against fp8-tensorwise, both compiled, at micro-batch 4: does part 4's
+    Llama 1B fp8 win (1.17x) hold at 3B, where the matmuls are larger still?"""
+    lk = {
+        "precision": "bf16",
+        "attention": "flash",
+        "micro_batch_size": 4,
+        "compile_mode": "default",
+    }
+    llama3b = {"preset": "llama-3b"}
+    return [
+        Planned("llama-3b bf16 flash mb4 compile", "fp8-compile", llama3b, lk, timeout_s=200),
+        Planned(
+            "llama-3b fp8-tensorwise flash mb4 compile",
+            "fp8-compile",
+            llama3b,
+            {**lk, "precision": "fp8-tensorwise"},
+            timeout_s=220,
+        ),
+    ]
+
+
 def run_part(part: int, out: Path, budget_s: float, hard_end_s: float) -> None:
     if part == 3:
         plan = plan_part3(Path(__file__).resolve().parent / "results" / "gpu_validation_h200.json")
     elif part == 4:
         plan = plan_part4()
+    elif part == 5:
+        plan = plan_part5()
     else:
         plan = plan_part1() if part == 1 else plan_part2()
     out.mkdir(parents=True, exist_ok=True)
@@ -683,7 +708,7 @@ def _part_from_study_db(path: Path) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", type=int, choices=(1, 2, 3, 4))
+    ap.add_argument("--part", type=int, choices=(1, 2, 3, 4, 5))
     ap.add_argument(
         "--merge",
         nargs="+",
