@@ -21,9 +21,12 @@ is checked in turn, at most MAX_CHECKED candidates per study. The parity trials 
 end-of-study reserve (search/remeasure.py) and, like the multi-GPU `reference` trial, are never
 told to the sampler and never candidates themselves (END_CHECKS).
 
-The trial rows are the state: the coordinator asks `next_parity` what to run next and the
-recommendation asks `choose` which candidate wins, both from the same rows, so a restarted
-coordinator carries on where the last one stopped.
+A parity trial's row carries the params of the candidate it checks (the `parity-ref` row too,
+as the multi-GPU `reference` row does); its config holds what really ran (the reference
+precision, `measure.parity_steps`). The trial rows are the state: the coordinator asks
+`next_parity` what to run next and the recommendation asks `choose` which candidate wins, both
+from the same rows, so a restarted coordinator carries on where the last one stopped (a parity
+trial lost or failed for infra reasons runs once more, as a new row).
 """
 
 from __future__ import annotations
@@ -147,9 +150,17 @@ class Check:
         }
 
 
+PARITY_ATTEMPTS = 2  # a parity trial lost or failed for infra reasons runs once more
+
+
 def _last(trials: Sequence[Trial], key: str, purpose: str) -> Trial | None:
+    """The parity row of this purpose for `key` that counts; None when it is (again) to run:
+    never run, or failed for infra reasons (lost, crash, timeout) with an attempt left."""
     rows = [t for t in trials if t.purpose == purpose and canonical_params(t.params) == key]
-    return rows[-1] if rows else None
+    if not rows:
+        return None
+    infra = TrialState(rows[-1].state) in (TrialState.FAILED, TrialState.LOST)
+    return None if infra and len(rows) < PARITY_ATTEMPTS else rows[-1]
 
 
 def _curve(t: Trial) -> list[float] | None:
@@ -323,11 +334,15 @@ def numerics_entry(
         text = f"{precision}: {check.text}"
     for s in reversed(skipped):
         if s["state"] == "failed":
-            how = f": loss {s['diff_rel']:.1%} from {s['reference_precision']}"
+            how = (
+                f" (loss {s['diff_rel']:.1%} from {s['reference_precision']}, tolerance "
+                f"{TOLERANCE_REL:.0%})"
+                if s["diff_rel"] is not None
+                else ""
+            )
             text = (
                 f"trial #{s['trial_number']} ({s['precision']}) was faster but failed the "
-                f"numerics check{how if s['diff_rel'] is not None else ''} and is not "
-                f"recommended; {text}"
+                f"numerics check{how}, so it is not recommended; {text}"
             )
     out.pop("state", None)
     out["text"] = text

@@ -67,7 +67,7 @@ def retried_once(purpose: str, attempt: int) -> bool:
 
     A re-measurement does not: its interleaved plan moves on (search/remeasure.py); nor does a
     multi-GPU study's one-GPU reference (its scaling is then reported as not measured), nor a
-    parity trial (its numerics check is reported as not checked). The same rule holds in
+    parity trial (search/numerics.py runs it again itself, once, as a new row). The same rule holds in
     process and after a restart.
     """
     return attempt == 1 and purpose != "remeasure" and purpose not in END_CHECKS

@@ -7,7 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from rich.console import Console
 
+from autotuner.api.schemas import Recommendation
+from autotuner.cli.render import best_table
 from autotuner.executors.base import Target
 from autotuner.executors.replay import Landscape
 from autotuner.search.numerics import (
@@ -109,6 +112,13 @@ def test_a_drifting_winner_is_marked_numerics_and_the_runner_up_recommended(
     # The failed config is no runner-up either, nor on the Pareto front.
     assert rec["runner_up"]["params"]["precision"] == "bf16"
     assert all(p["params"]["precision"] != "fp8-tensorwise" for p in rec["pareto"])
+    # Shown: the API's Recommendation declares it, `autotuner best` prints it.
+    assert Recommendation.model_validate(rec).numerics == num
+    view = {"best": rec, "study": "s", "status": "completed", "total_trials": len(trials)}
+    console = Console(width=400, record=True)
+    console.print(best_table(view))
+    line = next(x for x in console.export_text().splitlines() if "numerics" in x)
+    assert "fp8-tensorwise) was faster but failed the numerics check" in line, line
 
 
 def test_at_most_two_candidates_are_checked(sqlite_url: str) -> None:
@@ -173,3 +183,30 @@ def test_a_live_view_before_the_check_says_not_checked_yet() -> None:
     rec = recommend([row], Objective.TOKENS_PER_S)
     assert rec is not None and rec["numerics"]["checked"] is False
     assert "not checked" in rec["numerics"]["text"]
+
+
+def test_a_parity_trial_lost_in_a_restart_runs_again(sqlite_url: str) -> None:
+    knobs = {"precision": ["bf16", "fp8-tensorwise"]}
+    db = Database(sqlite_url)
+    space = parse_space({"name": "numerics", "knobs": knobs, "fixed": {"attention": "efficient"}})
+    model = ModelSpec.resolve({"preset": "tiny"})
+    study_id = create_study(db, model=model, space=space, max_trials=20)
+    executor = FakeParityReplay(landscape(knobs), list(knobs), target=H200)
+    runner = StudyRunner(db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600)
+    runner.start()
+    while not any(f.purpose == "parity" for f in runner.in_flight.values()):
+        assert not runner.done, "the study should reach its numerics check"
+        runner.step()
+    lost = next(iter(runner.in_flight.values())).number
+    with db.session() as s:  # the coordinator dies with the candidate's parity trial in flight
+        StudyRepo(s).release(study_id, runner.owner)
+    StudyRunner(db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600).run()
+    with db.read() as s:
+        trials = TrialRepo(s).list(study_id)
+        rec = StudyRepo(s).require(study_id).recommendation
+    parity = by_purpose(trials, "parity")
+    assert [t.state for t in parity] == [TrialState.LOST, TrialState.COMPLETE]
+    assert parity[0].number == lost and not [t for t in trials if t.retry_of == lost]
+    assert len(by_purpose(trials, "parity-ref")) == 1  # the finished half is kept
+    assert rec is not None and rec["numerics"]["passed"] is True
+    assert rec["numerics"]["parity_trials"][1] == parity[1].number
