@@ -293,6 +293,13 @@ class MeasureSettings(_Record):
     # multicast (NVLS) in their VMs; left on, NCCL/symmetric memory may try it and fail or hang
     # at init. A documented setting, not a hidden default: turn it off where NVLS works.
     disable_nvls_multicast: bool = True
+    # A loss-parity trial (the numerics check of a recommendation, MEASUREMENT.md "fp8 and
+    # other numerics changes"): None (default) runs the timing protocol. A number N trains N
+    # optimizer steps from `seed` on a learnable token stream (workers/data.py ParityBatches:
+    # the same tokens for every config of one model and batch shape), records every step's
+    # loss in TrialResult.loss_curve and skips warm-up and the timed repeats; its tokens/s
+    # counts the first (compiling) step too and is no measurement.
+    parity_steps: int | None = Field(default=None, ge=2, le=100_000)
 
 
 class TrialConfig(_Record):
@@ -309,7 +316,9 @@ class TrialConfig(_Record):
     env: dict[str, str] = Field(default_factory=dict)
     # Deliberate faults for tests (a named, reusable fake: see workers/faults.py). Never set by
     # the search; a poisoned loss provokes `numerics`, a sleep provokes `timeout`.
-    fault: Literal["none", "nan_loss", "hang", "segfault", "exit", "unsupported"] = "none"
+    fault: Literal[
+        "none", "nan_loss", "numerics_drift", "hang", "segfault", "exit", "unsupported"
+    ] = "none"
     # Multi-GPU trials: the rank the fault strikes; None strikes every rank.
     fault_rank: int | None = Field(default=None, ge=0)
 
@@ -435,6 +444,9 @@ class TrialResult(_Record):
     # Sanity: loss over the measured steps on synthetic data.
     loss_first: float | None = None
     loss_last: float | None = None
+    # A loss-parity trial (MeasureSettings.parity_steps): the loss of every optimizer step,
+    # in order, from the first. None for a throughput trial.
+    loss_curve: list[float] | None = None
     param_count: int | None = None
     fingerprint: Fingerprint | None = None
     telemetry: Telemetry | None = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import zlib
 from typing import Any
 
@@ -222,4 +223,47 @@ class FakeMultiGpuReplay(ReplayExecutor):
                 "tokens_per_s_per_gpu": tps / k,
                 "num_ranks": k,
             }
+        )
+
+
+# --------------------------------------------------------------------------- loss parity
+
+
+def parity_curve(steps: int, *, drift_rel: float = 0.0, jitter: float = 0.0) -> list[float]:
+    """A falling loss curve (6 -> about 1.1 over 50 steps); `drift_rel` lifts it by up to that
+    share at the last step (a recipe that learns worse), `jitter` adds +-that share of
+    deterministic rounding-like wobble (a recipe that learns as well)."""
+    out = []
+    for i in range(steps):
+        loss = 1.0 + 5.0 * math.exp(-i / 12)
+        loss *= 1.0 + drift_rel * i / max(steps - 1, 1)
+        loss *= 1.0 + jitter * ((i % 3) - 1)
+        out.append(loss)
+    return out
+
+
+class FakeParityReplay(ReplayExecutor):
+    """A ReplayExecutor that also answers loss-parity trials (`measure.parity_steps` set):
+    every precision trains along the same falling curve (with a 0.1% wobble where it is not
+    bf16/fp32), except the precisions in `drifting`, whose loss ends `drift_rel` higher: the
+    provoked bad config the numerics check must catch. `parity` keeps the parity configs."""
+
+    def __init__(
+        self, *args: Any, drifting: tuple[str, ...] = (), drift_rel: float = 0.1, **kw: Any
+    ) -> None:
+        super().__init__(*args, **kw)
+        self.drifting, self.drift_rel = set(drifting), drift_rel
+        self.parity: list[TrialConfig] = []
+
+    def _answer(self, config: TrialConfig) -> TrialResult:
+        steps = config.measure.parity_steps
+        if steps is None:
+            return super()._answer(config)
+        self.parity.append(config)
+        precision = config.knobs.precision.value
+        exact = precision in ("bf16", "fp32")
+        drift = self.drift_rel if precision in self.drifting else 0.0
+        curve = parity_curve(steps, drift_rel=drift, jitter=0.0 if exact else 0.001)
+        return measured(
+            1000.0, loss_curve=curve, loss_first=curve[0], loss_last=curve[-1], wall_s=20.0
         )

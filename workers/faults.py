@@ -2,6 +2,10 @@
 failure class through the real code path. Never set by the search.
 
 - nan_loss: the loss is multiplied by NaN -> the sanity check reports `numerics`.
+- numerics_drift: the config trains, but worse: the smallest 90% of every gradient tensor's
+            entries flush to zero, as small gradients underflow in fp16 without loss scaling. The
+            loss stays finite and falls, only slower, so the throughput sanity check passes;
+            the loss-parity check (a parity trial against the reference precision) must catch it.
 - hang:     the process sleeps forever after building the model -> the launcher's `timeout`.
 - segfault: the process kills itself with SIGSEGV -> `crash` naming the signal.
 - exit:     the process exits with status 3 and writes no result -> `crash` with stderr's tail.
@@ -53,3 +57,22 @@ def poison_loss(loss, fault: str):
     if fault == "nan_loss":
         return loss * float("nan")
     return loss
+
+
+DRIFT_FLUSHED = 0.9  # the share of each gradient tensor numerics_drift flushes to zero
+
+
+def drift_gradients(params, fault: str) -> None:
+    """Fault numerics_drift (applied after backward, before clipping): zero every gradient
+    entry below its tensor's median magnitude, in place."""
+    if fault != "numerics_drift":
+        return
+    import torch
+
+    with torch.no_grad():
+        for p in params:
+            if p.grad is not None and p.grad.numel() > 1:
+                g = p.grad
+                mags = g.abs().flatten()
+                floor = mags.kthvalue(max(1, int(mags.numel() * DRIFT_FLUSHED))).values
+                g.masked_fill_(g.abs() < floor, 0)

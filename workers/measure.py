@@ -59,7 +59,7 @@ class Timing:
     loss_last: float = math.nan  # the last measured step's loss
 
 
-def _check_finite(loss: float, where: str) -> float:
+def check_finite(loss: float, where: str) -> float:
     if not math.isfinite(loss):
         raise NumericsError(f"loss is {loss} at {where}: the config produces non-finite values")
     return loss
@@ -76,7 +76,7 @@ def warm_up(
     loss = step()
     sync()
     first = ranks.slowest(time.perf_counter() - t0)
-    loss_initial = _check_finite(ranks.mean(loss), "the first step")
+    loss_initial = check_finite(ranks.mean(loss), "the first step")
     times: list[float] = []
     stable = False
     window = min(STABLE_WINDOW, s.warmup_max_steps)
@@ -85,7 +85,7 @@ def warm_up(
         loss = step()
         sync()
         times.append(ranks.slowest(time.perf_counter() - t0))
-        _check_finite(ranks.mean(loss), f"warm-up step {len(times)}")  # synced already: free
+        check_finite(ranks.mean(loss), f"warm-up step {len(times)}")  # synced already: free
         if len(times) >= max(s.warmup_min_steps, window):
             last = times[-window:]
             if (max(last) - min(last)) / statistics.median(last) <= s.warmup_stable_rel:
@@ -120,7 +120,7 @@ def timed_repeats(
                 first_loss = loss
         sync()  # repeat edge: everything this repeat queued is finished
         timing.repeat_s.append(ranks.slowest(time.perf_counter() - t0))
-        last = _check_finite(ranks.mean(loss), f"the end of repeat {r + 1}")
-    timing.loss_first = _check_finite(ranks.mean(first_loss), "the first measured step")
+        last = check_finite(ranks.mean(loss), f"the end of repeat {r + 1}")
+    timing.loss_first = check_finite(ranks.mean(first_loss), "the first measured step")
     timing.loss_last = last
     return timing

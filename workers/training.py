@@ -79,6 +79,7 @@ class TrainStep:
             if self.cudagraphs:  # a graph's output memory is reused by the next replay
                 detached = detached.clone()
             loss_sum = detached if loss_sum is None else loss_sum + detached
+        faults.drift_gradients(self.params, self.fault)
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)  # clip the true gradients, not scaled ones
         nn.utils.clip_grad_norm_(self.params, GRAD_CLIP)

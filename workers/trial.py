@@ -233,7 +233,9 @@ def build_step(config: TrialConfig, device, info: dict[str, Any], group=None):
         # After the wrapper: FSDP2 replaced the parameters by this rank's shards.
         optimizer = build_optimizer(model, k.optimizer)
     # Each data-parallel rank reads its own batches, as in real training.
-    batches = make_batches(k, spec.vocab_size, spec.seq_len, device, m.seed + rank)
+    batches = make_batches(
+        k, spec.vocab_size, spec.seq_len, device, m.seed + rank, parity=m.parity_steps is not None
+    )
     info["_batches"] = batches
     return TrainStep(
         runnable,
@@ -278,8 +280,11 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
     if faults.strikes(config.fault_rank, rank):
         faults.before_training(config.fault)
 
-    # --- measure (with several ranks: barriers at the edges, the slowest rank's times)
     ranks = measure.ONE_PROCESS if group is None else group
+    if m.parity_steps is not None:
+        return _run_parity(config, step, ranks, rank, info)
+
+    # --- measure (with several ranks: barriers at the edges, the slowest rank's times)
     if group is not None:
         sync = group.edge
     elif device.type == "cuda":
@@ -363,6 +368,38 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
         wall_s=time.perf_counter() - _PROCESS_START,
         num_ranks=None if group is None else dp_ranks,
         parallel=None if group is None else k.parallel,
+        **_public(info),
+    )
+
+
+def _run_parity(
+    config: TrialConfig, step, ranks, rank: int, info: dict[str, Any]
+) -> TrialResult | None:
+    """A loss-parity trial: `parity_steps` optimizer steps on the parity stream, every step's
+    loss recorded (read on the host each step: this trial measures numerics, not time)."""
+    from workers import measure
+
+    m = config.measure
+    steps = m.parity_steps or 0
+    curve: list[float] = []
+    t0 = time.perf_counter()
+    for i in range(steps):
+        curve.append(measure.check_finite(ranks.mean(step()), f"parity step {i + 1}"))
+    elapsed = time.perf_counter() - t0
+    info["notes"].append(
+        f"parity trial: {steps} steps from seed {m.seed} on the learnable parity stream; "
+        "tokens/s counts every step, the first (compiling) one too: not a measurement"
+    )
+    if rank != 0:
+        return None  # rank 0 reports for every rank (the losses are the ranks' mean)
+    tokens = info["tokens_per_step"] * steps
+    return TrialResult(
+        status=TrialStatus.OK,
+        tokens_per_s=tokens / max(elapsed, 1e-9),
+        loss_curve=curve,
+        loss_first=curve[0],
+        loss_last=curve[-1],
+        wall_s=time.perf_counter() - _PROCESS_START,
         **_public(info),
     )
 

@@ -153,6 +153,12 @@ class Recommendation(BaseModel):
         description="Multi-GPU studies: the winner's per-GPU rate against the same config on "
         "one GPU (efficiency, the reference trial, a sentence)",
     )
+    numerics: dict[str, Any] | None = Field(
+        None,
+        description="The loss-parity check of a winner whose precision changes numerics "
+        "(checked, passed, precision, reference_precision, tolerance_rel, diff_rel, steps, "
+        "parity_trials, skipped: faster configs that failed it, text)",
+    )
     importance: list[dict[str, Any]] | None = Field(
         None, description="Per-knob effect and verdict, most important first (finished studies)"
     )

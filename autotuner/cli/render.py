@@ -64,6 +64,8 @@ def best_table(view: dict[str, Any]) -> RenderableType:
             f"{runner['margin_rel']:+.1%} over trial #{runner['trial_number']}, "
             f"noise ±{runner['noise_rel']:.1%}: {verdict}",
         )
+    if rec.get("numerics"):
+        table.add_row("numerics", rec["numerics"]["text"])
     table.add_row("trial", f"#{rec['trial_number']} of {view['total_trials']}")
     return table
 

@@ -15,7 +15,7 @@ from typing import Any
 from autotuner.options import StudyOptions
 from autotuner.search.costmodel import CostModel
 from autotuner.search.objective import memory_violation
-from autotuner.search.progress import REFERENCE
+from autotuner.search.progress import END_CHECKS
 from autotuner.search.sampler import Observation
 from autotuner.spec import FailureClass, Knobs, TrialResult, TrialStatus
 from autotuner.storage.models import Trial, TrialState
@@ -43,8 +43,9 @@ class Feedback:
 
     def observation(self, t: Trial) -> Observation | None:
         """What the sampler is told about a recorded trial (rebuilding after a restart)."""
-        if t.purpose == REFERENCE:
-            return None  # a one-GPU run of a multi-GPU study's best: not a point of its space
+        if t.purpose in END_CHECKS:
+            # A one-GPU run of a multi-GPU study's best, or a parity run: not a point of its space
+            return None
         state = TrialState(t.state)
         result = TrialResult.model_validate(t.result) if t.result else None
         if state == TrialState.COMPLETE:

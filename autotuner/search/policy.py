@@ -26,8 +26,9 @@ from autotuner.options import StudyOptions
 from autotuner.search import evidence
 from autotuner.search.costmodel import CostModel
 from autotuner.search.feedback import Feedback
+from autotuner.search.numerics import space_changes_numerics
 from autotuner.search.objective import Objective
-from autotuner.search.progress import REFERENCE, Progress
+from autotuner.search.progress import END_CHECKS, Progress
 from autotuner.search.remeasure import Remeasure, stop_reason
 from autotuner.search.sampler import Observation
 from autotuner.search.screen import DOMINATED, Z_PRUNE, Prune, Screen
@@ -75,7 +76,10 @@ class SearchPolicy:
         self.learned = self.screening.learned
         self.progress = Progress(objective=objective, gpus=gpus_per_trial, options=options)
         self.remeasure = Remeasure(
-            top=options.remeasure_top, rounds=options.remeasure_rounds, reference=gpus_per_trial > 1
+            top=options.remeasure_top,
+            rounds=options.remeasure_rounds,
+            reference=gpus_per_trial > 1,
+            parity=space_changes_numerics(space, target),
         )
         self.feedback = Feedback(cost=self.cost, options=options, knobs=self.knobs)
         self.seed_keys: set[str] = set()
@@ -95,7 +99,7 @@ class SearchPolicy:
         """Learn from a finished trial (live, or replayed from the database on restart)."""
         if result is None or "predicted" in result.notes:
             return
-        if purpose == REFERENCE:  # one GPU: says nothing about this study's k-GPU configs
+        if purpose in END_CHECKS:  # one GPU, or a parity run: nothing about the search's configs
             self.progress.observe(params, result, purpose)
             return
         knobs = self.knobs(params)

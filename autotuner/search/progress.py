@@ -17,6 +17,13 @@ from autotuner.spec import TrialResult, TrialStatus, canonical_params
 
 # A multi-GPU study's last trial: its best config on one GPU, for the scaling efficiency.
 REFERENCE = "reference"
+# The numerics check of the winner (search/numerics.py): a loss-parity trial of the candidate,
+# and of the same knobs at the reference precision.
+PARITY = "parity"
+PARITY_REFERENCE = "parity-ref"
+# The trials that check the winner at the end of a study: never told to the sampler, never
+# candidates, no lessons for the cost model (their configs or their protocol differ).
+END_CHECKS = frozenset({REFERENCE, PARITY, PARITY_REFERENCE})
 
 
 class Progress:
@@ -42,6 +49,8 @@ class Progress:
         if purpose == REFERENCE:
             self.referenced = True  # a 1-GPU run: not comparable with this study's trials
             return
+        if purpose in END_CHECKS:
+            return  # a parity trial: a loss curve, no throughput measurement
         fclass = result.failure_class
         if fclass is not None and not fclass.is_config_failure:
             return  # infra: says nothing about the config, and it is retried

@@ -4,13 +4,17 @@ The search stops once it has converged (progress.py), once the trial budget less
 re-measure reserve is launched, or, with a time budget, at `SEARCH_TIME_SHARE` of it. The top
 candidates are then re-measured in fresh processes, interleaved A B A B, so a lucky first
 measurement does not win on noise. A multi-GPU study ends with one more trial, the reference:
-its best config on one GPU, so the recommendation can state its scaling efficiency.
+its best config on one GPU, so the recommendation can state its scaling efficiency. A space
+that holds a numerics-changing precision (fp16, tf32, fp8) keeps two more trials for the
+numerics check of the winner (search/numerics.py: two parity trials), which the coordinator
+runs last; a second candidate's check runs only where the budget still has room.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from autotuner.search.numerics import PARITY_RESERVE
 from autotuner.search.progress import REFERENCE, Progress
 
 REMEASURE_SHARE = 5  # at most 1/5 of a trial budget goes to re-measurement
@@ -20,13 +24,25 @@ SEARCH_TIME_SHARE = 0.85  # with a time budget, the search stops here and re-mea
 class Remeasure:
     """The re-measure reserve and plan of one study."""
 
-    def __init__(self, *, top: int, rounds: int, reference: bool = False) -> None:
+    def __init__(
+        self, *, top: int, rounds: int, reference: bool = False, parity: bool = False
+    ) -> None:
         self.top, self.rounds = top, rounds
         self.reference = reference  # end with the best config on one GPU (multi-GPU studies)
+        self.parity = parity  # keep room for the numerics check (numerics-changing precisions)
 
     def reserve(self, max_trials: int | None) -> int:
-        """Trials of the budget kept for the end: re-measurements, then the reference."""
-        return self._remeasure_reserve(max_trials) + self._reference_reserve(max_trials)
+        """Trials of the budget kept for the end: re-measurements, the reference, the numerics
+        check."""
+        return (
+            self._remeasure_reserve(max_trials)
+            + self._reference_reserve(max_trials)
+            + self._parity_reserve(max_trials)
+        )
+
+    def _parity_reserve(self, max_trials: int | None) -> int:
+        # Not in a budget of four or fewer trials: those are for the search.
+        return PARITY_RESERVE if self.parity and (max_trials is None or max_trials > 4) else 0
 
     def _remeasure_reserve(self, max_trials: int | None) -> int:
         want = self.top * self.rounds
@@ -76,7 +92,7 @@ class Remeasure:
             return True
         if max_trials is not None and launched >= max_trials - self.reserve(max_trials):
             return True
-        reserve_time = self._remeasure_reserve(None) > 0
+        reserve_time = self._remeasure_reserve(None) > 0 or self.parity
         return elapsed_share is not None and reserve_time and elapsed_share >= SEARCH_TIME_SHARE
 
 

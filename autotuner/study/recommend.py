@@ -9,7 +9,8 @@ processes. A margin inside the noise is called a tie, plainly.
 
 Also here: the Pareto set of throughput against peak memory, and the knob report
 (`autotuner.search.importance`). A trial over the memory ceiling (options.max_mem_gib) is never
-recommended.
+recommended, nor a config that failed its numerics check (`autotuner.search.numerics`): the
+next candidate is, and the `numerics` entry says why.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from typing import Any
 
 from autotuner.options import StudyOptions
 from autotuner.search.importance import knob_report
+from autotuner.search.numerics import checks_of, choose, numerics_entry
 from autotuner.search.objective import Objective, memory_violation, time_to_train_h
+from autotuner.search.progress import END_CHECKS
 from autotuner.spec import TrialResult, canonical_params
 from autotuner.storage.models import Trial, TrialState
 
@@ -79,8 +82,8 @@ def group_measurements(
     for t in trials:
         if t.state != TrialState.COMPLETE or not t.objective_value or not t.result:
             continue
-        if t.purpose == "reference":
-            continue  # one GPU: the scaling reference, not a candidate
+        if t.purpose in END_CHECKS:
+            continue  # one GPU (the scaling reference) or a parity run: not a candidate
         result = TrialResult.model_validate(t.result)
         if options and memory_violation(result, options) > 0:
             continue
@@ -122,9 +125,19 @@ def recommend(
     coordinator stores once at the end of a study; live views leave it out.
     """
     options = options or StudyOptions()
-    groups = group_measurements(trials, options)
-    if not groups:
+    ranked = group_measurements(trials, options)
+    if not ranked:
         return None
+    checks = checks_of(ranked, trials)
+    chosen = choose(ranked, checks)
+    # A config that failed the numerics check is no candidate, nor runner-up; nor is one the
+    # bounded check passed over (numerics.choose). If every config failed, the fastest is shown
+    # with its failing check.
+    failed = {key for key, check in checks.items() if check.state == "failed"}
+    if chosen is None:
+        groups = ranked
+    else:
+        groups = [ranked[chosen], *(g for g in ranked[chosen + 1 :] if g.key not in failed)]
     best = groups[0]
     result = best.results[0]
     rec: dict[str, Any] = {
@@ -142,22 +155,23 @@ def recommend(
         "peak_mem_gib": result.peak_mem_gib,
         "compile_s": result.compile_s,
         "fingerprint": result.fingerprint.model_dump() if result.fingerprint else None,
-        "completed_trials": sum(len(g.trials) for g in groups),
+        "completed_trials": sum(len(g.trials) for g in ranked),
         "measurements": len(best.trials),
         "measured_trials": [t.number for t in best.trials],
-        "noise_rel": round(study_noise_rel(groups), 4),
+        "noise_rel": round(study_noise_rel(ranked), 4),
         "runner_up": None,
+        "numerics": numerics_entry(ranked, ranked.index(best), checks),
     }
     if objective == Objective.TIME_TO_TRAIN:
         rec["time_to_train_h"] = time_to_train_h(result, options)
     if len(groups) > 1:
         rec["runner_up"] = _runner_up(best, groups[1])
-    rec["pareto"] = pareto(groups)
+    rec["pareto"] = pareto([g for g in ranked if g.key not in failed])
     if (scaling := scaling_efficiency(trials, best)) is not None:
         rec["scaling"] = scaling
     if evidence:
         rec["importance"] = knob_report(
-            [(g.first.params, g.median) for g in groups], rec["noise_rel"]
+            [(g.first.params, g.median) for g in ranked], rec["noise_rel"]
         )
     if extras:
         rec.update(extras)

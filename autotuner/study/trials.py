@@ -28,6 +28,7 @@ from autotuner.executors.base import Executor, Target
 from autotuner.options import StudyOptions
 from autotuner.search.objective import Objective, objective_value
 from autotuner.search.policy import Prune, SearchPolicy
+from autotuner.search.progress import END_CHECKS
 from autotuner.search.sampler import Observation
 from autotuner.search.space import SearchSpace
 from autotuner.spec import (
@@ -65,10 +66,11 @@ def retried_once(purpose: str, attempt: int) -> bool:
     """Whether an infra failure (timeout, crash, lost) of this trial earns its one retry.
 
     A re-measurement does not: its interleaved plan moves on (search/remeasure.py); nor does a
-    multi-GPU study's one-GPU reference (its scaling is then reported as not measured). The
-    same rule holds in process and after a restart.
+    multi-GPU study's one-GPU reference (its scaling is then reported as not measured), nor a
+    parity trial (search/numerics.py runs it again itself, once, as a new row). The same rule holds in
+    process and after a restart.
     """
-    return attempt == 1 and purpose not in ("remeasure", "reference")
+    return attempt == 1 and purpose != "remeasure" and purpose not in END_CHECKS
 
 
 def trial_config(

@@ -1,0 +1,349 @@
+"""The numerics check of the recommendation (MEASUREMENT.md, "fp8 and other numerics changes").
+
+A winner whose precision changes the numerics (fp16, tf32, fp8-tensorwise, fp8-rowwise) is only
+recommended once a short loss-parity check agrees with the reference precision: bf16 where the
+hardware runs it, else fp32. The check is two parity trials (`MeasureSettings.parity_steps`):
+the reference first (purpose `parity-ref`: the same knobs at the reference precision), then the
+candidate itself (purpose `parity`). Both train PARITY_STEPS steps from the same seed on the same
+learnable token stream, so their loss curves compare step by step.
+
+The measure: the mean absolute difference of the two curves over their last TAIL_SHARE of
+steps, relative to the reference's mean loss there. The tolerance is TOLERANCE_REL (2%):
+recipes that train correctly differ by rounding noise only (bf16 against fp32 on the CPU worker:
+0.004%; on a GPU a few tenths of a percent), while a broken recipe learns visibly slower (the
+test fault `numerics_drift`, gradients underflowing as in fp16 without loss scaling: 10%). The
+early steps are left out: every recipe starts from the same loss, log(vocab), and the difference
+that matters is where training is heading.
+
+A candidate that fails is marked `numerics` (its parity trial is stored infeasible with the
+measured difference) and the next candidate is recommended; if that one changes numerics too it
+is checked in turn, at most MAX_CHECKED candidates per study. The parity trials come out of the
+end-of-study reserve (search/remeasure.py) and, like the multi-GPU `reference` trial, are never
+told to the sampler and never candidates themselves (END_CHECKS).
+
+A parity trial's row carries the params of the candidate it checks (the `parity-ref` row too,
+as the multi-GPU `reference` row does); its config holds what really ran (the reference
+precision, `measure.parity_steps`). The trial rows are the state: the coordinator asks
+`next_parity` what to run next and the recommendation asks `choose` which candidate wins, both
+from the same rows, so a restarted coordinator carries on where the last one stopped (a parity
+trial lost or failed for infra reasons runs once more, as a new row).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from autotuner.executors.base import Target
+from autotuner.search.progress import PARITY, PARITY_REFERENCE
+from autotuner.search.rules import incompatibility
+from autotuner.search.space import SearchSpace
+from autotuner.spec import (
+    Attention,
+    FailureClass,
+    Knobs,
+    ModelSpec,
+    Precision,
+    TrialResult,
+    canonical_params,
+)
+from autotuner.storage.models import Trial, TrialState
+
+PARITY_STEPS = 50  # long enough to leave the log(vocab) start; a few seconds on a GPU
+TAIL_SHARE = 0.2  # the last 20% of the steps are compared
+TOLERANCE_REL = 0.02  # mean |candidate - reference| over the tail / reference loss there
+MAX_CHECKED = 2  # candidates checked per study: the winner, then the runner-up
+PARITY_RESERVE = 2  # trials the end-of-study reserve keeps for one check
+# Precisions whose numerics differ from the reference (bf16, else fp32). fp32 is never one:
+# it is at least as precise as either reference.
+CHANGES_NUMERICS = frozenset(
+    {Precision.FP16, Precision.TF32, Precision.FP8_TENSORWISE, Precision.FP8_ROWWISE}
+)
+
+State = Literal["pending", "passed", "failed", "unchecked"]
+
+
+def changes_numerics(knobs: Knobs) -> bool:
+    return knobs.precision in CHANGES_NUMERICS
+
+
+def space_changes_numerics(space: SearchSpace, target: Target) -> bool:
+    """Whether the space holds a numerics-changing precision the target can run (then the
+    end-of-study reserve keeps PARITY_RESERVE trials for the check)."""
+    domain = space.knobs.get("precision")
+    values = domain if isinstance(domain, list) else [space.fixed.get("precision", "bf16")]
+    for value in values:
+        knobs = Knobs(precision=Precision(value), attention=Attention.MATH)
+        if knobs.precision in CHANGES_NUMERICS and incompatibility(knobs, target) is None:
+            return True
+    return False
+
+
+def parity_reference_knobs(knobs: Knobs, target: Target, model: ModelSpec | None) -> Knobs | None:
+    """The candidate's knobs at the reference precision: bf16 where the target runs it, else
+    fp32 (with the attention backend a full-precision run has, if the candidate's needs half
+    precision). None when neither runs here."""
+    options: list[dict[str, Any]] = [
+        {"precision": Precision.BF16},
+        {"precision": Precision.FP32},
+        {
+            "precision": Precision.FP32,
+            "attention": Attention.MATH if target.device_type == "cpu" else Attention.EFFICIENT,
+        },
+    ]
+    for update in options:
+        ref = knobs.model_copy(update=update)
+        if incompatibility(ref, target, model) is None:
+            return ref
+    return None
+
+
+def compare_curves(candidate: Sequence[float], reference: Sequence[float]) -> tuple[float, int]:
+    """(difference, steps compared): mean |candidate - reference| over the last TAIL_SHARE of
+    the steps, relative to the reference's mean loss over them."""
+    n = min(len(candidate), len(reference))
+    if n == 0:
+        raise ValueError("a parity check needs two non-empty loss curves")
+    tail = max(1, round(n * TAIL_SHARE))
+    c, r = candidate[n - tail : n], reference[n - tail : n]
+    diff = sum(abs(a - b) for a, b in zip(c, r, strict=True)) / tail
+    return diff / max(abs(sum(r) / tail), 1e-12), tail
+
+
+# --------------------------------------------------------------------------- from trial rows
+
+
+class Candidate(Protocol):
+    """What the checks need of a ranked config (recommend.ConfigMeasurements)."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def first(self) -> Trial: ...
+
+
+def candidate_knobs(group: Candidate) -> Knobs:
+    return Knobs.model_validate(group.first.config.get("knobs", {}))
+
+
+@dataclass
+class Check:
+    """One candidate's parity check, as its trial rows tell it."""
+
+    state: State
+    text: str
+    reference_precision: str | None = None
+    diff_rel: float | None = None
+    steps: int | None = None
+    trials: list[int] = field(default_factory=list)
+    next: str | None = None  # the purpose to dispatch next (pending checks)
+
+    def entry(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "reference_precision": self.reference_precision,
+            "diff_rel": self.diff_rel,
+            "steps": self.steps,
+            "parity_trials": self.trials,
+        }
+
+
+PARITY_ATTEMPTS = 2  # a parity trial lost or failed for infra reasons runs once more
+
+
+def _last(trials: Sequence[Trial], key: str, purpose: str) -> Trial | None:
+    """The parity row of this purpose for `key` that counts; None when it is (again) to run:
+    never run, or failed for infra reasons (lost, crash, timeout) with an attempt left."""
+    rows = [t for t in trials if t.purpose == purpose and canonical_params(t.params) == key]
+    if not rows:
+        return None
+    infra = TrialState(rows[-1].state) in (TrialState.FAILED, TrialState.LOST)
+    return None if infra and len(rows) < PARITY_ATTEMPTS else rows[-1]
+
+
+def _curve(t: Trial) -> list[float] | None:
+    if not t.result:
+        return None
+    return TrialResult.model_validate(t.result).loss_curve
+
+
+def verdict(candidate: TrialResult, reference: Trial) -> Check:
+    """Compare a finished candidate parity result with its reference's row."""
+    ref_knobs = Knobs.model_validate(reference.config.get("knobs", {}))
+    ref_prec = ref_knobs.precision.value
+    ref_curve = _curve(reference)
+    curve = candidate.loss_curve
+    if ref_curve is None or not curve:
+        return Check("unchecked", "not checked: a parity trial returned no loss curve", ref_prec)
+    diff, tail = compare_curves(curve, ref_curve)
+    passed = diff <= TOLERANCE_REL
+    n = min(len(curve), len(ref_curve))
+    text = (
+        f"loss within {diff:.2%} of {ref_prec} over the last {tail} of {n} parity steps "
+        f"(tolerance {TOLERANCE_REL:.0%})"
+        if passed
+        else f"loss {diff:.2%} away from {ref_prec} over the last {tail} of {n} parity steps, "
+        f"beyond the tolerance of {TOLERANCE_REL:.0%}: its numerics do not match the reference"
+    )
+    return Check("passed" if passed else "failed", text, ref_prec, diff, n)
+
+
+def check_of(key: str, trials: Sequence[Trial]) -> Check | None:
+    """The parity check of the config `key`; None when it never started."""
+    ref = _last(trials, key, PARITY_REFERENCE)
+    if ref is None:
+        return None
+    ref_prec = Knobs.model_validate(ref.config.get("knobs", {})).precision.value
+    state = TrialState(ref.state)
+    if state == TrialState.RUNNING:
+        return Check("pending", "the parity check is running", ref_prec, trials=[ref.number])
+    if state != TrialState.COMPLETE:
+        why = f"{ref.error_class}: {ref.error_message or ''}".strip(": ")
+        return Check(
+            "unchecked",
+            f"not checked: the {ref_prec} reference parity trial #{ref.number} failed ({why})",
+            ref_prec,
+            trials=[ref.number],
+        )
+    cand = _last(trials, key, PARITY)
+    if cand is None:
+        return Check(
+            "pending", "the parity check is half done", ref_prec, trials=[ref.number], next=PARITY
+        )
+    numbers = [ref.number, cand.number]
+    cstate = TrialState(cand.state)
+    if cstate == TrialState.RUNNING:
+        return Check("pending", "the parity check is running", ref_prec, trials=numbers)
+    result = TrialResult.model_validate(cand.result) if cand.result else None
+    if result is not None and result.loss_curve:
+        out = verdict(result, ref)
+        out.trials = numbers
+        return out
+    if cand.error_class == FailureClass.NUMERICS.value:
+        return Check(
+            "failed",
+            f"its parity trial #{cand.number} did not train: {cand.error_message or 'numerics'}",
+            ref_prec,
+            trials=numbers,
+        )
+    why = f"{cand.error_class}: {cand.error_message or ''}".strip(": ")
+    return Check(
+        "unchecked",
+        f"not checked: its parity trial #{cand.number} failed ({why})",
+        ref_prec,
+        trials=numbers,
+    )
+
+
+def checks_of(ranked: Sequence[Candidate], trials: Sequence[Trial]) -> dict[str, Check]:
+    out = {}
+    for g in ranked:
+        check = check_of(g.key, trials)
+        if check is not None:
+            out[g.key] = check
+    return out
+
+
+def choose(ranked: Sequence[Candidate], checks: dict[str, Check]) -> int | None:
+    """Index of the config to recommend: the best-ranked one not failed. Once MAX_CHECKED
+    candidates failed, an unchecked numerics-changing one is passed over too, for a config with
+    the reference's numerics if there is one. None when every config failed."""
+    failed = sum(1 for c in checks.values() if c.state == "failed")
+    plain = any(not changes_numerics(candidate_knobs(g)) for g in ranked)
+    for i, g in enumerate(ranked):
+        check = checks.get(g.key)
+        if check is not None and check.state == "failed":
+            continue
+        unchecked = check is None and changes_numerics(candidate_knobs(g))
+        if unchecked and failed >= MAX_CHECKED and plain:
+            continue
+        return i
+    return None
+
+
+def next_parity(
+    ranked: Sequence[Candidate], trials: Sequence[Trial]
+) -> tuple[Candidate, str] | None:
+    """The next parity trial to run, as (candidate, purpose), or None when no check is due:
+    the config to recommend has the reference's numerics, is checked, or is past the bound."""
+    checks = checks_of(ranked, trials)
+    i = choose(ranked, checks)
+    if i is None:
+        return None
+    g = ranked[i]
+    if not changes_numerics(candidate_knobs(g)):
+        return None
+    check = checks.get(g.key)
+    if check is None:
+        started = sum(1 for c in checks.values() if c.trials)
+        return (g, PARITY_REFERENCE) if started < MAX_CHECKED else None
+    return (g, check.next) if check.next else None
+
+
+def numerics_entry(
+    ranked: Sequence[Candidate], chosen: int, checks: dict[str, Check]
+) -> dict[str, Any]:
+    """The recommendation's `numerics` entry for ranked[chosen]."""
+    g = ranked[chosen]
+    knobs = candidate_knobs(g)
+    precision = knobs.precision.value
+    check = checks.get(g.key)
+    skipped = [
+        {
+            "trial_number": other.first.number,
+            "precision": candidate_knobs(other).precision.value,
+            **checks[other.key].entry(),
+            "text": checks[other.key].text,
+        }
+        for other in ranked[:chosen]
+        if other.key in checks
+    ]
+    out: dict[str, Any] = {
+        "checked": False,
+        "passed": None,
+        "precision": precision,
+        "reference_precision": None,
+        "tolerance_rel": TOLERANCE_REL,
+        "diff_rel": None,
+        "steps": None,
+        "parity_trials": [],
+        "skipped": skipped,
+    }
+    if not changes_numerics(knobs):
+        text = (
+            f"{precision}: the reference precision, no check needed"
+            if knobs.precision == Precision.BF16
+            else f"{precision}: full precision, no check needed"
+        )
+    elif check is None:
+        text = (
+            f"{precision} changes numerics and was not checked: the parity check runs at the "
+            "end of the study, within its trial budget"
+        )
+        if skipped:
+            text += f" (at most {MAX_CHECKED} candidates are checked)"
+    elif check.state == "pending":
+        text = f"{precision} changes numerics; not checked yet: {check.text}"
+        out.update(check.entry())
+    else:
+        out.update(check.entry())
+        out["checked"] = check.state in ("passed", "failed")
+        out["passed"] = {"passed": True, "failed": False}.get(check.state)
+        text = f"{precision}: {check.text}"
+    for s in reversed(skipped):
+        if s["state"] == "failed":
+            how = (
+                f" (loss {s['diff_rel']:.1%} from {s['reference_precision']}, tolerance "
+                f"{TOLERANCE_REL:.0%})"
+                if s["diff_rel"] is not None
+                else ""
+            )
+            text = (
+                f"trial #{s['trial_number']} ({s['precision']}) was faster but failed the "
+                f"numerics check{how}, so it is not recommended; {text}"
+            )
+    out.pop("state", None)
+    out["text"] = text
+    return out

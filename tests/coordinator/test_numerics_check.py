@@ -1,0 +1,212 @@
+"""The numerics check of the winner (autotuner/search/numerics.py) on the replay executor: a
+winner whose precision changes numerics is recommended only after its loss curve agrees with
+the reference precision's; a provoked drift marks it `numerics` and the next candidate wins."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from autotuner.api.schemas import Recommendation
+from autotuner.cli.render import best_table
+from autotuner.executors.base import Target
+from autotuner.executors.replay import Landscape
+from autotuner.search.numerics import (
+    PARITY_STEPS,
+    TOLERANCE_REL,
+    compare_curves,
+    space_changes_numerics,
+)
+from autotuner.search.objective import Objective
+from autotuner.search.space import parse_space
+from autotuner.spec import ModelSpec
+from autotuner.storage.models import Trial, TrialState
+from autotuner.storage.repository import StudyRepo, TrialRepo
+from autotuner.storage.session import Database
+from autotuner.study.coordinator import StudyRunner, create_study
+from autotuner.study.recommend import recommend
+from tests.fakes import FAKE_GPU, FakeParityReplay, measured, parity_curve
+
+H200 = Target("cuda", 1, "replay", (9, 0), 80.0)
+SPEED = {"fp8-tensorwise": 2.0, "fp16": 1.9, "bf16": 1.8, "fp32": 1.0}
+
+
+def landscape(knobs: dict[str, list[Any]]) -> Landscape:
+    """Throughput by precision (fp8 > fp16 > bf16 > fp32), a little more at micro-batch 16."""
+    entries = []
+    for mb in knobs.get("micro_batch_size", [8]):
+        for precision in knobs["precision"]:
+            tps = 10_000.0 * SPEED[precision] * (1.05 if mb == 16 else 1.0)
+            p = {"precision": precision}
+            if "micro_batch_size" in knobs:
+                p["micro_batch_size"] = mb
+            entries.append((p, measured(tps, peak_mem_gib=mb, fingerprint=FAKE_GPU, wall_s=10.0)))
+    return Landscape(entries)
+
+
+def run_study(
+    sqlite_url: str,
+    knobs: dict[str, list[Any]],
+    *,
+    drifting: tuple[str, ...] = (),
+    max_trials: int = 20,
+) -> tuple[list[Trial], dict[str, Any], FakeParityReplay]:
+    db = Database(sqlite_url)
+    space = parse_space({"name": "numerics", "knobs": knobs, "fixed": {"attention": "efficient"}})
+    model = ModelSpec.resolve({"preset": "tiny"})
+    study_id = create_study(db, model=model, space=space, max_trials=max_trials)
+    executor = FakeParityReplay(landscape(knobs), list(knobs), target=H200, drifting=drifting)
+    StudyRunner(db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600).run()
+    with db.read() as s:
+        trials = TrialRepo(s).list(study_id)
+        rec = StudyRepo(s).require(study_id).recommendation
+    assert rec is not None
+    return trials, rec, executor
+
+
+def by_purpose(trials: list[Trial], purpose: str) -> list[Trial]:
+    return [t for t in trials if t.purpose == purpose]
+
+
+def test_a_matching_fp8_winner_is_checked_and_recommended(sqlite_url: str) -> None:
+    trials, rec, _ = run_study(sqlite_url, {"precision": ["bf16", "fp8-tensorwise"]})
+    assert rec["knobs"]["precision"] == "fp8-tensorwise"
+    ref, cand = by_purpose(trials, "parity-ref"), by_purpose(trials, "parity")
+    assert len(ref) == 1 and len(cand) == 1 and ref[0].number < cand[0].number
+    assert ref[0].config["knobs"]["precision"] == "bf16"
+    assert cand[0].config["knobs"]["precision"] == "fp8-tensorwise"
+    for t in (ref[0], cand[0]):
+        assert t.config["measure"]["parity_steps"] == PARITY_STEPS
+        assert t.state == TrialState.COMPLETE and t.objective_value is None  # never a candidate
+    num = rec["numerics"]
+    assert num["checked"] and num["passed"] and num["reference_precision"] == "bf16"
+    assert num["diff_rel"] < TOLERANCE_REL and num["tolerance_rel"] == TOLERANCE_REL
+    assert num["parity_trials"] == [ref[0].number, cand[0].number]
+    assert "within" in num["text"] and not num["skipped"]
+    assert rec["trial_number"] not in num["parity_trials"]
+    # The parity trials end the study and count against its budget.
+    assert trials[-1].number == cand[0].number
+    assert len([t for t in trials if t.state != TrialState.PRUNED]) <= 20
+
+
+def test_a_drifting_winner_is_marked_numerics_and_the_runner_up_recommended(
+    sqlite_url: str,
+) -> None:
+    trials, rec, _ = run_study(
+        sqlite_url, {"precision": ["bf16", "fp16", "fp8-tensorwise"]}, drifting=("fp8-tensorwise",)
+    )
+    fp8 = [t for t in by_purpose(trials, "parity") if t.params["precision"] == "fp8-tensorwise"]
+    assert len(fp8) == 1
+    assert fp8[0].state == TrialState.INFEASIBLE and fp8[0].error_class == "numerics"
+    assert "beyond the tolerance" in (fp8[0].error_message or "")
+    # The runner-up changes numerics too (fp16): it is checked in turn, passes, and wins.
+    assert rec["knobs"]["precision"] == "fp16"
+    num = rec["numerics"]
+    assert num["checked"] and num["passed"] and num["reference_precision"] == "bf16"
+    assert [s["precision"] for s in num["skipped"]] == ["fp8-tensorwise"]
+    assert num["skipped"][0]["state"] == "failed" and num["skipped"][0]["diff_rel"] > 0.05
+    assert "failed the numerics check" in num["text"]
+    assert len(by_purpose(trials, "parity")) == 2 and len(by_purpose(trials, "parity-ref")) == 2
+    # The failed config is no runner-up either, nor on the Pareto front.
+    assert rec["runner_up"]["params"]["precision"] == "bf16"
+    assert all(p["params"]["precision"] != "fp8-tensorwise" for p in rec["pareto"])
+    # Shown: the API's Recommendation declares it, `autotuner best` prints it.
+    assert Recommendation.model_validate(rec).numerics == num
+    view = {"best": rec, "study": "s", "status": "completed", "total_trials": len(trials)}
+    console = Console(width=400, record=True)
+    console.print(best_table(view))
+    line = next(x for x in console.export_text().splitlines() if "numerics" in x)
+    assert "fp8-tensorwise) was faster but failed the numerics check" in line, line
+
+
+def test_at_most_two_candidates_are_checked(sqlite_url: str) -> None:
+    """Both fp8 candidates drift: after two failed checks the unchecked fp16 configs are
+    passed over for the best bf16 one, rather than recommended unchecked."""
+    knobs = {"micro_batch_size": [8, 16], "precision": ["bf16", "fp16", "fp8-tensorwise"]}
+    trials, rec, _ = run_study(sqlite_url, knobs, drifting=("fp8-tensorwise", "fp16"))
+    parity = by_purpose(trials, "parity")
+    assert len(parity) == 2 and all(t.error_class == "numerics" for t in parity)
+    assert rec["knobs"]["precision"] == "bf16" and rec["params"]["micro_batch_size"] == 16
+    assert rec["numerics"]["checked"] is False and len(rec["numerics"]["skipped"]) == 2
+    assert "no check needed" in rec["numerics"]["text"]
+
+
+def test_no_check_for_a_reference_precision_winner(sqlite_url: str) -> None:
+    trials, rec, executor = run_study(sqlite_url, {"precision": ["bf16", "fp32"]})
+    assert not executor.parity and not by_purpose(trials, "parity-ref")
+    assert rec["knobs"]["precision"] == "bf16"
+    assert rec["numerics"]["checked"] is False and "no check needed" in rec["numerics"]["text"]
+
+
+def test_without_budget_the_winner_is_reported_unchecked(sqlite_url: str) -> None:
+    _, rec, executor = run_study(
+        sqlite_url, {"precision": ["bf16", "fp8-tensorwise"]}, max_trials=2
+    )
+    assert not executor.parity
+    assert rec["knobs"]["precision"] == "fp8-tensorwise"
+    assert rec["numerics"]["checked"] is False and "not checked" in rec["numerics"]["text"]
+
+
+def test_the_check_needs_a_numerics_changing_precision_the_target_runs() -> None:
+    space = parse_space({"name": "s", "knobs": {"precision": ["bf16", "fp8-tensorwise"]}})
+    assert space_changes_numerics(space, H200)
+    assert not space_changes_numerics(space, Target("cuda", 1, "A100", (8, 0), 80.0))
+    assert not space_changes_numerics(space, Target("cpu", 0))
+    fixed = parse_space(
+        {"name": "s", "knobs": {"micro_batch_size": [1]}, "fixed": {"precision": "tf32"}}
+    )
+    assert space_changes_numerics(fixed, H200)
+
+
+def test_compare_curves_reads_the_tail() -> None:
+    ref = parity_curve(50)
+    assert compare_curves(ref, ref) == (0.0, 10)
+    assert compare_curves(parity_curve(50, jitter=0.001), ref)[0] < TOLERANCE_REL
+    assert compare_curves(parity_curve(50, drift_rel=0.1), ref)[0] > 0.08
+    with pytest.raises(ValueError):
+        compare_curves([], ref)
+
+
+def test_a_live_view_before_the_check_says_not_checked_yet() -> None:
+    """recommend() on rows alone: a numerics-changing best with no parity trial yet."""
+    row = Trial(
+        number=0,
+        state=TrialState.COMPLETE.value,
+        objective_value=20_000.0,
+        purpose="search",
+        params={"precision": "fp8-tensorwise"},
+        config={"knobs": {"precision": "fp8-tensorwise"}, "model": {}},
+        result=measured(20_000.0).model_dump(mode="json"),
+    )
+    rec = recommend([row], Objective.TOKENS_PER_S)
+    assert rec is not None and rec["numerics"]["checked"] is False
+    assert "not checked" in rec["numerics"]["text"]
+
+
+def test_a_parity_trial_lost_in_a_restart_runs_again(sqlite_url: str) -> None:
+    knobs = {"precision": ["bf16", "fp8-tensorwise"]}
+    db = Database(sqlite_url)
+    space = parse_space({"name": "numerics", "knobs": knobs, "fixed": {"attention": "efficient"}})
+    model = ModelSpec.resolve({"preset": "tiny"})
+    study_id = create_study(db, model=model, space=space, max_trials=20)
+    executor = FakeParityReplay(landscape(knobs), list(knobs), target=H200)
+    runner = StudyRunner(db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600)
+    runner.start()
+    while not any(f.purpose == "parity" for f in runner.in_flight.values()):
+        assert not runner.done, "the study should reach its numerics check"
+        runner.step()
+    lost = next(iter(runner.in_flight.values())).number
+    with db.session() as s:  # the coordinator dies with the candidate's parity trial in flight
+        StudyRepo(s).release(study_id, runner.owner)
+    StudyRunner(db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600).run()
+    with db.read() as s:
+        trials = TrialRepo(s).list(study_id)
+        rec = StudyRepo(s).require(study_id).recommendation
+    parity = by_purpose(trials, "parity")
+    assert [t.state for t in parity] == [TrialState.LOST, TrialState.COMPLETE]
+    assert parity[0].number == lost and not [t for t in trials if t.retry_of == lost]
+    assert len(by_purpose(trials, "parity-ref")) == 1  # the finished half is kept
+    assert rec is not None and rec["numerics"]["passed"] is True
+    assert rec["numerics"]["parity_trials"][1] == parity[1].number
