@@ -36,6 +36,7 @@ from autotuner.cli.common import (
     friendly_errors,
     out,
     study_options,
+    study_request,
 )
 from autotuner.cli.render import best_table, print_json, show_best, studies_table, trials_table
 
@@ -92,6 +93,8 @@ def submit(
     )
     if options.stored():
         body["options"] = options.stored()
+    # Checked here too, by the service's rules, so an error names the flag (`--gpus`).
+    study_request(**body)
     view = backend(server, db).submit(body)
     if as_json:
         print_json(view)
