@@ -107,9 +107,9 @@ def friendly_errors(fn: F) -> F:
         except Exception as exc:
             if not _user_facing(exc):
                 raise
-            from rich.markup import escape
+            from autotuner.cli.render import safe
 
-            err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+            err.print(f"[bold red]error:[/] {safe(exc)}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]

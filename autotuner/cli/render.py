@@ -6,12 +6,31 @@ Both backends (`cli/client.py`) return the same views, so each view has one rend
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from rich.console import RenderableType
 from rich.table import Table
 
 from autotuner.cli.common import out
+
+# Terminal escape sequences (CSI `ESC [ ... m`, OSC `ESC ] ... BEL` that sets titles or links,
+# two-byte `ESC x`), then any C0/C1 control byte and the bidi/format characters that reorder
+# text. Study names, error messages and params come from other users and from workers.
+_ESCAPES = re.compile(
+    r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]?"
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]"
+)
+
+
+def safe(value: Any) -> str:
+    """Text from outside (a study name, an error message) as it may reach a terminal: escape
+    sequences and control characters stripped, line breaks and tabs made spaces, Rich markup
+    escaped. Every renderer passes such text through here."""
+    from rich.markup import escape
+
+    text = _ESCAPES.sub("", str(value)).replace("\t", " ").replace("\r", " ").replace("\n", " ")
+    return escape(text)
 
 
 def print_json(view: Any) -> None:
@@ -33,17 +52,18 @@ def best_table(view: dict[str, Any]) -> RenderableType:
     rec = view["best"]
     if rec is None:
         return Text(
-            f"study {view['study']} ({view['status']}): no completed trial yet "
+            f"study {safe(view['study'])} ({safe(view['status'])}): no completed trial yet "
             f"({view['total_trials']} trial(s) so far)"
         )
     table = Table(
-        title=f"Recommended config: study {view['study']} ({view['status']})", show_header=False
+        title=f"Recommended config: study {safe(view['study'])} ({safe(view['status'])})",
+        show_header=False,
     )
     table.add_column(style="bold")
     table.add_column()
     for k, v in rec["knobs"].items():
         if k in rec["params"]:
-            table.add_row(k, str(v))
+            table.add_row(safe(k), safe(v))
     spread = ""
     if rec.get("tokens_per_s_min") is not None:
         spread = f"  (repeats {rec['tokens_per_s_min']:,.0f} .. {rec['tokens_per_s_max']:,.0f})"
@@ -70,7 +90,7 @@ def best_table(view: dict[str, Any]) -> RenderableType:
 
 def trials_table(study: dict[str, Any], views: list[dict[str, Any]]) -> Table:
     """Every trial of a study: what it tried, what it measured, or why it failed."""
-    table = Table(title=f"Trials of study {study['id']} ({study['status']})")
+    table = Table(title=f"Trials of study {safe(study['id'])} ({safe(study['status'])})")
     for col in ("#", "state", "params", "tokens/s", "spread", "MFU", "peak GiB", "note"):
         table.add_column(col, justify="right" if col in ("#", "tokens/s", "MFU") else "left")
     for v in views:
@@ -83,13 +103,13 @@ def trials_table(study: dict[str, Any], views: list[dict[str, Any]]) -> Table:
             note = f"retry of #{v['retry_of']}" + (f"; {note}" if note else "")
         table.add_row(
             str(v["number"]),
-            v["state"],
-            " ".join(f"{k}={val}" for k, val in v["params"].items()),
+            safe(v["state"]),
+            safe(" ".join(f"{k}={val}" for k, val in v["params"].items())),
             f"{tps:,.0f}" if tps else "",
             spread,
             f"{v['mfu']:.1%}" if v["mfu"] is not None else "",
             f"{v['peak_mem_gib']:.2f}" if v["peak_mem_gib"] is not None else "",
-            note,
+            safe(note),
         )
     return table
 
@@ -102,11 +122,11 @@ def studies_table(views: list[dict[str, Any]]) -> Table:
     for v in views:
         counts = ", ".join(f"{n} {k}" for k, n in sorted(v["trial_counts"].items()))
         table.add_row(
-            v["id"],
-            v["name"],
-            v["status"],
-            counts or "-",
+            safe(v["id"]),
+            safe(v["name"]),
+            safe(v["status"]),
+            safe(counts) or "-",
             str(v["best_trial_number"] if v["best_trial_number"] is not None else "-"),
-            (v["created_at"] or "")[:19],
+            safe((v["created_at"] or "")[:19]),
         )
     return table

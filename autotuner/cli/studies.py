@@ -38,7 +38,14 @@ from autotuner.cli.common import (
     study_options,
     study_request,
 )
-from autotuner.cli.render import best_table, print_json, show_best, studies_table, trials_table
+from autotuner.cli.render import (
+    best_table,
+    print_json,
+    safe,
+    show_best,
+    studies_table,
+    trials_table,
+)
 
 if TYPE_CHECKING:
     from autotuner.cli.client import Backend
@@ -99,11 +106,11 @@ def submit(
     if as_json:
         print_json(view)
         return
-    print(view["id"])
+    print(safe(view["id"]))
     where = "the service" if server else "the local database (run it with `autotuner serve`)"
     err.print(
-        f"queued study [bold]{view['id']}[/] ({view['name']}) on {where}; "
-        f"follow it with: autotuner best {view['id']} --watch",
+        f"queued study [bold]{safe(view['id'])}[/] ({safe(view['name'])}) on {where}; "
+        f"follow it with: autotuner best {safe(view['id'])} --watch",
         highlight=False,
     )
 
@@ -185,7 +192,8 @@ def _watch_table(source: Backend, study: str, interval: float) -> None:
     def frame(view: dict[str, Any]) -> Any:
         stamp = time.strftime("%H:%M:%S")
         line = (
-            f"{view['status']}: {view['completed_trials']} measured of {view['total_trials']} "
+            f"{safe(view['status'])}: {view['completed_trials']} measured of "
+            f"{view['total_trials']} "
             f"trial(s); updated {stamp}"
             + ("" if view["status"] in FINISHED else f", every {interval:g} s (Ctrl-C to stop)")
         )
@@ -232,7 +240,7 @@ def status(
         return
     out.print(studies_table(views))
     if study and views[0].get("error_message"):
-        err.print(f"error: {views[0]['error_message']}", highlight=False, soft_wrap=True)
+        err.print(f"error: {safe(views[0]['error_message'])}", highlight=False, soft_wrap=True)
 
 
 @friendly_errors
@@ -247,7 +255,7 @@ def cancel(
     if as_json:
         print_json(view)
     else:
-        out.print(f"study {view['id']} cancelled", highlight=False)
+        out.print(f"study {safe(view['id'])} cancelled", highlight=False)
 
 
 @friendly_errors
