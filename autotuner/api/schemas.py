@@ -169,6 +169,7 @@ class BestView(_View):
     status: StudyStatus
     completed_trials: int
     total_trials: int
+    max_trials: int | None = Field(description="The trial budget (null: a time budget only)")
     best: Recommendation | None = Field(description="Null until a trial completes")
 
 

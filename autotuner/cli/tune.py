@@ -26,9 +26,10 @@ from autotuner.cli.common import (
     err,
     friendly_errors,
     open_db_for_writing,
+    safe,
     study_request,
 )
-from autotuner.cli.render import safe, show_best
+from autotuner.cli.render import show_best
 
 
 @friendly_errors

@@ -24,9 +24,11 @@ from autotuner.dashboard.charts import knob_effects, pareto_front
 from autotuner.storage.repository import StudyNotFound
 from autotuner.study import operations
 from autotuner.study.operations import NotFound
+from autotuner.study.views import trial_label
 
 _HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=str(_HERE / "templates"))
+templates.env.globals["trial_label"] = trial_label  # `cancelled`, not a bare `failed`
 static = StaticFiles(directory=str(_HERE / "static"))
 router = APIRouter(include_in_schema=False)
 
