@@ -12,7 +12,7 @@ from rich.console import RenderableType
 from rich.table import Table
 
 from autotuner.cli.common import out, safe
-from autotuner.study.views import trial_label, unfinished_note
+from autotuner.study.labels import trial_label, unfinished_note
 
 
 def print_json(view: Any) -> None:

@@ -215,7 +215,8 @@ def export_best(db: Database, ref: str, fmt: str, *, allow_partial: bool = False
     """The best config as text in `fmt` (json, yaml, env or torchrun). A cancelled or failed
     study's best is refused (Conflict) unless `allow_partial`, and then marked as partial."""
     from autotuner.study.export import render
-    from autotuner.study.views import best_view, unfinished_note
+    from autotuner.study.labels import unfinished_note
+    from autotuner.study.views import best_view
 
     if fmt not in EXPORT_FORMATS:
         raise UserError(f"format {fmt!r}: choose one of {', '.join(EXPORT_FORMATS)}")

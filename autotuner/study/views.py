@@ -18,19 +18,6 @@ def _iso(value: Any) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-# How a trial stopped by its study's cancel is stored (study/trials.py, storage/repository.py):
-# failed, infra, with this message. Views show it as `cancelled`, not as a failure.
-CANCELLED_MESSAGE = "cancelled with the study"
-
-
-def trial_label(view: dict[str, Any]) -> str:
-    """The state to show a person: `cancelled` for a trial its study's cancel stopped."""
-    message = view.get("error_message") or ""
-    if view.get("state") == TrialState.FAILED and message.startswith(CANCELLED_MESSAGE):
-        return "cancelled"
-    return str(view.get("state"))
-
-
 def trial_view(t: Trial, *, full: bool = False) -> dict[str, Any]:
     result = t.result or {}
     out: dict[str, Any] = {
@@ -103,16 +90,3 @@ def best_view(study: Study, trials: Sequence[Trial]) -> dict[str, Any]:
         "max_trials": study.max_trials,
         "best": rec,
     }
-
-
-def unfinished_note(best: dict[str, Any]) -> str | None:
-    """For the best view of a study that was cancelled or failed: how far it got, so its best
-    is not read as a finished search's recommendation. None for any other study."""
-    if best["status"] not in ("cancelled", "failed"):
-        return None
-    done = best["completed_trials"]
-    budget = f" of {best['max_trials']}" if best.get("max_trials") else ""
-    return (
-        f"study {best['study']} was {best['status']} after {done}{budget} trials: this is the "
-        "best so far, not a finished search's recommendation"
-    )

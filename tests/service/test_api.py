@@ -128,8 +128,8 @@ def test_mutating_calls_without_the_token_get_401_and_write_nothing(
         httpx.post(f"{service.url}/api/studies", content=b"{", headers=headers).status_code == 401
     )
     assert db_counts(service.db_url) == before
-    # Reads stay open.
-    assert httpx.get(f"{service.url}/api/studies", headers=headers).status_code == 200
+    # Reads need the token too (the service was not started with --public-reads).
+    assert httpx.get(f"{service.url}/api/studies", headers=headers).status_code == 401
 
 
 HUGE_MODEL = {
@@ -257,7 +257,10 @@ def test_20_concurrent_submits_and_200_concurrent_reads(service: Service) -> Non
         f"/api/studies/{i}{suffix}" for i in ids for suffix in ("", "/trials", "/best")
     ]
     shared = httpx.Client(
-        base_url=service.url, timeout=60, limits=httpx.Limits(max_connections=200)
+        base_url=service.url,
+        headers={"Authorization": f"Bearer {service.token}"},  # reads need the token too
+        timeout=60,
+        limits=httpx.Limits(max_connections=200),
     )
 
     def read(i: int) -> int:
