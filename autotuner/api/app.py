@@ -20,6 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from autotuner.api.deps import MAX_BODY_BYTES, BodySizeLimit
+from autotuner.api.security import SecurityHeaders, TokenGate
 from autotuner.inputs import UserError
 from autotuner.storage.repository import StudyNotFound
 from autotuner.storage.session import Database, redact, upgrade_database
@@ -34,6 +35,7 @@ class ServiceSettings:
 
     db_url: str
     token: str | None = None
+    public_reads: bool = False  # reads need no token (the operator opted in: --public-reads)
     executor: str = "ray"  # or replay:FILE (see autotuner.executors.factory)
     ray_address: str | None = None
     owner: str | None = None  # the coordinator's lease owner id; default serve@host:port
@@ -147,7 +149,11 @@ def create_app(settings: ServiceSettings) -> FastAPI:
             redact(db.url),
             settings.executor,
             settings.coordinator_id if scheduler else "off",
-            "required for changes" if settings.token else "NOT SET (anyone may submit)",
+            (
+                ("required for changes; reads are public" if settings.public_reads else "required")
+                if settings.token
+                else "NOT SET (anyone may submit)"
+            ),
         )
         try:
             yield
@@ -163,7 +169,11 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     )
     app.state.settings = settings
     app.state.scheduler = None
+    # Outermost last: the headers go on every response, the token is checked before the body
+    # is read (a stranger gets 401, never a 422 describing the API), then the size limit.
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(TokenGate, token=settings.token, public_reads=settings.public_reads)
+    app.add_middleware(SecurityHeaders)
     _install_error_handlers(app)
     app.include_router(router)
     app.include_router(health)

@@ -158,6 +158,7 @@ def cancel_study(study: StudyRef, request: Request) -> dict[str, Any]:
             "content": {media: {"schema": {"type": "string"}} for media in _MEDIA.values()},
         },
         **_STUDY_ERRORS,
+        409: {"description": "The study was cancelled or failed: pass allow_partial=true"},
         422: {"description": "No completed trial yet, or bad format"},
     },
     response_class=PlainTextResponse,
@@ -167,8 +168,11 @@ def export_best(
     study: StudyRef,
     request: Request,
     format: Annotated[str, Query(pattern="^(" + "|".join(EXPORT_FORMATS) + ")$")] = "json",
+    allow_partial: Annotated[
+        bool, Query(description="Export a cancelled or failed study's best so far")
+    ] = False,
 ) -> PlainTextResponse:
-    text = studies.export_best(_db(request), study, format)
+    text = studies.export_best(_db(request), study, format, allow_partial=allow_partial)
     return PlainTextResponse(text, media_type=_MEDIA[format])
 
 

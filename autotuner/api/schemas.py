@@ -175,6 +175,7 @@ class BestView(_View):
     status: StudyStatus
     completed_trials: int
     total_trials: int
+    max_trials: int | None = Field(description="The trial budget (null: a time budget only)")
     best: Recommendation | None = Field(description="Null until a trial completes")
 
 

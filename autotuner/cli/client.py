@@ -36,7 +36,7 @@ class Backend(Protocol):
     def trial(self, ref: str, number: int) -> dict[str, Any]: ...
     def best(self, ref: str) -> dict[str, Any]: ...
     def cancel(self, ref: str) -> dict[str, Any]: ...
-    def export(self, ref: str, fmt: str) -> str: ...
+    def export(self, ref: str, fmt: str, allow_partial: bool = False) -> str: ...
 
 
 def connect(server: str | None, db: str | None) -> Backend:
@@ -96,9 +96,12 @@ class ServiceClient:
     def cancel(self, ref: str) -> dict[str, Any]:
         return self._call("POST", f"/api/studies/{self._id(ref)}/cancel").json()
 
-    def export(self, ref: str, fmt: str) -> str:
+    def export(self, ref: str, fmt: str, allow_partial: bool = False) -> str:
         path = f"/api/studies/{self._id(ref)}/export"
-        return self._call("GET", path, params={"format": fmt}).text
+        params: dict[str, Any] = {"format": fmt}
+        if allow_partial:
+            params["allow_partial"] = "true"
+        return self._call("GET", path, params=params).text
 
     def _id(self, ref: str) -> str:
         """The ref as a path segment; a study name containing '/' is looked up by name."""
@@ -203,7 +206,7 @@ class LocalClient:
 
         return studies.cancel_study(self._readable, ref)
 
-    def export(self, ref: str, fmt: str) -> str:
+    def export(self, ref: str, fmt: str, allow_partial: bool = False) -> str:
         from autotuner.study import operations as studies
 
-        return studies.export_best(self._readable, ref, fmt)
+        return studies.export_best(self._readable, ref, fmt, allow_partial=allow_partial)

@@ -96,6 +96,24 @@ DEFAULT_TRIALS = 20  # the budget when neither --trials nor --minutes is given
 
 # --------------------------------------------------------------------------- errors
 
+# Terminal escape sequences (CSI `ESC [ ... m`, OSC `ESC ] ... BEL` that sets titles or links,
+# two-byte `ESC x`), then any C0/C1 control byte and the bidi/format characters that reorder
+# text. Study names, error messages and params come from other users and from workers.
+_ESCAPES = re.compile(
+    r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]?"
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]"
+)
+
+
+def safe(value: Any) -> str:
+    """Text from outside (a study name, an error message) as it may reach a terminal: escape
+    sequences and control characters stripped, line breaks and tabs made spaces, Rich markup
+    escaped. Every renderer passes such text through here."""
+    from rich.markup import escape
+
+    text = _ESCAPES.sub("", str(value)).replace("\t", " ").replace("\r", " ").replace("\n", " ")
+    return escape(text)
+
 
 def friendly_errors(fn: F) -> F:
     """Turn the errors a user can fix into one clear line and exit code 2."""
@@ -107,9 +125,7 @@ def friendly_errors(fn: F) -> F:
         except Exception as exc:
             if not _user_facing(exc):
                 raise
-            from rich.markup import escape
-
-            err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+            err.print(f"[bold red]error:[/] {safe(exc)}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]

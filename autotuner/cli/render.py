@@ -11,7 +11,8 @@ from typing import Any
 from rich.console import RenderableType
 from rich.table import Table
 
-from autotuner.cli.common import out
+from autotuner.cli.common import out, safe
+from autotuner.study.labels import trial_label, unfinished_note
 
 
 def print_json(view: Any) -> None:
@@ -33,17 +34,19 @@ def best_table(view: dict[str, Any]) -> RenderableType:
     rec = view["best"]
     if rec is None:
         return Text(
-            f"study {view['study']} ({view['status']}): no completed trial yet "
+            f"study {safe(view['study'])} ({safe(view['status'])}): no completed trial yet "
             f"({view['total_trials']} trial(s) so far)"
         )
-    table = Table(
-        title=f"Recommended config: study {view['study']} ({view['status']})", show_header=False
-    )
+    unfinished = unfinished_note(view)
+    title = f"Recommended config: study {safe(view['study'])} ({safe(view['status'])})"
+    if unfinished:
+        title = f"Best so far (not a recommendation): study {safe(view['study'])}"
+    table = Table(title=title, show_header=False)
     table.add_column(style="bold")
     table.add_column()
     for k, v in rec["knobs"].items():
         if k in rec["params"]:
-            table.add_row(k, str(v))
+            table.add_row(safe(k), safe(v))
     spread = ""
     if rec.get("tokens_per_s_min") is not None:
         spread = f"  (repeats {rec['tokens_per_s_min']:,.0f} .. {rec['tokens_per_s_max']:,.0f})"
@@ -67,33 +70,130 @@ def best_table(view: dict[str, Any]) -> RenderableType:
     if rec.get("numerics"):
         table.add_row("numerics", rec["numerics"]["text"])
     table.add_row("trial", f"#{rec['trial_number']} of {view['total_trials']}")
+    if unfinished:
+        table.add_row("[bold yellow]caution[/]", safe(unfinished))
     return table
 
 
-def trials_table(study: dict[str, Any], views: list[dict[str, Any]]) -> Table:
-    """Every trial of a study: what it tried, what it measured, or why it failed."""
-    table = Table(title=f"Trials of study {study['id']} ({study['status']})")
-    for col in ("#", "state", "params", "tokens/s", "spread", "MFU", "peak GiB", "note"):
-        table.add_column(col, justify="right" if col in ("#", "tokens/s", "MFU") else "left")
+def trials_table(study: dict[str, Any], views: list[dict[str, Any]]) -> RenderableType:
+    """Every trial of a study: what it tried, what it measured, or why it failed.
+
+    Fits 80 columns: the config shows only the knobs that vary across the study's trials, in
+    short forms (`mb=32 bf16 flash compile`); why a trial failed (or what it retried) is listed
+    below the table, once for all the trials that share the reason; columns no trial filled are
+    left out."""
+    from rich import box
+    from rich.console import Group
+    from rich.text import Text
+
+    varying = _varying_knobs(views)
+    table = Table(
+        title=f"Trials of study {safe(study['id'])} ({safe(study['status'])})",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    has = {key: any(v.get(key) is not None for v in views) for key in ("mfu", "peak_mem_gib")}
+    table.add_column("#", justify="right")
+    table.add_column("state", no_wrap=True)
+    table.add_column("config", no_wrap=True)
+    table.add_column("tok/s", justify="right", no_wrap=True)
+    table.add_column("±", justify="right", no_wrap=True)
+    if has["mfu"]:
+        table.add_column("MFU", justify="right", no_wrap=True)
+    if has["peak_mem_gib"]:
+        table.add_column("GiB", justify="right", no_wrap=True)
+    notes: dict[str, list[int]] = {}
     for v in views:
         tps = v["tokens_per_s"]
         spread = ""
         if tps and v["tokens_per_s_min"] is not None:
-            spread = f"±{(v['tokens_per_s_max'] - v['tokens_per_s_min']) / 2 / tps:.1%}"
-        note = f"{v['error_class']}: {v['error_message'] or ''}"[:80] if v["error_class"] else ""
-        if v.get("retry_of") is not None:
-            note = f"retry of #{v['retry_of']}" + (f"; {note}" if note else "")
-        table.add_row(
+            spread = f"{(v['tokens_per_s_max'] - v['tokens_per_s_min']) / 2 / tps:.1%}"
+        label = trial_label(v)
+        note = trial_note(v)
+        if note:
+            notes.setdefault(note, []).append(v["number"])
+        row = [
             str(v["number"]),
-            v["state"],
-            " ".join(f"{k}={val}" for k, val in v["params"].items()),
+            safe(label),
+            safe(compact_params(v["params"], varying)),
             f"{tps:,.0f}" if tps else "",
             spread,
-            f"{v['mfu']:.1%}" if v["mfu"] is not None else "",
-            f"{v['peak_mem_gib']:.2f}" if v["peak_mem_gib"] is not None else "",
-            note,
-        )
-    return table
+        ]
+        if has["mfu"]:
+            row.append(f"{v['mfu']:.1%}" if v["mfu"] is not None else "")
+        if has["peak_mem_gib"]:
+            row.append(f"{v['peak_mem_gib']:.2f}" if v["peak_mem_gib"] is not None else "")
+        table.add_row(*row)
+    lines = [
+        Text.from_markup(f"[bold]{_numbers(numbers)}[/] {safe(note)}")
+        for note, numbers in notes.items()
+    ]
+    return Group(table, *lines) if lines else table
+
+
+def trial_note(view: dict[str, Any]) -> str:
+    """Why a trial failed or was skipped, once (`oom: ...`, never `dominated: dominated: ...`)."""
+    cls, message = view.get("error_class"), (view.get("error_message") or "").strip()
+    note = ""
+    if cls and trial_label(view) != "cancelled":
+        note = message if message.lower().startswith(f"{cls.lower()}:") else f"{cls}: {message}"
+        note = note.rstrip(": ")
+    if view.get("retry_of") is not None:
+        note = f"retry of #{view['retry_of']}" + (f"; {note}" if note else "")
+    return note
+
+
+def _numbers(numbers: list[int]) -> str:
+    shown = ", ".join(f"#{n}" for n in numbers[:6])
+    return shown + (f" and {len(numbers) - 6} more" if len(numbers) > 6 else "")
+
+
+# Short names for the config column; the values of _BARE knobs name themselves (bf16, flash).
+_SHORT_KNOBS = {
+    "micro_batch_size": "mb",
+    "grad_accum": "ga",
+    "vocab_pad_multiple": "pad",
+    "loader_workers": "workers",
+    "prefetch_factor": "prefetch",
+    "ddp_bucket_cap_mb": "bucket_mb",
+    "nccl_min_channels": "nccl_min_ch",
+    "nccl_max_channels": "nccl_max_ch",
+    "nccl_buffsize": "nccl_buf",
+    "grad_compression": "grad_comp",
+    "fsdp_reduce_dtype": "reduce",
+}
+_BARE = {"precision", "attention", "optimizer", "parallel", "data_source"}
+
+
+def compact_params(params: dict[str, Any], only: set[str] | None = None) -> str:
+    """A trial's knobs in short forms (`mb=32 bf16 flash compile`), limited to `only`."""
+    return " ".join(_short(k, v) for k, v in params.items() if only is None or k in only)
+
+
+def _short(knob: str, value: Any) -> str:
+    if knob == "compile_mode":
+        return {"none": "eager", "default": "compile"}.get(str(value), f"compile:{value}")
+    if knob == "checkpointing":
+        return "no-ckpt" if value == "none" else f"ckpt:{value}"
+    if knob in _BARE:
+        return str(value)
+    name = _SHORT_KNOBS.get(knob, knob)
+    if isinstance(value, bool):
+        return name if value else f"no-{name}"
+    return f"{name}={value}"
+
+
+def _varying_knobs(views: list[dict[str, Any]]) -> set[str] | None:
+    """The knobs whose value differs between trials; None (show all) when none does."""
+    seen: dict[str, set[str]] = {}
+    for v in views:
+        for k, val in v["params"].items():
+            seen.setdefault(k, set()).add(repr(val))
+    varying = {
+        k for k, vals in seen.items() if len(vals) > 1 or any(k not in v["params"] for v in views)
+    }
+    return varying or None
 
 
 def studies_table(views: list[dict[str, Any]]) -> Table:
@@ -104,11 +204,11 @@ def studies_table(views: list[dict[str, Any]]) -> Table:
     for v in views:
         counts = ", ".join(f"{n} {k}" for k, n in sorted(v["trial_counts"].items()))
         table.add_row(
-            v["id"],
-            v["name"],
-            v["status"],
-            counts or "-",
+            safe(v["id"]),
+            safe(v["name"]),
+            safe(v["status"]),
+            safe(counts) or "-",
             str(v["best_trial_number"] if v["best_trial_number"] is not None else "-"),
-            (v["created_at"] or "")[:19],
+            safe((v["created_at"] or "")[:19]),
         )
     return table

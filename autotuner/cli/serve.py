@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from autotuner.cli.common import DbOption, RayAddressOption, err, friendly_errors
+from autotuner.cli.common import DbOption, RayAddressOption, friendly_errors
 
 
 @friendly_errors
@@ -39,28 +39,41 @@ def serve(
     ] = "ray",
     lease_ttl: Annotated[float, typer.Option(hidden=True, min=2.0)] = 60.0,
     heartbeat_interval: Annotated[float, typer.Option(hidden=True, min=0.1)] = 5.0,
+    public_reads: Annotated[
+        bool,
+        typer.Option(
+            "--public-reads",
+            envvar="AUTOTUNER_PUBLIC_READS",
+            help="Let anyone who reaches the port read studies and the dashboard; changes "
+            "still need the token. Default: with a token set, reads need it too.",
+        ),
+    ] = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run the service: the JSON API (/api, OpenAPI at /docs) and the coordinator.
 
-    Mutating calls need $AUTOTUNER_TOKEN as a bearer token when it is set (always set it when
-    the service listens beyond localhost). Studies left unfinished by a previous run are picked
-    up again on start.
+    With $AUTOTUNER_TOKEN set, every call needs it as a bearer token, reads included (browsers
+    sign in at /login) unless --public-reads. Listening beyond localhost needs the token. Studies
+    left unfinished by a previous run are picked up again on start.
     """
     import logging
     import os
+
+    token = os.environ.get("AUTOTUNER_TOKEN") or None
+    if not token and not _loopback(host):
+        from autotuner.inputs import UserError
+
+        raise UserError(
+            f"--host {host} listens beyond this machine and AUTOTUNER_TOKEN is not set: anyone "
+            "who reaches the port could submit and cancel studies; set it (export "
+            "AUTOTUNER_TOKEN=$(openssl rand -hex 32)) or listen on 127.0.0.1"
+        )
 
     import uvicorn
 
     from autotuner.api.app import ServiceSettings, create_app
     from autotuner.storage.session import resolve_database_url
 
-    token = os.environ.get("AUTOTUNER_TOKEN") or None
-    if not token and host not in ("127.0.0.1", "localhost", "::1"):
-        err.print(
-            f"[bold yellow]warning:[/] listening on {host} without AUTOTUNER_TOKEN: anyone "
-            "who reaches this port can submit and cancel studies"
-        )
     logging.basicConfig(
         level=log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -74,6 +87,7 @@ def serve(
     settings = ServiceSettings(
         db_url=db_url,
         token=token,
+        public_reads=public_reads,
         executor=executor,
         ray_address=ray_address,
         owner=coordinator_id,
@@ -90,3 +104,14 @@ def serve(
         log_level=log_level.lower(),
         timeout_graceful_shutdown=10,
     )
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False

@@ -35,9 +35,17 @@ from autotuner.cli.common import (
     err,
     friendly_errors,
     out,
+    safe,
     study_options,
+    study_request,
 )
-from autotuner.cli.render import best_table, print_json, show_best, studies_table, trials_table
+from autotuner.cli.render import (
+    best_table,
+    print_json,
+    show_best,
+    studies_table,
+    trials_table,
+)
 
 if TYPE_CHECKING:
     from autotuner.cli.client import Backend
@@ -92,15 +100,17 @@ def submit(
     )
     if options.stored():
         body["options"] = options.stored()
+    # Checked here too, by the service's rules, so an error names the flag (`--gpus`).
+    study_request(**body)
     view = backend(server, db).submit(body)
     if as_json:
         print_json(view)
         return
-    print(view["id"])
+    print(safe(view["id"]))
     where = "the service" if server else "the local database (run it with `autotuner serve`)"
     err.print(
-        f"queued study [bold]{view['id']}[/] ({view['name']}) on {where}; "
-        f"follow it with: autotuner best {view['id']} --watch",
+        f"queued study [bold]{safe(view['id'])}[/] ({safe(view['name'])}) on {where}; "
+        f"follow it with: autotuner best {safe(view['id'])} --watch",
         highlight=False,
     )
 
@@ -182,7 +192,8 @@ def _watch_table(source: Backend, study: str, interval: float) -> None:
     def frame(view: dict[str, Any]) -> Any:
         stamp = time.strftime("%H:%M:%S")
         line = (
-            f"{view['status']}: {view['completed_trials']} measured of {view['total_trials']} "
+            f"{safe(view['status'])}: {view['completed_trials']} measured of "
+            f"{view['total_trials']} "
             f"trial(s); updated {stamp}"
             + ("" if view["status"] in FINISHED else f", every {interval:g} s (Ctrl-C to stop)")
         )
@@ -229,7 +240,7 @@ def status(
         return
     out.print(studies_table(views))
     if study and views[0].get("error_message"):
-        err.print(f"error: {views[0]['error_message']}", highlight=False, soft_wrap=True)
+        err.print(f"error: {safe(views[0]['error_message'])}", highlight=False, soft_wrap=True)
 
 
 @friendly_errors
@@ -244,7 +255,7 @@ def cancel(
     if as_json:
         print_json(view)
     else:
-        out.print(f"study {view['id']} cancelled", highlight=False)
+        out.print(f"study {safe(view['id'])} cancelled", highlight=False)
 
 
 @friendly_errors
@@ -262,21 +273,59 @@ def export(
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")
     ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Overwrite the --output file if it exists.")
+    ] = False,
+    allow_partial: Annotated[
+        bool,
+        typer.Option(
+            "--allow-partial",
+            help="Export a cancelled or failed study's best so far (marked as partial).",
+        ),
+    ] = False,
     server: ServerOption = None,
     db: DbOption = None,
 ) -> None:
-    """Write the recommended config in a form you can use."""
+    """Write the recommended config in a form you can use.
+
+    A study that was cancelled or failed has no recommendation, only a best so far: export it
+    with --allow-partial (the output says so); without it the command exits 2."""
+    from autotuner.inputs import UserError
     from autotuner.study.request import EXPORT_FORMATS
 
     if fmt not in EXPORT_FORMATS:
-        from autotuner.inputs import UserError
-
         raise UserError(f"--format {fmt!r}: choose one of {', '.join(EXPORT_FORMATS)}")
-    text = backend(server, db).export(study, fmt)
-    if output:
-        output.write_text(text)
+    if output is not None:
+        _check_output(output, force, fmt)  # before asking for anything
+    text = backend(server, db).export(study, fmt, allow_partial)
+    if output is None:
+        sys.stdout.write(text)
+        return
+    try:
+        with output.open("w" if force else "x") as f:
+            f.write(text)
         if fmt == "torchrun":
             output.chmod(0o755)
-        err.print(f"wrote {output}")
-    else:
-        sys.stdout.write(text)
+    except OSError as exc:
+        raise UserError(f"cannot write {output}: {exc.strerror or exc}") from None
+    err.print(f"wrote {safe(output)}", highlight=False)
+
+
+def _check_output(output: Path, force: bool, fmt: str) -> None:
+    import os
+
+    from autotuner.inputs import UserError
+
+    suffix = {"torchrun": "sh", "env": "sh"}.get(fmt, fmt)
+    if output.is_dir():
+        raise UserError(
+            f"-o {output} is a folder; give a file in it, e.g. -o {output / f'best.{suffix}'}"
+        )
+    folder = output.parent
+    if not folder.is_dir():
+        raise UserError(f"-o {output}: the folder {folder} does not exist; create it first")
+    if output.exists() and not force:
+        raise UserError(f"-o {output} exists; add --force to overwrite it, or pick another name")
+    target = output if output.exists() else folder
+    if not os.access(target, os.W_OK):
+        raise UserError(f"-o {output}: permission denied on {target}; pick a writable path")

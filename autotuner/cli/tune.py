@@ -26,6 +26,7 @@ from autotuner.cli.common import (
     err,
     friendly_errors,
     open_db_for_writing,
+    safe,
     study_request,
 )
 from autotuner.cli.render import show_best
@@ -127,7 +128,9 @@ def tune(
     with database.session() as s:
         StudyRepo(s).try_acquire(study_id, owner, 300.0)
     if not as_json:
-        err.print(f"study [bold]{study_id}[/]: {model.describe()}; space {search_space.name}")
+        err.print(
+            f"study [bold]{study_id}[/]: {safe(model.describe())}; space {safe(search_space.name)}"
+        )
     progress = _TuneProgress(request.max_trials, quiet=as_json)
     runner = StudyRunner(database, study_id, executor, owner=owner, on_event=progress.on_event)
     try:
@@ -179,20 +182,20 @@ class _TuneProgress:
     def on_event(self, event: Any) -> None:
         if self.quiet:
             return
-        params = ", ".join(f"{k}={v}" for k, v in (event.params or {}).items())
+        params = safe(", ".join(f"{k}={v}" for k, v in (event.params or {}).items()))
         if event.kind == "finished":
             if event.tokens_per_s:
                 self.best = max(self.best, event.tokens_per_s)
                 line = f"#{event.trial_number} {event.tokens_per_s:,.0f} tok/s  {params}"
             else:
-                line = f"#{event.trial_number} {event.state}: {event.message}  {params}"
+                line = f"#{event.trial_number} {event.state}: {safe(event.message)}  {params}"
             if event.state != "failed":  # a failed trial is retried: it does not advance
                 self.progress.advance(self.task)
             self.progress.console.print(line, highlight=False, soft_wrap=True)
             self.progress.update(self.task, description=f"best {self.best:,.0f} tok/s")
         elif event.kind == "pruned":
             self.progress.console.print(
-                f"[dim]skipped (no GPU time): {params}: {event.message}[/]", highlight=False
+                f"[dim]skipped (no GPU time): {params}: {safe(event.message)}[/]", highlight=False
             )
         elif event.kind == "lost":
             self.progress.console.print(f"trial #{event.trial_number} was lost; retrying once")

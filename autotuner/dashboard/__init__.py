@@ -16,17 +16,38 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
+from jinja2 import pass_context
 
+from autotuner.api.security import (
+    COOKIE,
+    login_form_token,
+    safe_next,
+    session_value,
+    token_matches,
+)
 from autotuner.dashboard.charts import knob_effects, pareto_front
 from autotuner.storage.repository import StudyNotFound
 from autotuner.study import operations
+from autotuner.study.labels import trial_label
 from autotuner.study.operations import NotFound
 
 _HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=str(_HERE / "templates"))
+
+
+@pass_context
+def _url_path(context: dict[str, Any], name: str, /, **params: Any) -> str:
+    # A path, not Starlette's absolute URL: that one is built from the request's Host (and, behind
+    # a proxy, X-Forwarded-*) headers, which a client controls, and would land in <script src>.
+    request: Request = context["request"]
+    return request.scope.get("root_path", "") + str(request.app.url_path_for(name, **params))
+
+
+templates.env.globals["url_for"] = _url_path
+templates.env.globals["trial_label"] = trial_label  # `cancelled`, not a bare `failed`
 static = StaticFiles(directory=str(_HERE / "static"))
 router = APIRouter(include_in_schema=False)
 
@@ -72,3 +93,35 @@ def trial_page(request: Request, study_id: str, number: int) -> Response:
     except (StudyNotFound, NotFound) as exc:
         raise HTTPException(404, str(exc)) from None
     return _respond(request, "trial.html", data)
+
+
+# --------------------------------------------------------------------------- signing in
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_page(request: Request) -> Response:
+    """A form for the service's token; a browser then holds a read-only session cookie."""
+    return templates.TemplateResponse(
+        request, "login.html", {"next": safe_next(request.query_params.get("next")), "error": ""}
+    )
+
+
+@router.post("/login", response_class=HTMLResponse)
+async def login(request: Request) -> Response:
+    settings = getattr(request.app.state, "settings", None)
+    token: str | None = settings.token if settings is not None else None
+    target = safe_next(request.query_params.get("next"))
+    given = login_form_token(await request.body())
+    if token and not token_matches(given, token):
+        context = {"next": target, "error": "That is not the service's token."}
+        return templates.TemplateResponse(request, "login.html", context, status_code=401)
+    response = RedirectResponse(target, status_code=303)
+    if token:
+        response.set_cookie(
+            COOKIE,
+            session_value(token),
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+    return response

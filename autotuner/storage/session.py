@@ -26,6 +26,8 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
+from autotuner.inputs import UserError
+
 ENV_VAR = "AUTOTUNER_DATABASE_URL"
 PG_CONNECT_TIMEOUT_S = 5
 # A statement that runs longer than this is cancelled (a bug or a lock held by a hung client,
@@ -64,14 +66,40 @@ def resolve_database_url(cli_value: str | None) -> str:
     return f"sqlite:///{folder / 'autotuner.db'}"
 
 
+# The databases this tool runs on, by URL scheme (postgres:// and postgresql:// are rewritten).
+SUPPORTED_SCHEMES = ("postgresql+psycopg", "sqlite", "sqlite+pysqlite")
+URL_FORMS = "postgresql://user@host:5432/dbname, sqlite:///path/to/file.db, or a bare file path"
+
+
+class UnsupportedDatabaseUrl(UserError):
+    """A database URL this tool cannot use; the message lists the forms it takes."""
+
+
 def normalize_url(url: str) -> str:
-    """Pick the psycopg 3 driver for Postgres URLs; turn a bare file path into an SQLite URL."""
+    """Pick the psycopg 3 driver for Postgres URLs; turn a bare file path into an SQLite URL.
+    Any other scheme, or a URL that does not parse, is an `UnsupportedDatabaseUrl`."""
     if "://" not in url:
         return f"sqlite:///{Path(url).expanduser().resolve()}"
     scheme, rest = url.split("://", 1)
     if scheme in ("postgres", "postgresql"):
-        return f"postgresql+psycopg://{rest}"
+        url = f"postgresql+psycopg://{rest}"
+    elif scheme not in SUPPORTED_SCHEMES:
+        raise UnsupportedDatabaseUrl(
+            f"database URL scheme {scheme[:40]!r} is not supported; use {URL_FORMS} ({_REMEDY})"
+        )
+    try:
+        make_url(url)
+    except (exc.ArgumentError, ValueError):  # ValueError: a port that is not a number
+        raise UnsupportedDatabaseUrl(
+            f"database URL {redact_unparsed(url)!r} does not parse; use {URL_FORMS}"
+        ) from None
     return url
+
+
+def redact_unparsed(url: str) -> str:
+    """A URL that did not parse, with anything between '://' and '@' masked."""
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://***@{rest.rsplit('@', 1)[1]}" if "@" in rest else url
 
 
 def redact(url: str | URL) -> str:

@@ -28,13 +28,16 @@ def render(
     *,
     study_id: str,
     config: dict[str, Any] | None = None,
+    partial: str | None = None,
 ) -> str:
-    """The recommendation `rec` as text; torchrun also needs the best trial's stored config."""
+    """The recommendation `rec` as text; torchrun also needs the best trial's stored config.
+    `partial` says why it is only the best so far (a cancelled study): kept in the output."""
     if rec is None:
         raise UserError(f"study {study_id} has no completed trial yet: nothing to export")
     if fmt not in FORMATS:
         raise UserError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
-    doc = {
+    doc: dict[str, Any] = {"partial": partial} if partial else {}
+    doc |= {
         "study": study_id,
         "trial": rec["trial_number"],
         "model": rec["model"],
@@ -48,9 +51,11 @@ def render(
         return json.dumps(doc, indent=2) + "\n"
     if fmt == "yaml":
         return yaml.safe_dump(doc, sort_keys=False)
+    caution = [f"# CAUTION: {partial}"] if partial else []
     if fmt == "torchrun":
-        return _torchrun(rec, study_id, config)
-    lines = [f"# autotuner study {study_id}, trial #{rec['trial_number']}"]
+        script = _torchrun(rec, study_id, config).split("\n")
+        return "\n".join([script[0], *caution, *script[1:]])
+    lines = [f"# autotuner study {study_id}, trial #{rec['trial_number']}", *caution]
     for knob, value in rec["knobs"].items():
         if knob in _ENV_KNOBS:
             if value not in (None, "default"):

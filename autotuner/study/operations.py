@@ -211,20 +211,28 @@ def get_trial_detail(db: Database, ref: str, number: int) -> dict[str, Any]:
         }
 
 
-def export_best(db: Database, ref: str, fmt: str) -> str:
-    """The best config as text in `fmt` (json, yaml, env or torchrun)."""
+def export_best(db: Database, ref: str, fmt: str, *, allow_partial: bool = False) -> str:
+    """The best config as text in `fmt` (json, yaml, env or torchrun). A cancelled or failed
+    study's best is refused (Conflict) unless `allow_partial`, and then marked as partial."""
     from autotuner.study.export import render
+    from autotuner.study.labels import unfinished_note
     from autotuner.study.views import best_view
 
     if fmt not in EXPORT_FORMATS:
         raise UserError(f"format {fmt!r}: choose one of {', '.join(EXPORT_FORMATS)}")
     with db.read() as s:
         study, trials = _study_and_trials(s, ref)
-        rec = best_view(study, trials)["best"]
+        view = best_view(study, trials)
+        rec = view["best"]
+        partial = unfinished_note(view) if rec is not None else None
+        if partial and not allow_partial:
+            raise Conflict(
+                f"{partial}; export it anyway with --allow-partial (API: allow_partial=true)"
+            )
         config = None
         if rec is not None:
             config = next((t.config for t in trials if t.number == rec["trial_number"]), None)
-        return render(rec, fmt, study_id=study.id, config=config)
+        return render(rec, fmt, study_id=study.id, config=config, partial=partial)
 
 
 # --------------------------------------------------------------------------- cancel

@@ -87,5 +87,6 @@ def best_view(study: Study, trials: Sequence[Trial]) -> dict[str, Any]:
         "status": study.status,
         "completed_trials": done,
         "total_trials": len(trials),
+        "max_trials": study.max_trials,
         "best": rec,
     }

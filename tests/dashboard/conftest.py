@@ -6,6 +6,7 @@ import pytest
 from fastapi import FastAPI
 
 from autotuner import dashboard
+from autotuner.api.security import SecurityHeaders
 from autotuner.executors.replay import ReplayExecutor
 from autotuner.search.space import parse_space
 from autotuner.spec import ModelSpec
@@ -18,6 +19,7 @@ KNOBS = {"micro_batch_size": [8, 16, 32, 64, 128], "precision": ["fp32", "bf16"]
 
 def make_app(db: Database) -> FastAPI:
     app = FastAPI()
+    app.add_middleware(SecurityHeaders)  # the service's CSP: the pages must work under it
     app.state.db = db
     app.include_router(dashboard.router)
     app.mount("/static", dashboard.static, name="static")

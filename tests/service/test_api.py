@@ -128,10 +128,18 @@ def test_mutating_calls_without_the_token_get_401_and_write_nothing(
         httpx.post(f"{service.url}/api/studies", content=b"{", headers=headers).status_code == 401
     )
     assert db_counts(service.db_url) == before
-    # Reads stay open.
-    assert httpx.get(f"{service.url}/api/studies", headers=headers).status_code == 200
+    # Reads need the token too (the service was not started with --public-reads).
+    assert httpx.get(f"{service.url}/api/studies", headers=headers).status_code == 401
 
 
+HUGE_MODEL = {
+    "preset": "tiny",
+    "n_layer": 1024,
+    "d_model": 65536,
+    "n_head": 64,
+    "vocab_size": 4_000_000,
+    "seq_len": 1_048_576,
+}
 BIG = b'{"model": {"preset": "tiny"}, "name": "' + b"x" * (2 * 1024 * 1024) + b'"}'
 DEEP = b'{"model": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
 
@@ -170,6 +178,9 @@ DEEP = b'{"model": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
             422,
             "max_mem_gib",
         ),
+        (json.dumps(study_body(model=HUGE_MODEL)).encode(), 422, "over the limit of 2e+12"),
+        (json.dumps(study_body(gpus_per_trial=1024)).encode(), 422, "over the limit of 512"),
+        (json.dumps(study_body(name="x\x1b]0;pwned\x07")).encode(), 422, "U+001B"),
     ],
     ids=[
         "malformed",
@@ -189,6 +200,9 @@ DEEP = b'{"model": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
         "bad-sampler",
         "time-no-length",
         "negative-ceiling",
+        "absurd-model",
+        "absurd-gpus",
+        "control-name",
     ],
 )
 def test_bad_bodies_get_4xx_with_a_remedy_and_write_nothing(
@@ -243,7 +257,10 @@ def test_20_concurrent_submits_and_200_concurrent_reads(service: Service) -> Non
         f"/api/studies/{i}{suffix}" for i in ids for suffix in ("", "/trials", "/best")
     ]
     shared = httpx.Client(
-        base_url=service.url, timeout=60, limits=httpx.Limits(max_connections=200)
+        base_url=service.url,
+        headers={"Authorization": f"Bearer {service.token}"},  # reads need the token too
+        timeout=60,
+        limits=httpx.Limits(max_connections=200),
     )
 
     def read(i: int) -> int:

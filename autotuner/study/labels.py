@@ -1,0 +1,31 @@
+"""How a trial or a study's best reads to a person, from the view shapes alone (no database
+imports: the CLI renders these for the service's answers too)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# How a trial stopped by its study's cancel is stored (study/trials.py, storage/repository.py):
+# failed, infra, with this message. Views show it as `cancelled`, not as a failure.
+CANCELLED_MESSAGE = "cancelled with the study"
+
+
+def trial_label(view: dict[str, Any]) -> str:
+    """The state to show a person: `cancelled` for a trial its study's cancel stopped."""
+    message = view.get("error_message") or ""
+    if view.get("state") == "failed" and message.startswith(CANCELLED_MESSAGE):
+        return "cancelled"
+    return str(view.get("state"))
+
+
+def unfinished_note(best: dict[str, Any]) -> str | None:
+    """For the best view of a study that was cancelled or failed: how far it got, so its best
+    is not read as a finished search's recommendation. None for any other study."""
+    if best["status"] not in ("cancelled", "failed"):
+        return None
+    done = best["completed_trials"]
+    budget = f" of {best['max_trials']}" if best.get("max_trials") else ""
+    return (
+        f"study {best['study']} was {best['status']} after {done}{budget} trials: this is the "
+        "best so far, not a finished search's recommendation"
+    )
