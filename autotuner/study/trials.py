@@ -67,8 +67,8 @@ def retried_once(purpose: str, attempt: int) -> bool:
 
     A re-measurement does not: its interleaved plan moves on (search/remeasure.py); nor does a
     multi-GPU study's one-GPU reference (its scaling is then reported as not measured), nor a
-    parity trial (search/numerics.py runs it again itself, once, as a new row). The same rule holds in
-    process and after a restart.
+    parity trial (search/numerics.py runs it again itself, once, as a new row). The same rule
+    holds in process and after a restart.
     """
     return attempt == 1 and purpose != "remeasure" and purpose not in END_CHECKS
 

@@ -132,10 +132,11 @@ def test_an_unreachable_cluster_is_waited_out_and_no_study_fails(pg_url: str) ->
     ids = [create_study(db, model=MODEL, space=SPACE, max_trials=6, seed=i) for i in range(2)]
     executor = _executor()
     scheduler = _scheduler(db, executor)
+    # Unreachable from the start: adopting the studies works (the database does), every
+    # launch and collect fails until the cluster is back.
+    executor.broken = ExecutorUnavailable("Ray: ConnectionError: head unreachable")
     scheduler.start()
     try:
-        wait_for(lambda: len(executor.submitted) >= 2, 30, "two trials")
-        executor.broken = ExecutorUnavailable("Ray: ConnectionError: head unreachable")
         wait_for(lambda: executor.failed_calls >= 5, 10, "the executor to be called and fail")
         assert scheduler.status()["state"] == "cluster unavailable"
         time.sleep(1.0)  # an outage of a second or more, with calls failing all along
