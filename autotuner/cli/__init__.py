@@ -27,6 +27,8 @@ app = typer.Typer(
     ),
     no_args_is_help=True,
     add_completion=False,
+    # Markdown: a docstring paragraph reflows to the terminal (rich mode keeps its line breaks).
+    rich_markup_mode="markdown",
     pretty_exceptions_enable=False,
 )
 

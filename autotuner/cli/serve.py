@@ -52,9 +52,10 @@ def serve(
 ) -> None:
     """Run the service: the JSON API (/api, OpenAPI at /docs) and the coordinator.
 
-    With $AUTOTUNER_TOKEN set, every call needs it as a bearer token, reads included (browsers
-    sign in at /login) unless --public-reads. Listening beyond localhost needs the token. Studies
-    left unfinished by a previous run are picked up again on start.
+    With $AUTOTUNER_TOKEN set, every call needs it as a bearer token, reads
+    included (browsers sign in at /login), unless --public-reads. Listening
+    beyond localhost needs the token. Studies left unfinished by a previous
+    run are picked up again on start.
     """
     import logging
     import os

@@ -29,7 +29,7 @@ from autotuner.cli.common import (
     safe,
     study_request,
 )
-from autotuner.cli.render import show_best
+from autotuner.cli.render import compact_params, show_best
 
 
 @friendly_errors
@@ -182,7 +182,7 @@ class _TuneProgress:
     def on_event(self, event: Any) -> None:
         if self.quiet:
             return
-        params = safe(", ".join(f"{k}={v}" for k, v in (event.params or {}).items()))
+        params = safe(compact_params(event.params or {}))  # `mb=32 bf16 flash compile`
         if event.kind == "finished":
             if event.tokens_per_s:
                 self.best = max(self.best, event.tokens_per_s)
@@ -195,7 +195,8 @@ class _TuneProgress:
             self.progress.update(self.task, description=f"best {self.best:,.0f} tok/s")
         elif event.kind == "pruned":
             self.progress.console.print(
-                f"[dim]skipped (no GPU time): {params}: {safe(event.message)}[/]", highlight=False
+                f"[dim]#{event.trial_number} not run: {params}: {safe(event.message)}[/]",
+                highlight=False,
             )
         elif event.kind == "lost":
             self.progress.console.print(f"trial #{event.trial_number} was lost; retrying once")
