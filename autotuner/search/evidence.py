@@ -31,7 +31,7 @@ def report(
         if t.state == TrialState.PRUNED or not t.result:
             continue
         result = TrialResult.model_validate(t.result)
-        measured.append((t.number, knobs(t.params), result))
+        measured.append((t.number, t.knobs or knobs(t.params), result))  # as it ran
     errors = sequential_errors(
         model,
         measured,

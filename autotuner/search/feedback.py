@@ -33,12 +33,14 @@ class Feedback:
     ) -> None:
         self.cost, self.options, self.knobs = cost, options, knobs
 
-    def violation(self, params: dict[str, Any], result: TrialResult) -> float:
+    def violation(
+        self, params: dict[str, Any], result: TrialResult, knobs: Knobs | None = None
+    ) -> float:
         """The constraint value told to the sampler for a finished trial (0: feasible)."""
         if result.status == TrialStatus.OK:
             return memory_violation(result, self.options)
         if result.failure_class == FailureClass.OOM:
-            return self.cost.oom_violation(self.knobs(params), result)
+            return self.cost.oom_violation(knobs or self.knobs(params), result)
         return 1.0
 
     def observation(self, t: Trial) -> Observation | None:
@@ -49,7 +51,7 @@ class Feedback:
         state = TrialState(t.state)
         result = TrialResult.model_validate(t.result) if t.result else None
         if state == TrialState.COMPLETE:
-            violation = self.violation(t.params, result) if result else 0.0
+            violation = self.violation(t.params, result, t.knobs) if result else 0.0
             return Observation(t.params, t.objective_value, violation)
         if state in (TrialState.INFEASIBLE, TrialState.PRUNED):
             violation = 1.0
@@ -58,7 +60,7 @@ class Feedback:
                 need = result.required_mem_gib
                 violation = max(need / limit - 1.0, 0.01) if need and limit else 1.0
             elif result is not None:
-                violation = self.violation(t.params, result)
+                violation = self.violation(t.params, result, t.knobs)
             return Observation(t.params, 0.0, violation)
         if state in (TrialState.FAILED, TrialState.LOST):
             return Observation(t.params, None)

@@ -94,15 +94,21 @@ class SearchPolicy:
     # ------------------------------------------------------------------ learning
 
     def observe(
-        self, number: int, params: dict[str, Any], result: TrialResult | None, purpose: str
+        self,
+        number: int,
+        params: dict[str, Any],
+        result: TrialResult | None,
+        purpose: str,
+        knobs: Knobs | None = None,
     ) -> None:
-        """Learn from a finished trial (live, or replayed from the database on restart)."""
+        """Learn from a finished trial (live, or replayed from the database on restart); its
+        knobs as it ran them when known (a stored trial's config), else rebuilt from params."""
         if result is None or "predicted" in result.notes:
             return
         if purpose in END_CHECKS:  # one GPU, or a parity run: nothing about the search's configs
             self.progress.observe(params, result, purpose)
             return
-        knobs = self.knobs(params)
+        knobs = knobs or self.knobs(params)
         self.cost.observe(knobs, result)
         self.screening.learn(number, params, knobs, result)
         self.progress.observe(params, result, purpose)
@@ -112,7 +118,7 @@ class SearchPolicy:
         if t.state == TrialState.PRUNED or not t.result:
             return
         result = TrialResult.model_validate(t.result)
-        self.observe(t.number, t.params, result, t.purpose)
+        self.observe(t.number, t.params, result, t.purpose, t.knobs)
 
     def observation(self, t: Trial) -> Observation | None:
         """What the sampler is told about a recorded trial (rebuilding after a restart)."""

@@ -32,6 +32,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from autotuner.options import StudyOptions
+from autotuner.spec import Knobs
 
 # JSONB on Postgres (indexable, compact), plain JSON on SQLite. none_as_null: a Python None is
 # stored as SQL NULL (so `result IS NULL` means "no result"), not as the JSON literal `null`.
@@ -187,3 +188,10 @@ class Trial(Base):
     retried: Mapped[bool] = mapped_column(Boolean, default=False)  # a retry has been scheduled
 
     study: Mapped[Study] = relationship(back_populates="trials")
+
+    @property
+    def knobs(self) -> Knobs | None:
+        """The knobs this trial ran with, read back from its stored config (None: a config
+        without knobs, e.g. a row whose dispatch never got that far)."""
+        stored = (self.config or {}).get("knobs")
+        return Knobs.model_validate(stored) if stored else None

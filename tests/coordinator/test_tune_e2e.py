@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -49,7 +50,19 @@ def test_tune_then_best_json(tmp_path: Path) -> None:
             assert lo <= t["tokens_per_s"] <= hi
 
 
-def test_micro_batch_changes_what_is_measured() -> None:
+@pytest.fixture
+def local_ray() -> Iterator[None]:
+    """This process's own local Ray, shut down after the test: a later test that joins
+    another cluster (tests/executors, tests/faults) must not find this one still connected."""
+    import ray
+
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def test_micro_batch_changes_what_is_measured(local_ray: None) -> None:
     from autotuner.executors.ray_executor import RayExecutor
 
     space = load_space("cpu-demo")

@@ -58,6 +58,7 @@ def _cluster(*gpus_per_node: int) -> Iterator[object]:
     import ray
     from ray.cluster_utils import Cluster
 
+    ray.shutdown()  # a Ray left connected by an earlier test would be used instead
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 0})
     try:
         for gpus in gpus_per_node:

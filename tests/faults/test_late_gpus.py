@@ -17,6 +17,7 @@ def cluster() -> Iterator[object]:
     import ray
     from ray.cluster_utils import Cluster
 
+    ray.shutdown()  # a Ray left connected by an earlier test would be used instead
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0})
     try:
         yield c
