@@ -134,6 +134,10 @@ class Group:
             timeout_s=max(5.0, PG_TIMEOUT_FRACTION * limit),
         )
         cuda = device.type == "cuda"
+        if cuda:
+            # The rank's current device: FSDP2 builds its default mesh and all-gather buffers
+            # on it (left at cuda:0, rank 1's collectives ran on the wrong GPU: H200 x2 run).
+            torch.cuda.set_device(device)
         try:
             # device_id binds NCCL to this rank's GPU and creates its communicator now, so a
             # rejected NCCL setting fails here, classified, and not inside the first backward.
