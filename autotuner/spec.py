@@ -5,6 +5,9 @@ versioned, JSON round-trippable pydantic models, stored verbatim beside the inde
 Everything else can change on one side without the other as long as these two hold.
 
 This module imports nothing heavy (no torch, no NVML): the CLI and service import it.
+
+One module over the size rule on purpose: it is the contract with `workers/`, and both sides
+import this one file, so a change to the records is one diff that both planes see.
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ as {"params": knobs, "result": TrialResult} so the search team can replay it.
 
 Each part stops launching trials after --budget-s and always writes what it has (the JSON is
 rewritten after every trial, so even a killed run leaves its results behind).
+
+One file over the size rule on purpose: it is a device script, and one device call copies and
+runs one file, so each part, its grid and the merge stay together here.
 """
 
 from __future__ import annotations

@@ -23,6 +23,9 @@ has, rewriting the JSON after every trial):
 Per trial: tokens/s (all ranks), per-GPU tokens/s, scaling efficiency (per-GPU rate at k GPUs /
 rate of the same knobs at 1 GPU), spread, peak memory (largest rank), status. Results go to
 OUT/multi_gpu.json and OUT/multi_gpu.md.
+
+One file over the size rule on purpose: it is a device script, and one device call copies and
+runs one file, so the groups, the plan and the report stay together here.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ before torch is imported), then torch-level state (threads, matmul precision, me
 the support checks, then model -> float8 -> optimizer -> compile -> data, then the timing
 protocol (workers/measure.py). Every outcome is a TrialResult; a config failure (oom,
 unsupported, compile_error, numerics) is a result like any other and the process exits 0.
+
+One file over the size rule on purpose: it is the hot path, read top to bottom in the order
+above; split into modules, that order would no longer be on one page.
 """
 
 from __future__ import annotations

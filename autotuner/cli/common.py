@@ -138,7 +138,7 @@ def _user_facing(exc: Exception) -> bool:
         return True
     # Checked only if already imported: a command talking to the service never loads SQLAlchemy.
     for module, name in (
-        ("autotuner.storage.repository", "StudyNotFound"),
+        ("autotuner.storage.common", "StudyNotFound"),
         ("autotuner.storage.session", "DatabaseUnavailable"),
         ("autotuner.study.operations", "NotFound"),
     ):

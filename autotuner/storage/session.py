@@ -5,13 +5,14 @@ user data folder). `Database` wraps a cached engine: `with db.session() as s:` i
 transaction that commits on success and rolls back on error; `with db.read() as s:` is one that
 only reads (on SQLite it does not take the write lock, so readers never wait for writers).
 `upgrade_database` runs Alembic; migrations are the only way the schema is created.
+The URL handling lives in urls.py and the migration helpers in migrate.py; both are re-exported
+here, where the CLI, migrations/env.py and the tests import them from.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import sqlite3
 import threading
 import time
@@ -20,15 +21,23 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import platformdirs
 from sqlalchemy import Engine, create_engine, event, exc, text
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
-from autotuner.inputs import UserError
+from autotuner.storage.migrate import _head_revision
+from autotuner.storage.migrate import alembic_config as alembic_config
+from autotuner.storage.migrate import migrations_dir as migrations_dir
+from autotuner.storage.migrate import upgrade_database as upgrade_database
+from autotuner.storage.urls import _REMEDY, normalize_url, redact
+from autotuner.storage.urls import ENV_VAR as ENV_VAR
+from autotuner.storage.urls import SUPPORTED_SCHEMES as SUPPORTED_SCHEMES
+from autotuner.storage.urls import URL_FORMS as URL_FORMS
+from autotuner.storage.urls import UnsupportedDatabaseUrl as UnsupportedDatabaseUrl
+from autotuner.storage.urls import redact_unparsed as redact_unparsed
+from autotuner.storage.urls import resolve_database_url as resolve_database_url
 
-ENV_VAR = "AUTOTUNER_DATABASE_URL"
 PG_CONNECT_TIMEOUT_S = 5
 # A statement that runs longer than this is cancelled (a bug or a lock held by a hung client,
 # never a normal query here), and a client idle inside a transaction (a paused coordinator
@@ -45,69 +54,10 @@ PG_KEEPALIVES = {
 }
 READ_ONLY = "autotuner_read_only"  # execution option: a transaction that only reads
 SQLITE_BUSY_TIMEOUT_MS = 30_000
-_REMEDY = "set --db or AUTOTUNER_DATABASE_URL"
 
 
 class DatabaseUnavailable(RuntimeError):
     """The database cannot be reached or opened; the message says what to do about it."""
-
-
-def resolve_database_url(cli_value: str | None) -> str:
-    """The database URL: `--db` value > $AUTOTUNER_DATABASE_URL > the embedded SQLite file.
-
-    `postgres://` and `postgresql://` become `postgresql+psycopg://`; a bare path means an SQLite
-    file. The default file lives in the user data folder, which is created if missing.
-    """
-    for value in (cli_value, os.environ.get(ENV_VAR)):
-        if value and value.strip():
-            return normalize_url(value.strip())
-    folder = Path(platformdirs.user_data_dir("autotuner"))
-    folder.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{folder / 'autotuner.db'}"
-
-
-# The databases this tool runs on, by URL scheme (postgres:// and postgresql:// are rewritten).
-SUPPORTED_SCHEMES = ("postgresql+psycopg", "sqlite", "sqlite+pysqlite")
-URL_FORMS = "postgresql://user@host:5432/dbname, sqlite:///path/to/file.db, or a bare file path"
-
-
-class UnsupportedDatabaseUrl(UserError):
-    """A database URL this tool cannot use; the message lists the forms it takes."""
-
-
-def normalize_url(url: str) -> str:
-    """Pick the psycopg 3 driver for Postgres URLs; turn a bare file path into an SQLite URL.
-    Any other scheme, or a URL that does not parse, is an `UnsupportedDatabaseUrl`."""
-    if "://" not in url:
-        return f"sqlite:///{Path(url).expanduser().resolve()}"
-    scheme, rest = url.split("://", 1)
-    if scheme in ("postgres", "postgresql"):
-        url = f"postgresql+psycopg://{rest}"
-    elif scheme not in SUPPORTED_SCHEMES:
-        raise UnsupportedDatabaseUrl(
-            f"database URL scheme {scheme[:40]!r} is not supported; use {URL_FORMS} ({_REMEDY})"
-        )
-    try:
-        make_url(url)
-    except (exc.ArgumentError, ValueError):  # ValueError: a port that is not a number
-        raise UnsupportedDatabaseUrl(
-            f"database URL {redact_unparsed(url)!r} does not parse; use {URL_FORMS}"
-        ) from None
-    return url
-
-
-def redact_unparsed(url: str) -> str:
-    """A URL that did not parse, with anything between '://' and '@' masked."""
-    scheme, _, rest = url.partition("://")
-    return f"{scheme}://***@{rest.rsplit('@', 1)[1]}" if "@" in rest else url
-
-
-def redact(url: str | URL) -> str:
-    """The URL as it may be shown to a user: the password masked."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except exc.ArgumentError:
-        return str(url)
 
 
 # --------------------------------------------------------------------------- engines
@@ -319,14 +269,6 @@ class Database:
         return f"Database({redact(self.url)!r})"
 
 
-def _head_revision() -> str:
-    from alembic.script import ScriptDirectory
-
-    head = ScriptDirectory(str(migrations_dir())).get_current_head()
-    assert head is not None
-    return head
-
-
 def _explain(url: str, error: exc.DBAPIError) -> str:
     parsed = make_url(url)
     shown = redact(parsed)
@@ -362,30 +304,3 @@ def _explain(url: str, error: exc.DBAPIError) -> str:
         return f"{prefix}: unknown host {parsed.host!r}; check the host in the URL, or {_REMEDY}"
     first = detail.splitlines()[0] if detail else type(error.orig).__name__
     return f"{prefix}: {first}; {_REMEDY}"
-
-
-# --------------------------------------------------------------------------- migrations
-
-
-def migrations_dir() -> Path:
-    import autotuner
-
-    return Path(autotuner.__file__).resolve().parent.parent / "migrations"
-
-
-def upgrade_database(url: str, revision: str = "head") -> None:
-    """Run `alembic upgrade <revision>` on `url` (safe to run from several processes at once)."""
-    from alembic import command
-
-    command.upgrade(alembic_config(url), revision)
-
-
-def alembic_config(url: str) -> Any:
-    """An Alembic config for `url` without alembic.ini (the URL travels in attributes, so a
-    percent-encoded password is not mangled by configparser interpolation)."""
-    from alembic.config import Config
-
-    config = Config()
-    config.set_main_option("script_location", str(migrations_dir()))
-    config.attributes["url"] = normalize_url(url)
-    return config

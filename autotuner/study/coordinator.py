@@ -3,6 +3,8 @@
 `StudyRunner.step()` does one round: collect finished trials (record + tell), cancel if asked,
 fill free executor slots with new trials (ask, rule out, dispatch), keep heartbeats and the lease
 fresh, and finish the study when its budget is spent. `run()` loops over `step()`.
+Once the search is over, what it launches (re-measurement, the one-GPU reference, the numerics
+parity trials) is endgame.py's.
 
 Every state change is its own database transaction, written before the next action depends on
 it: a trial row exists (state running, with its number) before its task is submitted
@@ -13,7 +15,6 @@ become `lost` and are retried once (`lifecycle.StudyLease.take`).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -22,42 +23,19 @@ from optuna.samplers import BaseSampler
 from optuna.trial import TrialState as OptunaState
 
 from autotuner.executors.base import Completed, Executor
-from autotuner.search.numerics import (
-    PARITY_STEPS,
-    candidate_knobs,
-    next_parity,
-    parity_reference_knobs,
-    verdict,
-)
 from autotuner.search.policy import Prune, SearchPolicy
 from autotuner.search.progress import END_CHECKS, PARITY, PARITY_REFERENCE
 from autotuner.search.sampler import Observation, distributions, new_study, replay, tell
-from autotuner.spec import (
-    FailureClass,
-    Knobs,
-    Precision,
-    TrialConfig,
-    TrialResult,
-    TrialStatus,
-    canonical_params,
-)
+from autotuner.spec import Knobs, TrialConfig, canonical_params
 from autotuner.storage.models import StudyStatus, Trial, TrialState
 from autotuner.storage.repository import TrialRepo
 from autotuner.storage.session import Database
+from autotuner.study import endgame
 from autotuner.study.budget import Budget
 from autotuner.study.create import create_study
 from autotuner.study.events import Event, OnEvent
 from autotuner.study.lifecycle import StudyLease, default_owner
-from autotuner.study.recommend import group_measurements
-from autotuner.study.trials import (
-    InFlight,
-    Outcome,
-    TrialBook,
-    history,
-    outcome,
-    reference_knobs,
-    trial_config,
-)
+from autotuner.study.trials import InFlight, TrialBook, history, outcome, trial_config
 
 __all__ = ["MAX_IDLE_PROPOSALS", "Event", "StudyRunner", "create_study", "default_owner"]
 
@@ -247,7 +225,7 @@ class StudyRunner:
     def _launch_next(self) -> bool:
         """Dispatch one new trial; False when the sampler has nothing new to offer."""
         if not self.retry_queue and self._search_over():
-            return self._launch_remeasure()
+            return endgame.launch_remeasure(self)
         while self._idle_proposals < MAX_IDLE_PROPOSALS:
             retry_of = None
             retry = self.retry_queue.pop(0) if self.retry_queue else None
@@ -279,7 +257,7 @@ class StudyRunner:
             self._idle_proposals = 0
             return True
         self._search_exhausted = True
-        return self._launch_remeasure()
+        return endgame.launch_remeasure(self)
 
     def _screen_proposal(self, params: Params, knobs: Knobs) -> Prune | None:
         prune = self._screen(params, knobs) if self._screen is not None else None
@@ -291,91 +269,6 @@ class StudyRunner:
         tell(self.optuna, ask, obs)
         self.measured[canonical_params(params)] = obs
         self.on_event(Event("pruned", number, params, TrialState.PRUNED, message=prune.message))
-
-    def _launch_remeasure(self) -> bool:
-        """After the search: re-measure the top candidates in fresh processes, one at a time,
-        interleaved A B A B (the plan is autotuner/policy.py's); then the numerics check."""
-        if self.in_flight:
-            return False  # the candidates are known once every search trial has reported
-        planned = self.policy.next_remeasure(self.max_trials)
-        if planned is None:
-            return self._launch_parity()
-        params, purpose = planned
-        if purpose == "reference":
-            self._dispatch_reference(params)
-            return True
-        knobs = self.space.knobs_for(params, self.model, self.gpus_per_trial)
-        self._dispatch(None, params, knobs, None, purpose=purpose)
-        return True
-
-    def _dispatch_reference(self, params: Params) -> None:
-        """The best config on one GPU (every multi-GPU knob at its default), for the
-        recommendation's scaling efficiency: per-GPU rate at k GPUs / rate on one."""
-        knobs = reference_knobs(self.space.knobs_for(params, self.model, self.gpus_per_trial))
-        flight = self.trials.dispatch(
-            None,
-            params,
-            lambda n: trial_config(self.study_id, self.model, self.space, self.target, 1, knobs, n),
-            retry_of=None,
-            purpose="reference",
-        )
-        self.launched += 1
-        self.on_event(Event("launched", flight.number, params, TrialState.RUNNING))
-
-    def _launch_parity(self) -> bool:
-        """Last: the numerics check of the config the recommendation would pick, if its
-        precision changes numerics (search/numerics.py), one parity trial at a time: the
-        reference precision first, then the candidate. The trial rows are the plan's state."""
-        with self.db.read() as s:
-            trials = TrialRepo(s).list(self.study_id)
-        planned = next_parity(group_measurements(trials, self.options), trials)
-        if planned is None:
-            self._exhausted = True
-            return False
-        group, purpose = planned
-        knobs = candidate_knobs(group)
-        if purpose == PARITY_REFERENCE:
-            # Neither bf16 nor fp32 runs it here (not expected): the worker's refusal is
-            # stored, and the check reported as not done, rather than skipped silently.
-            knobs = parity_reference_knobs(knobs, self.target, self.model) or knobs.model_copy(
-                update={"precision": Precision.FP32}
-            )
-
-        def config_for(number: int) -> TrialConfig:
-            config = self._config(knobs, number)
-            measure = config.measure.model_copy(update={"parity_steps": PARITY_STEPS})
-            return config.model_copy(update={"measure": measure})
-
-        params = group.first.params
-        flight = self.trials.dispatch(None, params, config_for, retry_of=None, purpose=purpose)
-        self.launched += 1
-        self.on_event(Event("launched", flight.number, params, TrialState.RUNNING))
-        return True
-
-    def _parity_outcome(self, flight: InFlight, result: TrialResult, out: Outcome) -> Outcome:
-        """A parity trial has no objective value; a candidate whose curve leaves the
-        reference's is stored infeasible, class numerics, with the measured difference."""
-        out = dataclasses.replace(out, value=None)
-        if flight.purpose != PARITY or result.status != TrialStatus.OK:
-            return out
-        key = canonical_params(flight.params)
-        with self.db.read() as s:
-            refs = [
-                t
-                for t in TrialRepo(s).list(self.study_id)
-                if t.purpose == PARITY_REFERENCE and canonical_params(t.params) == key
-            ]
-        if not refs:
-            return out
-        check = verdict(result, refs[-1])
-        if check.state != "failed":
-            return out
-        return dataclasses.replace(
-            out,
-            state=TrialState.INFEASIBLE,
-            error_class=FailureClass.NUMERICS,
-            message=f"numerics check: {check.text}",
-        )
 
     def _config(self, knobs: Knobs, number: int | None) -> TrialConfig:
         return trial_config(
@@ -410,7 +303,7 @@ class StudyRunner:
         gpus = 1 if reference else self.gpus_per_trial
         out = outcome(flight, result, self.policy, self.objective, gpus, self.options)
         if flight.purpose in (PARITY, PARITY_REFERENCE):
-            out = self._parity_outcome(flight, result, out)
+            out = endgame.parity_outcome(self, flight, result, out)
         self.trials.finish(
             flight, out.state, result, out.error_class, out.message, out.value, completed.worker
         )

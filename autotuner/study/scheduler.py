@@ -20,6 +20,9 @@ too (`ExecutorUnavailable`): the same, a wait and a retry, never a failed study.
 The thread never dies of a round that raised: the round is logged, the state says `error` with
 the reason until a round succeeds again, and `/healthz` reports it. A study that fails (its
 runner raised, or another coordinator took its lease) is dropped at once: not one more launch.
+
+One module on purpose, although a little over the size rule: it is one thread's state machine,
+and discovery, adoption and the failure handling all read and change the same slots and status.
 """
 
 from __future__ import annotations

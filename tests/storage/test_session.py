@@ -12,6 +12,7 @@ from sqlalchemy import text
 
 from autotuner.storage import Database, DatabaseUnavailable, StudyRepo, resolve_database_url
 from autotuner.storage import session as session_module
+from autotuner.storage import urls as urls_module
 from autotuner.storage.models import Study
 
 
@@ -19,7 +20,7 @@ from autotuner.storage.models import Study
 def no_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.delenv("AUTOTUNER_DATABASE_URL", raising=False)
     data_dir = tmp_path / "data" / "autotuner"
-    monkeypatch.setattr(session_module.platformdirs, "user_data_dir", lambda app: str(data_dir))
+    monkeypatch.setattr(urls_module.platformdirs, "user_data_dir", lambda app: str(data_dir))
     return data_dir
 
 

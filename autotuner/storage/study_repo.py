@@ -1,0 +1,214 @@
+"""Studies: create, find (by id, id prefix or name), list, status, lease, best trial.
+
+Runs inside the caller's transaction and never commits (see repository.py)."""
+
+from __future__ import annotations
+
+import builtins
+import datetime as dt
+import uuid
+from typing import Any
+
+from sqlalchemy import or_, select, update
+from sqlalchemy.orm import Session
+from sqlalchemy.orm.util import identity_key
+
+from autotuner.options import StudyOptions
+from autotuner.storage.common import (
+    _LIST_HINT,
+    StudyNotFound,
+    _fits,
+    _rowcount,
+    _set,
+    db_now,
+)
+from autotuner.storage.models import Study, StudyStatus, utcnow
+
+_MIN_PREFIX = 4  # like git: shorter abbreviations are too likely to be ambiguous
+
+
+class StudyRepo:
+    """Studies: create, find (by id, id prefix or name), list, status, lease, best trial."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def create(
+        self,
+        *,
+        name: str,
+        model_spec: dict[str, Any],
+        space: dict[str, Any],
+        objective: str = "tokens_per_s",
+        max_trials: int | None,
+        max_minutes: float | None,
+        gpus_per_trial: int = 1,
+        sampler: str = "tpe",
+        seed: int = 0,
+        options: StudyOptions | None = None,
+    ) -> Study:
+        """A new queued study with a fresh id `st-xxxxxxxx`."""
+        _fits("study name", name, 200, "use a shorter name")
+        study = Study(
+            id=f"st-{uuid.uuid4().hex[:8]}",
+            name=name,
+            status=StudyStatus.QUEUED.value,
+            model_spec=model_spec,
+            space=space,
+            objective=objective,
+            max_trials=max_trials,
+            max_minutes=max_minutes,
+            gpus_per_trial=gpus_per_trial,
+            sampler=sampler,
+            seed=seed,
+            options=options or StudyOptions(),
+            created_at=utcnow(),
+        )
+        self.session.add(study)
+        self.session.flush()
+        return study
+
+    def get(self, study_id: str) -> Study | None:
+        """The study with this id; else the newest study with this exact name; else the one
+        study whose id starts with this prefix (`st-` optional). None if none or ambiguous."""
+        found, _ = self._lookup(study_id)
+        return found
+
+    def require(self, study_id: str) -> Study:
+        """Like get, but raises StudyNotFound with what to do instead of returning None."""
+        found, candidates = self._lookup(study_id)
+        if found is not None:
+            return found
+        if len(candidates) > 1:
+            shown = ", ".join(s.id for s in candidates[:5])
+            raise StudyNotFound(
+                f"study prefix {study_id!r} is ambiguous ({shown}"
+                f"{', ...' if len(candidates) > 5 else ''}); give more characters of the id"
+            )
+        raise StudyNotFound(f"no study with id, id prefix or name {study_id!r}; {_LIST_HINT}")
+
+    def _lookup(self, key: str) -> tuple[Study | None, builtins.list[Study]]:
+        key = key.strip()
+        if not key:
+            return None, []
+        exact = self.session.get(Study, key)
+        if exact is not None:
+            return exact, [exact]
+        named = self.session.scalars(
+            select(Study).where(Study.name == key).order_by(*_newest_first()).limit(1)
+        ).first()
+        if named is not None:
+            return named, [named]
+        prefix = key if key.startswith("st-") else f"st-{key}"
+        if len(prefix) - len("st-") < _MIN_PREFIX:
+            return None, []
+        candidates = list(
+            self.session.scalars(
+                select(Study).where(Study.id.startswith(prefix, autoescape=True)).limit(6)
+            )
+        )
+        return (candidates[0] if len(candidates) == 1 else None), candidates
+
+    def list(self, *, status: str | None = None, limit: int = 100) -> builtins.list[Study]:
+        """Studies, newest first, optionally only those in one status."""
+        query = select(Study).order_by(*_newest_first()).limit(limit)
+        if status is not None:
+            query = query.where(Study.status == StudyStatus(status).value)
+        return list(self.session.scalars(query))
+
+    def set_status(
+        self, study: Study, status: StudyStatus, *, error_message: str | None = None
+    ) -> None:
+        """Move the study to `status`: running stamps started_at (first time only); completed,
+        cancelled and failed stamp finished_at; back to queued clears finished_at."""
+        status = StudyStatus(status)
+        now = utcnow()
+        values: dict[str, Any] = {"status": status.value}
+        if status == StudyStatus.RUNNING:
+            if study.started_at is None:
+                values["started_at"] = now
+            values["finished_at"] = None
+        elif status == StudyStatus.QUEUED:
+            values["finished_at"] = None
+        else:
+            values["finished_at"] = now
+        if error_message is not None:
+            values["error_message"] = error_message
+        self.session.execute(
+            update(Study)
+            .where(Study.id == study.id)
+            .values(**values)
+            .execution_options(synchronize_session=False)
+        )
+        _set(study, **values)
+
+    def try_acquire(self, study_id: str, owner: str, ttl_s: float) -> bool:
+        """Take (or keep) the study's lease for `owner`, for ttl_s seconds from now.
+
+        One atomic conditional UPDATE: it succeeds if nobody holds the lease, the holder's lease
+        has expired, or `owner` already holds it. Two coordinators racing: exactly one wins.
+        """
+        _fits("lease owner", owner, 64, "use a shorter owner id, e.g. host:pid")
+        now = db_now(self.session)
+        result = self.session.execute(
+            update(Study)
+            .where(
+                Study.id == study_id,
+                or_(
+                    Study.owner.is_(None),
+                    Study.owner == owner,
+                    Study.lease_expires_at.is_(None),
+                    Study.lease_expires_at < now,
+                ),
+            )
+            .values(owner=owner, lease_expires_at=now + dt.timedelta(seconds=ttl_s))
+            .execution_options(synchronize_session=False)
+        )
+        self._reload_lease(study_id)
+        return _rowcount(result) == 1
+
+    def renew(self, study_id: str, owner: str, ttl_s: float) -> bool:
+        """Extend the lease `owner` holds; False if another owner has taken it meanwhile.
+
+        An owner whose lease expired can still renew it while nobody else has taken it (its
+        trials were not marked lost: nothing was decided without it)."""
+        result = self.session.execute(
+            update(Study)
+            .where(Study.id == study_id, Study.owner == owner)
+            .values(lease_expires_at=db_now(self.session) + dt.timedelta(seconds=ttl_s))
+            .execution_options(synchronize_session=False)
+        )
+        self._reload_lease(study_id)
+        return _rowcount(result) == 1
+
+    def release(self, study_id: str, owner: str) -> None:
+        """Give the lease up (a no-op if `owner` no longer holds it)."""
+        self.session.execute(
+            update(Study)
+            .where(Study.id == study_id, Study.owner == owner)
+            .values(owner=None, lease_expires_at=None)
+            .execution_options(synchronize_session=False)
+        )
+        self._reload_lease(study_id)
+
+    def _reload_lease(self, study_id: str) -> None:
+        loaded = self.session.identity_map.get(identity_key(Study, study_id))
+        if loaded is not None:
+            self.session.refresh(loaded, ["owner", "lease_expires_at"])
+
+    def set_best(
+        self, study: Study, trial_number: int | None, recommendation: dict[str, Any] | None
+    ) -> None:
+        """Record the current best trial and the recommendation built from it."""
+        values = {"best_trial_number": trial_number, "recommendation": recommendation}
+        self.session.execute(
+            update(Study)
+            .where(Study.id == study.id)
+            .values(**values)
+            .execution_options(synchronize_session=False)
+        )
+        _set(study, **values)
+
+
+def _newest_first() -> tuple[Any, ...]:
+    return (Study.created_at.desc(), Study.id.desc())

@@ -1,0 +1,171 @@
+"""The end of a study: what the runner launches once its search is over.
+
+One trial at a time, in this order: the re-measurement of the top candidates in fresh processes
+(interleaved A B A B, the plan is search/policy.py's), with a multi-GPU study's one-GPU
+`reference` trial among them; then the numerics `parity` trials of the config the recommendation
+would pick (search/numerics.py). Moved out of coordinator.py unchanged: these are functions of
+the runner (`coordinator.StudyRunner`), which `Runner` types by what they use of it, and its
+state (`launched`, the exhausted flag) stays the runner's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol
+
+import optuna
+
+from autotuner.executors.base import Target
+from autotuner.options import StudyOptions
+from autotuner.search.numerics import (
+    PARITY_STEPS,
+    candidate_knobs,
+    next_parity,
+    parity_reference_knobs,
+    verdict,
+)
+from autotuner.search.policy import SearchPolicy
+from autotuner.search.progress import PARITY, PARITY_REFERENCE
+from autotuner.search.space import SearchSpace
+from autotuner.spec import (
+    FailureClass,
+    Knobs,
+    ModelSpec,
+    Precision,
+    TrialConfig,
+    TrialResult,
+    TrialStatus,
+    canonical_params,
+)
+from autotuner.storage.models import TrialState
+from autotuner.storage.repository import TrialRepo
+from autotuner.storage.session import Database
+from autotuner.study.events import Event
+from autotuner.study.recommend import group_measurements
+from autotuner.study.trials import InFlight, Outcome, TrialBook, reference_knobs, trial_config
+
+Params = dict[str, Any]
+
+
+class Runner(Protocol):
+    """What the end of a study reads and changes on its runner (coordinator.StudyRunner)."""
+
+    db: Database
+    study_id: str
+    space: SearchSpace
+    model: ModelSpec
+    target: Target
+    gpus_per_trial: int
+    max_trials: int | None
+    options: StudyOptions
+    policy: SearchPolicy
+    trials: TrialBook
+    launched: int
+    _exhausted: bool
+
+    @property
+    def in_flight(self) -> dict[str, InFlight]: ...
+
+    def on_event(self, event: Event) -> None: ...
+
+    def _config(self, knobs: Knobs, number: int | None) -> TrialConfig: ...
+
+    def _dispatch(
+        self,
+        ask: optuna.Trial | None,
+        params: Params,
+        knobs: Knobs,
+        retry_of: int | None,
+        purpose: str | None = None,
+    ) -> None: ...
+
+
+def launch_remeasure(runner: Runner) -> bool:
+    """After the search: re-measure the top candidates in fresh processes, one at a time,
+    interleaved A B A B (the plan is autotuner/policy.py's); then the numerics check."""
+    if runner.in_flight:
+        return False  # the candidates are known once every search trial has reported
+    planned = runner.policy.next_remeasure(runner.max_trials)
+    if planned is None:
+        return launch_parity(runner)
+    params, purpose = planned
+    if purpose == "reference":
+        dispatch_reference(runner, params)
+        return True
+    knobs = runner.space.knobs_for(params, runner.model, runner.gpus_per_trial)
+    runner._dispatch(None, params, knobs, None, purpose=purpose)
+    return True
+
+
+def dispatch_reference(runner: Runner, params: Params) -> None:
+    """The best config on one GPU (every multi-GPU knob at its default), for the
+    recommendation's scaling efficiency: per-GPU rate at k GPUs / rate on one."""
+    knobs = reference_knobs(runner.space.knobs_for(params, runner.model, runner.gpus_per_trial))
+    flight = runner.trials.dispatch(
+        None,
+        params,
+        lambda n: trial_config(
+            runner.study_id, runner.model, runner.space, runner.target, 1, knobs, n
+        ),
+        retry_of=None,
+        purpose="reference",
+    )
+    runner.launched += 1
+    runner.on_event(Event("launched", flight.number, params, TrialState.RUNNING))
+
+
+def launch_parity(runner: Runner) -> bool:
+    """Last: the numerics check of the config the recommendation would pick, if its
+    precision changes numerics (search/numerics.py), one parity trial at a time: the
+    reference precision first, then the candidate. The trial rows are the plan's state."""
+    with runner.db.read() as s:
+        trials = TrialRepo(s).list(runner.study_id)
+    planned = next_parity(group_measurements(trials, runner.options), trials)
+    if planned is None:
+        runner._exhausted = True
+        return False
+    group, purpose = planned
+    knobs = candidate_knobs(group)
+    if purpose == PARITY_REFERENCE:
+        # Neither bf16 nor fp32 runs it here (not expected): the worker's refusal is
+        # stored, and the check reported as not done, rather than skipped silently.
+        knobs = parity_reference_knobs(knobs, runner.target, runner.model) or knobs.model_copy(
+            update={"precision": Precision.FP32}
+        )
+
+    def config_for(number: int) -> TrialConfig:
+        config = runner._config(knobs, number)
+        measure = config.measure.model_copy(update={"parity_steps": PARITY_STEPS})
+        return config.model_copy(update={"measure": measure})
+
+    params = group.first.params
+    flight = runner.trials.dispatch(None, params, config_for, retry_of=None, purpose=purpose)
+    runner.launched += 1
+    runner.on_event(Event("launched", flight.number, params, TrialState.RUNNING))
+    return True
+
+
+def parity_outcome(runner: Runner, flight: InFlight, result: TrialResult, out: Outcome) -> Outcome:
+    """A parity trial has no objective value; a candidate whose curve leaves the
+    reference's is stored infeasible, class numerics, with the measured difference."""
+    out = dataclasses.replace(out, value=None)
+    if flight.purpose != PARITY or result.status != TrialStatus.OK:
+        return out
+    key = canonical_params(flight.params)
+    with runner.db.read() as s:
+        refs = [
+            t
+            for t in TrialRepo(s).list(runner.study_id)
+            if t.purpose == PARITY_REFERENCE and canonical_params(t.params) == key
+        ]
+    if not refs:
+        return out
+    check = verdict(result, refs[-1])
+    if check.state != "failed":
+        return out
+    return dataclasses.replace(
+        out,
+        state=TrialState.INFEASIBLE,
+        error_class=FailureClass.NUMERICS,
+        message=f"numerics check: {check.text}",
+    )
