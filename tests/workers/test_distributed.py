@@ -143,7 +143,10 @@ def test_a_hung_rank_ends_at_the_limit_as_timeout(no_orphans):
     result = run_trial_process(_config(2, fault="hang", fault_rank=1), timeout_s=15)
     assert result.failure_class == FailureClass.TIMEOUT, result.error_message
     assert time.monotonic() - start < 15 + launch.KILL_GRACE_S + 5
-    assert "all 2 ranks were killed" in result.error_message
+    # Either the launcher's limit ends every rank, or, first, rank 0's process-group timeout
+    # (0.8 x the limit) fires in the collective it waits in: both are the hung rank's timeout.
+    message = result.error_message or ""
+    assert "all 2 ranks were killed" in message or "another rank is hung" in message, message
 
 
 def test_one_rank_refusing_is_unsupported_without_hanging(no_orphans):
