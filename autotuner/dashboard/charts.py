@@ -6,6 +6,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from autotuner.study.recommend import pareto_sweep
+
 
 def _measured(trials: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return [t for t in trials if t["state"] == "complete" and t["tokens_per_s"]]
@@ -47,10 +49,5 @@ def knob_effects(trials: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, A
 def pareto_front(trials: Sequence[dict[str, Any]]) -> list[int]:
     """Trial numbers not beaten on both throughput (higher) and peak memory (lower)."""
     points = [t for t in _measured(trials) if t["peak_mem_gib"] is not None]
-    points.sort(key=lambda t: (t["peak_mem_gib"], -t["tokens_per_s"]))
-    front, best_tps = [], 0.0
-    for t in points:
-        if t["tokens_per_s"] > best_tps:
-            front.append(t["number"])
-            best_tps = t["tokens_per_s"]
-    return front
+    front = pareto_sweep([(t["tokens_per_s"], t["peak_mem_gib"]) for t in points])
+    return [points[i]["number"] for i in front]
