@@ -92,6 +92,17 @@ MaxMemOption = Annotated[
     float | None,
     typer.Option(min=0.0, help="Memory ceiling in GiB: configs that need more are infeasible."),
 ]
+GlobalBatchOption = Annotated[
+    int | None,
+    typer.Option(
+        "--global-batch",
+        min=1,
+        help="Tokens per optimizer step, held exactly (micro-batch x seq_len x GPUs x "
+        "accumulation): accumulation is derived, and micro-batches that do not divide it are "
+        "never run. Default: the space's, or none (each trial's own).",
+        show_default=False,
+    ),
+]
 DEFAULT_TRIALS = 20  # the budget when neither --trials nor --minutes is given
 
 # --------------------------------------------------------------------------- errors
@@ -152,6 +163,7 @@ def as_flags(message: str) -> str:
     """A message about options (`options.max_mem_gib`) in the words of the flags (`--max-mem-gib`).
 
     The same checks serve the API (options.x) and these commands (--x)."""
+    message = re.sub(r"\bglobal_batch_tokens\b", "--global-batch", message)
     return re.sub(
         r"(?:options\.)?\b(usd_per_gpu_hour|planned_tokens|planned_hours|max_mem_gib)\b",
         lambda m: "--" + m.group(1).replace("_", "-"),
@@ -168,6 +180,7 @@ FLAGS = {
     "sampler": "--sampler",
     "seed": "--seed",
     "name": "--name",
+    "global_batch_tokens": "--global-batch",
 }
 
 

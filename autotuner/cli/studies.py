@@ -16,6 +16,7 @@ import typer
 from autotuner.cli.common import (
     DEFAULT_TRIALS,
     DbOption,
+    GlobalBatchOption,
     GpusOption,
     JsonFlag,
     MaxMemOption,
@@ -31,6 +32,7 @@ from autotuner.cli.common import (
     StudyArg,
     TrialsOption,
     UsdOption,
+    as_flags,
     backend,
     err,
     friendly_errors,
@@ -68,6 +70,7 @@ def submit(
     planned_tokens: PlannedTokensOption = None,
     planned_hours: PlannedHoursOption = None,
     max_mem_gib: MaxMemOption = None,
+    global_batch: GlobalBatchOption = None,
     sampler: SamplerOption = "tpe",
     seed: SeedOption = 0,
     name: NameOption = None,
@@ -92,6 +95,8 @@ def submit(
     }
     if name:
         body["name"] = name
+    if global_batch is not None:
+        body["global_batch_tokens"] = global_batch
     options = study_options(
         usd_per_gpu_hour=usd_per_gpu_hour,
         planned_tokens=planned_tokens,
@@ -102,7 +107,12 @@ def submit(
         body["options"] = options.stored()
     # Checked here too, by the service's rules, so an error names the flag (`--gpus`).
     study_request(**body)
-    view = backend(server, db).submit(body)
+    from autotuner.inputs import UserError
+
+    try:
+        view = backend(server, db).submit(body)
+    except UserError as exc:  # the service's (or the database's) check, said in flags
+        raise type(exc)(as_flags(str(exc))) from None
     if as_json:
         print_json(view)
         return

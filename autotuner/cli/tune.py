@@ -9,6 +9,7 @@ import typer
 from autotuner.cli.common import (
     DEFAULT_TRIALS,
     DbOption,
+    GlobalBatchOption,
     GpusOption,
     JsonFlag,
     MaxMemOption,
@@ -23,6 +24,7 @@ from autotuner.cli.common import (
     SpecArg,
     TrialsOption,
     UsdOption,
+    as_flags,
     err,
     friendly_errors,
     open_db_for_writing,
@@ -53,6 +55,7 @@ def tune(
     planned_tokens: PlannedTokensOption = None,
     planned_hours: PlannedHoursOption = None,
     max_mem_gib: MaxMemOption = None,
+    global_batch: GlobalBatchOption = None,
     sampler: SamplerOption = "tpe",
     seed: SeedOption = 0,
     name: NameOption = None,
@@ -67,7 +70,6 @@ def tune(
     """
     from autotuner.inputs import UserError, load_model_spec
     from autotuner.search.space import load_space
-    from autotuner.study.operations import validate_request
 
     # Read the files here, where their errors can name the file and line; then check the
     # request by the rules the API and `submit` use, before anything is written.
@@ -91,9 +93,10 @@ def tune(
         sampler=sampler,
         seed=seed,
         options={k: v for k, v in options.items() if v is not None},
+        global_batch_tokens=global_batch,
     )
     if chosen is not None:
-        validate_request(request)
+        _validated(request)
     database = open_db_for_writing(db)
 
     from autotuner.executors.ray_executor import RayExecutor
@@ -108,7 +111,7 @@ def tune(
         default = "single-gpu-quick" if target.device_type == "cuda" else "cpu-demo"
         request = request.model_copy(update={"space": default})
     # Again with the cluster known: as the service does, refuse more GPUs per trial than it has.
-    model, search_space = validate_request(request, target)
+    model, search_space = _validated(request, target)
     owner = default_owner()
     study_id = create_study(
         database,
@@ -200,3 +203,14 @@ class _TuneProgress:
             )
         elif event.kind == "lost":
             self.progress.console.print(f"trial #{event.trial_number} was lost; retrying once")
+
+
+def _validated(request: Any, target: Any = None) -> Any:
+    """`validate_request`, its errors in the words of this command's flags."""
+    from autotuner.inputs import UserError
+    from autotuner.study.operations import validate_request
+
+    try:
+        return validate_request(request, target)
+    except UserError as exc:
+        raise UserError(as_flags(str(exc))) from None

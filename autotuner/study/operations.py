@@ -66,12 +66,41 @@ def resolve_space(value: dict[str, Any] | str) -> SearchSpace:
     return load_space(str(spaces_dir() / f"{value}.yaml"))
 
 
+def _with_global_batch(space: SearchSpace, tokens: int, model: ModelSpec, gpus: int) -> SearchSpace:
+    """The space with the request's global batch, checked: it must not also search or fix
+    grad_accum, and some micro-batch of the space must divide it for this model."""
+    from autotuner.search.space import IntRange
+
+    try:
+        fixed = SearchSpace.model_validate(
+            {**space.model_dump(by_alias=True), "global_batch_tokens": tokens}
+        )
+    except ValidationError as exc:
+        raise SpaceError(f"global_batch_tokens: {describe_validation_error(exc)}") from None
+    domain = fixed.knobs.get("micro_batch_size")
+    sizes = (
+        list(range(domain.low, domain.high + 1, domain.step))
+        if isinstance(domain, IntRange)
+        else [int(v) for v in (domain or [fixed.fixed.get("micro_batch_size", 1)])]
+    )
+    per_sequence = model.seq_len * max(gpus, 1)
+    if not any(tokens % (mb * per_sequence) == 0 for mb in sizes):
+        raise SpaceError(
+            f"global_batch_tokens {tokens:,}: no micro_batch_size of the space "
+            f"({', '.join(map(str, sizes[:12]))}) x seq_len {model.seq_len} x {max(gpus, 1)} "
+            f"GPU(s) divides it; use a multiple of {sizes[0] * per_sequence:,} tokens"
+        )
+    return fixed
+
+
 def validate_request(
     req: StudyRequest, target: Target | None = None
 ) -> tuple[ModelSpec, SearchSpace]:
     """Everything a study needs, checked before anything is written."""
     model = resolve_model(req.model)
     space = resolve_space(req.space)
+    if req.global_batch_tokens is not None:
+        space = _with_global_batch(space, req.global_batch_tokens, model, req.gpus_per_trial)
     try:
         space.knobs_for(space.seed_params(), model, req.gpus_per_trial)
     except ValidationError as exc:

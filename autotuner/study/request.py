@@ -61,6 +61,13 @@ class StudyRequest(_Strict):
     sampler: Literal["tpe", "random", "grid", "gp"] = "tpe"
     seed: int = Field(default=0, ge=0, le=2**31 - 1)
     options: StudyOptions = Field(default_factory=StudyOptions)
+    global_batch_tokens: int | None = Field(
+        default=None,
+        gt=0,
+        le=2**40,
+        description="Tokens per optimizer step, held exactly: grad_accum is derived, and "
+        "micro-batches that do not divide it are pruned. Overrides the space's own.",
+    )
 
     @field_validator("gpus_per_trial")
     @classmethod

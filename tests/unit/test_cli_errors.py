@@ -54,6 +54,11 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
             ["m.yaml", "--objective", "mtokens_per_usd"],
             "--usd-per-gpu-hour",
         ),
+        (  # tiny: seq_len 64; cpu-demo's micro-batches are 1..32: none divides 1000 tokens
+            {"m.yaml": "preset: tiny\n"},
+            ["m.yaml", "--space", "cpu-demo", "--global-batch", "1000"],
+            "--global-batch 1,000: no micro_batch_size of the space",
+        ),
     ],
 )
 def test_tune_rejects_bad_input_and_writes_nothing(

@@ -188,3 +188,16 @@ def test_a_global_batch_is_held_exactly_never_rounded() -> None:
     big = space.knobs_for({"micro_batch_size": 64}, model, 1)  # one micro-batch is already 2x
     assert space.global_batch_mismatch(big, model, 1) is not None
     assert space.global_batch_mismatch(exact, model, 2) is not None  # 2 GPUs double it
+
+
+def test_a_requested_global_batch_replaces_the_spaces(tmp_path) -> None:
+    from autotuner.study.operations import validate_request
+    from autotuner.study.request import StudyRequest
+
+    req = StudyRequest(
+        model={"preset": "tiny"}, space="cpu-demo", max_trials=2, global_batch_tokens=2048
+    )
+    _, space = validate_request(req)
+    assert space.global_batch_tokens == 2048
+    model = parse_model_spec({"preset": "tiny"})
+    assert space.knobs_for({"micro_batch_size": 8}, model, 1).grad_accum == 4  # 8 x 64 x 4
