@@ -108,8 +108,18 @@ def get_study(study: StudyRef, request: Request) -> dict[str, Any]:
     responses=_STUDY_ERRORS,
     summary="A study's trials",
 )
-def list_trials(study: StudyRef, request: Request) -> list[dict[str, Any]]:
-    return studies.list_trials(_db(request), study)
+def list_trials(
+    study: StudyRef,
+    request: Request,
+    after: Annotated[
+        int | None,
+        Query(ge=-1, description="Only trials numbered above this (the last one you have)"),
+    ] = None,
+    limit: Annotated[int | None, Query(ge=1, le=10_000, description="At most this many")] = None,
+) -> list[dict[str, Any]]:
+    """In number order. Page with `after` (the last number you have) and `limit`; poll for new
+    trials with `after` alone."""
+    return studies.list_trials(_db(request), study, after=after, limit=limit)
 
 
 @router.get(

@@ -32,7 +32,9 @@ class Backend(Protocol):
     def submit(self, body: dict[str, Any]) -> dict[str, Any]: ...
     def studies(self, status: str | None = None, limit: int = 50) -> list[dict[str, Any]]: ...
     def study(self, ref: str) -> dict[str, Any]: ...
-    def trials(self, ref: str) -> list[dict[str, Any]]: ...
+    def trials(
+        self, ref: str, after: int | None = None, limit: int | None = None
+    ) -> list[dict[str, Any]]: ...
     def trial(self, ref: str, number: int) -> dict[str, Any]: ...
     def best(self, ref: str) -> dict[str, Any]: ...
     def cancel(self, ref: str) -> dict[str, Any]: ...
@@ -84,8 +86,12 @@ class ServiceClient:
     def study(self, ref: str) -> dict[str, Any]:
         return self._call("GET", f"/api/studies/{self._id(ref)}").json()
 
-    def trials(self, ref: str) -> list[dict[str, Any]]:
-        return self._call("GET", f"/api/studies/{self._id(ref)}/trials").json()
+    def trials(
+        self, ref: str, after: int | None = None, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        page = {k: v for k, v in (("after", after), ("limit", limit)) if v is not None}
+        query = ("?" + "&".join(f"{k}={v}" for k, v in page.items())) if page else ""
+        return self._call("GET", f"/api/studies/{self._id(ref)}/trials{query}").json()
 
     def trial(self, ref: str, number: int) -> dict[str, Any]:
         return self._call("GET", f"/api/studies/{self._id(ref)}/trials/{number}").json()
@@ -186,10 +192,12 @@ class LocalClient:
 
         return studies.get_study(self._readable, ref)
 
-    def trials(self, ref: str) -> list[dict[str, Any]]:
+    def trials(
+        self, ref: str, after: int | None = None, limit: int | None = None
+    ) -> list[dict[str, Any]]:
         from autotuner.study import operations as studies
 
-        return studies.list_trials(self._readable, ref)
+        return studies.list_trials(self._readable, ref, after=after, limit=limit)
 
     def trial(self, ref: str, number: int) -> dict[str, Any]:
         from autotuner.study import operations as studies

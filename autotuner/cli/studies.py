@@ -220,17 +220,32 @@ def _watch_table(source: Backend, study: str, interval: float) -> None:
 @friendly_errors
 def trials(
     study: StudyArg,
+    last: Annotated[
+        int,
+        typer.Option("--last", "-l", min=1, help="Show the most recent N trials."),
+    ] = 200,
+    show_all: Annotated[bool, typer.Option("--all", help="Show every trial.")] = False,
     server: ServerOption = None,
     db: DbOption = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """List every trial of a study with what it measured or why it failed."""
+    """List a study's trials (the most recent 200 unless --last or --all) with what each
+    measured or why it failed."""
     source = backend(server, db)
-    views = source.trials(study)
+    view = source.study(study)
+    total = sum(view.get("trial_counts", {}).values())
+    # Trial numbers are 0..total-1 with no gap: the last N are those above total - N - 1.
+    after = None if show_all or total <= last else total - last - 1
+    views = source.trials(view["id"], after=after)
     if as_json:
         print_json(views)
         return
-    out.print(trials_table(source.study(study), views))
+    out.print(trials_table(view, views))
+    if after is not None:
+        err.print(
+            f"the last {len(views)} of {total} trials; --all for every one, --last N for more",
+            style="dim",
+        )
 
 
 @friendly_errors

@@ -185,12 +185,26 @@ def get_study(db: Database, ref: str) -> dict[str, Any]:
         return study_view(*_study_and_trials(s, ref))
 
 
-def list_trials(db: Database, ref: str) -> list[dict[str, Any]]:
+def list_trials(
+    db: Database, ref: str, *, after: int | None = None, limit: int | None = None
+) -> list[dict[str, Any]]:
+    """A study's trials in number order; `after` and `limit` page through them (keyset: the
+    trials numbered above `after`, at most `limit`), reading only those rows."""
+    from sqlalchemy import select
+
+    from autotuner.storage.models import Trial
+    from autotuner.storage.repository import StudyRepo
     from autotuner.study.views import trial_view
 
     with db.read() as s:
-        _, trials = _study_and_trials(s, ref)
-        return [trial_view(t) for t in trials]
+        study = StudyRepo(s).require(ref)
+        query = select(Trial).where(Trial.study_id == study.id)
+        if after is not None:
+            query = query.where(Trial.number > after)
+        query = query.order_by(Trial.number)
+        if limit is not None:
+            query = query.limit(limit)
+        return [trial_view(t) for t in s.scalars(query)]
 
 
 def get_best(db: Database, ref: str) -> dict[str, Any]:
