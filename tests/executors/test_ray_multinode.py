@@ -4,7 +4,6 @@ There is no CUDA here: the ranks run on the CPU with gloo, through the same plac
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -13,6 +12,7 @@ import pytest
 
 from autotuner.executors.base import Completed
 from autotuner.spec import FailureClass, TrialStatus
+from tests.service import procs
 from tests.service.conftest import wait_for
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -29,19 +29,7 @@ def _config(fault: str = "none", fault_rank: int | None = None):
 
 
 def _live_processes_marked(mark: str) -> list[int]:
-    needle = f"{MARK_ENV}={mark}".encode()
-    pids = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-            with open(f"/proc/{pid}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if needle in env and state != "Z":
-            pids.append(int(pid))
-    return pids
+    return procs.with_env(f"{MARK_ENV}={mark}")
 
 
 def _run(executor, config, limit_s: float = 240) -> Completed:

@@ -19,6 +19,21 @@ def pids() -> list[int]:
     return [int(p) for p in os.listdir("/proc") if p.isdigit()]
 
 
+def with_env(entry: str) -> list[int]:
+    """Live (not zombie) processes whose environment holds `entry` ("NAME=value"): how a test
+    finds the processes it started, even after they were re-parented."""
+    needle = entry.encode()
+    found = []
+    for pid in pids():
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if needle in env and alive(pid):
+            found.append(pid)
+    return found
+
+
 def alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

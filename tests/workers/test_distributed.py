@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from autotuner.spec import FailureClass, TrialConfig, TrialStatus
+from tests.service import procs
 from workers import distributed, launch, launch_ranks
 from workers.launch import run_trial_process
 from workers.trial import NVLS_OFF_ENV, inactive_knobs, process_env
@@ -30,21 +31,7 @@ def _config(k: int = 2, fault: str = "none", fault_rank: int | None = None, **kn
 def _trial_processes() -> list[int]:
     """Live rank processes launched from this test process (other sessions may run trials too:
     the launcher marks its children with its pid, and the mark survives re-parenting)."""
-    mark = f"{launch.PARENT_ENV}={os.getpid()}".encode()
-    pids = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-            with open(f"/proc/{pid}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if mark in env and state != "Z":
-            pids.append(int(pid))
-    return pids
+    return procs.with_env(f"{launch.PARENT_ENV}={os.getpid()}")
 
 
 @pytest.fixture
