@@ -69,7 +69,10 @@ def best_table(view: dict[str, Any]) -> RenderableType:
         )
     if rec.get("numerics"):
         table.add_row("numerics", rec["numerics"]["text"])
-    table.add_row("trial", f"#{rec['trial_number']} of {view['total_trials']}")
+    # A trial number, not a count of launched trials: pruned proposals take numbers too.
+    table.add_row(
+        "trial", f"#{rec['trial_number']} ({view['total_trials']} recorded, pruned included)"
+    )
     if unfinished:
         table.add_row("[bold yellow]caution[/]", safe(unfinished))
     return table
