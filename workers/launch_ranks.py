@@ -41,6 +41,7 @@ from workers.launch import LIMIT_ENV
 from workers.trial import PEER_FAILED_EXIT, process_env
 
 OK_GRACE_S = 3.0  # after rank 0's result, how long the others get to exit by themselves
+FAILURE_SETTLE_S = 2.0  # after a failure result, how long a peer's death may still claim it
 
 
 @dataclass(frozen=True)
@@ -197,20 +198,48 @@ class _Ranks:
             if remaining <= 0:
                 return "timeout", None
             self._wait_any(min(remaining, max(0.0, next_beat - now)))
-            for r, p in enumerate(self.procs):
-                if r in self.ended or p.poll() is None:
-                    continue
-                self.ended[r] = p.returncode
-                verdict = self._verdict(r, p.returncode)
-                if verdict is not None:
-                    if verdict == "ok":  # the others are past their last collective
-                        self._wait_rest(OK_GRACE_S)
-                    return verdict, r
+            decided = self._decide(self._collect_ended())
+            if decided is not None:
+                verdict, r = decided
+                if verdict == "ok":  # the others are past their last collective
+                    self._wait_rest(OK_GRACE_S)
+                elif not self._died(r):
+                    # A failure result may be a knock-on (a peer's death broke a collective):
+                    # give the other ranks a moment to end; a death among them is the cause.
+                    verdict, r = self._settle(verdict, r)
+                return verdict, r
             if len(self.ended) == len(self.procs):
                 return "all-ended", None
             if on_heartbeat is not None and time.monotonic() >= next_beat:
                 on_heartbeat()
                 next_beat = time.monotonic() + launch.HEARTBEAT_INTERVAL_S
+
+    def _collect_ended(self) -> list[int]:
+        newly = []
+        for r, p in enumerate(self.procs):
+            if r not in self.ended and p.poll() is not None:
+                self.ended[r] = p.returncode
+                newly.append(r)
+        return newly
+
+    def _decide(self, ranks: list[int]) -> tuple[str, int] | None:
+        """The verdict among ranks seen ending together: a death (no result) first, since it
+        is never a knock-on of a peer, then a written result, in rank order."""
+        verdicts = [(v, r) for r in ranks if (v := self._verdict(r, self.ended[r])) is not None]
+        deaths = [(v, r) for v, r in verdicts if self._died(r)]
+        return (deaths or verdicts or [None])[0]
+
+    def _died(self, r: int) -> bool:
+        return r in self.ended and not self._path(r, "result.json").exists()
+
+    def _settle(self, verdict: str, r: int) -> tuple[str, int]:
+        deadline = time.monotonic() + FAILURE_SETTLE_S
+        while len(self.ended) < len(self.procs) and time.monotonic() < deadline:
+            self._wait_any(max(0.0, deadline - time.monotonic()))
+            decided = self._decide(self._collect_ended())
+            if decided is not None and self._died(decided[1]):
+                return decided
+        return verdict, r
 
     def _wait_rest(self, grace_s: float) -> None:
         deadline = time.monotonic() + grace_s
