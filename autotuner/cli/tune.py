@@ -101,7 +101,8 @@ def tune(
 
     from autotuner.executors.ray_executor import RayExecutor
     from autotuner.storage.repository import StudyRepo
-    from autotuner.study.coordinator import StudyRunner, create_study, default_owner
+    from autotuner.study.coordinator import StudyRunner, default_owner
+    from autotuner.study.operations import create_requested
 
     if not as_json:
         err.print("starting Ray...", style="dim")
@@ -113,19 +114,7 @@ def tune(
     # Again with the cluster known: as the service does, refuse more GPUs per trial than it has.
     model, search_space = _validated(request, target)
     owner = default_owner()
-    study_id = create_study(
-        database,
-        model=model,
-        space=search_space,
-        name=request.name,
-        objective=request.objective,
-        max_trials=request.max_trials,
-        max_minutes=request.max_minutes,
-        gpus_per_trial=request.gpus_per_trial,
-        sampler=request.sampler,
-        seed=request.seed,
-        options=request.options,
-    )
+    study_id = create_requested(database, request, model, search_space)
     # Take the study's lease at once: a service sharing this database must not adopt the
     # queued study before this process starts running it.
     with database.session() as s:

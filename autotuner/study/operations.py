@@ -123,9 +123,14 @@ def validate_request(
 def submit_study(db: Database, req: StudyRequest, target: Target | None = None) -> dict[str, Any]:
     """Validate and record a new queued study; a coordinator picks it up."""
     model, space = validate_request(req, target)
+    return get_study(db, create_requested(db, req, model, space))
+
+
+def create_requested(db: Database, req: StudyRequest, model: ModelSpec, space: SearchSpace) -> str:
+    """Record the queued study a validated request asks for; returns its id."""
     from autotuner.study.coordinator import create_study
 
-    study_id = create_study(
+    return create_study(
         db,
         model=model,
         space=space,
@@ -138,7 +143,6 @@ def submit_study(db: Database, req: StudyRequest, target: Target | None = None) 
         seed=req.seed,
         options=req.options,
     )
-    return get_study(db, study_id)
 
 
 # --------------------------------------------------------------------------- read

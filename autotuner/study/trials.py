@@ -209,24 +209,12 @@ class TrialBook:
         retry_of: int | None,
         purpose: str,
     ) -> InFlight:
-        """Commit a running row (marking the original of a retry as retried), then submit."""
-        try:
-            return self._dispatch(ask, params, config_for, retry_of=retry_of, purpose=purpose)
-        except BaseException:
-            # The row may have committed (a lost acknowledgement) or the submit may have
-            # failed after it did: `reconcile` looks before the next dispatch.
-            self._maybe_orphaned = True
-            raise
+        """Commit a running row (marking the original of a retry as retried), then submit.
 
-    def _dispatch(
-        self,
-        ask: optuna.Trial | None,
-        params: dict[str, Any],
-        config_for: Callable[[int], TrialConfig],
-        *,
-        retry_of: int | None,
-        purpose: str,
-    ) -> InFlight:
+        If this raises, the row may have committed anyway (a lost acknowledgement) or the
+        submit may have failed after it did: `reconcile` looks before the next dispatch."""
+        orphans_before = self._maybe_orphaned
+        self._maybe_orphaned = True  # until the trial is in flight
         attempt = 2 if retry_of is not None else 1
         with self.db.session() as s:
             trials = TrialRepo(s)
@@ -250,6 +238,7 @@ class TrialBook:
         handle = self.executor.submit(config)
         flight = InFlight(trial_id, number, ask, params, attempt, purpose, retry_of=retry_of)
         self.in_flight[handle] = flight
+        self._maybe_orphaned = orphans_before
         return flight
 
     def reconcile(self) -> list[InFlight]:
