@@ -36,6 +36,44 @@ PEAK_BF16_FLOPS: list[tuple[str, float]] = [
 ]
 
 
+# HBM bandwidth in bytes/s (vendor figures), for the throughput model's memory-bound work.
+HBM_BYTES_PER_S: list[tuple[str, float]] = [
+    ("GH200", 4.0e12),
+    ("H200", 4.8e12),
+    ("H100 PCIe", 2.0e12),
+    ("H100 NVL", 3.9e12),
+    ("H100", 3.35e12),
+    ("H800", 3.35e12),
+    ("B200", 8.0e12),
+    ("A100", 2.0e12),
+    ("A800", 2.0e12),
+    ("L40S", 0.864e12),
+    ("L4", 0.3e12),
+    ("A10G", 0.6e12),
+    ("A10", 0.6e12),
+    ("RTX 4090", 1.0e12),
+    ("V100", 0.9e12),
+]
+# Dense matmul rate of each precision relative to the bf16 peak (Hopper-class tensor cores:
+# fp8 doubles it, TF32 halves it, plain fp32 runs on the CUDA cores at about 1/15).
+MATMUL_RATE_VS_BF16 = {
+    "bf16": 1.0,
+    "fp16": 1.0,
+    "fp8-tensorwise": 2.0,
+    "fp8-rowwise": 2.0,
+    "tf32": 0.5,
+    "fp32": 1.0 / 15.0,
+}
+
+
+def hbm_bandwidth_for(device_name: str) -> float | None:
+    """HBM bytes/s for a device name, or None when unknown (e.g. CPU)."""
+    for key, bandwidth in HBM_BYTES_PER_S:
+        if key.lower() in device_name.lower():
+            return bandwidth
+    return None
+
+
 def peak_flops_for(device_name: str) -> float | None:
     """Dense bf16 peak FLOP/s for a device name, or None when unknown (e.g. CPU)."""
     for key, peak in PEAK_BF16_FLOPS:

@@ -58,6 +58,10 @@ class StudyOptions(BaseModel):
     rules: bool = Field(default=True, description="Prune combinations that cannot run.")
     cost_model: bool = Field(default=True, description="Prune predicted out-of-memory configs.")
     expert_seed: bool = Field(default=True, description="Run the expert default first.")
+    guided: bool = Field(
+        default=True,
+        description="Propose by the throughput model's expected improvement per GPU-second.",
+    )
 
     def stored(self) -> dict[str, Any]:
         """The JSON kept in the database: only what differs from the defaults, so a default
@@ -70,6 +74,7 @@ PLAIN_SAMPLER = StudyOptions(
     rules=False,
     cost_model=False,
     expert_seed=False,
+    guided=False,
     history_seeds=0,
     remeasure_top=0,
     early_stop_patience=0,

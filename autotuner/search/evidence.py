@@ -1,4 +1,5 @@
-"""Evidence for a recommendation: how accurate the cost model was, what was pruned and why.
+"""Evidence for a recommendation: how accurate the cost and throughput models were, what was
+pruned and why.
 
 Read by people deciding whether to trust the recommendation: the cost model's at-launch errors
 (replayed, so each is the prediction the search really had), its calibration, how many configs
@@ -11,7 +12,14 @@ from collections.abc import Callable
 from typing import Any
 
 from autotuner.flops import flops_per_token, param_count
-from autotuner.search.costmodel import CostModel, error_summary, sequential_errors
+from autotuner.search.costmodel import (
+    CostModel,
+    error_summary,
+    sequential_errors,
+    throughput_errors,
+)
+from autotuner.search.costmodel.throughput import ThroughputModel
+from autotuner.search.progress import END_CHECKS
 from autotuner.search.rules import LearnedRules
 from autotuner.spec import Knobs, ModelSpec, TrialResult
 from autotuner.storage.models import Trial, TrialState
@@ -23,6 +31,7 @@ def report(
     model: ModelSpec,
     knobs: Callable[[dict[str, Any]], Knobs],
     cost: CostModel,
+    throughput: ThroughputModel,
     learned: LearnedRules,
 ) -> dict[str, Any]:
     """Cost-model accuracy, learned rules and pruning counts of a study's trials."""
@@ -41,6 +50,7 @@ def report(
     )
     pruned = [t for t in trials if t.state == TrialState.PRUNED]
     cal = cost.calibration
+    speed = throughput_errors(throughput, [m for m in measured if m[0] in _searched(trials)])
     return {
         "cost_model": {
             "param_count": param_count(model),
@@ -55,9 +65,19 @@ def report(
             "trials": errors[-200:],
             "predicted_oom_pruned": sum(1 for t in pruned if t.error_class == "oom"),
         },
+        "throughput_model": {
+            "model_rel_sd": round(throughput.rel_sd, 4),
+            "errors": error_summary(speed),
+            "trials": speed[-200:],
+        },
         "pruned": {
             "unsupported": sum(1 for t in pruned if t.error_class == "unsupported"),
             "oom": sum(1 for t in pruned if t.error_class == "oom"),
         },
         "learned_rules": [r.describe() for r in learned.rules],
     }
+
+
+def _searched(trials: list[Trial]) -> set[int]:
+    """Trials of the search itself (not the one-GPU reference or parity end checks)."""
+    return {t.number for t in trials if t.purpose not in END_CHECKS}

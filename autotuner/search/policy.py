@@ -19,16 +19,19 @@ Options: `autotuner.options.StudyOptions` (one typed model; its defaults live th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from autotuner.executors.base import Target
 from autotuner.options import StudyOptions
 from autotuner.search import evidence
 from autotuner.search.costmodel import CostModel
+from autotuner.search.costmodel.throughput import ThroughputModel
 from autotuner.search.feedback import Feedback
 from autotuner.search.numerics import space_changes_numerics
-from autotuner.search.objective import Objective
+from autotuner.search.objective import Objective, memory_violation
 from autotuner.search.progress import END_CHECKS, Progress
+from autotuner.search.proposer import Params, Proposer
 from autotuner.search.remeasure import Remeasure, stop_reason
 from autotuner.search.sampler import Observation
 from autotuner.search.screen import DOMINATED, Z_PRUNE, Prune, Screen
@@ -83,6 +86,42 @@ class SearchPolicy:
         )
         self.feedback = Feedback(cost=self.cost, options=options, knobs=self.knobs)
         self.seed_keys: set[str] = set()
+        self.throughput = ThroughputModel(model, target, max(gpus_per_trial, 1))
+        self.proposer: Proposer | None = None
+        self._incumbent: tuple[float, Params] | None = None  # best measured tokens/s, params
+
+    def enable_proposals(
+        self,
+        *,
+        seed: int,
+        screen: Callable[[Params, Knobs], object | None] | None = None,
+        candidates: Callable[[], list[Params]] | None = None,
+    ) -> None:
+        """Let `suggest` propose by the throughput model (options.guided). `screen`: the
+        caller's whole screen (default: the policy's); `candidates` replaces the space as the
+        pool (the replay benchmark's recorded configs)."""
+        if self.options.guided:
+            self.proposer = Proposer(
+                space=self.space,
+                model=self.model,
+                gpus=self.gpus,
+                throughput=self.throughput,
+                memory=self.cost,
+                screen=screen or self.screen,
+                seed=seed,
+                candidates=candidates,
+            )
+
+    def suggest(self, exclude: set[str]) -> Params | None:
+        """The throughput model's next config (None: leave it to the sampler)."""
+        if self.proposer is None:
+            return None
+        best = self._incumbent
+        return self.proposer.suggest(
+            exclude=exclude,
+            incumbent=best[1] if best else None,
+            best_tokens_per_s=best[0] if best else None,
+        )
 
     def knobs(self, params: dict[str, Any]) -> Knobs:
         return self.space.knobs_for(params, self.model, self.gpus)
@@ -110,6 +149,14 @@ class SearchPolicy:
             return
         knobs = knobs or self.knobs(params)
         self.cost.observe(knobs, result)
+        self.throughput.observe(knobs, result)
+        if self.proposer is not None:
+            self.proposer.costs.observe(knobs, result)
+        over_ceiling = memory_violation(result, self.options) > 0
+        tokens_per_s = None if over_ceiling else result.tokens_per_s
+        if tokens_per_s and (self._incumbent is None or tokens_per_s > self._incumbent[0]):
+            searched = {k: params[k] for k in self.space.knobs if k in params}
+            self._incumbent = (tokens_per_s, searched)
         self.screening.learn(number, params, knobs, result)
         self.progress.observe(params, result, purpose)
 
@@ -173,5 +220,10 @@ class SearchPolicy:
     def report(self, trials: list[Trial]) -> dict[str, Any]:
         """Evidence for the recommendation: cost-model accuracy, learned rules, pruning counts."""
         return evidence.report(
-            trials, model=self.model, knobs=self.knobs, cost=self.cost, learned=self.learned
+            trials,
+            model=self.model,
+            knobs=self.knobs,
+            cost=self.cost,
+            throughput=self.throughput,
+            learned=self.learned,
         )

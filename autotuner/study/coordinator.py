@@ -73,6 +73,7 @@ class StudyRunner:
         seeds: Callable[[list[Params]], list[Params]] | None = None,
         screen: Callable[[Params, Knobs], Prune | None] | None = None,
         wrap_sampler: Callable[[BaseSampler], BaseSampler] | None = None,
+        candidates: Callable[[], list[Params]] | None = None,
     ) -> None:
         self.db = db
         self.study_id = study_id
@@ -85,6 +86,7 @@ class StudyRunner:
         self._seeds = seeds
         self._screen = screen
         self._wrap_sampler = wrap_sampler
+        self._candidates = candidates
         self.lease = StudyLease(
             db,
             study_id,
@@ -142,6 +144,9 @@ class StudyRunner:
             gpus_per_trial=self.gpus_per_trial,
             objective=self.objective,
             options=self.options,
+        )
+        self.policy.enable_proposals(
+            seed=self.seed, screen=self._screen_proposal, candidates=self._candidates
         )
         self._rebuild()
 
@@ -232,6 +237,8 @@ class StudyRunner:
             if retry is not None:
                 params, retry_of = retry
                 self.optuna.enqueue_trial(params, skip_if_exists=False)
+            else:
+                self._enqueue_guided()
             ask = self.optuna.ask(self.distributions)
             params = dict(ask.params)
             key = canonical_params(params)
@@ -258,6 +265,16 @@ class StudyRunner:
             return True
         self._search_exhausted = True
         return endgame.launch_remeasure(self)
+
+    def _enqueue_guided(self) -> None:
+        """Queue the throughput model's proposal for the next ask, once the seeds have run
+        (Optuna still records and learns from it; with none, the sampler proposes)."""
+        if self.optuna.get_trials(deepcopy=False, states=(OptunaState.WAITING,)):
+            return
+        taken = set(self.measured) | {canonical_params(f.params) for f in self.in_flight.values()}
+        params = self.policy.suggest(taken)
+        if params is not None:
+            self.optuna.enqueue_trial(params, skip_if_exists=False)
 
     def _screen_proposal(self, params: Params, knobs: Knobs) -> Prune | None:
         prune = self._screen(params, knobs) if self._screen is not None else None

@@ -83,6 +83,8 @@ def run_once(
             "seeds": snap.many,
             "screen": recorded_only,
             "wrap_sampler": lambda inner: UniverseSampler(inner, snap),
+            # The throughput model proposes among what exists: the recorded configs.
+            "candidates": lambda: [dict(c) for c in snap.recorded],
         }
     runner = StudyRunner(db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600, **hooks)
     runner.start()

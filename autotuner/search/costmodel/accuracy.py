@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from autotuner.search.costmodel.model import CostModel
+from autotuner.search.costmodel.throughput import ThroughputModel
 from autotuner.spec import Knobs, ModelSpec, TrialResult
 
 
@@ -38,6 +39,29 @@ def sequential_errors(
                 }
             )
         cm.observe(knobs, result)
+    return out
+
+
+def throughput_errors(
+    model: ThroughputModel, trials: Iterable[tuple[int, Knobs, TrialResult]]
+) -> list[dict[str, Any]]:
+    """`sequential_errors` for the throughput model: each measured trial's tokens/s as
+    predicted before it ran (a fresh model replaying the study), with the sd it claimed."""
+    tm = ThroughputModel(model.model, model.target, model.num_gpus)
+    out = []
+    for number, knobs, result in trials:
+        if result.tokens_per_s and "predicted" not in result.notes:
+            pred = tm.predict(knobs)
+            out.append(
+                {
+                    "trial_number": number,
+                    "predicted_tokens_per_s": round(pred.tokens_per_s, 1),
+                    "predicted_sd": round(pred.sd, 1),
+                    "measured_tokens_per_s": round(result.tokens_per_s, 1),
+                    "rel_error": round(pred.tokens_per_s / result.tokens_per_s - 1.0, 4),
+                }
+            )
+        tm.observe(knobs, result)
     return out
 
 

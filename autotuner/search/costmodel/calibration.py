@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autotuner.search.costmodel.memory import COMPONENTS, MemoryEstimate, base_gib
+from autotuner.search.costmodel.regression import fit_relative
 
 CUDA_CONTEXT_GIB = 0.6  # the CUDA context and kernel images: outside the allocator's peak
 PRIOR_FRAGMENTATION = 1.05  # max_memory_reserved / max_memory_allocated
@@ -120,43 +121,39 @@ class Calibration:
             limit_gib=limit_gib,
         )
 
+    def predict_many(self, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`predict`'s need_gib and sd_gib for rows of `MemoryEstimate.vector()` at once."""
+        alloc = vectors @ self.beta
+        var = np.einsum("ij,jk,ik->i", vectors, self.cov, vectors) + (self.rel_sd * alloc) ** 2
+        frag = self.fragmentation
+        return alloc * frag + self.overhead_gib, np.sqrt(np.maximum(var, 0.0)) * frag
+
     def _fit(self) -> None:
         k = len(COMPONENTS)
-        prior_mean = np.ones(k)
         prior_sd = np.full(k, PRIOR_REL_SD)
         base = COMPONENTS.index("base")
         prior_sd[base] = PRIOR_BASE_SD_GIB / base_gib(self.on_cuda)
-        prior_prec = np.diag(1.0 / prior_sd**2)
         measured = [p for p in self.points if not p.censored]
-        rel_sd = max(MIN_MODEL_REL_SD, self.rel_sd)
-        beta, cov = prior_mean, np.diag(prior_sd**2)
-        robust = np.ones(len(measured))  # down-weights measured outliers (IRLS)
-        for _ in range(4):
-            censored = [p for p in self.points if p.censored and p.x @ beta < p.y]
-            active = measured + censored
-            if not active:
-                break
-            X = np.array([p.x for p in active])
-            y = np.array([p.y for p in active])
-            w = 1.0 / (rel_sd * np.maximum(y, 0.05) + 0.02) ** 2
-            w[: len(measured)] *= robust
-            A = X.T @ (X * w[:, None]) + prior_prec
-            cov = np.linalg.inv(A)
-            beta = cov @ (X.T @ (w * y) + prior_prec @ prior_mean)
-            beta = np.maximum(beta, 0.05)  # a component cannot free memory
-            if measured:
-                Xm = np.array([p.x for p in measured])
-                ym = np.array([p.y for p in measured])
-                resid = np.abs(Xm @ beta - ym) / np.maximum(ym, 0.05)
-                # One odd measurement (a memory pool the peak did not see, a misreport) must
-                # not drag every prediction: residuals far beyond the typical one (MAD) count
-                # less, Cauchy-style.
-                scale = max(MIN_MODEL_REL_SD, 1.4826 * float(np.median(resid)))
-                robust = 1.0 / (1.0 + (resid / (3.0 * scale)) ** 2)
-                # Residual spread estimates how wrong the model's shape is; with few points the
-                # prior's 5% stands (n/(n+3) keeps one lucky fit from claiming precision).
-                n = len(measured)
-                inliers = resid[resid <= 3.0 * scale]
-                rms = float(np.sqrt(np.mean(inliers**2))) if inliers.size else scale
-                rel_sd = max(MIN_MODEL_REL_SD, (n * rms + 3 * 0.05) / (n + 3))
-        self.beta, self.cov, self.rel_sd = beta, cov, rel_sd
+        censored = [p for p in self.points if p.censored]
+
+        def binding_ooms(beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            # A censored OOM pulls on the fit only while the fit predicts it below its bound.
+            rows = [p for p in censored if p.x @ beta < p.y]
+            return np.array([p.x for p in rows]).reshape(len(rows), k), np.array(
+                [p.y for p in rows]
+            )
+
+        fit = fit_relative(
+            np.array([p.x for p in measured]).reshape(len(measured), k),
+            np.array([p.y for p in measured]),
+            prior_mean=np.ones(k),
+            prior_sd=prior_sd,
+            y_floor=0.05,
+            abs_sd=0.02,
+            prior_rel_sd=0.05,
+            min_rel_sd=MIN_MODEL_REL_SD,
+            beta_floor=0.05,
+            start_rel_sd=self.rel_sd,
+            extra_rows=binding_ooms,
+        )
+        self.beta, self.cov, self.rel_sd = fit.beta, fit.cov, fit.rel_sd

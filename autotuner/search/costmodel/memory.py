@@ -147,13 +147,11 @@ def _fsdp_static_bytes(model: ModelSpec, knobs: Knobs, n: int, num_gpus: int) ->
     return static_b + reduce_b * n / max(model.n_layer, 1)
 
 
-def _activation_bytes_per_token(
-    model: ModelSpec, knobs: Knobs, on_cuda: bool
-) -> tuple[float, float]:
-    """(saved activations, attention scores) per token, summed over layers, in bytes."""
-    d, ff, L = model.d_model, model.ffn_dim, model.n_layer
+def block_activation_bytes(model: ModelSpec, half: bool) -> float:
+    """Bytes of the tensors one transformer block saves for backward, per token, without
+    checkpointing: also the throughput model's measure of a block's elementwise traffic."""
+    d, ff = model.d_model, model.ffn_dim
     kv = model.kv_heads * model.head_dim
-    half = knobs.precision.is_half
     b = 2.0 if half else 4.0
     llama = model.family != ModelFamily.GPT2
     # Tensors autograd saves in one block, in elements (no dropout: masks cost nothing):
@@ -164,7 +162,19 @@ def _activation_bytes_per_token(
     # gate, up, silu(gate) and the product.
     mlp = d + (4 * ff if llama else 2 * ff)
     # Under autocast the residual stream stays fp32: each norm keeps its fp32 input.
-    full_block = (attn + mlp) * b + 2 * d * 4.0
+    return (attn + mlp) * b + 2 * d * 4.0
+
+
+def _activation_bytes_per_token(
+    model: ModelSpec, knobs: Knobs, on_cuda: bool
+) -> tuple[float, float]:
+    """(saved activations, attention scores) per token, summed over layers, in bytes."""
+    d, ff, L = model.d_model, model.ffn_dim, model.n_layer
+    kv = model.kv_heads * model.head_dim
+    half = knobs.precision.is_half
+    b = 2.0 if half else 4.0
+    llama = model.family != ModelFamily.GPT2
+    full_block = block_activation_bytes(model, half)
     if knobs.checkpointing == Checkpointing.NONE:
         per_layer, extra = full_block, 0.0
     elif knobs.checkpointing == Checkpointing.SELECTIVE:

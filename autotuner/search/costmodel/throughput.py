@@ -1,0 +1,298 @@
+"""Throughput model: a trial's tokens/s before it runs, from the model's shapes and the hardware.
+
+The time one GPU spends per token is a sum of physical terms, each an honest first estimate at
+the hardware's nominal rates, with one efficiency multiplier per term fitted online to the
+study's own trials (`regression.fit_relative`: shrunk toward the physics, relative errors,
+robust). Terms, in seconds per token per GPU:
+
+| term                  | what it counts                                                        |
+| mm_half/fp8/tf32/fp32 | matmul FLOPs (6 per parameter per token, 8 for a recomputed block) at |
+|                       | the precision's dense rate; fp8 leaves the LM head in bf16            |
+| mm_head_unaligned     | the LM head when the vocab is not a multiple of 64 (ragged tiles)     |
+| attn_fused            | causal attention FLOPs (half of PaLM's 12 L d T) at the kernel's rate |
+| attn_math             | the math backend: the full score FLOPs plus its fp32 T x T traffic    |
+| elementwise_eager /   | bytes that norms, activations, residuals and the fp32 loss move at    |
+| elementwise_compiled  | HBM bandwidth (inductor fuses them: its own multiplier)               |
+| launch_eager/compiled | kernel launches per micro-step (CPU-bound), shared by its tokens;     |
+|                       | eager float8 adds its casts' launches                                 |
+| /graphs               | (CUDA graphs replay the step: almost none)                            |
+| optimizer_fused /     | AdamW's bytes per parameter per optimizer step at HBM bandwidth,      |
+| optimizer_foreach     | shared by the step's tokens                                           |
+| fp8_cast              | float8's casts: weights per micro-step, activations per token        |
+| comm                  | gradient/parameter traffic between ranks, per optimizer step          |
+
+Only terms a study varies can be learned; the rest keep the prior's value and its uncertainty,
+which is what makes an untried precision or compile mode worth exploring: the prediction's
+standard deviation carries it (`ThroughputModel.predict`). On a CPU the nominal rates are
+placeholders and the priors are wide: the fit does the work.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autotuner.executors.base import Target
+from autotuner.flops import MATMUL_RATE_VS_BF16, hbm_bandwidth_for, peak_flops_for
+from autotuner.search.costmodel.memory import block_activation_bytes, padded_vocab
+from autotuner.search.costmodel.regression import fit_relative
+from autotuner.spec import (
+    Attention,
+    Checkpointing,
+    CompileMode,
+    Knobs,
+    ModelFamily,
+    ModelSpec,
+    Optimizer,
+    TrialResult,
+)
+
+TERMS = (
+    "mm_half",
+    "mm_fp8",
+    "mm_tf32",
+    "mm_fp32",
+    "mm_head_unaligned",
+    "attn_fused",
+    "attn_math",
+    "elementwise_eager",
+    "elementwise_compiled",
+    "launch_eager",
+    "launch_compiled",
+    "launch_graphs",
+    "optimizer_fused",
+    "optimizer_foreach",
+    "fp8_cast",
+    "comm",
+)
+# Prior multipliers (1 / efficiency against the nominal rate) and their relative sd: what a
+# well-tuned H100/H200 reaches (matmuls ~60% of peak, fused attention ~50%, memory-bound work
+# ~70% of HBM bandwidth), loose enough that a handful of trials overrules them.
+PRIOR_MULTIPLIER = {
+    "mm_half": 1.6,
+    "mm_fp8": 2.2,
+    "mm_tf32": 1.6,
+    "mm_fp32": 1.3,
+    "mm_head_unaligned": 3.0,
+    "attn_fused": 2.0,
+    "attn_math": 1.5,
+    "elementwise_eager": 1.5,
+    "elementwise_compiled": 0.6,
+    "launch_eager": 1.0,
+    "launch_compiled": 1.0,
+    "launch_graphs": 1.0,
+    "optimizer_fused": 1.5,
+    "optimizer_foreach": 2.5,
+    "fp8_cast": 1.5,
+    "comm": 0.5,  # mostly overlapped with backward
+}
+PRIOR_REL_SD_GPU = 0.5
+PRIOR_REL_SD_CPU = 2.0  # nominal CPU rates are placeholders
+MIN_REL_SD = 0.03  # never claims better than 3%: about the run-to-run noise of a short trial
+
+# Nominal rates where the device is unknown (the CPU): only their ratios matter after a fit.
+CPU_FLOPS = 5e11
+CPU_BYTES_PER_S = 5e10
+LINK_BYTES_PER_S = 4.5e11  # NVLink 4 per direction; PCIe-only hosts fit a larger multiplier
+LAUNCH_S = 1.5e-5  # one eager op from Python through autograd to the launch (2024-era host)
+# Kernels one block launches per micro-step, forward and backward (eager: every op; compiled:
+# inductor's fused kernels; CUDA graphs: one replay), plus the embedding, head and loss.
+KERNELS_PER_BLOCK = {"eager": 75, "compiled": 14, "graphs": 0}
+KERNELS_FIXED = {"eager": 60, "compiled": 20, "graphs": 3}
+# Eager float8 (torchao tensor subclasses) costs about 100 launches per linear per micro-step in
+# Python dispatch (fitted to the H200 GPT-2 recording: eager fp8 ran at 1/3 of eager bf16).
+FP8_KERNELS_PER_LINEAR = {"eager": 100, "compiled": 2, "graphs": 0}
+ADAMW_BYTES_PER_PARAM = 32  # read param, grad, two moments (fp32); write param and moments
+FP8_WEIGHT_CAST_BYTES = 7  # read fp32 weight, amax pass, write fp8 (per micro-step)
+
+
+@dataclass(frozen=True)
+class ThroughputPrediction:
+    tokens_per_s: float  # whole trial (all GPUs)
+    sd: float  # one standard deviation of tokens_per_s
+
+
+@dataclass(frozen=True)
+class _Hardware:
+    flops: float  # dense bf16 FLOP/s per device
+    bytes_per_s: float  # HBM (or DRAM) bandwidth
+    on_cuda: bool
+
+    @classmethod
+    def of(cls, target: Target) -> _Hardware:
+        on_cuda = target.device_type != "cpu"
+        name = target.device_name or ""
+        return cls(
+            flops=(peak_flops_for(name) if on_cuda else None) or CPU_FLOPS,
+            bytes_per_s=(hbm_bandwidth_for(name) if on_cuda else None) or CPU_BYTES_PER_S,
+            on_cuda=on_cuda,
+        )
+
+
+def features(model: ModelSpec, knobs: Knobs, hw: _Hardware, num_gpus: int) -> np.ndarray:
+    """Seconds per token per GPU of each term at nominal rates (before the fitted multipliers)."""
+    x = dict.fromkeys(TERMS, 0.0)
+    d, L, T = model.d_model, model.n_layer, model.seq_len
+    vocab = padded_vocab(model.vocab_size, knobs.vocab_pad_multiple)
+    block_params = _block_params(model)
+    head_params = vocab * d
+    full = knobs.checkpointing == Checkpointing.FULL
+    precision = knobs.precision.value
+    rate = hw.flops * MATMUL_RATE_VS_BF16[precision]
+    block_flops = (8.0 if full else 6.0) * block_params
+    head_flops = 6.0 * head_params
+    if knobs.precision.is_fp8:
+        x["mm_fp8"] = block_flops / rate
+        # The LM head stays bf16 (workers/precision.py _FP8_SKIP).
+        x["mm_half" if vocab % 64 == 0 else "mm_head_unaligned"] = head_flops / hw.flops
+    else:
+        column = {"bf16": "mm_half", "fp16": "mm_half", "tf32": "mm_tf32", "fp32": "mm_fp32"}
+        x[column[precision]] = block_flops / rate
+        head_column = column[precision]
+        if vocab % 64:  # an unaligned vocab leaves tensor-core tiles ragged: its own efficiency
+            head_column = "mm_head_unaligned"
+        x[head_column] += head_flops / rate
+    # Attention: PaLM's 12 L d T counts the full (non-causal) score matrix, forward and backward;
+    # causal kernels skip the upper half. Recomputed blocks redo the forward (a third).
+    attn_flops = 12.0 * L * d * T * (4.0 / 3.0 if full else 1.0)
+    attn_rate = hw.flops * min(MATMUL_RATE_VS_BF16[precision], 1.0)  # fp8 attention stays bf16
+    if knobs.attention == Attention.MATH:
+        # The math backend upcasts to fp32 (CUDA-core matmuls) and moves the fp32 T x T scores
+        # about 16 times: written, masked, softmaxed, read by PV, and again in backward.
+        score_bytes = model.n_head * T * 4.0 * 16 * L
+        fp32_rate = hw.flops * MATMUL_RATE_VS_BF16["fp32"]
+        x["attn_math"] = attn_flops / fp32_rate + score_bytes / hw.bytes_per_s
+    else:
+        x["attn_fused"] = 0.5 * attn_flops / attn_rate
+    half = knobs.precision.is_half
+    recompute = {Checkpointing.NONE: 1.0, Checkpointing.SELECTIVE: 1.3, Checkpointing.FULL: 1.4}
+    block_bytes = block_activation_bytes(model, half) * 4.0 * recompute[knobs.checkpointing]
+    loss_bytes = vocab * 4.0 * 6  # fp32 logits: upcast, log-softmax, its gradient, read back
+    compiled = knobs.compile_mode != CompileMode.NONE
+    elementwise = (L * block_bytes + loss_bytes) / hw.bytes_per_s
+    x["elementwise_compiled" if compiled else "elementwise_eager"] = elementwise
+    micro_tokens = knobs.micro_batch_size * T  # per GPU
+    step_tokens = micro_tokens * knobs.grad_accum
+    kind = (
+        "graphs"
+        if knobs.compile_mode == CompileMode.REDUCE_OVERHEAD
+        else "compiled"
+        if compiled
+        else "eager"
+    )
+    kernels = KERNELS_PER_BLOCK[kind] * L + KERNELS_FIXED[kind]
+    if knobs.precision.is_fp8:  # eager float8 casts launch amax, scale and cast per linear
+        kernels += FP8_KERNELS_PER_LINEAR[kind] * _linears_per_block(model) * L
+    x[f"launch_{kind}"] = kernels * LAUNCH_S / micro_tokens
+    params = block_params + head_params
+    opt = "optimizer_fused" if knobs.optimizer == Optimizer.ADAMW_FUSED else "optimizer_foreach"
+    shard = num_gpus if num_gpus > 1 and knobs.parallel.startswith("fsdp") else 1
+    x[opt] = params / shard * ADAMW_BYTES_PER_PARAM / hw.bytes_per_s / step_tokens
+    if knobs.precision.is_fp8:
+        weight_cast = block_params * FP8_WEIGHT_CAST_BYTES / hw.bytes_per_s / micro_tokens
+        act_cast = L * (3 * d + model.ffn_dim) * 2 * 3.0 / hw.bytes_per_s  # in, grad, out
+        x["fp8_cast"] = weight_cast + act_cast
+    if num_gpus > 1:
+        x["comm"] = _comm_bytes(knobs, params, num_gpus) / LINK_BYTES_PER_S / step_tokens
+    return np.array([x[t] for t in TERMS])
+
+
+def _block_params(model: ModelSpec) -> int:
+    """Matmul parameters of the transformer blocks (the part fp8 converts)."""
+    d, ff = model.d_model, model.ffn_dim
+    kv = model.kv_heads * model.head_dim
+    if model.family == ModelFamily.GPT2:
+        per_layer = 4 * d * d + 2 * d * ff
+    else:
+        per_layer = 2 * d * d + 2 * d * kv + 3 * d * ff
+    return model.n_layer * per_layer
+
+
+def _linears_per_block(model: ModelSpec) -> int:
+    return 4 if model.family == ModelFamily.GPT2 else 7  # qkv, out, fc1, fc2 / q, k, v, o, 3 MLP
+
+
+def _comm_bytes(knobs: Knobs, params: int, n: int) -> float:
+    """Bytes each rank sends per optimizer step (ring collectives: 2(n-1)/n per all-reduce)."""
+    ring = (n - 1) / n
+    if knobs.parallel.startswith("fsdp"):
+        param_b = 2.0 if knobs.precision.is_half else 4.0
+        gathers = 1 if knobs.parallel == "fsdp2-no-reshard" else 2
+        reduce_b = 2.0 if knobs.fsdp_reduce_dtype == "bf16" else 4.0
+        return ring * params * (gathers * param_b + reduce_b) * knobs.grad_accum
+    grad_b = 2.0 if knobs.grad_compression in ("fp16", "bf16") else 4.0
+    return 2.0 * ring * params * grad_b
+
+
+@dataclass
+class ThroughputModel:
+    """The study's throughput model: physics per term, multipliers fitted to its trials."""
+
+    model: ModelSpec
+    target: Target
+    num_gpus: int
+    _x: list[np.ndarray] = field(default_factory=list)
+    _y: list[float] = field(default_factory=list)  # measured microseconds per token per GPU
+
+    def __post_init__(self) -> None:
+        self.hw = _Hardware.of(self.target)
+        self.prior_mean = np.array([PRIOR_MULTIPLIER[t] for t in TERMS])
+        rel = PRIOR_REL_SD_GPU if self.hw.on_cuda else PRIOR_REL_SD_CPU
+        self.prior_sd = self.prior_mean * rel
+        self._refit()
+
+    @property
+    def measured(self) -> int:
+        return len(self._y)
+
+    def features(self, knobs: Knobs) -> np.ndarray:
+        """Microseconds per token per GPU of each term at nominal rates."""
+        return features(self.model, knobs, self.hw, max(self.num_gpus, 1)) * 1e6
+
+    def observe(self, knobs: Knobs, result: TrialResult, *, fit: bool = True) -> None:
+        """Learn from a measured trial (failed and predicted ones carry no throughput)."""
+        per_gpu = result.tokens_per_s_per_gpu or (
+            result.tokens_per_s / max(self.num_gpus, 1) if result.tokens_per_s else None
+        )
+        if not per_gpu or "predicted" in result.notes:
+            return
+        self._x.append(self.features(knobs))
+        self._y.append(1e6 / per_gpu)
+        if fit:
+            self._refit()
+
+    def refit(self) -> None:
+        self._refit()
+
+    def predict(self, knobs: Knobs) -> ThroughputPrediction:
+        mean, sd = self.predict_many(self.features(knobs)[None, :])
+        return ThroughputPrediction(float(mean[0]), float(sd[0]))
+
+    def predict_many(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Whole-trial tokens/s and its sd for rows of `features` (vectorised for the proposer)."""
+        us = np.maximum(X @ self.beta, 1e-9)
+        var = np.einsum("ij,jk,ik->i", X, self.cov, X) + (self.rel_sd * us) ** 2
+        gpus = max(self.num_gpus, 1)
+        tokens_per_s = gpus * 1e6 / us
+        # delta method: d(1/u) = du / u^2, relative sd carries over
+        return tokens_per_s, tokens_per_s * np.sqrt(var) / us
+
+    def _refit(self) -> None:
+        fit = fit_relative(
+            np.array(self._x).reshape(len(self._y), len(TERMS)),
+            np.array(self._y),
+            prior_mean=self.prior_mean,
+            prior_sd=self.prior_sd,
+            y_floor=1e-6,
+            abs_sd=0.0,
+            prior_rel_sd=0.1,
+            min_rel_sd=MIN_REL_SD,
+            beta_floor=0.02,
+        )
+        self.beta, self.cov, self.rel_sd = fit.beta, fit.cov, fit.rel_sd
+
+
+def relative_error(predicted: float, measured: float) -> float:
+    return predicted / measured - 1.0 if measured else math.inf

@@ -1,0 +1,198 @@
+"""Model-guided proposals: the config to run next, by expected improvement per GPU-second.
+
+Optuna's TPE learns only from what the study measured, knob by knob, so on a big model (where
+every trial costs minutes) it needs many trials to find a config its space holds. The
+throughput model (`costmodel/throughput.py`) knows the physics: it predicts every config's
+tokens/s with an uncertainty, fitted to the study's own trials. This module scores candidates by
+
+    expected improvement over the best measured tokens/s      (normal predictive, closed form)
+    x probability the config fits in memory                   (the calibrated memory model)
+    / the trial's expected GPU-seconds                        (measured walls, compile charged)
+
+and proposes the best one that passes the policy's screen. Nothing is pruned here: the
+candidates it does not pick stay for Optuna's sampler, which proposes whenever this module has
+nothing worth a trial (no incumbent yet, or every expected improvement below `MIN_GAIN`).
+
+Candidates are the whole space when it is small (`MAX_ENUMERATED`), else a fixed random sample
+of it plus every one-knob neighbour of the incumbent; a caller may supply its own pool (the
+replay benchmark: only the recorded configs exist).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from statistics import median
+from typing import Any
+
+import numpy as np
+
+from autotuner.search.costmodel import CostModel
+from autotuner.search.costmodel.throughput import ThroughputModel
+from autotuner.search.space import IntRange, SearchSpace
+from autotuner.spec import CompileMode, Knobs, ModelSpec, TrialResult, canonical_params
+
+Params = dict[str, Any]
+MAX_ENUMERATED = 6000
+SAMPLED = 3000
+MIN_GAIN = 0.003  # expected improvement below 0.3% of the incumbent: not worth a trial
+MAX_SCREENED = 200  # candidates checked against the screen per proposal, best first
+
+
+@dataclass
+class _Candidate:
+    params: Params
+    knobs: Knobs
+    features: np.ndarray
+    memory: np.ndarray
+
+
+class TrialCosts:
+    """Expected GPU-seconds of a trial, from the walls the study measured (compile included):
+    by whether it compiles and whether it is fp8 (whose compiles take longer), else scaled
+    from the overall median."""
+
+    def __init__(self) -> None:
+        self._walls: dict[tuple[bool, bool], list[float]] = {}
+
+    @staticmethod
+    def group(knobs: Knobs) -> tuple[bool, bool]:
+        return (knobs.compile_mode != CompileMode.NONE, knobs.precision.is_fp8)
+
+    def observe(self, knobs: Knobs, result: TrialResult) -> None:
+        if result.wall_s:
+            self._walls.setdefault(self.group(knobs), []).append(result.wall_s)
+
+    def expected_s(self, knobs: Knobs) -> float:
+        group = self.group(knobs)
+        if group in self._walls:
+            return median(self._walls[group])
+        walls = [w for ws in self._walls.values() for w in ws]
+        if not walls:
+            return 1.0
+        compiled, fp8 = group
+        return median(walls) * (3.0 if compiled else 1.0) * (1.5 if fp8 and compiled else 1.0)
+
+
+class Proposer:
+    """Proposes by expected improvement per GPU-second (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        space: SearchSpace,
+        model: ModelSpec,
+        gpus: int,
+        throughput: ThroughputModel,
+        memory: CostModel,
+        screen: Callable[[Params, Knobs], object | None],
+        seed: int = 0,
+        candidates: Callable[[], list[Params]] | None = None,
+    ) -> None:
+        self.space, self.model, self.gpus = space, model, gpus
+        self.throughput, self.memory, self.screen = throughput, memory, screen
+        self.costs = TrialCosts()
+        self._rng = random.Random(seed)
+        self._supplied = candidates
+        self._pool: dict[str, _Candidate] = {}
+        self._pool_ready = False
+
+    def suggest(
+        self, *, exclude: set[str], incumbent: Params | None, best_tokens_per_s: float | None
+    ) -> Params | None:
+        """The candidate worth most per GPU-second, or None to leave the choice to the sampler."""
+        if not best_tokens_per_s or self.throughput.measured == 0:
+            return None
+        self._fill(incumbent)
+        keys = [k for k in self._pool if k not in exclude]
+        if not keys:
+            return None
+        cands = [self._pool[k] for k in keys]
+        mean, sd = self.throughput.predict_many(np.array([c.features for c in cands]))
+        gain = _expected_improvement(mean, sd, best_tokens_per_s)
+        seconds = np.array([self.costs.expected_s(c.knobs) for c in cands])
+        score = gain * self._fit_probability(cands) / seconds
+        for i in np.argsort(-score)[:MAX_SCREENED]:
+            if gain[i] < MIN_GAIN * best_tokens_per_s:
+                return None
+            if self.screen(cands[i].params, cands[i].knobs) is None:
+                return dict(cands[i].params)
+        return None
+
+    # ------------------------------------------------------------------ candidates
+
+    def _fill(self, incumbent: Params | None) -> None:
+        if not self._pool_ready:
+            self._pool_ready = True
+            for params in self._initial():
+                self._add(params)
+        if incumbent is not None and self._supplied is None:
+            for params in self._neighbours(incumbent):
+                self._add(params)
+
+    def _initial(self) -> list[Params]:
+        if self._supplied is not None:
+            return self._supplied()
+        domains = {k: _values(d) for k, d in self.space.knobs.items()}
+        size = math.prod(len(v) for v in domains.values())
+        if size <= MAX_ENUMERATED:
+            combos = itertools.product(*domains.values())
+            return [dict(zip(domains, combo, strict=True)) for combo in combos]
+        return [{k: self._rng.choice(v) for k, v in domains.items()} for _ in range(SAMPLED)]
+
+    def _neighbours(self, params: Params) -> list[Params]:
+        out = []
+        for knob, domain in self.space.knobs.items():
+            for value in _values(domain):
+                if knob in params and value != params[knob]:
+                    out.append({**params, knob: value})
+        return out
+
+    def _add(self, params: Params) -> None:
+        key = canonical_params(params)
+        if key in self._pool:
+            return
+        try:
+            knobs = self.space.knobs_for(params, self.model, self.gpus)
+        except ValueError:  # an invalid combination of values (the knob validators say why)
+            return
+        self._pool[key] = _Candidate(
+            params,
+            knobs,
+            self.throughput.features(knobs),
+            self.memory.estimate(knobs).vector(),
+        )
+
+    def _fit_probability(self, cands: list[_Candidate]) -> np.ndarray:
+        limit = self.memory.limit_gib
+        if not limit:
+            return np.ones(len(cands))
+        need, sd = self.memory.calibration.predict_many(np.array([c.memory for c in cands]))
+        z = (limit - need) / np.maximum(sd, 1e-9)
+        return 0.5 * (1.0 + _erf(z / math.sqrt(2.0)))
+
+
+def _values(domain: Any) -> list[Any]:
+    if isinstance(domain, IntRange):
+        if domain.log:
+            out, v = [], domain.low
+            while v <= domain.high:
+                out.append(v)
+                v *= 2
+            return out
+        return list(range(domain.low, domain.high + 1, domain.step))
+    return [getattr(v, "value", v) for v in domain]
+
+
+def _expected_improvement(mean: np.ndarray, sd: np.ndarray, best: float) -> np.ndarray:
+    sd = np.maximum(sd, 1e-9)
+    z = (mean - best) / sd
+    cdf = 0.5 * (1.0 + _erf(z / math.sqrt(2.0)))
+    pdf = np.exp(-0.5 * z**2) / math.sqrt(2.0 * math.pi)
+    return (mean - best) * cdf + sd * pdf
+
+
+_erf = np.vectorize(math.erf, otypes=[float])
