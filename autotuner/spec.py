@@ -326,6 +326,36 @@ class TrialConfig(_Record):
     fault_rank: int | None = Field(default=None, ge=0)
 
 
+# The environment a trial's processes get (set before torch is imported). The worker applies it
+# (workers/trial.py) and the `env` export prints it: one definition, so they cannot disagree.
+NVLS_OFF_ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+# Knob -> the NCCL variable NCCL reads at communicator init.
+NCCL_ENV_VARS = {
+    "nccl_algo": "NCCL_ALGO",
+    "nccl_proto": "NCCL_PROTO",
+    "nccl_min_channels": "NCCL_MIN_NCHANNELS",
+    "nccl_max_channels": "NCCL_MAX_NCHANNELS",
+    "nccl_buffsize": "NCCL_BUFFSIZE",
+}
+
+
+def process_env(config: TrialConfig) -> dict[str, str]:
+    """Environment the trial's libraries read at import or init: config.env, the NCCL knobs, and
+    for several GPUs the NVLink-multicast-off settings (MeasureSettings.disable_nvls_multicast)."""
+    env = dict(config.env)
+    for knob, var in NCCL_ENV_VARS.items():
+        value = getattr(config.knobs, knob)
+        if value not in (None, "default"):
+            env[var] = str(value)
+    if config.num_gpus > 1 and config.measure.disable_nvls_multicast:
+        env.update(NVLS_OFF_ENV)
+    return env
+
+
 # --------------------------------------------------------------------------- result
 
 

@@ -29,6 +29,7 @@ from autotuner.spec import (
     TrialConfig,
     TrialResult,
     TrialStatus,
+    process_env,
 )
 
 _PROCESS_START = time.perf_counter()
@@ -37,32 +38,9 @@ _PROCESS_START = time.perf_counter()
 PEER_FAILED_EXIT = 75
 
 
-NVLS_OFF_ENV = {
-    "NCCL_NVLS_ENABLE": "0",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-    "NVSHMEM_DISABLE_NVLS": "1",
-}
 _DDP_ONLY = ["ddp_bucket_cap_mb", "ddp_grad_as_bucket_view", "ddp_static_graph", "grad_compression"]
 _FSDP_ONLY = ["fsdp_reduce_dtype"]
 _NCCL = ["nccl_algo", "nccl_proto", "nccl_min_channels", "nccl_max_channels", "nccl_buffsize"]
-
-
-def process_env(config: TrialConfig) -> dict[str, str]:
-    """Environment the trial's libraries read at import or init: config.env, the NCCL knobs, and
-    for several GPUs the NVLink-multicast-off settings (MeasureSettings.disable_nvls_multicast)."""
-    k = config.knobs
-    env = dict(config.env)
-    nccl = {
-        "NCCL_ALGO": None if k.nccl_algo == "default" else k.nccl_algo,
-        "NCCL_PROTO": None if k.nccl_proto == "default" else k.nccl_proto,
-        "NCCL_MIN_NCHANNELS": k.nccl_min_channels,
-        "NCCL_MAX_NCHANNELS": k.nccl_max_channels,
-        "NCCL_BUFFSIZE": k.nccl_buffsize,
-    }
-    env.update({name: str(value) for name, value in nccl.items() if value is not None})
-    if config.num_gpus > 1 and config.measure.disable_nvls_multicast:
-        env.update(NVLS_OFF_ENV)
-    return env
 
 
 def apply_process_env(config: TrialConfig) -> None:
