@@ -104,6 +104,7 @@ def run_trial(config: TrialConfig) -> TrialResult | None:
     # applies: an import that fails under the cap must not turn an OOM into a crash.
     import torch._dynamo  # noqa: F401  (the optimizer and torch.compile import it lazily)
 
+    import workers.models.factory
     import workers.models.gpt
     import workers.models.llama  # noqa: F401
     from workers import fingerprint as fp_mod
@@ -162,6 +163,7 @@ def build_step(config: TrialConfig, device, info: dict[str, Any], group=None):
     from workers import faults, precision, support
     from workers.data import make_batches
     from workers.models import build_model
+    from workers.models.factory import FactoryLM
     from workers.training import TrainStep, build_optimizer
 
     k, m, spec = config.knobs, config.measure, config.model
@@ -192,6 +194,8 @@ def build_step(config: TrialConfig, device, info: dict[str, Any], group=None):
             model = build_model(spec, k)
         model.train()
         info["param_count"] = sum(p.numel() for p in model.parameters())
+        if isinstance(model, FactoryLM):  # the user's shapes: N for the FLOPs counted, not guessed
+            info["_flops_params"] = model.flops_params()
         if k.precision.is_fp8:
             n = precision.convert_fp8(model, k.precision)
             info["notes"].append(f"{k.precision.value}: {n} Linear layers run in float8 (torchao)")
@@ -317,7 +321,7 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
     S = timing.steps_per_repeat
     per_repeat = sorted(tokens_per_step * S / t for t in timing.repeat_s)
     median = statistics.median(per_repeat)
-    flops_per_token = flops.flops_per_token(spec)
+    flops_per_token = flops.flops_per_token(spec, params=info.get("_flops_params"))
     if m.peak_flops is not None:
         peak, peak_source = m.peak_flops, "measure.peak_flops (user)"
     elif device.type == "cuda":
