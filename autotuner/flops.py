@@ -97,9 +97,10 @@ def param_count(model: ModelSpec, vocab_size: int | None = None) -> int:
     return L * per_layer + final_norm + embed
 
 
-def flops_per_token(model: ModelSpec) -> float:
-    """Training FLOPs per token (forward + backward) under FLOPS_CONVENTION."""
-    n = param_count(model)
+def flops_per_token(model: ModelSpec, params: int | None = None) -> float:
+    """Training FLOPs per token (forward + backward) under FLOPS_CONVENTION. `params`: N counted
+    on the built module (a user's factory model, whose shapes the spec only estimates)."""
+    n = param_count(model) if params is None else params
     return 6.0 * n + 12.0 * model.n_layer * model.d_model * model.seq_len
 
 

@@ -77,4 +77,24 @@ def load_model_spec(path: str | Path) -> ModelSpec:
             f"{path}: no such file (or preset); give a YAML/JSON model spec or one of "
             f"the presets: {', '.join(MODEL_PRESETS)}"
         )
-    return parse_model_spec(read_structured_file(p), source=str(p))
+    spec = parse_model_spec(read_structured_file(p), source=str(p))
+    return _with_factory_file(spec, p) if spec.factory else spec
+
+
+def _with_factory_file(spec: ModelSpec, spec_path: Path) -> ModelSpec:
+    """A `file.py:function` factory with its file made absolute (relative to the spec file's
+    folder): the trial process runs in another directory. Checked to exist here, where the
+    error can name the spec file."""
+    assert spec.factory is not None
+    location, _, function = spec.factory.rpartition(":")
+    if not location.endswith(".py"):
+        return spec  # a module path: imported on the worker, which may have other packages
+    file = Path(location)
+    if not file.is_absolute():
+        file = (spec_path.parent / file).resolve()
+    if not file.is_file():
+        raise UserError(
+            f"{spec_path}: factory file {location} not found (looked at {file}); a relative "
+            "path is read from the spec file's folder"
+        )
+    return spec.model_copy(update={"factory": f"{file}:{function}"})

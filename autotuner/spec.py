@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -37,6 +38,11 @@ class ModelFamily(StrEnum):
     GPT2 = "gpt2"  # LayerNorm, GELU MLP, learned positions, tied embeddings
     LLAMA = "llama"  # RMSNorm, SwiGLU, RoPE, grouped-query attention
     HF = "hf"  # any Hugging Face causal-LM config, built with from_config (no weights)
+    FACTORY = "factory"  # the user's own model: a Python function building an nn.Module
+
+
+# "pkg.module:function" or "some/file.py:function"; the function part may be dotted (Class.build).
+_FACTORY_PATTERN = r"^([A-Za-z_][\w.]*|[^:]+\.py):[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$"
 
 
 class ModelSpec(_Record):
@@ -60,6 +66,14 @@ class ModelSpec(_Record):
     # For family "hf": the config.json contents (model_type, sizes...). Built with
     # transformers' AutoModelForCausalLM.from_config on the worker; no weights are fetched.
     hf_config: dict[str, Any] | None = None
+    # For family "factory" (docs/models.md): "package.module:function", or "path/to/file.py:
+    # function" (a relative path is resolved against the model spec file's folder when read from
+    # a file). Imported and called in the trial process with the sizes above it accepts as
+    # keyword arguments, plus `factory_args`; it returns an nn.Module mapping token ids (B, T) to
+    # logits (B, T, vocab_size). n_layer, d_model and n_head stay required: the control side's
+    # memory model and limits read them as a Llama-style transformer's shapes (estimates).
+    factory: str | None = Field(default=None, max_length=1000)
+    factory_args: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _check_shapes(self) -> ModelSpec:
@@ -77,6 +91,23 @@ class ModelSpec(_Record):
             )
         if self.family == ModelFamily.HF and not self.hf_config:
             raise ValueError("family 'hf' needs hf_config: the model's config.json as a mapping")
+        if (self.family == ModelFamily.FACTORY) != (self.factory is not None):
+            raise ValueError(
+                "family 'factory' needs factory: 'package.module:function' (or 'file.py:function'),"
+                " and `factory` needs family 'factory'"
+            )
+        if self.factory is not None and not re.fullmatch(_FACTORY_PATTERN, self.factory):
+            raise ValueError(
+                f"factory {self.factory!r}: write 'package.module:function' (importable on the "
+                "worker) or 'path/to/file.py:function'"
+            )
+        if self.factory_args is not None and self.family != ModelFamily.FACTORY:
+            raise ValueError("factory_args are for family 'factory' only")
+        clash = set(self.factory_args or {}) & FACTORY_SIZE_ARGS
+        if clash:
+            raise ValueError(
+                f"factory_args {sorted(clash)} are model sizes: give them as top-level fields"
+            )
         if self.family == ModelFamily.GPT2 and self.n_kv_head not in (None, self.n_head):
             raise ValueError(
                 "family 'gpt2' has no grouped-query attention; drop n_kv_head or use family 'llama'"
@@ -117,17 +148,37 @@ class ModelSpec(_Record):
             data = merged
         elif "hf_config" in data and "family" not in data:
             data["family"] = "hf"
+        elif "factory" in data and "family" not in data:
+            data["family"] = "factory"
         if data.get("family") == "hf" and isinstance(data.get("hf_config"), dict):
             data = {**_sizes_from_hf(data["hf_config"]), **data}
         return cls.model_validate(data)
 
     def describe(self) -> str:
-        name = self.preset or self.family.value
+        name = self.preset or self.factory or self.family.value
         return (
             f"{name}: {self.n_layer} layers, d_model {self.d_model}, {self.n_head} heads"
             f"{'' if self.kv_heads == self.n_head else f' ({self.kv_heads} kv)'}, "
             f"ffn {self.ffn_dim}, vocab {self.vocab_size}, seq {self.seq_len}"
         )
+
+
+# The sizes a factory may declare as keyword arguments (workers/models/factory.py passes those
+# its signature names, or all of them to a **kwargs); `attend` is the attention hook.
+FACTORY_SIZE_ARGS = frozenset(
+    {
+        "vocab_size",
+        "seq_len",
+        "n_layer",
+        "d_model",
+        "n_head",
+        "n_kv_head",
+        "d_ff",
+        "dropout",
+        "tie_embeddings",
+        "attend",
+    }
+)
 
 
 def _divisors_near(n: int, around: int) -> list[int]:
@@ -324,6 +375,36 @@ class TrialConfig(_Record):
     ] = "none"
     # Multi-GPU trials: the rank the fault strikes; None strikes every rank.
     fault_rank: int | None = Field(default=None, ge=0)
+
+
+# The environment a trial's processes get (set before torch is imported). The worker applies it
+# (workers/trial.py) and the `env` export prints it: one definition, so they cannot disagree.
+NVLS_OFF_ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+# Knob -> the NCCL variable NCCL reads at communicator init.
+NCCL_ENV_VARS = {
+    "nccl_algo": "NCCL_ALGO",
+    "nccl_proto": "NCCL_PROTO",
+    "nccl_min_channels": "NCCL_MIN_NCHANNELS",
+    "nccl_max_channels": "NCCL_MAX_NCHANNELS",
+    "nccl_buffsize": "NCCL_BUFFSIZE",
+}
+
+
+def process_env(config: TrialConfig) -> dict[str, str]:
+    """Environment the trial's libraries read at import or init: config.env, the NCCL knobs, and
+    for several GPUs the NVLink-multicast-off settings (MeasureSettings.disable_nvls_multicast)."""
+    env = dict(config.env)
+    for knob, var in NCCL_ENV_VARS.items():
+        value = getattr(config.knobs, knob)
+        if value not in (None, "default"):
+            env[var] = str(value)
+    if config.num_gpus > 1 and config.measure.disable_nvls_multicast:
+        env.update(NVLS_OFF_ENV)
+    return env
 
 
 # --------------------------------------------------------------------------- result

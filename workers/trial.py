@@ -29,6 +29,7 @@ from autotuner.spec import (
     TrialConfig,
     TrialResult,
     TrialStatus,
+    process_env,
 )
 
 _PROCESS_START = time.perf_counter()
@@ -37,32 +38,9 @@ _PROCESS_START = time.perf_counter()
 PEER_FAILED_EXIT = 75
 
 
-NVLS_OFF_ENV = {
-    "NCCL_NVLS_ENABLE": "0",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-    "NVSHMEM_DISABLE_NVLS": "1",
-}
 _DDP_ONLY = ["ddp_bucket_cap_mb", "ddp_grad_as_bucket_view", "ddp_static_graph", "grad_compression"]
 _FSDP_ONLY = ["fsdp_reduce_dtype"]
 _NCCL = ["nccl_algo", "nccl_proto", "nccl_min_channels", "nccl_max_channels", "nccl_buffsize"]
-
-
-def process_env(config: TrialConfig) -> dict[str, str]:
-    """Environment the trial's libraries read at import or init: config.env, the NCCL knobs, and
-    for several GPUs the NVLink-multicast-off settings (MeasureSettings.disable_nvls_multicast)."""
-    k = config.knobs
-    env = dict(config.env)
-    nccl = {
-        "NCCL_ALGO": None if k.nccl_algo == "default" else k.nccl_algo,
-        "NCCL_PROTO": None if k.nccl_proto == "default" else k.nccl_proto,
-        "NCCL_MIN_NCHANNELS": k.nccl_min_channels,
-        "NCCL_MAX_NCHANNELS": k.nccl_max_channels,
-        "NCCL_BUFFSIZE": k.nccl_buffsize,
-    }
-    env.update({name: str(value) for name, value in nccl.items() if value is not None})
-    if config.num_gpus > 1 and config.measure.disable_nvls_multicast:
-        env.update(NVLS_OFF_ENV)
-    return env
 
 
 def apply_process_env(config: TrialConfig) -> None:
@@ -126,6 +104,7 @@ def run_trial(config: TrialConfig) -> TrialResult | None:
     # applies: an import that fails under the cap must not turn an OOM into a crash.
     import torch._dynamo  # noqa: F401  (the optimizer and torch.compile import it lazily)
 
+    import workers.models.factory
     import workers.models.gpt
     import workers.models.llama  # noqa: F401
     from workers import fingerprint as fp_mod
@@ -184,6 +163,7 @@ def build_step(config: TrialConfig, device, info: dict[str, Any], group=None):
     from workers import faults, precision, support
     from workers.data import make_batches
     from workers.models import build_model
+    from workers.models.factory import FactoryLM
     from workers.training import TrainStep, build_optimizer
 
     k, m, spec = config.knobs, config.measure, config.model
@@ -214,6 +194,8 @@ def build_step(config: TrialConfig, device, info: dict[str, Any], group=None):
             model = build_model(spec, k)
         model.train()
         info["param_count"] = sum(p.numel() for p in model.parameters())
+        if isinstance(model, FactoryLM):  # the user's shapes: N for the FLOPs counted, not guessed
+            info["_flops_params"] = model.flops_params()
         if k.precision.is_fp8:
             n = precision.convert_fp8(model, k.precision)
             info["notes"].append(f"{k.precision.value}: {n} Linear layers run in float8 (torchao)")
@@ -339,7 +321,7 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
     S = timing.steps_per_repeat
     per_repeat = sorted(tokens_per_step * S / t for t in timing.repeat_s)
     median = statistics.median(per_repeat)
-    flops_per_token = flops.flops_per_token(spec)
+    flops_per_token = flops.flops_per_token(spec, params=info.get("_flops_params"))
     if m.peak_flops is not None:
         peak, peak_source = m.peak_flops, "measure.peak_flops (user)"
     elif device.type == "cuda":

@@ -16,7 +16,9 @@ from autotuner.api.deps import require_token
 from autotuner.api.schemas import BestView, Health, SpaceInfo, StudyView, TrialDetail, TrialView
 from autotuner.storage.models import StudyStatus
 from autotuner.study import operations as studies
-from autotuner.study.request import EXPORT_FORMATS, StudyRequest
+from autotuner.study.export import FORMATS as EXPORT_FORMATS
+from autotuner.study.export import FORMATS_TABLE
+from autotuner.study.request import StudyRequest
 
 # Bodies are validated against their response models and written with only the keys the view
 # set (`exclude_unset`): the JSON is the view's, nulls included (see autotuner.api.schemas).
@@ -31,12 +33,7 @@ StudyRef = Annotated[
         description="A study id, a unique prefix of one, or a study name.",
     ),
 ]
-_MEDIA = {
-    "json": "application/json",
-    "yaml": "application/yaml",
-    "env": "text/x-shellscript",
-    "torchrun": "text/x-shellscript",
-}
+_MEDIA = {name: fmt.media for name, fmt in FORMATS_TABLE.items()}
 _STUDY_ERRORS: dict[int | str, dict[str, Any]] = {404: {"description": "No such study"}}
 _AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"description": "The service has a token and the call did not send it"},
@@ -172,7 +169,8 @@ def cancel_study(study: StudyRef, request: Request) -> dict[str, Any]:
         422: {"description": "No completed trial yet, or bad format"},
     },
     response_class=PlainTextResponse,
-    summary="The best config as json, yaml, env (shell exports) or torchrun (a runnable script)",
+    summary="The best config for a trainer (hf, lightning, torchtitan, accelerate, pytorch), "
+    "its NCCL environment (env), the record (json, yaml) or a script re-running it (torchrun)",
 )
 def export_best(
     study: StudyRef,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rich.console import RenderableType
+from rich.console import Group, RenderableType
 from rich.table import Table
 
 from autotuner.cli.common import out, safe
@@ -75,7 +75,22 @@ def best_table(view: dict[str, Any]) -> RenderableType:
     )
     if unfinished:
         table.add_row("[bold yellow]caution[/]", safe(unfinished))
-    return table
+        return table  # a best so far: export needs --allow-partial, so no commands are offered
+    return Group(table, export_lines(view["study"]))
+
+
+def export_lines(study_id: str) -> RenderableType:
+    """One line per trainer export: the command and what it prints."""
+    from rich.text import Text
+
+    from autotuner.study.export import export_commands
+
+    lines = Text("Apply it to your trainer:\n", style="bold")
+    for command, what in export_commands(study_id):
+        lines.append(f"  {command}", style="cyan")
+        lines.append(f"  # {what}\n", style="dim")
+    lines.rstrip()
+    return lines
 
 
 def trials_table(study: dict[str, Any], views: list[dict[str, Any]]) -> RenderableType:
@@ -86,7 +101,6 @@ def trials_table(study: dict[str, Any], views: list[dict[str, Any]]) -> Renderab
     below the table, once for all the trials that share the reason; columns no trial filled are
     left out."""
     from rich import box
-    from rich.console import Group
     from rich.text import Text
 
     varying = _varying_knobs(views)

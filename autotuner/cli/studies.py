@@ -291,8 +291,9 @@ def export(
         typer.Option(
             "--format",
             "-f",
-            help="json, yaml, env (shell exports) or torchrun (a script that re-runs the "
-            "winning trial with this repo's trial runner).",
+            help="hf (Hugging Face TrainingArguments), lightning (Trainer), torchtitan (TOML), "
+            "accelerate (config YAML), pytorch (snippet), env (NCCL environment), json, yaml, "
+            "or torchrun (a script that re-runs the winning trial with this repo's runner).",
         ),
     ] = "json",
     output: Annotated[
@@ -316,10 +317,10 @@ def export(
     A study that was cancelled or failed has no recommendation, only a best so far: export it
     with --allow-partial (the output says so); without it the command exits 2."""
     from autotuner.inputs import UserError
-    from autotuner.study.request import EXPORT_FORMATS
+    from autotuner.study.export import FORMATS
 
-    if fmt not in EXPORT_FORMATS:
-        raise UserError(f"--format {fmt!r}: choose one of {', '.join(EXPORT_FORMATS)}")
+    if fmt not in FORMATS:
+        raise UserError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
     if output is not None:
         _check_output(output, force, fmt)  # before asking for anything
     text = backend(server, db).export(study, fmt, allow_partial)
@@ -340,8 +341,9 @@ def _check_output(output: Path, force: bool, fmt: str) -> None:
     import os
 
     from autotuner.inputs import UserError
+    from autotuner.study.export import FORMATS_TABLE
 
-    suffix = {"torchrun": "sh", "env": "sh"}.get(fmt, fmt)
+    suffix = FORMATS_TABLE[fmt].suffix
     if output.is_dir():
         raise UserError(
             f"-o {output} is a folder; give a file in it, e.g. -o {output / f'best.{suffix}'}"

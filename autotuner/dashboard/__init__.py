@@ -31,6 +31,7 @@ from autotuner.api.security import (
 from autotuner.dashboard.charts import knob_effects, pareto_front
 from autotuner.storage.repository import StudyNotFound
 from autotuner.study import operations
+from autotuner.study.export import export_commands
 from autotuner.study.labels import trial_label
 from autotuner.study.operations import NotFound
 
@@ -48,6 +49,7 @@ def _url_path(context: dict[str, Any], name: str, /, **params: Any) -> str:
 
 templates.env.globals["url_for"] = _url_path
 templates.env.globals["trial_label"] = trial_label  # `cancelled`, not a bare `failed`
+templates.env.globals["export_commands"] = export_commands  # the same lines `best` prints
 static = StaticFiles(directory=str(_HERE / "static"))
 router = APIRouter(include_in_schema=False)
 

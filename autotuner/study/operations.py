@@ -21,7 +21,8 @@ from autotuner.search.space import (
     spaces_dir,
 )
 from autotuner.spec import ModelSpec
-from autotuner.study.request import EXPORT_FORMATS, StudyRequest
+from autotuner.study.export import FORMATS as EXPORT_FORMATS
+from autotuner.study.request import StudyRequest
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -259,7 +260,7 @@ def get_trial_detail(db: Database, ref: str, number: int) -> dict[str, Any]:
 
 
 def export_best(db: Database, ref: str, fmt: str, *, allow_partial: bool = False) -> str:
-    """The best config as text in `fmt` (json, yaml, env or torchrun). A cancelled or failed
+    """The best config as text in `fmt` (one of export.FORMATS). A cancelled or failed
     study's best is refused (Conflict) unless `allow_partial`, and then marked as partial."""
     from autotuner.study.export import render
     from autotuner.study.labels import unfinished_note

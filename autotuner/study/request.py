@@ -19,7 +19,6 @@ SAMPLERS = (
     "grid",
     "gp",
 )  # = search.sampler.SAMPLERS, without optuna
-EXPORT_FORMATS = ("json", "yaml", "env", "torchrun")
 MAX_TRIALS = 10_000
 MAX_MINUTES = 7 * 24 * 60.0
 # One trial is one short training job. 512 GPUs is past the largest slice a tuning trial needs

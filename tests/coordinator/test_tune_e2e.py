@@ -93,3 +93,25 @@ def test_micro_batch_changes_what_is_measured(local_ray: None) -> None:
     assert small.tokens_per_step == 64 and big.tokens_per_step == 16 * 64
     # Measurably different: the ranges of the repeats do not overlap.
     assert big.tokens_per_s_min > small.tokens_per_s_max
+
+
+def test_tune_a_user_factory_model(tmp_path: Path) -> None:
+    """`tune` on the example factory model (examples/my-model.yaml: a file-form factory with
+    the attention hook and `.blocks`), the cpu-demo space, real trials; then export it."""
+    db = f"sqlite:///{tmp_path / 'f.db'}"
+    proc = cli("tune", "examples/my-model.yaml", "--space", "cpu-demo", "--trials", "3", "--db", db)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Recommended config" in proc.stdout and "my_model.py:build" in proc.stderr + proc.stdout
+    study_id = proc.stderr.split("study ", 1)[1].split(":", 1)[0].strip()
+    trials = json.loads(cli("trials", study_id, "--db", db, "--json").stdout)
+    done = [t for t in trials if t["state"] == "complete"]
+    assert done and all(t["tokens_per_s"] > 0 for t in done), trials
+    from autotuner.storage.session import Database
+    from autotuner.study.operations import get_trial_detail
+
+    # The worker counted the user's module: 2 blocks of 12 d^2 + 4 d, embeddings, head, positions.
+    d, v, t = 64, 512, 64
+    result = get_trial_detail(Database(db), study_id, done[0]["number"])["trial"]["result"]
+    assert result["param_count"] == 2 * (12 * d * d + 4 * d) + 2 * v * d + t * d + 2 * d
+    hf = cli("export", study_id, "-f", "hf", "--db", db)
+    assert hf.returncode == 0 and "training_args_kwargs" in hf.stdout, hf.stderr

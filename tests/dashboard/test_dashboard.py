@@ -42,6 +42,9 @@ def test_study_page_has_every_trial_and_chart_data(study: tuple[Database, str]) 
     front = [t for t in ok if t["number"] in data["pareto"]]
     assert front and max(t["tokens_per_s"] for t in front) == max(t["tokens_per_s"] for t in ok)
     assert data["best"]["trial_number"] in data["pareto"]
+    commands = re.search(r'<pre id="export-commands">(.*?)</pre>', page.text, re.S)
+    assert commands, "the recommendation shows how to export it"
+    assert f"autotuner export {study_id} -f hf  # " in commands.group(1)
     as_json = client.get(f"/studies/{study_id}?format=json").json()
     assert as_json["study"]["id"] == study_id and len(as_json["trials"]) == len(data["trials"])
 

@@ -65,12 +65,15 @@ def test_submit_run_and_read_back(service: Service) -> None:
 
     exported = {
         fmt: client.get(f"/api/studies/{study['id']}/export", params={"format": fmt})
-        for fmt in ("json", "yaml", "env", "torchrun")
+        for fmt in ("json", "yaml", "env", "torchrun", "torchtitan")
     }
     assert all(r.status_code == 200 for r in exported.values())
     assert json.loads(exported["json"].text)["knobs"] == best["best"]["knobs"]
     assert yaml.safe_load(exported["yaml"].text)["trial"] == best["best"]["trial_number"]
-    assert "export AUTOTUNER_MICRO_BATCH_SIZE=" in exported["env"].text
+    assert "AUTOTUNER_" not in exported["env"].text  # real NCCL/torch variables only
+    assert exported["torchtitan"].headers["content-type"].startswith("application/toml")
+    mb = best["best"]["knobs"]["micro_batch_size"]
+    assert f"local_batch_size = {mb}" in exported["torchtitan"].text
     assert "torchrun --standalone --nproc-per-node 1 -m workers.trial" in exported["torchrun"].text
 
     listed = client.get("/api/studies").json()

@@ -83,8 +83,8 @@ def test_submit_watch_and_read_back_through_the_service(service: Service, space_
 
     script = cli("export", study_id, "--format", "torchrun", *server)
     assert script.returncode == 0 and "torchrun --standalone" in script.stdout
-    env = cli("export", study_id, "-f", "env", *server)
-    assert "export AUTOTUNER_PRECISION=" in env.stdout
+    hf = cli("export", study_id, "-f", "hf", *server)
+    assert hf.returncode == 0 and "training_args_kwargs = {" in hf.stdout
 
     again = cli("cancel", study_id, *server)
     assert again.returncode == 2 and "already completed" in again.stderr

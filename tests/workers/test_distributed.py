@@ -9,11 +9,11 @@ import time
 import pytest
 import torch
 
-from autotuner.spec import FailureClass, TrialConfig, TrialStatus
+from autotuner.spec import NVLS_OFF_ENV, FailureClass, TrialConfig, TrialStatus, process_env
 from tests.service import procs
 from workers import distributed, launch, launch_ranks
 from workers.launch import run_trial_process
-from workers.trial import NVLS_OFF_ENV, inactive_knobs, process_env
+from workers.trial import inactive_knobs
 
 from .conftest import FAST, make_config
 

@@ -42,6 +42,10 @@ def build_model(spec: ModelSpec, knobs: Knobs) -> nn.Module:
         from workers.models.llama import Llama
 
         return Llama(spec, **kwargs)
+    if spec.family == ModelFamily.FACTORY:
+        from workers.models.factory import build_factory
+
+        return build_factory(spec, **kwargs)
     from workers.models.hf import build_hf
 
     return build_hf(spec, **kwargs)

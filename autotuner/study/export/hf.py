@@ -1,0 +1,118 @@
+"""Hugging Face `transformers.TrainingArguments` keyword arguments, as a Python snippet.
+
+The snippet defines two dicts: `training_args_kwargs` for `TrainingArguments(output_dir=...,
+**training_args_kwargs)` and `model_kwargs` for `AutoModelForCausalLM.from_pretrained(name,
+**model_kwargs)`. Written for transformers >= 4.46 (torch_compile_mode, dataloader_prefetch_factor,
+gradient_checkpointing_kwargs); tested against the installed version.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotuner.spec import Attention, Checkpointing
+from autotuner.study.export.code import py_literal
+from autotuner.study.export.facts import Facts
+
+# The model's attention implementation for each backend the trial pinned. HF's "sdpa" calls
+# torch's scaled_dot_product_attention and lets torch choose the kernel; "eager" is the
+# materialised-scores computation that SDPA's math backend also runs.
+_ATTN_IMPLEMENTATION = {
+    Attention.MATH: "eager",
+    Attention.EFFICIENT: "sdpa",
+    Attention.FLASH: "sdpa",
+    Attention.CUDNN: "sdpa",
+    Attention.FLEX: "flex_attention",
+}
+_SDPA_BACKEND = {
+    Attention.EFFICIENT: "EFFICIENT_ATTENTION",
+    Attention.FLASH: "FLASH_ATTENTION",
+    Attention.CUDNN: "CUDNN_ATTENTION",
+}
+
+
+def render(f: Facts) -> str:
+    k = f.knobs
+    kwargs: dict[str, Any] = {
+        "per_device_train_batch_size": k.micro_batch_size,
+        "gradient_accumulation_steps": k.grad_accum,
+        "bf16": f.amp_dtype == "bfloat16",
+        "fp16": f.amp_dtype == "float16",
+    }
+    if f.tf32:
+        kwargs["tf32"] = True
+    notes: list[str] = []
+    if f.compile_mode:
+        kwargs["torch_compile"] = True
+        kwargs["torch_compile_mode"] = f.compile_mode
+    if f.checkpointing != Checkpointing.NONE:
+        kwargs["gradient_checkpointing"] = True
+        kwargs["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
+    if f.checkpointing == Checkpointing.SELECTIVE:
+        notes.append(
+            "checkpointing 'selective' (keep matmul/attention outputs, recompute the rest) has "
+            "no TrainingArguments setting: gradient_checkpointing recomputes whole layers, "
+            "which uses less memory and more time than what was measured"
+        )
+    kwargs["optim"] = "adamw_torch_fused" if f.fused_adamw else "adamw_torch"
+    kwargs["dataloader_num_workers"] = k.loader_workers
+    kwargs["dataloader_pin_memory"] = k.pin_memory
+    if k.loader_workers > 0:
+        kwargs["dataloader_prefetch_factor"] = k.prefetch_factor
+    if not f.loader:
+        notes.append(
+            "the trial read synthetic tokens: the dataloader settings are the space's values, "
+            "not measured ones"
+        )
+    if f.distributed and not f.sharded:
+        kwargs["ddp_bucket_cap_mb"] = k.ddp_bucket_cap_mb
+        kwargs["ddp_find_unused_parameters"] = False
+        for knob in ("ddp_grad_as_bucket_view", "ddp_static_graph"):
+            if getattr(k, knob):
+                notes.append(f"{knob}=True has no TrainingArguments setting")
+        if k.grad_compression != "none":
+            notes.append(
+                f"grad_compression={k.grad_compression}: register the DDP comm hook yourself "
+                "(see --format pytorch); TrainingArguments has no setting for it"
+            )
+    if f.sharded:
+        kwargs["fsdp"] = "full_shard auto_wrap" if f.reshard_after_forward else "shard_grad_op"
+        kwargs["fsdp_config"] = {"version": 2, "reshard_after_forward": f.reshard_after_forward}
+        if k.fsdp_reduce_dtype == "bf16":
+            notes.append("fsdp_reduce_dtype=bf16 has no TrainingArguments setting")
+    if f.fp8_recipe:
+        notes.append(
+            f"{k.precision.value}: TrainingArguments has no float8 setting; bf16 is set, convert "
+            f"the Linear layers with torchao (convert_to_float8_training, recipe "
+            f"{f.fp8_recipe!r}) or use an Accelerate fp8 config (--format accelerate)"
+        )
+    if k.vocab_pad_multiple > 1:
+        notes.append(
+            f"vocab_pad_multiple={k.vocab_pad_multiple}: after loading, call "
+            f"model.resize_token_embeddings(len(tokenizer), "
+            f"pad_to_multiple_of={k.vocab_pad_multiple})"
+        )
+    if f.env:
+        notes.append("set the NCCL environment before launching: --format env")
+    model_kwargs = {"attn_implementation": _ATTN_IMPLEMENTATION[f.attention]}
+    if f.attention in _SDPA_BACKEND:
+        notes.append(
+            f"attention {f.attention.value!r} is one SDPA kernel; 'sdpa' lets torch choose. To "
+            f"pin it, train inside torch.nn.attention.sdpa_kernel("
+            f"SDPBackend.{_SDPA_BACKEND[f.attention]})"
+            + (
+                " (or use 'flash_attention_2' with the flash-attn package)"
+                if f.attention == Attention.FLASH
+                else ""
+            )
+        )
+    lines = [
+        *f.header(),
+        "# Hugging Face transformers: TrainingArguments and from_pretrained keyword arguments.",
+        *(f"# NOTE: {note}" for note in notes),
+        f"training_args_kwargs = {py_literal(kwargs)}",
+        f"model_kwargs = {py_literal(model_kwargs)}",
+        "# model = AutoModelForCausalLM.from_pretrained(NAME, **model_kwargs)",
+        '# args = TrainingArguments(output_dir="out", **training_args_kwargs)',
+    ]
+    return "\n".join(lines) + "\n"

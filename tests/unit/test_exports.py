@@ -1,0 +1,410 @@
+"""Every export format of a study's best config, loaded by the library it is written for, on the
+CPU: transformers' TrainingArguments, lightning's Trainer, accelerate's config loader and launch
+parser, torchtitan's key names (v0.2.2) through tomllib, and the plain PyTorch snippet run for
+one optimizer step on a tiny GPT.
+
+What the CPU cannot build is said where it happens: a GPU-measured study's Trainer is built with
+accelerator="cpu", TrainingArguments with use_cpu=True, and tf32 (an Ampere+ GPU mode) is checked
+to be refused for the GPU, not for a bad argument.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+from autotuner.spec import Knobs, ModelSpec
+from autotuner.storage.session import Database
+from autotuner.study.export import FORMATS, export_commands, render
+from autotuner.study.operations import export_best
+
+# Variants over the knobs that change what each export says (one GPU, DDP, FSDP2, fp8, fp16).
+SINGLE = {
+    "micro_batch_size": 4,
+    "grad_accum": 2,
+    "precision": "bf16",
+    "attention": "flash",
+    "checkpointing": "selective",
+    "optimizer": "adamw-fused",
+    "vocab_pad_multiple": 64,
+}
+VARIANTS: dict[str, tuple[dict[str, Any], int]] = {
+    "single-bf16-selective": (SINGLE, 1),
+    "single-fp32-full-foreach": (
+        {
+            "precision": "fp32",
+            "attention": "math",
+            "checkpointing": "full",
+            "optimizer": "adamw-foreach",
+        },
+        1,
+    ),
+    "ddp-fp16-powersgd": (
+        {
+            "precision": "fp16",
+            "parallel": "ddp",
+            "grad_compression": "powersgd",
+            "ddp_bucket_cap_mb": 50,
+            "ddp_static_graph": True,
+            "nccl_algo": "Ring",
+            "compile_mode": "max-autotune-no-cudagraphs",
+        },
+        2,
+    ),
+    "fsdp2-fp8": (
+        {"precision": "fp8-rowwise", "parallel": "fsdp2", "checkpointing": "full"},
+        4,
+    ),
+    "fsdp2-no-reshard-tf32": (
+        {"precision": "tf32", "parallel": "fsdp2-no-reshard", "fsdp_reduce_dtype": "bf16"},
+        8,
+    ),
+}
+
+# torchtitan v0.2.2's JobConfig sections and the fields the export writes, from
+# torchtitan/config/job_config.py at tag v0.2.2 (commit 73a0e6979dd10b6b1904098eb3c8f62c18ab87ce).
+TORCHTITAN_V022 = {
+    "model": {"name", "flavor", "hf_assets_path", "tokenizer_path", "converters"},
+    "training": {
+        "dataset",
+        "dataset_path",
+        "local_batch_size",
+        "global_batch_size",
+        "seq_len",
+        "max_norm",
+        "steps",
+        "enable_cpu_offload",
+        "dtype",
+        "mixed_precision_param",
+        "mixed_precision_reduce",
+        "gc_freq",
+        "gc_debug",
+        "dataloader",
+    },
+    "training.dataloader": {"num_workers", "persistent_workers", "pin_memory", "prefetch_factor"},
+    "optimizer": {"name", "lr", "beta1", "beta2", "eps", "weight_decay", "implementation"},
+    "compile": {"enable", "components", "backend"},
+    "activation_checkpoint": {"mode", "selective_ac_option", "memory_budget", "early_stop"},
+    "quantize.linear.float8": {
+        "enable_fsdp_float8_all_gather",
+        "precompute_float8_dynamic_scale_for_fsdp",
+        "recipe_name",
+        "filter_fqns",
+        "emulate",
+    },
+    "parallelism": {
+        "data_parallel_replicate_degree",
+        "data_parallel_shard_degree",
+        "fsdp_reshard_after_forward",
+        "tensor_parallel_degree",
+    },
+}
+TORCHTITAN_CHOICES = {
+    ("training", "mixed_precision_param"): {"bfloat16", "float32"},
+    ("optimizer", "implementation"): {"for-loop", "foreach", "fused"},
+    ("activation_checkpoint", "mode"): {"selective", "full", "memory_budget", "none"},
+    ("quantize.linear.float8", "recipe_name"): {"tensorwise", "rowwise", "rowwise_with_gw_hp"},
+    ("parallelism", "fsdp_reshard_after_forward"): {"default", "always", "never"},
+}
+TORCHTITAN_CONVERTERS = {"quantize.linear.float8", "quantize.linear.mx"}
+
+
+def _rec(knobs: dict[str, Any], gpus: int, device: str = "cuda") -> tuple[dict, dict]:
+    """(recommendation, stored trial config) for these knobs, as the study stores them."""
+    model = {"preset": "tiny"}
+    full = Knobs.model_validate(knobs).model_dump(mode="json")
+    rec = {
+        "trial_number": 7,
+        "tokens_per_s": 1234.0,
+        "knobs": full,
+        "model": model,
+        "fingerprint": {"device_type": device},
+    }
+    config = {
+        "model": ModelSpec.resolve(model).model_dump(mode="json"),
+        "knobs": full,
+        "num_gpus": gpus,
+    }
+    return rec, config
+
+
+def _export(name: str, fmt: str) -> str:
+    knobs, gpus = VARIANTS[name]
+    rec, config = _rec(knobs, gpus)
+    return render(rec, fmt, study_id="s1", config=config)
+
+
+def _exec(snippet: str) -> dict[str, Any]:
+    namespace: dict[str, Any] = {}
+    exec(compile(snippet, "<export>", "exec"), namespace)
+    return namespace
+
+
+# --------------------------------------------------------------------------- the study itself
+
+
+@pytest.fixture
+def exported(finished_study: tuple[str, str]) -> dict[str, str]:
+    """Every format of a finished (replayed) study's best config, through the export operation."""
+    url, study_id = finished_study
+    db = Database(url)
+    return {fmt: export_best(db, study_id, fmt) for fmt in FORMATS}
+
+
+def test_a_study_exports_to_every_trainer(exported: dict[str, str], tmp_path: Path) -> None:
+    from transformers import TrainingArguments
+
+    knobs = yaml.safe_load(exported["yaml"])["knobs"]
+    # Hugging Face: the GPU study's bf16 needs use_cpu=True to build on this CPU.
+    ns = _exec(exported["hf"])
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, **ns["training_args_kwargs"])
+    assert args.per_device_train_batch_size == knobs["micro_batch_size"]
+    assert args.bf16 == (knobs["precision"] == "bf16")
+    assert args.gradient_checkpointing == (knobs["checkpointing"] != "none")
+    assert args.torch_compile and args.torch_compile_mode == "default"
+    assert str(args.optim.value) == (
+        "adamw_torch_fused" if knobs["optimizer"] == "adamw-fused" else "adamw_torch"
+    )
+    assert ns["model_kwargs"] == {"attn_implementation": "sdpa"}  # flash: SDPA's kernel
+    # Lightning: measured on a (fake) GPU; built here with accelerator="cpu".
+    trainer = _lightning_trainer(exported["lightning"])
+    assert trainer.accumulate_grad_batches == knobs["grad_accum"]
+    # torchtitan, accelerate: parsed and checked by their rules below.
+    _check_torchtitan(exported["torchtitan"], knobs)
+    _load_accelerate(exported["accelerate"], tmp_path)
+    # Plain PyTorch: one optimizer step of a tiny GPT through the snippet's own functions.
+    _one_pytorch_step(exported["pytorch"], knobs)
+    assert "AUTOTUNER_" not in exported["env"]
+
+
+# --------------------------------------------------------------------------- per trainer
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_hf_training_arguments(name: str, tmp_path: Path) -> None:
+    from transformers import TrainingArguments
+
+    ns = _exec(_export(name, "hf"))
+    kwargs = ns["training_args_kwargs"]
+    fields = {f.name for f in dataclasses.fields(TrainingArguments)}
+    assert set(kwargs) <= fields, set(kwargs) - fields
+    if kwargs.get("tf32"):
+        with pytest.raises(ValueError, match="Ampere"):  # a GPU mode: refused on the CPU
+            TrainingArguments(output_dir=str(tmp_path), use_cpu=True, **kwargs)
+        kwargs = {**kwargs, "tf32": None}
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, **kwargs)
+    knobs, _ = VARIANTS[name]
+    assert args.gradient_accumulation_steps == Knobs.model_validate(knobs).grad_accum
+    assert args.fp16 == (knobs.get("precision") == "fp16")
+    if knobs.get("parallel", "").startswith("fsdp"):
+        assert args.fsdp_config["version"] == 2
+    text = _export(name, "hf")
+    if knobs.get("precision", "").startswith("fp8"):
+        assert "# NOTE: fp8-rowwise: TrainingArguments has no float8 setting" in text
+    if "vocab_pad_multiple" in knobs:
+        assert "pad_to_multiple_of=64" in text
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_lightning_trainer(name: str) -> None:
+    knobs, _ = VARIANTS[name]
+    trainer = _lightning_trainer(_export(name, "lightning"))
+    precision = {"fp32": "32-true", "tf32": "32-true", "fp16": "bf16-mixed"}.get(
+        knobs.get("precision", "bf16"), "bf16-mixed"
+    )  # fp16 AMP does not exist on the CPU: Lightning itself switches it to bf16 there
+    assert trainer.precision == precision
+    strategy = type(trainer.strategy).__name__
+    parallel = knobs.get("parallel")
+    expected = {None: "SingleDeviceStrategy", "ddp": "DDPStrategy"}.get(
+        parallel, "ModelParallelStrategy"
+    )
+    assert strategy == expected
+    if parallel == "ddp":
+        assert trainer.strategy._ddp_kwargs["bucket_cap_mb"] == knobs["ddp_bucket_cap_mb"]
+        assert trainer.strategy._ddp_comm_hook.__name__ == "powerSGD_hook"
+
+
+def _lightning_trainer(snippet: str):
+    import lightning
+
+    kwargs = _exec(snippet)["trainer_kwargs"]
+    kwargs["accelerator"] = "cpu"  # measured on GPUs; this machine has none
+    return lightning.Trainer(**kwargs, logger=False, enable_checkpointing=False)
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_torchtitan_toml(name: str) -> None:
+    knobs, _ = VARIANTS[name]
+    _check_torchtitan(_export(name, "torchtitan"), Knobs.model_validate(knobs).model_dump())
+
+
+def _check_torchtitan(text: str, knobs: dict[str, Any]) -> None:
+    doc = tomllib.loads(text)
+    flat: dict[str, dict[str, Any]] = {}
+    for section, table in doc.items():
+        for key, value in table.items():
+            if isinstance(value, dict):  # [training.dataloader], [quantize.linear.float8]
+                _flatten(f"{section}.{key}", value, flat)
+            else:
+                flat.setdefault(section, {})[key] = value
+    for section, table in flat.items():
+        assert section in TORCHTITAN_V022, section
+        assert set(table) <= TORCHTITAN_V022[section], (section, set(table))
+    for (section, key), choices in TORCHTITAN_CHOICES.items():
+        if key in flat.get(section, {}):
+            assert flat[section][key] in choices, (section, key)
+    assert set(flat.get("model", {}).get("converters", [])) <= TORCHTITAN_CONVERTERS
+    training = flat["training"]
+    assert training["local_batch_size"] == knobs["micro_batch_size"]
+    # torchtitan accumulates until the global batch: local x dp degree x accumulation.
+    parallel = flat.get("parallelism", {})
+    dp = max(
+        parallel.get("data_parallel_replicate_degree", 1)
+        * parallel.get("data_parallel_shard_degree", 1),
+        1,
+    )
+    assert training["global_batch_size"] == knobs["micro_batch_size"] * dp * knobs["grad_accum"]
+    assert flat["compile"]["enable"] == (str(knobs["compile_mode"]) != "none")
+
+
+def _flatten(prefix: str, table: dict[str, Any], out: dict[str, dict[str, Any]]) -> None:
+    for key, value in table.items():
+        if isinstance(value, dict):
+            _flatten(f"{prefix}.{key}", value, out)
+        else:
+            out.setdefault(prefix, {})[key] = value
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_accelerate_config(name: str, tmp_path: Path) -> None:
+    knobs, gpus = VARIANTS[name]
+    config, env = _load_accelerate(_export(name, "accelerate"), tmp_path)
+    assert config.num_processes == gpus
+    parallel = knobs.get("parallel")
+    expected = "NO" if gpus == 1 else ("MULTI_GPU" if parallel == "ddp" else "FSDP")
+    assert config.distributed_type.value == expected
+    if env is not None and parallel and parallel.startswith("fsdp"):
+        assert env["FSDP_VERSION"] == "2"
+        assert env["FSDP_RESHARD_AFTER_FORWARD"] == str(parallel == "fsdp2").lower()
+    if env is not None and "compile_mode" in knobs:
+        assert env["ACCELERATE_DYNAMO_MODE"] == knobs["compile_mode"]
+
+
+def _load_accelerate(text: str, tmp_path: Path):
+    """accelerate's own loader, then `accelerate launch --config_file`'s argument handling and,
+    for several processes, the environment it would start them with (None for fp8: accelerate
+    refuses it without a float8 backend usable here, so the file is only loaded)."""
+    from accelerate.commands.config.config_args import load_config_from_file
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.utils.launch import prepare_multi_gpu_env
+
+    path = tmp_path / "accelerate.yaml"
+    path.write_text(text)
+    config = load_config_from_file(str(path))
+    if config.mixed_precision == "fp8" or config.num_processes == 1:
+        return config, None
+    args = launch_command_parser().parse_args(["--config_file", str(path), "train.py"])
+    args, *_ = _validate_launch_command(args)
+    return config, prepare_multi_gpu_env(args)
+
+
+# --------------------------------------------------------------------------- plain PyTorch
+
+
+@pytest.mark.parametrize("name", ["single-bf16-selective", "single-fp32-full-foreach"])
+def test_pytorch_snippet_trains_one_step(name: str) -> None:
+    knobs, _ = VARIANTS[name]
+    _one_pytorch_step(_export(name, "pytorch"), Knobs.model_validate(knobs).model_dump())
+
+
+def test_pytorch_snippet_ddp_on_one_gloo_rank(tmp_path: Path) -> None:
+    """The DDP variant (bucket size, static graph, PowerSGD hook) runs under a one-rank gloo
+    group; its fp16 scaler and max-autotune compile are left out: the CPU has neither (fp16
+    autocast) nor time for them (an inductor compile)."""
+    import torch.distributed as dist
+
+    knobs = {**VARIANTS["ddp-fp16-powersgd"][0], "precision": "bf16", "compile_mode": "none"}
+    rec, config = _rec(knobs, 2)
+    snippet = render(rec, "pytorch", study_id="s1", config=config)
+    assert "register_comm_hook(powerSGD_hook.PowerSGDState(" in snippet
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        _one_pytorch_step(snippet, Knobs.model_validate(knobs).model_dump())
+    finally:
+        dist.destroy_process_group()
+
+
+def _one_pytorch_step(snippet: str, knobs: dict[str, Any]) -> None:
+    from autotuner.spec import Attention, Checkpointing
+    from workers.models.gpt import GPT
+
+    ns = _exec(snippet)
+    torch.manual_seed(0)
+    spec = ModelSpec.resolve({"preset": "tiny"})
+    # The snippet pins the attention kernel around the step; the model calls plain SDPA (math:
+    # the tiny model's own backend switch stays neutral) and no checkpointing of its own.
+    model = GPT(
+        spec,
+        padded_vocab=spec.vocab_size,
+        attention=Attention.MATH,
+        checkpointing=Checkpointing.NONE,
+    )
+    before = [p.detach().clone() for p in model.parameters()]
+    runnable, optimizer = ns["prepare"](model, model.blocks)
+    if knobs["checkpointing"] != "none":
+        assert all(type(b).__name__ == "Checkpointed" for b in model.blocks)
+    assert optimizer.defaults["fused" if knobs["optimizer"] == "adamw-fused" else "foreach"]
+    g = torch.Generator().manual_seed(1)
+    batch = int(knobs["micro_batch_size"])
+    batches = iter(
+        [
+            (x := torch.randint(0, spec.vocab_size, (batch, spec.seq_len + 1), generator=g))[
+                :, :-1
+            ],
+            x[:, 1:],
+        ]
+        for _ in range(int(knobs["grad_accum"]))
+    )
+    loss = ns["train_step"](runnable, optimizer, batches, "cpu")
+    assert torch.isfinite(loss) and 5.0 < float(loss) < 7.5  # ln(512) = 6.2 at random init
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+# --------------------------------------------------------------------------- env, commands
+
+
+def test_env_is_real_variables_only() -> None:
+    text = _export("ddp-fp16-powersgd", "env")
+    exports = dict(
+        line.removeprefix("export ").split("=", 1)
+        for line in text.splitlines()
+        if line.startswith("export ")
+    )
+    assert exports["NCCL_ALGO"] == "Ring"
+    assert exports["NCCL_NVLS_ENABLE"] == "0"  # measured with NVLink multicast off
+    assert not any(name.startswith("AUTOTUNER_") for name in exports)
+    one_gpu = _export("single-bf16-selective", "env")
+    assert "nothing to set" in one_gpu
+
+
+def test_export_commands_name_every_trainer_format() -> None:
+    commands = dict(export_commands("abc"))
+    for fmt in ("hf", "lightning", "torchtitan", "accelerate", "pytorch", "env"):
+        assert f"autotuner export abc -f {fmt}" in commands
+
+
+def test_best_prints_the_export_commands(finished_study: tuple[str, str]) -> None:
+    from tests.unit.test_cli_errors import run_cli
+
+    url, study_id = finished_study
+    best = run_cli("best", study_id, "--db", url, env={"COLUMNS": "100"})
+    assert best.returncode == 0, best.stderr
+    lines = [line.strip() for line in best.stdout.splitlines()]
+    for fmt in ("hf", "lightning", "torchtitan", "accelerate", "pytorch", "env"):
+        assert any(line.startswith(f"autotuner export {study_id} -f {fmt} ") for line in lines)

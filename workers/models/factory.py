@@ -1,0 +1,241 @@
+"""The user's own model (family "factory"): imported and built in the trial process, with the
+knobs applied around it. The contract (docs/models.md):
+
+- `factory: "package.module:function"` (importable on the worker) or `"/path/file.py:function"`.
+- The function is called with the keyword arguments it declares out of vocab_size (rounded up to
+  the `vocab_pad_multiple` knob), seq_len, n_layer, d_model, n_head, n_kv_head, d_ff, dropout,
+  tie_embeddings and `attend`, plus the spec's `factory_args`; a `**kwargs` gets all of them.
+- It returns an nn.Module whose forward(idx) maps token ids (B, T) to logits (B, T, vocab_size).
+- Checkpointing by block: the module lists its transformer blocks as `.blocks` (an
+  nn.ModuleList) or through a `transformer_blocks()` method; each is wrapped so the
+  `checkpointing` knob applies to it. A model with neither refuses checkpointing.
+- Attention: a factory that declares `attend` gets `attend(q, k, v, scale=None)`, causal
+  attention over (B, heads, T, head_dim) tensors with the trial's backend
+  (workers/models/attention.py); one that does not, refuses the attention knob (it cannot pin a
+  kernel inside code it does not see).
+
+Precision (autocast, float8) and torch.compile wrap the built model as for every family. A
+factory that cannot be loaded, built or run raises UnsupportedConfig naming what is missing:
+a property of the model spec, never a crash.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import inspect
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from autotuner.spec import Attention, Checkpointing, ModelSpec
+from workers.errors import UnsupportedConfig
+from workers.models.attention import attend
+from workers.models.checkpointing import run_block
+
+
+class FactoryError(UnsupportedConfig):
+    """The model factory cannot be used as given; the message says what to fix."""
+
+
+class FactoryLM(nn.Module):
+    """The user's logits model with the built-in families' forward(idx, targets) -> loss."""
+
+    def __init__(self, inner: nn.Module, vocab_size: int, padded_vocab: int):
+        super().__init__()
+        self.inner = inner
+        self.vocab_size, self.padded_vocab = vocab_size, padded_vocab
+
+    def flops_params(self) -> int:
+        """Parameters for the FLOPs count (autotuner/flops.py): counted on the built module, as
+        its shapes are the user's, less the padded vocab rows (padding must not raise MFU)."""
+        total = sum(p.numel() for p in self.parameters())
+        extra = self.padded_vocab - self.vocab_size
+        if extra:
+            total -= sum(
+                extra * p.shape[1]
+                for p in self.parameters()
+                if p.dim() == 2 and p.shape[0] == self.padded_vocab
+            )
+        return total
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        logits = self.inner(idx)
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
+
+
+class CheckpointedBlock(nn.Module):
+    """One of the user's blocks run under the checkpointing knob (workers/models/checkpointing)."""
+
+    def __init__(self, block: nn.Module, mode: Checkpointing):
+        super().__init__()
+        self.block, self.mode = block, mode
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return run_block(lambda *a: self.block(*a, **kwargs), self.mode, *args)
+
+
+def build_factory(
+    spec: ModelSpec, *, padded_vocab: int, attention: Attention, checkpointing: Checkpointing
+) -> nn.Module:
+    assert spec.factory is not None
+    fn = load_factory(spec.factory)
+    offered: dict[str, Any] = {
+        "vocab_size": padded_vocab,
+        "seq_len": spec.seq_len,
+        "n_layer": spec.n_layer,
+        "d_model": spec.d_model,
+        "n_head": spec.n_head,
+        "n_kv_head": spec.kv_heads,
+        "d_ff": spec.ffn_dim,
+        "dropout": spec.dropout,
+        "tie_embeddings": spec.tie_embeddings,
+        "attend": functools.partial(attend, backend=attention),
+        **(spec.factory_args or {}),
+    }
+    kwargs = _arguments(spec.factory, fn, offered)
+    if "attend" not in kwargs:
+        raise FactoryError(
+            f"{spec.factory} takes no `attend` argument, so the attention knob "
+            f"({attention.value!r}) cannot choose its kernel: declare `attend` and call "
+            "attend(q, k, v) for causal attention, or drop attention from the searched knobs "
+            "for this model",
+            {"attention": attention.value},
+        )
+    try:
+        inner = fn(**kwargs)
+    except (torch.OutOfMemoryError, MemoryError):
+        raise
+    except Exception as exc:
+        raise FactoryError(
+            f"{spec.factory}(...) raised {type(exc).__name__}: {exc}; fix the factory"
+        ) from exc
+    if not isinstance(inner, nn.Module):
+        raise FactoryError(
+            f"{spec.factory} returned {type(inner).__name__}, not a torch.nn.Module; return the "
+            "model (token ids (B, T) -> logits (B, T, vocab_size))"
+        )
+    if checkpointing != Checkpointing.NONE:
+        _checkpoint_blocks(spec.factory, inner, checkpointing)
+    _check_output(spec, inner, padded_vocab)
+    inner.train()
+    return FactoryLM(inner, spec.vocab_size, padded_vocab)
+
+
+def load_factory(ref: str) -> Callable[..., Any]:
+    """The function `ref` names ("pkg.mod:fn" or "/path/file.py:fn"), or FactoryError."""
+    location, _, attr_path = ref.rpartition(":")
+    try:
+        module = _import_file(location) if location.endswith(".py") else _import(location)
+    except FactoryError:
+        raise
+    except Exception as exc:  # the user's module failed while importing
+        raise FactoryError(
+            f"importing {location} for the model factory raised {type(exc).__name__}: {exc}"
+        ) from exc
+    obj: Any = module
+    for part in attr_path.split("."):
+        if not hasattr(obj, part):
+            raise FactoryError(f"{location} has no attribute {part!r} (from factory {ref!r})")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise FactoryError(f"{ref} is a {type(obj).__name__}, not callable: name a function")
+    return obj
+
+
+def _import(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and name.startswith(exc.name):
+            raise FactoryError(
+                f"model factory module {name!r} is not importable on this worker ({exc}); "
+                f"install it there, put it on PYTHONPATH, or name a file: 'path/file.py:function'"
+            ) from exc
+        raise
+
+
+def _import_file(path: str) -> Any:
+    file = Path(path)
+    if not file.is_file():
+        raise FactoryError(f"model factory file {path} not found on this worker")
+    name = f"autotuner_factory_{abs(hash(str(file.resolve())))}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, file)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling look their module up here
+    spec.loader.exec_module(module)
+    return module
+
+
+def _arguments(ref: str, fn: Callable[..., Any], offered: dict[str, Any]) -> dict[str, Any]:
+    """The offered keyword arguments the factory declares (all of them for a **kwargs)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return offered
+    if any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return offered
+    missing = [
+        name
+        for name, p in params.items()
+        if p.default is inspect.Parameter.empty
+        and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        and name not in offered
+    ]
+    if missing:
+        raise FactoryError(
+            f"{ref} requires {', '.join(missing)}, which the model spec does not give: add "
+            f"them under factory_args (sizes it can take: vocab_size, seq_len, n_layer, d_model, "
+            f"n_head, n_kv_head, d_ff, dropout, tie_embeddings, attend)"
+        )
+    return {name: value for name, value in offered.items() if name in params}
+
+
+def _checkpoint_blocks(ref: str, model: nn.Module, mode: Checkpointing) -> None:
+    """Wrap each block the model lists (`.blocks` or `transformer_blocks()`) in place."""
+    method = getattr(model, "transformer_blocks", None)
+    blocks = list(method()) if callable(method) else getattr(model, "blocks", None)
+    if blocks is None or not all(isinstance(b, nn.Module) for b in blocks) or not len(blocks):
+        raise FactoryError(
+            f"checkpointing {mode.value!r} needs the model's blocks: give the module built by "
+            f"{ref} a `.blocks` nn.ModuleList or a `transformer_blocks()` method listing them",
+            {"checkpointing": mode.value},
+        )
+    names = {id(m): name for name, m in model.named_modules()}
+    for block in blocks:
+        parent_name, _, child = names[id(block)].rpartition(".")
+        parent = model.get_submodule(parent_name)
+        parent.register_module(child, CheckpointedBlock(block, mode))
+
+
+def _check_output(spec: ModelSpec, model: nn.Module, vocab: int) -> None:
+    """One forward of one full-length sequence: logits must be (1, seq_len, vocab_size)."""
+    device = next(model.parameters(), torch.empty(0)).device
+    idx = torch.zeros(1, spec.seq_len, dtype=torch.long, device=device)
+    try:
+        with torch.no_grad():
+            out = model(idx)
+    except (torch.OutOfMemoryError, MemoryError):
+        raise
+    except Exception as exc:
+        raise FactoryError(
+            f"the model built by {spec.factory} failed on token ids of shape (1, {spec.seq_len}): "
+            f"{type(exc).__name__}: {exc}; its forward must take a (B, T) LongTensor"
+        ) from exc
+    want = (1, spec.seq_len, vocab)
+    padded = f", {spec.vocab_size} padded by vocab_pad_multiple" if vocab != spec.vocab_size else ""
+    got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+    if got != want:
+        raise FactoryError(
+            f"the model built by {spec.factory} returned {got} for token ids (1, {spec.seq_len}); "
+            f"expected logits of shape {want} (vocab_size {vocab}{padded})"
+        )
