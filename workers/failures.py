@@ -65,6 +65,17 @@ _REQUEST = re.compile(r"(?:Tried to allocate|tried to allocate) ([\d.]+) ?(GiB|M
 _UNITS = {"GiB": GIB, "MiB": 1024**2, "KiB": 1024, "bytes": 1, "B": 1}
 
 
+# CUDA-graph trees (compile mode reduce-overhead) refuse a step that reads a graph output a
+# later replay overwrote. It is a fixed phrase of torch/_inductor/cudagraph_trees.py, raised as
+# a plain RuntimeError from the autograd engine: the only signal of a limit of this config under
+# CUDA graphs (seen on the H200: Llama 1B, fp8, accumulation 4), not a crash to retry.
+_CUDAGRAPH_OVERWRITTEN = "accessing tensor output of CUDAGraphs that has been overwritten"
+
+
+def _is_cudagraph_overwrite(exc: BaseException) -> bool:
+    return type(exc) is RuntimeError and _CUDAGRAPH_OVERWRITTEN in str(exc)
+
+
 def _requested_gib(exc: BaseException) -> float | None:
     # torch.OutOfMemoryError carries no structured size: the failing request appears only in
     # its message ("Tried to allocate 2.00 GiB" / "you tried to allocate N bytes"), so it is
@@ -96,6 +107,13 @@ def classify(exc: BaseException) -> tuple[FailureClass, str, dict]:
     compile_types = compile_error_types()
     if compile_types and any(isinstance(e, compile_types) for e in _chain(exc)):
         return FailureClass.COMPILE_ERROR, "torch.compile failed: " + _summary(exc), {}
+    if any(_is_cudagraph_overwrite(e) for e in _chain(exc)):
+        return (
+            FailureClass.COMPILE_ERROR,
+            "CUDA graphs (compile mode reduce-overhead) cannot run this config: "
+            + _summary(exc, 600),
+            {},
+        )
     # Anything else is a bug or a broken device, not a property of the config: report it as a
     # crash with where it happened, so a person looks at it.
     tb = "".join(traceback.format_exception(exc, limit=-6))

@@ -38,6 +38,14 @@ def _wrapped(inner: Exception) -> Exception:
         (_wrapped(ValueError("bad lowering")), "compile_error", None),
         (dynamo_exc.TorchRuntimeError("fake tensor failed"), "compile_error", None),
         (NumericsError("loss is nan"), "numerics", None),
+        (  # as the H200 raised it (Llama 1B, fp8, reduce-overhead, accumulation 4)
+            RuntimeError(
+                "Error: accessing tensor output of CUDAGraphs that has been overwritten by a "
+                "subsequent run. Stack trace: ..."
+            ),
+            "compile_error",
+            None,
+        ),
         (ValueError("some bug"), "crash", None),
         (RuntimeError("CUDA error: an illegal memory access"), "crash", None),
     ],
