@@ -64,7 +64,8 @@
       node("div", {}, node("b", { id: "best-tps" }, fmt.int(b.tokens_per_s)), node("span", {}, "tokens/s")),
       node("div", {}, node("b", {}, fmt.pct(b.mfu)), node("span", {}, "MFU")),
       node("div", {}, node("b", {}, fmt.fixed(b.peak_mem_gib, 2)), node("span", {}, "peak GiB")),
-      node("div", {}, node("b", { id: "best-trial" }, "#" + b.trial_number), node("span", {}, "trial"))));
+      node("div", {}, node("b", { id: "best-trial" }, "#" + b.trial_number), node("span", {}, "trial")),
+      node("div", {}, node("b", { id: "best-measurements" }, b.measurements), node("span", {}, "measurements"))));
     const kv = node("table", { class: "kv" });
     for (const k of Object.keys(b.params).sort()) kv.append(node("tr", {}, node("th", {}, k), node("td", {}, b.params[k])));
     box.append(kv);
