@@ -196,6 +196,8 @@
     document.body.dataset.trials = String(data.study.trials_total); // for browser tests
   }
   drawAll();
+  // Navigation start to everything drawn, for bench/reads_10k.py's page-load measurement.
+  document.body.dataset.readyMs = String(Math.round(performance.now()));
 
   function since() { // the trials a poll must return: the running ones and any newer
     let newest = -1, lowestRunning = null;
