@@ -564,9 +564,14 @@ class TrialResult(_Record):
     @property
     def spread_rel(self) -> float | None:
         """Half the min-max range of the repeats, relative to the median (the noise band)."""
-        if not self.tokens_per_s or self.tokens_per_s_min is None or self.tokens_per_s_max is None:
-            return None
-        return (self.tokens_per_s_max - self.tokens_per_s_min) / 2 / self.tokens_per_s
+        return spread_rel(self.tokens_per_s, self.tokens_per_s_min, self.tokens_per_s_max)
+
+
+def spread_rel(median: float | None, low: float | None, high: float | None) -> float | None:
+    """Half the min-max range relative to the median; None when a number is missing."""
+    if not median or low is None or high is None:
+        return None
+    return (high - low) / 2 / median
 
 
 def canonical_params(params: dict[str, Any]) -> str:

@@ -44,7 +44,18 @@ class StudyView(_View):
     max_trials: int | None
     max_minutes: float | None
     trial_counts: dict[str, int] = Field(description="Trials per state (see TrialView.state)")
-    best_trial_number: int | None
+    trials_total: int = Field(description="Trials recorded, in any state")
+    trials_finished: int = Field(description="Trials no longer running")
+    trials_launched: int = Field(
+        description="Trials that count against max_trials: not pruned, not retries"
+    )
+    progress: float | None = Field(
+        description="trials_launched / max_trials, 0..1; null with a time budget only"
+    )
+    best_value: float | None = Field(
+        description="The highest objective value a search trial measured so far"
+    )
+    best_trial_number: int | None = Field(description="The recommended trial, kept up to date")
     error_message: str | None = Field(description="Why a failed study failed")
     created_at: str = Field(description=_ISO)
     started_at: str | None = Field(description=_ISO)
@@ -67,6 +78,7 @@ class TrialView(_View):
     mfu: float | None = Field(description="Model FLOPs utilisation, 0..1")
     peak_mem_gib: float | None
     compile_s: float | None
+    wall_s: float | None = Field(description="The trial's wall time, start to result, seconds")
     objective_value: float | None
     error_class: str | None = Field(description="oom, unsupported, timeout, crash, ...")
     error_message: str | None
@@ -169,7 +181,8 @@ class Recommendation(BaseModel):
 
 
 class BestView(_View):
-    """The best trial so far: the stored recommendation once finished, else computed live."""
+    """The best trial so far: the recommendation stored when a trial finished, with its
+    evidence once the study is over."""
 
     study: str
     status: StudyStatus

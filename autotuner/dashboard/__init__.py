@@ -13,9 +13,9 @@ the app must set `app.state.db` to an `autotuner.storage.session.Database`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
@@ -28,7 +28,7 @@ from autotuner.api.security import (
     session_value,
     token_matches,
 )
-from autotuner.dashboard.charts import knob_effects, pareto_front
+from autotuner.dashboard.charts import chart_data
 from autotuner.storage.repository import StudyNotFound
 from autotuner.study import operations
 from autotuner.study.export import export_commands
@@ -52,6 +52,7 @@ templates.env.globals["trial_label"] = trial_label  # `cancelled`, not a bare `f
 templates.env.globals["export_commands"] = export_commands  # the same lines `best` prints
 static = StaticFiles(directory=str(_HERE / "static"))
 router = APIRouter(include_in_schema=False)
+PAGE_SIZE = 100  # trials per page of the study page's table
 
 
 def _db(request: Request) -> Any:
@@ -71,21 +72,47 @@ def studies_page(request: Request) -> Response:
 
 
 @router.get("/studies/{study_id}", response_class=HTMLResponse)
-def study_page(request: Request, study_id: str) -> Response:
+def study_page(
+    request: Request,
+    study_id: str,
+    after: Annotated[int | None, Query(ge=-1)] = None,
+    charts_at: Annotated[int | None, Query(ge=0)] = None,
+) -> Response:
+    """The study page; `?format=json` is its data. A poll sends `after` (the trials above that
+    number: new ones and those still running when last seen) and `charts_at` (how many
+    finished trials its charts show): the charts come back only when more have finished."""
     try:
-        detail = operations.get_study_detail(_db(request), study_id)
+        detail = operations.get_study_detail(
+            _db(request), study_id, after=after, last=PAGE_SIZE, charts_at=charts_at
+        )
     except StudyNotFound as exc:
         raise HTTPException(404, str(exc)) from None
-    trials = detail["trials"]
     data = {
         "study": detail["study"],
         "best": detail["best"]["best"],
-        "trials": trials,
+        "trials": detail["trials"],
         "knobs": detail["knobs"],
-        "effects": knob_effects(trials),
-        "pareto": pareto_front(trials),
+        "page_size": PAGE_SIZE,
     }
+    if detail["chart_rows"] is not None:
+        data["charts"] = chart_data(detail["chart_rows"])
+        data["charts_at"] = detail["study"]["trials_finished"]
     return _respond(request, "study.html", data)
+
+
+@router.get("/studies/{study_id}/trial-rows")
+def trial_rows(
+    request: Request,
+    study_id: str,
+    after: Annotated[int, Query(ge=-1)] = -1,
+    limit: Annotated[int, Query(ge=1, le=1000)] = PAGE_SIZE,
+) -> JSONResponse:
+    """A page of the trials table: the trials numbered above `after`, at most `limit`."""
+    try:
+        rows = operations.list_trials(_db(request), study_id, after=after, limit=limit)
+    except StudyNotFound as exc:
+        raise HTTPException(404, str(exc)) from None
+    return JSONResponse(rows)
 
 
 @router.get("/studies/{study_id}/trials/{number}", response_class=HTMLResponse)

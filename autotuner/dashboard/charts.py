@@ -1,4 +1,11 @@
-"""Chart data computed from trial views: per-knob effects and the throughput/memory front."""
+"""Chart data for the study page, computed from `operations.get_study_detail`'s chart rows.
+
+The charts stay readable at 10,000 trials: the throughput-over-trials scatter keeps, per bucket
+of consecutive trial numbers, the slowest and the fastest trial (min/max downsampling: the
+envelope, every outlier that sets it, is drawn), while the best-so-far line is exact (every
+trial that raised it). The throughput/memory scatter keeps its Pareto front exactly and one
+trial per cell of a grid for the rest. Per-knob effects count every trial.
+"""
 
 from __future__ import annotations
 
@@ -8,31 +15,95 @@ from typing import Any
 
 from autotuner.study.recommend import pareto_sweep
 
+MAX_PROGRESS_POINTS = 1_000  # 500 buckets of min and max
+GRID = 120  # the throughput/memory scatter: at most GRID x GRID cells besides the front
 
-def _measured(trials: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [t for t in trials if t["state"] == "complete" and t["tokens_per_s"]]
+Row = dict[str, Any]
 
 
-def knob_effects(trials: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def _measured(rows: Sequence[Row]) -> list[Row]:
+    return [r for r in rows if r["state"] == "complete" and r["tokens_per_s"]]
+
+
+def progress_series(rows: Sequence[Row], max_points: int = MAX_PROGRESS_POINTS) -> dict[str, Any]:
+    """Measured trials as [number, tokens/s] (min/max per bucket past `max_points`), and the
+    best so far as the exact steps [number, best] (plus the last trial, to end the line)."""
+    ok = _measured(rows)
+    best_line: list[list[float]] = []
+    best = 0.0
+    for r in ok:
+        if r["tokens_per_s"] > best:
+            best = r["tokens_per_s"]
+            best_line.append([r["number"], best])
+    if ok and best_line[-1][0] != ok[-1]["number"]:
+        best_line.append([ok[-1]["number"], best])
+    points = [[r["number"], r["tokens_per_s"]] for r in ok]
+    if len(points) > max_points:
+        points = _min_max_buckets(points, max_points // 2)
+    return {"points": points, "best": best_line, "measured": len(ok), "shown": len(points)}
+
+
+def _min_max_buckets(points: list[list[float]], buckets: int) -> list[list[float]]:
+    """Of each run of consecutive points, the lowest and the highest, in x order."""
+    size = -(-len(points) // buckets)
+    out: list[list[float]] = []
+    for start in range(0, len(points), size):
+        chunk = points[start : start + size]
+        low = min(chunk, key=lambda p: p[1])
+        high = max(chunk, key=lambda p: p[1])
+        out.extend(sorted({id(low): low, id(high): high}.values(), key=lambda p: p[0]))
+    return out
+
+
+def pareto_points(rows: Sequence[Row], grid: int = GRID) -> dict[str, Any]:
+    """The front (exact, by increasing memory) and the other measured trials, one per grid
+    cell, each as [peak GiB, tokens/s, number]."""
+    ok = [r for r in _measured(rows) if r["peak_mem_gib"] is not None]
+    if not ok:
+        return {"front": [], "others": [], "measured": 0}
+    on_front = set(pareto_sweep([(r["tokens_per_s"], r["peak_mem_gib"]) for r in ok]))
+    front = sorted((ok[i] for i in on_front), key=lambda r: r["peak_mem_gib"])
+    mems = [r["peak_mem_gib"] for r in ok]
+    tps = [r["tokens_per_s"] for r in ok]
+    x0, y0 = min(mems), min(tps)
+    dx = (max(mems) - x0) / grid or 1.0
+    dy = (max(tps) - y0) / grid or 1.0
+    cells: dict[tuple[int, int], Row] = {}
+    for i, r in enumerate(ok):
+        if i not in on_front:
+            cell = (int((r["peak_mem_gib"] - x0) / dx), int((r["tokens_per_s"] - y0) / dy))
+            cells.setdefault(cell, r)
+
+    def point(r: Row) -> list[float]:
+        return [r["peak_mem_gib"], r["tokens_per_s"], r["number"]]
+
+    return {
+        "front": [point(r) for r in front],
+        "others": [point(r) for r in cells.values()],
+        "measured": len(ok),
+    }
+
+
+def knob_effects(rows: Sequence[Row]) -> dict[str, list[dict[str, Any]]]:
     """For each knob and value: how many trials, their median, best and worst tokens/s.
 
     Infeasible trials count too (as `failed`), since "this value always OOMs" is an effect.
     """
     effects: dict[str, dict[str, dict[str, Any]]] = {}
-    for t in trials:
-        if t["state"] not in ("complete", "infeasible"):
+    for r in rows:
+        if r["state"] not in ("complete", "infeasible"):
             continue
-        for knob, value in t["params"].items():
+        for knob, value in r["params"].items():
             cell = effects.setdefault(knob, {}).setdefault(
                 str(value), {"value": str(value), "tps": [], "failed": 0}
             )
-            if t["state"] == "complete" and t["tokens_per_s"]:
-                cell["tps"].append(t["tokens_per_s"])
+            if r["state"] == "complete" and r["tokens_per_s"]:
+                cell["tps"].append(r["tokens_per_s"])
             else:
                 cell["failed"] += 1
     out: dict[str, list[dict[str, Any]]] = {}
     for knob, cells in effects.items():
-        rows = []
+        rows_out = []
         for cell in cells.values():
             tps = cell.pop("tps")
             cell.update(
@@ -41,13 +112,14 @@ def knob_effects(trials: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, A
                 best=max(tps) if tps else None,
                 worst=min(tps) if tps else None,
             )
-            rows.append(cell)
-        out[knob] = rows
+            rows_out.append(cell)
+        out[knob] = rows_out
     return out
 
 
-def pareto_front(trials: Sequence[dict[str, Any]]) -> list[int]:
-    """Trial numbers not beaten on both throughput (higher) and peak memory (lower)."""
-    points = [t for t in _measured(trials) if t["peak_mem_gib"] is not None]
-    front = pareto_sweep([(t["tokens_per_s"], t["peak_mem_gib"]) for t in points])
-    return [points[i]["number"] for i in front]
+def chart_data(rows: Sequence[Row]) -> dict[str, Any]:
+    return {
+        "progress": progress_series(rows),
+        "pareto": pareto_points(rows),
+        "effects": knob_effects(rows),
+    }

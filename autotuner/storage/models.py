@@ -172,6 +172,11 @@ class Trial(Base):
     config: Mapped[dict[str, Any]]  # the TrialConfig sent to the worker, verbatim
     result: Mapped[dict[str, Any] | None] = mapped_column(JsonType)  # the TrialResult, verbatim
     tokens_per_s: Mapped[float | None] = mapped_column(Float)
+    # The min and max repeats and the wall time, copied out of `result` like the metrics above
+    # (migration 0002): list views and charts read columns, never the result JSON.
+    tokens_per_s_min: Mapped[float | None] = mapped_column(Float)
+    tokens_per_s_max: Mapped[float | None] = mapped_column(Float)
+    wall_s: Mapped[float | None] = mapped_column(Float)
     tokens_per_s_per_gpu: Mapped[float | None] = mapped_column(Float)
     mfu: Mapped[float | None] = mapped_column(Float)
     peak_mem_gib: Mapped[float | None] = mapped_column(Float)

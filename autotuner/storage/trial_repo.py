@@ -30,7 +30,17 @@ from autotuner.storage.models import Study, Trial, TrialState, utcnow
 
 log = logging.getLogger(__name__)
 
-_METRICS = ("tokens_per_s", "tokens_per_s_per_gpu", "mfu", "peak_mem_gib", "compile_s")
+# Copied out of the result into columns of their own: what lists, charts and sorts read.
+_METRICS = (
+    "tokens_per_s",
+    "tokens_per_s_min",
+    "tokens_per_s_max",
+    "tokens_per_s_per_gpu",
+    "mfu",
+    "peak_mem_gib",
+    "compile_s",
+    "wall_s",
+)
 
 
 def _finite(value: Any) -> float | None:
@@ -149,19 +159,13 @@ class TrialRepo:
         state = TrialState(state)
         if not state.finished:
             raise ValueError(f"finish needs a final state, not {state.value!r}")
-        if isinstance(result, BaseModel):
-            result = result.model_dump(mode="json")
-        data = result or {}
-        values: dict[str, Any] = {
-            "state": state.value,
-            "result": result,
-            "objective_value": _finite(objective_value),
-            "error_class": error_class or data.get("failure_class"),
-            "error_message": error_message or data.get("error_message"),
-            "fingerprint": _fingerprint_key(data.get("fingerprint")),
-            "finished_at": utcnow(),
-            **{name: _finite(data.get(name)) for name in _METRICS},
-        }
+        values = finished_columns(
+            state,
+            result=result,
+            objective_value=objective_value,
+            error_class=error_class,
+            error_message=error_message,
+        )
         if trial.state != TrialState.RUNNING.value:
             raise _already_finished(trial, trial.state)
         if owner is not None:
@@ -262,6 +266,31 @@ class TrialRepo:
             select(func.count()).select_from(Trial).where(Trial.study_id == study_id), states
         )
         return self.session.scalar(query) or 0
+
+
+def finished_columns(
+    state: TrialState,
+    *,
+    result: dict[str, Any] | BaseModel | None,
+    objective_value: float | None = None,
+    error_class: str | None = None,
+    error_message: str | None = None,
+) -> dict[str, Any]:
+    """The columns of a trial that ended in `state` with `result`: the result verbatim and its
+    metrics copied out (what `finish` writes; bench/reads_10k.py bulk-inserts the same rows)."""
+    if isinstance(result, BaseModel):
+        result = result.model_dump(mode="json")
+    data = result or {}
+    return {
+        "state": TrialState(state).value,
+        "result": result,
+        "objective_value": _finite(objective_value),
+        "error_class": error_class or data.get("failure_class"),
+        "error_message": error_message or data.get("error_message"),
+        "fingerprint": _fingerprint_key(data.get("fingerprint")),
+        "finished_at": utcnow(),
+        **{name: _finite(data.get(name)) for name in _METRICS},
+    }
 
 
 def _in_states(query: Select[Any], states: Sequence[TrialState] | None) -> Select[Any]:

@@ -132,6 +132,8 @@ class StudyRunner:
                 f"or fewer, or add GPU workers to the cluster"
             )
             return
+        # The stored recommendation may be a trial behind (a crash after a result was stored).
+        self.lease.store_live_best(self.objective, self.options)
         self.optuna = new_study(self.space, self.sampler_name, self.seed)
         if self._wrap_sampler is not None:
             self.optuna.sampler = self._wrap_sampler(self.optuna.sampler)
@@ -334,6 +336,9 @@ class StudyRunner:
             tell(self.optuna, flight.ask, out.observation)
         if out.observation.value is not None and flight.purpose not in END_CHECKS:
             self.measured[canonical_params(flight.params)] = out.observation
+        if out.state == TrialState.COMPLETE or flight.purpose in END_CHECKS:
+            # Only these can change the recommendation; readers get it from the study row.
+            self.lease.store_live_best(self.objective, self.options)
 
     # ------------------------------------------------------------------ budget and the end
 

@@ -25,6 +25,7 @@ from autotuner.storage.models import Study, StudyStatus, Trial, TrialState
 from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
 from autotuner.study.events import Event, OnEvent
+from autotuner.study.live import store_live_best
 from autotuner.study.recommend import recommend
 
 _OVER = (StudyStatus.COMPLETED, StudyStatus.CANCELLED, StudyStatus.FAILED)
@@ -143,15 +144,23 @@ class StudyLease:
         evidence: Callable[[list[Trial]], dict[str, Any]],
     ) -> None:
         """Store the recommendation (with `evidence(trials)`), set `status` (a cancel stays a
-        cancel) and release the lease, in one transaction."""
+        cancel) and release the lease.
+
+        The trials are read in one read-only transaction and the recommendation with its
+        evidence (the knob report's permutations: seconds for a big study) is computed with no
+        transaction open; the write is one short transaction, fenced by the lease."""
+        with self.db.read() as s:
+            trials = TrialRepo(s).list(self.study_id)
+            s.expunge_all()
+        rec = recommend(trials, objective, options=options, evidence=True, extras=evidence(trials))
         with self.db.session() as s:
             studies = StudyRepo(s)
             study = studies.require(self.study_id)
-            trials = TrialRepo(s).list(self.study_id)
-            rec = recommend(
-                trials, objective, options=options, evidence=True, extras=evidence(trials)
-            )
             studies.set_best(study, rec["trial_number"] if rec else None, rec)
             if study.status != StudyStatus.CANCELLED or status == StudyStatus.CANCELLED:
                 studies.set_status(study, status)
             studies.release(self.study_id, self.owner)
+
+    def store_live_best(self, objective: Objective, options: StudyOptions) -> None:
+        """The recommendation as the trials stand now, stored for readers (study/live.py)."""
+        store_live_best(self.db, self.study_id, objective, options, owner=self.owner)

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from autotuner.executors.base import Target
     from autotuner.storage.models import Study, Trial
     from autotuner.storage.session import Database
+    from autotuner.study.views import TrialSummary
 
 FINISHED = ("completed", "cancelled", "failed")
 
@@ -149,45 +150,108 @@ def create_requested(db: Database, req: StudyRequest, model: ModelSpec, space: S
 # --------------------------------------------------------------------------- read
 
 
-def list_studies(db: Database, *, status: str | None = None, limit: int = 100) -> list[dict]:
-    """Studies newest first with their trial counts: two statements however many studies (the
-    counts are one grouped query, not a query per study)."""
-    from sqlalchemy import func, select
+def summaries(s: Session, study_ids: list[str]) -> dict[str, TrialSummary]:
+    """Each study's trial counts per state, launched trials and best value: one grouped
+    statement, however many studies and trials (SQL aggregates; no trial row is loaded)."""
+    from sqlalchemy import case, func, select
 
-    from autotuner.storage.models import StudyStatus, Trial
-    from autotuner.storage.repository import StudyRepo
+    from autotuner.search.progress import END_CHECKS
+    from autotuner.storage.models import Trial, TrialState
+    from autotuner.study.views import TrialSummary
+
+    out = {study_id: TrialSummary() for study_id in study_ids}
+    if not study_ids:
+        return out
+    measured = case(
+        (
+            (Trial.state == TrialState.COMPLETE.value) & Trial.purpose.not_in(END_CHECKS),
+            Trial.objective_value,
+        )
+    )
+    first_tries = func.sum(case((Trial.retry_of.is_(None), 1), else_=0))
+    rows = s.execute(
+        select(Trial.study_id, Trial.state, func.count(), first_tries, func.max(measured))
+        .where(Trial.study_id.in_(study_ids))
+        .group_by(Trial.study_id, Trial.state)
+    )
+    for study_id, state, n, first, best in rows:
+        summary = out[study_id]
+        summary.counts[state] = n
+        if state != TrialState.PRUNED.value:
+            summary.launched += int(first or 0)
+        if best is not None and (summary.best_value is None or best > summary.best_value):
+            summary.best_value = best
+    return out
+
+
+def _space_name() -> Any:
+    from autotuner.storage.models import Study
+
+    # The name only: the space itself (every knob's domain) is not read for a list.
+    return Study.space["name"].as_string()
+
+
+def list_studies(db: Database, *, status: str | None = None, limit: int = 100) -> list[dict]:
+    """Studies newest first with their trial counts, progress and best value: two statements
+    however many studies (the summaries are one grouped query, not a query per study), reading
+    only the columns the list shows."""
+    from sqlalchemy import select
+    from sqlalchemy.orm import defer
+
+    from autotuner.storage.models import Study, StudyStatus
     from autotuner.study.views import study_view
 
     if status is not None and status not in {s.value for s in StudyStatus}:
         raise UserError(
             f"status {status!r}: choose one of {', '.join(s.value for s in StudyStatus)}"
         )
+    query = (
+        select(Study, _space_name())
+        .options(defer(Study.space), defer(Study.recommendation))
+        .order_by(Study.created_at.desc(), Study.id.desc())
+        .limit(limit)
+    )
+    if status is not None:
+        query = query.where(Study.status == status)
     with db.read() as s:
-        studies = StudyRepo(s).list(status=status, limit=limit)
-        counts: dict[str, dict[str, int]] = {st.id: {} for st in studies}
-        if studies:
-            rows = s.execute(
-                select(Trial.study_id, Trial.state, func.count())
-                .where(Trial.study_id.in_(list(counts)))
-                .group_by(Trial.study_id, Trial.state)
-            )
-            for study_id, state, n in rows:
-                counts[study_id][state] = n
-        return [study_view(st, (), counts=counts[st.id]) for st in studies]
+        rows = s.execute(query).all()
+        sums = summaries(s, [study.id for study, _ in rows])
+        return [study_view(st, sums[st.id], space_name=name) for st, name in rows]
 
 
-def _study_and_trials(s: Session, ref: str) -> tuple[Study, list[Trial]]:
-    from autotuner.storage.repository import StudyRepo, TrialRepo
+def _study(s: Session, ref: str) -> tuple[Study, TrialSummary]:
+    from autotuner.storage.repository import StudyRepo
 
     study = StudyRepo(s).require(ref)
-    return study, TrialRepo(s).list(study.id)
+    return study, summaries(s, [study.id])[study.id]
 
 
 def get_study(db: Database, ref: str) -> dict[str, Any]:
     from autotuner.study.views import study_view
 
     with db.read() as s:
-        return study_view(*_study_and_trials(s, ref))
+        study, summary = _study(s, ref)
+        return study_view(study, summary, space_name=study.space.get("name"))
+
+
+def _trial_rows(s: Session, study_id: str, *, after: int | None, limit: int | None) -> list[Trial]:
+    """Trials in number order, keyset-paged, without their JSON records (lists show columns)."""
+    from sqlalchemy import select
+    from sqlalchemy.orm import defer
+
+    from autotuner.storage.models import Trial
+
+    query = (
+        select(Trial)
+        .options(defer(Trial.config), defer(Trial.result))
+        .where(Trial.study_id == study_id)
+    )
+    if after is not None:
+        query = query.where(Trial.number > after)
+    query = query.order_by(Trial.number)
+    if limit is not None:
+        query = query.limit(limit)
+    return list(s.scalars(query))
 
 
 def list_trials(
@@ -195,43 +259,92 @@ def list_trials(
 ) -> list[dict[str, Any]]:
     """A study's trials in number order; `after` and `limit` page through them (keyset: the
     trials numbered above `after`, at most `limit`), reading only those rows."""
-    from sqlalchemy import select
-
-    from autotuner.storage.models import Trial
     from autotuner.storage.repository import StudyRepo
     from autotuner.study.views import trial_view
 
     with db.read() as s:
         study = StudyRepo(s).require(ref)
-        query = select(Trial).where(Trial.study_id == study.id)
-        if after is not None:
-            query = query.where(Trial.number > after)
-        query = query.order_by(Trial.number)
-        if limit is not None:
-            query = query.limit(limit)
-        return [trial_view(t) for t in s.scalars(query)]
+        return [trial_view(t) for t in _trial_rows(s, study.id, after=after, limit=limit)]
+
+
+def _recommendation(db: Database, study: Study, summary: TrialSummary) -> dict[str, Any] | None:
+    """The stored recommendation. A study last written before recommendations were stored
+    live (a running one, right after the upgrade) has none yet: computed once here."""
+    from autotuner.search.objective import Objective
+    from autotuner.storage.models import TrialState
+    from autotuner.study.live import live_best
+
+    rec = study.recommendation
+    if rec is None and summary.counts.get(TrialState.COMPLETE.value):
+        rec = live_best(db, study.id, Objective(study.objective), study.options)
+    return rec
 
 
 def get_best(db: Database, ref: str) -> dict[str, Any]:
     from autotuner.study.views import best_view
 
     with db.read() as s:
-        return best_view(*_study_and_trials(s, ref))
+        study, summary = _study(s, ref)
+    return best_view(study, summary, _recommendation(db, study, summary))
 
 
-def get_study_detail(db: Database, ref: str) -> dict[str, Any]:
-    """A study, its knob names, its trials and its best, read in one transaction (two
-    statements): `get_study`, `list_trials` and `get_best` at once, for the dashboard."""
+POLL_LIMIT = 1000  # trials one page poll returns at most (a tab woken after a long sleep)
+
+
+def _chart_rows(s: Session, study_id: str, knobs: list[str]) -> list[dict[str, Any]]:
+    """Every trial's number, state, throughput, peak memory and knob values (as text, taken
+    out of the params in SQL): what the charts draw, without decoding a JSON record."""
+    from sqlalchemy import select
+
+    from autotuner.storage.models import Trial
+
+    values = [Trial.params[k].as_string() for k in knobs]
+    rows = s.execute(
+        select(Trial.number, Trial.state, Trial.tokens_per_s, Trial.peak_mem_gib, *values)
+        .where(Trial.study_id == study_id)
+        .order_by(Trial.number)
+    )
+    return [
+        {
+            "number": row[0],
+            "state": row[1],
+            "tokens_per_s": row[2],
+            "peak_mem_gib": row[3],
+            "params": {k: v for k, v in zip(knobs, row[4:], strict=True) if v is not None},
+        }
+        for row in rows
+    ]
+
+
+def get_study_detail(
+    db: Database,
+    ref: str,
+    *,
+    after: int | None = None,
+    last: int = 100,
+    charts_at: int | None = None,
+) -> dict[str, Any]:
+    """What the dashboard's study page shows, read in one transaction: the study, its knob
+    names, its best, a page of trials (the `last` newest, or with `after` the ones numbered
+    above it: what a poll asks for) and the chart columns of every trial (`_chart_rows`),
+    unless `charts_at` says the caller's charts already show every finished trial (None)."""
     from autotuner.study.views import best_view, study_view, trial_view
 
     with db.read() as s:
-        study, trials = _study_and_trials(s, ref)
-        return {
-            "study": study_view(study, trials),
-            "knobs": list((study.space or {}).get("knobs", {})),
+        study, summary = _study(s, ref)
+        knobs = list((study.space or {}).get("knobs", {}))
+        first = after if after is not None else summary.total - last - 1
+        trials = _trial_rows(s, study.id, after=first, limit=POLL_LIMIT)
+        detail = {
+            "study": study_view(study, summary, space_name=study.space.get("name")),
+            "knobs": knobs,
             "trials": [trial_view(t) for t in trials],
-            "best": best_view(study, trials),
+            "chart_rows": (
+                None if charts_at == summary.finished else _chart_rows(s, study.id, knobs)
+            ),
         }
+    detail["best"] = best_view(study, summary, _recommendation(db, study, summary))
+    return detail
 
 
 def get_trial(db: Database, ref: str, number: int) -> dict[str, Any]:
@@ -268,19 +381,23 @@ def export_best(db: Database, ref: str, fmt: str, *, allow_partial: bool = False
 
     if fmt not in EXPORT_FORMATS:
         raise UserError(f"format {fmt!r}: choose one of {', '.join(EXPORT_FORMATS)}")
+    from autotuner.storage.repository import TrialRepo
+
     with db.read() as s:
-        study, trials = _study_and_trials(s, ref)
-        view = best_view(study, trials)
-        rec = view["best"]
-        partial = unfinished_note(view) if rec is not None else None
-        if partial and not allow_partial:
-            raise Conflict(
-                f"{partial}; export it anyway with --allow-partial (API: allow_partial=true)"
-            )
-        config = None
-        if rec is not None:
-            config = next((t.config for t in trials if t.number == rec["trial_number"]), None)
-        return render(rec, fmt, study_id=study.id, config=config, partial=partial)
+        study, summary = _study(s, ref)
+    view = best_view(study, summary, _recommendation(db, study, summary))
+    rec = view["best"]
+    partial = unfinished_note(view) if rec is not None else None
+    if partial and not allow_partial:
+        raise Conflict(
+            f"{partial}; export it anyway with --allow-partial (API: allow_partial=true)"
+        )
+    config = None
+    if rec is not None:
+        with db.read() as s:
+            trial = TrialRepo(s).get(study.id, rec["trial_number"])
+            config = trial.config if trial is not None else None
+    return render(rec, fmt, study_id=study.id, config=config, partial=partial)
 
 
 # --------------------------------------------------------------------------- cancel
@@ -311,7 +428,9 @@ def cancel_study(db: Database, ref: str) -> dict[str, Any]:
                 study.id, heartbeat_older_than=now + dt.timedelta(days=1), reason="cancelled"
             )
             studies.release(study.id, study.owner or "")
-        return study_view(study, TrialRepo(s).list(study.id))
+        return study_view(
+            study, summaries(s, [study.id])[study.id], space_name=study.space.get("name")
+        )
 
 
 def _aware(value: dt.datetime) -> dt.datetime:

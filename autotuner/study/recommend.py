@@ -18,17 +18,34 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
+
+from sqlalchemy import inspect as sa_inspect
 
 from autotuner.options import StudyOptions
 from autotuner.search.importance import knob_report
 from autotuner.search.numerics import checks_of, choose, numerics_entry
-from autotuner.search.objective import Objective, memory_violation, time_to_train_h
+from autotuner.search.objective import Objective, time_to_train_h
 from autotuner.search.progress import END_CHECKS
-from autotuner.spec import TrialResult, canonical_params
+from autotuner.spec import TrialResult, canonical_params, spread_rel
 from autotuner.storage.models import Trial, TrialState
 
 MIN_NOISE_REL = 0.005  # timing on a quiet machine is never better than this
+
+
+def _measured(t: Trial, name: str) -> Any:
+    """A metric of a measured trial: its column, else its stored result's field (a row built in
+    memory has only the result). Reading columns spares validating every result of a big study:
+    only the winner's and the runner-up's results are validated."""
+    value = getattr(t, name)
+    # A row read with its result deferred (study/live.py) has the columns: no load per row.
+    if value is None and "result" not in sa_inspect(t).unloaded and t.result:
+        value = t.result.get(name)
+    return value
+
+
+_REPEATS = ("tokens_per_s", "tokens_per_s_min", "tokens_per_s_max")
 
 
 @dataclass
@@ -37,7 +54,14 @@ class ConfigMeasurements:
 
     key: str
     trials: list[Trial] = field(default_factory=list)
-    results: list[TrialResult] = field(default_factory=list)
+
+    @cached_property
+    def results(self) -> list[TrialResult]:
+        return [TrialResult.model_validate(t.result) for t in self.trials]
+
+    @property
+    def peak_mems(self) -> list[float]:
+        return [m for t in self.trials if (m := _measured(t, "peak_mem_gib")) is not None]
 
     @property
     def values(self) -> list[float]:
@@ -58,7 +82,11 @@ class ConfigMeasurements:
     @property
     def within_rel(self) -> float:
         """Median half-range of the repeats inside each measurement, relative."""
-        spreads = [r.spread_rel for r in self.results if r.spread_rel is not None]
+        spreads = [
+            spread
+            for t in self.trials
+            if (spread := spread_rel(*(_measured(t, name) for name in _REPEATS))) is not None
+        ]
         return float(statistics.median(spreads)) if spreads else 0.0
 
     @property
@@ -80,18 +108,17 @@ def group_measurements(
     """Feasible measured configs, best pooled median first."""
     groups: dict[str, ConfigMeasurements] = {}
     for t in trials:
-        if t.state != TrialState.COMPLETE or not t.objective_value or not t.result:
+        if t.state != TrialState.COMPLETE or not t.objective_value:
+            continue
+        if _measured(t, "tokens_per_s") is None:  # complete without a result: nothing measured
             continue
         if t.purpose in END_CHECKS:
             continue  # one GPU (the scaling reference) or a parity run: not a candidate
-        result = TrialResult.model_validate(t.result)
-        if options and memory_violation(result, options) > 0:
-            continue
-        g = groups.setdefault(
-            canonical_params(t.params), ConfigMeasurements(canonical_params(t.params))
-        )
-        g.trials.append(t)
-        g.results.append(result)
+        ceiling = options.max_mem_gib if options else None
+        if ceiling is not None and (_measured(t, "peak_mem_gib") or 0.0) > ceiling:
+            continue  # over the memory ceiling (objective.memory_violation > 0)
+        key = canonical_params(t.params)
+        groups.setdefault(key, ConfigMeasurements(key)).trials.append(t)
     ranked = sorted(groups.values(), key=lambda g: g.median, reverse=True)
     # Re-measured candidates were the search's top ones; a single unrepeated measurement must
     # not beat them on luck alone, so they rank first.
@@ -102,7 +129,7 @@ def group_measurements(
 
 def study_noise_rel(groups: Sequence[ConfigMeasurements]) -> float:
     """The study's noise band: median repeat spread, or the fresh-process spread if larger."""
-    within = [g.within_rel for g in groups if g.results]
+    within = [g.within_rel for g in groups if g.trials]
     between = [g.between_rel for g in groups if len(g.trials) > 1]
     return max(
         statistics.median(within) if within else 0.0,
@@ -253,8 +280,7 @@ def pareto(groups: Sequence[ConfigMeasurements]) -> list[dict[str, Any]]:
     """Configs no other config beats on both objective (higher) and peak memory (lower)."""
     points = []
     for g in groups:
-        mems = [r.peak_mem_gib for r in g.results if r.peak_mem_gib is not None]
-        if mems:
+        if mems := g.peak_mems:
             points.append((g, g.median, statistics.median(mems)))
     front = [points[i] for i in pareto_sweep([(v, m) for _, v, m in points])]
     return [

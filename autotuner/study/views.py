@@ -6,12 +6,10 @@ database and the CLI against the service print the same thing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from autotuner.search.objective import Objective
 from autotuner.storage.models import Study, Trial, TrialState
-from autotuner.study.recommend import recommend
 
 
 def _iso(value: Any) -> str | None:
@@ -19,7 +17,8 @@ def _iso(value: Any) -> str | None:
 
 
 def trial_view(t: Trial, *, full: bool = False) -> dict[str, Any]:
-    result = t.result or {}
+    """A trial as lists show it, from its columns only (the config and result JSON are read
+    for `full`, one trial's page)."""
     out: dict[str, Any] = {
         "number": t.number,
         "state": t.state,
@@ -28,12 +27,13 @@ def trial_view(t: Trial, *, full: bool = False) -> dict[str, Any]:
         "retry_of": t.retry_of,
         "params": t.params,
         "tokens_per_s": t.tokens_per_s,
-        "tokens_per_s_min": result.get("tokens_per_s_min"),
-        "tokens_per_s_max": result.get("tokens_per_s_max"),
+        "tokens_per_s_min": t.tokens_per_s_min,
+        "tokens_per_s_max": t.tokens_per_s_max,
         "tokens_per_s_per_gpu": t.tokens_per_s_per_gpu,
         "mfu": t.mfu,
         "peak_mem_gib": t.peak_mem_gib,
         "compile_s": t.compile_s,
+        "wall_s": t.wall_s,
         "objective_value": t.objective_value,
         "error_class": t.error_class,
         "error_message": t.error_message,
@@ -48,26 +48,45 @@ def trial_view(t: Trial, *, full: bool = False) -> dict[str, Any]:
     return out
 
 
-def study_view(
-    study: Study, trials: Sequence[Trial], *, counts: dict[str, int] | None = None
-) -> dict[str, Any]:
-    """A study's summary; `counts` (trials per state) spares loading the trials for a list."""
-    if counts is None:
-        counts = {}
-        for t in trials:
-            counts[t.state] = counts.get(t.state, 0) + 1
+@dataclass
+class TrialSummary:
+    """A study's trials in numbers, from one grouped SQL statement (operations.summaries)."""
+
+    counts: dict[str, int] = field(default_factory=dict)  # trials per state
+    launched: int = 0  # trials that count against max_trials: not pruned, not retries
+    best_value: float | None = None  # the highest objective value of a measured search trial
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def finished(self) -> int:
+        return self.total - self.counts.get(TrialState.RUNNING.value, 0)
+
+
+def study_view(study: Study, summary: TrialSummary, *, space_name: str | None) -> dict[str, Any]:
+    """A study's summary and its progress against its trial budget."""
+    progress = None
+    if study.max_trials:
+        progress = min(summary.launched / study.max_trials, 1.0)
     return {
         "id": study.id,
         "name": study.name,
         "status": study.status,
         "objective": study.objective,
         "model": study.model_spec,
-        "space": study.space.get("name"),
+        "space": space_name,
         "sampler": study.sampler,
         "gpus_per_trial": study.gpus_per_trial,
         "max_trials": study.max_trials,
         "max_minutes": study.max_minutes,
-        "trial_counts": counts,
+        "trial_counts": summary.counts,
+        "trials_total": summary.total,
+        "trials_finished": summary.finished,
+        "trials_launched": summary.launched,
+        "progress": progress,
+        "best_value": summary.best_value,
         "best_trial_number": study.best_trial_number,
         "error_message": study.error_message,
         "created_at": _iso(study.created_at),
@@ -76,17 +95,16 @@ def study_view(
     }
 
 
-def best_view(study: Study, trials: Sequence[Trial]) -> dict[str, Any]:
-    """The current best: the stored recommendation once finished, else computed live."""
-    rec = study.recommendation
-    if rec is None:
-        rec = recommend(trials, Objective(study.objective), options=study.options)
-    done = sum(1 for t in trials if t.state == TrialState.COMPLETE)
+def best_view(
+    study: Study, summary: TrialSummary, recommendation: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The current best: the recommendation stored on the study (live after each finished
+    trial, final with its evidence once the study is over; study/live.py)."""
     return {
         "study": study.id,
         "status": study.status,
-        "completed_trials": done,
-        "total_trials": len(trials),
+        "completed_trials": summary.counts.get(TrialState.COMPLETE.value, 0),
+        "total_trials": summary.total,
         "max_trials": study.max_trials,
-        "best": rec,
+        "best": recommendation,
     }

@@ -32,21 +32,42 @@ def test_study_page_has_every_trial_and_chart_data(study: tuple[Database, str]) 
     page = client.get(f"/studies/{study_id}")
     assert page.status_code == 200
     data = _embedded(page.text)
-    assert len(data["trials"]) >= 10
-    assert page.text.count("<tr class=") == len(data["trials"])
-    assert {"micro_batch_size", "precision"} == set(data["effects"])
+    assert len(data["trials"]) == data["study"]["trials_total"] >= 10  # under one page
+    charts = data["charts"]
+    assert {"micro_batch_size", "precision"} == set(charts["effects"])
     # The synthetic landscape OOMs above 32 (fp32) / 64 (bf16): those values show failures.
-    mb = {row["value"]: row for row in data["effects"]["micro_batch_size"]}
+    mb = {row["value"]: row for row in charts["effects"]["micro_batch_size"]}
     assert any(row["failed"] for row in mb.values())
     ok = [t for t in data["trials"] if t["state"] == "complete"]
-    front = [t for t in ok if t["number"] in data["pareto"]]
-    assert front and max(t["tokens_per_s"] for t in front) == max(t["tokens_per_s"] for t in ok)
-    assert data["best"]["trial_number"] in data["pareto"]
+    front = {number for _, _, number in charts["pareto"]["front"]}
+    assert max(t["tokens_per_s"] for t in ok if t["number"] in front) == max(
+        t["tokens_per_s"] for t in ok
+    )
+    assert data["best"]["trial_number"] in front
+    # Few trials: every measured one is drawn, and the best-so-far line ends at the best.
+    assert charts["progress"]["shown"] == charts["progress"]["measured"] == len(ok)
+    assert charts["progress"]["best"][-1][1] == max(t["tokens_per_s"] for t in ok)
     commands = re.search(r'<pre id="export-commands">(.*?)</pre>', page.text, re.S)
     assert commands, "the recommendation shows how to export it"
     assert f"autotuner export {study_id} -f hf  # " in commands.group(1)
     as_json = client.get(f"/studies/{study_id}?format=json").json()
     assert as_json["study"]["id"] == study_id and len(as_json["trials"]) == len(data["trials"])
+
+
+def test_a_poll_gets_newer_trials_and_charts_only_when_more_finished(
+    study: tuple[Database, str],
+) -> None:
+    db, study_id = study
+    client = TestClient(make_app(db))
+    first = client.get(f"/studies/{study_id}?format=json").json()
+    total, finished = first["study"]["trials_total"], first["charts_at"]
+    poll = client.get(f"/studies/{study_id}?format=json&after={total - 3}&charts_at={finished}")
+    assert [t["number"] for t in poll.json()["trials"]] == [total - 2, total - 1]
+    assert "charts" not in poll.json()  # nothing finished since: no chart data resent
+    stale = client.get(f"/studies/{study_id}?format=json&after={total - 1}&charts_at=0").json()
+    assert stale["trials"] == [] and stale["charts"]["progress"]["measured"] > 0
+    rows = client.get(f"/studies/{study_id}/trial-rows?after=2&limit=3").json()
+    assert [t["number"] for t in rows] == [3, 4, 5]
 
 
 def test_trial_page_shows_config_result_and_error(study: tuple[Database, str]) -> None:

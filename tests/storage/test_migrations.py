@@ -108,3 +108,59 @@ def test_alembic_command_line_takes_the_url_from_x_db(tmp_path: Path) -> None:
 def test_alembic_ini_names_no_database() -> None:
     ini = (REPO / "alembic.ini").read_text()
     assert "sqlalchemy.url" not in ini
+
+
+def test_0002_backfills_the_list_columns_from_the_result_json(empty_url: str) -> None:
+    """Trials written before 0002 get tokens_per_s_min/max and wall_s from their result."""
+    import datetime as dt
+    import json
+
+    from sqlalchemy import text
+
+    config = alembic_config(empty_url)
+    command.upgrade(config, "0001")
+    now = dt.datetime.now(dt.UTC)
+    result = {
+        "status": "ok",
+        "tokens_per_s": 100.0,
+        "tokens_per_s_min": 98.5,
+        "tokens_per_s_max": 101,
+        "wall_s": 12.25,
+    }
+    failed = {"status": "failed", "failure_class": "oom", "wall_s": "n/a"}
+    engine = create_engine(normalize_url(empty_url), poolclass=NullPool)
+    try:
+        with engine.begin() as c:
+            c.execute(
+                text(
+                    "INSERT INTO studies (id, name, status, model_spec, space, objective, "
+                    "gpus_per_trial, sampler, seed, options, created_at) VALUES ('st-1', 's', "
+                    "'running', '{}', '{}', 'tokens_per_s', 1, 'tpe', 0, '{}', :now)"
+                ),
+                {"now": now},
+            )
+            for number, stored in enumerate([result, failed, None]):
+                c.execute(
+                    text(
+                        "INSERT INTO trials (study_id, number, state, purpose, attempt, params, "
+                        "config, result, created_at, retried) VALUES ('st-1', :n, 'complete', "
+                        "'search', 1, '{}', '{}', :result, :now, false)"
+                    ),
+                    {"n": number, "result": json.dumps(stored) if stored else None, "now": now},
+                )
+        command.upgrade(config, "head")
+        with engine.connect() as c:
+            rows = c.execute(
+                text(
+                    "SELECT number, tokens_per_s_min, tokens_per_s_max, wall_s FROM trials "
+                    "ORDER BY number"
+                )
+            ).all()
+    finally:
+        engine.dispose()
+    assert [tuple(r) for r in rows] == [
+        (0, 98.5, 101.0, 12.25),
+        (1, None, None, None),  # a string where a number should be is not copied
+        (2, None, None, None),  # no result
+    ]
+    assert _diff(empty_url) == []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from autotuner.dashboard.charts import pareto_front
+from autotuner.dashboard.charts import pareto_points
 from autotuner.study.recommend import pareto_sweep
 
 
@@ -29,7 +29,7 @@ def test_the_sweep_finds_the_all_pairs_front() -> None:
 
 def test_the_dashboard_uses_the_same_front() -> None:
     trials = [
-        {"number": n, "state": "complete", "tokens_per_s": tps, "peak_mem_gib": mem}
+        {"number": n, "state": "complete", "tokens_per_s": tps, "peak_mem_gib": mem, "params": {}}
         for n, tps, mem in [(0, 100.0, 10.0), (1, 90.0, 12.0), (2, 150.0, 20.0), (3, 80.0, 5.0)]
     ]
-    assert pareto_front(trials) == [3, 0, 2]
+    assert [number for _, _, number in pareto_points(trials)["front"]] == [3, 0, 2]

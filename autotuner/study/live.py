@@ -1,0 +1,80 @@
+"""The live recommendation: computed when a trial finishes, stored on the study row.
+
+`/best`, `status` and the dashboard read `studies.recommendation` and never recompute it per
+request (at 10,000 trials that took seconds per read, issue 16). The coordinator calls
+`store_live_best` after each finished trial's result is committed: the rows are read in one
+read-only transaction, the recommendation is computed with no transaction open, and stored in a
+short one fenced by the coordinator's lease (a coordinator that lost its study writes nothing).
+A crash in between leaves the previous recommendation, one trial behind; the next coordinator
+stores a fresh one when it takes the study (`StudyRunner.start`).
+
+At the end of the study `lifecycle.StudyLease.finish` stores the final one, with its evidence.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import or_, select, update
+from sqlalchemy.orm import Session, defer
+
+from autotuner.options import StudyOptions
+from autotuner.search.objective import Objective
+from autotuner.search.progress import END_CHECKS
+from autotuner.storage.models import Study, StudyStatus, Trial, TrialState
+from autotuner.storage.session import Database
+from autotuner.study.recommend import recommend
+
+
+def recommendation_rows(s: Session, study_id: str) -> list[Trial]:
+    """The trials a recommendation reads: the measured ones (the candidates) and the end-of-study
+    checks in any state (the numerics parity trials, the one-GPU reference). Failed, pruned and
+    running search trials cannot change it, so they are not loaded."""
+    return list(
+        s.scalars(
+            select(Trial)
+            # The JSON records are read only for the few candidates that need them (the
+            # winner, the runner-up); the ranking reads the metric columns.
+            .options(defer(Trial.config), defer(Trial.result))
+            .where(
+                Trial.study_id == study_id,
+                or_(Trial.state == TrialState.COMPLETE.value, Trial.purpose.in_(END_CHECKS)),
+            )
+            .order_by(Trial.number)
+        )
+    )
+
+
+def live_best(
+    db: Database, study_id: str, objective: Objective, options: StudyOptions | None = None
+) -> dict[str, Any] | None:
+    """The recommendation as the study's trials stand now (without the end-of-study evidence).
+    Computed in a read-only transaction (no lock; the deferred configs load on demand)."""
+    with db.read() as s:
+        return recommend(recommendation_rows(s, study_id), objective, options=options)
+
+
+def store_live_best(
+    db: Database,
+    study_id: str,
+    objective: Objective,
+    options: StudyOptions | None = None,
+    *,
+    owner: str | None = None,
+) -> dict[str, Any] | None:
+    """Compute the live recommendation and store it on a study still queued or running; with
+    `owner`, only while that coordinator holds the study's lease. Returns what was computed."""
+    rec = live_best(db, study_id, objective, options)
+    query = update(Study).where(
+        Study.id == study_id,
+        Study.status.in_([StudyStatus.QUEUED.value, StudyStatus.RUNNING.value]),
+    )
+    if owner is not None:
+        query = query.where(Study.owner == owner)
+    with db.session() as s:
+        s.execute(
+            query.values(
+                best_trial_number=rec["trial_number"] if rec else None, recommendation=rec
+            ).execution_options(synchronize_session=False)
+        )
+    return rec
