@@ -166,7 +166,7 @@ _SHORT_KNOBS = {
     "grad_compression": "grad_comp",
     "fsdp_reduce_dtype": "reduce",
 }
-_BARE = {"precision", "attention", "optimizer", "parallel", "data_source"}
+_BARE = {"precision", "attention", "optimizer", "parallel"}
 
 
 def compact_params(params: dict[str, Any], only: set[str] | None = None) -> str:
