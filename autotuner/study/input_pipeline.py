@@ -20,6 +20,7 @@ from autotuner.storage.models import Trial
 
 INPUT_WAIT_THRESHOLD = 0.05  # above this share of step time, the GPU waits for data
 LOADER_KNOBS = ("loader_workers", "pin_memory", "prefetch_factor")
+_SHORT = {"loader_workers": "workers", "pin_memory": "pinned", "prefetch_factor": "prefetch"}
 
 
 class Measured(Protocol):
@@ -54,16 +55,11 @@ def input_pipeline_entry(best: Measured, ranked: Sequence[Measured]) -> dict[str
     if not entry["bottleneck"]:
         entry["text"] = f"not the bottleneck: {share:.1%} of step time waiting for data{idle_text}"
         return entry
-    text = (
-        f"the input pipeline is the bottleneck: {share:.0%} of step time waiting for the next "
-        f"batch{idle_text} ({_describe(settings)})"
-    )
+    waiting = f"{share:.0%} of step time waiting for data{idle_text}"
+    text = f"the bottleneck: {waiting} ({_describe(settings)})"
     fix = _best_fix(best, ranked, share)
     if fix is None:
-        text += (
-            "; no measured loader setting waited less: search loader_workers, pin_memory and "
-            "prefetch_factor, or make reading cheaper"
-        )
+        text += "; no measured loader setting waited less: search the loader knobs"
     else:
         group, fix_share = fix
         fix_settings = loader_settings(group.first)
@@ -73,10 +69,7 @@ def input_pipeline_entry(best: Measured, ranked: Sequence[Measured]) -> dict[str
             "input_wait_share": fix_share,
             "loader_settings": fix_settings,
         }
-        text += (
-            f"; {_describe(fix_settings)} {verb} ({fix_share:.1%} waiting, measured in trial "
-            f"#{group.first.number})"
-        )
+        text += f"; {_describe(fix_settings)} {verb}: {fix_share:.1%} (trial #{group.first.number})"
     entry["text"] = text
     return entry
 
@@ -106,9 +99,9 @@ def _describe(settings: dict[str, Any]) -> str:
     parts = []
     for name, value in settings.items():
         if isinstance(value, bool):
-            parts.append(name if value else f"no {name}")
+            parts.append(_SHORT[name] if value else f"no {_SHORT[name]}")
         else:
-            parts.append(f"{name}={value}")
+            parts.append(f"{_SHORT.get(name, name)}={value}")
     return ", ".join(parts) or "default loader settings"
 
 

@@ -140,13 +140,13 @@ def test_a_starved_winner_is_diagnosed_with_the_measured_loader_fix() -> None:
     assert diagnosis["input_wait_share"] == pytest.approx(starved_result.input_wait_share)
     assert diagnosis["fix"]["trial_number"] == 1
     assert diagnosis["fix"]["loader_settings"]["loader_workers"] == 2
-    assert "the input pipeline is the bottleneck" in diagnosis["text"]
-    assert "loader_workers=2" in diagnosis["text"] and "trial #1" in diagnosis["text"]
+    assert diagnosis["text"].startswith("the bottleneck: ")
+    assert "workers=2" in diagnosis["text"] and "(trial #1)" in diagnosis["text"]
 
     # Without a measured alternative, it says what to search instead.
     alone = recommend([_row(0, starved, starved_result)], Objective.TOKENS_PER_S)
     assert alone is not None and alone["input_pipeline"]["fix"] is None
-    assert "search loader_workers" in alone["input_pipeline"]["text"]
+    assert "search the loader knobs" in alone["input_pipeline"]["text"]
 
 
 def test_synthetic_data_has_no_input_pipeline_to_diagnose() -> None:
