@@ -152,6 +152,34 @@ class LoaderBatches:
             shutil.rmtree(self._dir, ignore_errors=True)
 
 
+class InputCounters:
+    """The loader's counters over the timed repeats only (warm-up excluded): time blocked on
+    the next batch, and padded / total target positions. Inactive for synthetic batches."""
+
+    def __init__(self, batches) -> None:
+        self.batches = batches
+        self.active = hasattr(batches, "wait_s")
+        self._start = self._read()
+
+    def _read(self) -> tuple[float, int, int]:
+        b = self.batches
+        return (b.wait_s, b.padding, b.positions) if self.active else (0.0, 0, 0)
+
+    def stop(self) -> None:
+        (w0, p0, n0), (w1, p1, n1) = self._start, self._read()
+        self.waited, self.padding, self.positions = w1 - w0, p1 - p0, n1 - n0
+
+    def wait_share(self, measured_s: float, ranks) -> float | None:
+        if not self.active:
+            return None
+        return min(1.0, ranks.slowest(self.waited) / max(measured_s, 1e-9))
+
+    def padding_share(self) -> float | None:
+        if not self.active or not getattr(self.batches, "pads", False):
+            return None
+        return self.padding / self.positions if self.positions else 0.0
+
+
 # The parity stream: a walk over _ALPHABET tokens; each next token is the previous one plus a
 # step drawn from _PARITY_STEPS with _PARITY_PROBS (mod the alphabet). Its entropy is 0.94 nats
 # a token, far below log(vocab): a model that learns the transition table drives the loss from

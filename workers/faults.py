@@ -56,7 +56,7 @@ def before_training(fault: str) -> None:
         os._exit(3)
 
 
-SLOW_INPUT_S = 0.004  # per sample: a few times a tiny model's CPU step at micro-batch 1
+SLOW_INPUT_S = 0.02  # per sample: slower than a tiny model computes one on the CPU
 
 
 class SlowInput:

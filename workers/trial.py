@@ -258,6 +258,7 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
 
     from autotuner import flops
     from workers import faults, measure, memory, precision, telemetry
+    from workers.data import InputCounters
     from workers.errors import NumericsError
 
     k, m, spec = config.knobs, config.measure, config.model
@@ -317,7 +318,7 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
     # to run at all. (Resetting it after warm-up hid the CUDA-graph pool that reduce-overhead
     # allocates while recording: 1.4 GiB reported where 8.6 GiB was reserved, H200 run 1.)
     hz = m.telemetry_hz if device.type == "cuda" and rank == 0 else 0
-    input_pipeline = InputCounters(step.batches)
+    input_pipeline = InputCounters(step.batches)  # the loader's counters over the repeats
     with telemetry.Sampler(hz, device.index or 0) as sampler:
         measure.timed_repeats(step, sync, timing, m, ranks)
     input_pipeline.stop()
@@ -389,34 +390,6 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
         parallel=None if group is None else k.parallel,
         **_public(info),
     )
-
-
-class InputCounters:
-    """The loader's counters over the timed repeats only (warm-up excluded): time blocked on
-    the next batch, and padded / total target positions. Inactive for synthetic batches."""
-
-    def __init__(self, batches) -> None:
-        self.batches = batches
-        self.active = hasattr(batches, "wait_s")
-        self._start = self._read()
-
-    def _read(self) -> tuple[float, int, int]:
-        b = self.batches
-        return (b.wait_s, b.padding, b.positions) if self.active else (0.0, 0, 0)
-
-    def stop(self) -> None:
-        (w0, p0, n0), (w1, p1, n1) = self._start, self._read()
-        self.waited, self.padding, self.positions = w1 - w0, p1 - p0, n1 - n0
-
-    def wait_share(self, measured_s: float, ranks) -> float | None:
-        if not self.active:
-            return None
-        return min(1.0, ranks.slowest(self.waited) / max(measured_s, 1e-9))
-
-    def padding_share(self) -> float | None:
-        if not self.active or not getattr(self.batches, "pads", False):
-            return None
-        return self.padding / self.positions if self.positions else 0.0
 
 
 def _run_parity(

@@ -109,7 +109,7 @@ def _row(number: int, config: TrialConfig, result: TrialResult) -> Trial:
 
 
 def test_a_starved_winner_is_diagnosed_with_the_measured_loader_fix() -> None:
-    """Fault slow_input makes every sample cost 4 ms. Read in the training loop (no loader
+    """Fault slow_input makes every sample cost 20 ms. Read in the training loop (no loader
     workers) at micro-batch 16, the loop waits for data most of each step; the same slow reads
     spread over two loader workers do not starve a (much slower) bf16 micro-batch-1 config."""
     slow = fast(data_source="loader")
