@@ -56,7 +56,7 @@ def before_training(fault: str) -> None:
         os._exit(3)
 
 
-SLOW_INPUT_S = 0.02  # per sample: slower than a tiny model computes one on the CPU
+SLOW_INPUT_S = 0.005  # per sample: longer than a tiny model computes one at micro-batch 64 (CPU)
 
 
 class SlowInput:

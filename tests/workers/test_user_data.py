@@ -109,11 +109,12 @@ def _row(number: int, config: TrialConfig, result: TrialResult) -> Trial:
 
 
 def test_a_starved_winner_is_diagnosed_with_the_measured_loader_fix() -> None:
-    """Fault slow_input makes every sample cost 20 ms. Read in the training loop (no loader
-    workers) at micro-batch 16, the loop waits for data most of each step; the same slow reads
-    spread over two loader workers do not starve a (much slower) bf16 micro-batch-1 config."""
+    """Fault slow_input makes every sample cost 5 ms. Read in the training loop (no loader
+    workers) at micro-batch 64, the loop waits for data most of each step; the same slow reads
+    spread over two loader workers keep up with a config that computes more slowly per token
+    (micro-batch 1 in bf16 with full recomputation: ~18 ms a sample on a quiet CPU)."""
     slow = fast(data_source="loader")
-    starved = make_config(measure=slow, fault="slow_input", micro_batch_size=16, loader_workers=0)
+    starved = make_config(measure=slow, fault="slow_input", micro_batch_size=64, loader_workers=0)
     fed = make_config(
         measure=slow,
         fault="slow_input",
