@@ -18,7 +18,7 @@ import re
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from autotuner.presets import MODEL_PRESETS
 
@@ -263,13 +263,6 @@ class Optimizer(StrEnum):
     ADAMW_FUSED = "adamw-fused"
 
 
-class DataSource(StrEnum):
-    SYNTHETIC = "synthetic"  # random tokens generated on the device: the data path costs nothing
-    LOADER = (
-        "loader"  # a real torch DataLoader over a token file (workers, pinned memory, prefetch)
-    )
-
-
 class Knobs(_Record):
     """The values one trial applies. Every field must really change what runs."""
 
@@ -281,7 +274,8 @@ class Knobs(_Record):
     checkpointing: Checkpointing = Checkpointing.NONE
     optimizer: Optimizer = Optimizer.ADAMW_FUSED
     vocab_pad_multiple: Literal[1, 64, 128] = 1
-    data_source: DataSource = DataSource.SYNTHETIC
+    # The input pipeline's settings (a torch DataLoader): active when the measurement reads
+    # through the loader (MeasureSettings.data_source `loader` or `file`).
     loader_workers: int = Field(default=2, ge=0, le=64)
     pin_memory: bool = True
     prefetch_factor: int = Field(default=2, ge=1, le=64)
@@ -311,15 +305,64 @@ class Knobs(_Record):
     # follows `precision`: bf16 for bf16/fp8, fp32 otherwise).
     fsdp_reduce_dtype: Literal["fp32", "bf16"] = "fp32"
 
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_legacy_settings(cls, data: Any) -> Any:
+        # Rows stored before data_source became a measurement setting carry it among their
+        # knobs; they must still read back (TrialConfig moves it into `measure`). A space that
+        # names it as a knob is refused earlier, in search/space.py, with the fix.
+        if isinstance(data, dict) and LEGACY_KNOBS & data.keys():
+            data = {k: v for k, v in data.items() if k not in LEGACY_KNOBS}
+        return data
+
     @classmethod
     def knob_names(cls) -> list[str]:
         return list(cls.model_fields)
+
+
+# Knob names of earlier versions that are measurement settings now (MeasureSettings).
+LEGACY_KNOBS = frozenset({"data_source"})
 
 
 class Device(StrEnum):
     AUTO = "auto"  # cuda when a GPU is visible, else cpu
     CUDA = "cuda"
     CPU = "cpu"
+
+
+class DataSource(StrEnum):
+    """What the measured steps read (a setting of the measurement, not a knob: a training run
+    reads its own data, it does not choose among these)."""
+
+    SYNTHETIC = "synthetic"  # random tokens generated on the device: the data path costs nothing
+    LOADER = "loader"  # a generated token file through a real torch DataLoader (the loader knobs)
+    FILE = "file"  # the user's own tokens (MeasureSettings.data) through the same DataLoader
+
+
+class DataFile(_Record):
+    """The user's own tokens, read where the trial runs (the worker machine); never downloaded.
+
+    - format `bin`: a flat nanoGPT-style token file (uint16, or uint32 when `dtype` or the file
+      name says so, e.g. `train.uint32.bin`), memory-mapped; windows of seq_len+1 tokens.
+    - format `hf`: a Hugging Face `datasets` directory written by `save_to_disk`, one sequence
+      of token ids per row in `column`; a row longer than seq_len+1 is cut, a shorter one padded
+      (padding is counted apart from real tokens: TrialResult.padding_share).
+    """
+
+    path: str = Field(min_length=1, max_length=4096)
+    format: Literal["auto", "bin", "hf"] = "auto"  # auto: a directory is `hf`, a file `bin`
+    dtype: Literal["auto", "uint16", "uint32"] = "auto"  # `bin` only
+    column: str = Field(default="input_ids", min_length=1, max_length=200)  # `hf` only
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError(
+                f"{value!r} is relative; give an absolute path (it is opened on the worker "
+                "machine, whose working directory is not yours; `--data` resolves it for you)"
+            )
+        return value
 
 
 class MeasureSettings(_Record):
@@ -354,6 +397,30 @@ class MeasureSettings(_Record):
     # loss in TrialResult.loss_curve and skips warm-up and the timed repeats; its tokens/s
     # counts the first (compiling) step too and is no measurement.
     parity_steps: int | None = Field(default=None, ge=2, le=100_000)
+    # The measurement's input: synthetic tokens (default), the generated loader file, or the
+    # user's own tokens (`data`; giving `data` alone implies data_source `file`).
+    data_source: DataSource = DataSource.SYNTHETIC
+    data: DataFile | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _data_implies_file(cls, values: Any) -> Any:
+        if isinstance(values, dict) and values.get("data") is not None:
+            values = {"data_source": DataSource.FILE.value, **values}
+        return values
+
+    @model_validator(mode="after")
+    def _data_consistent(self) -> MeasureSettings:
+        if self.data_source == DataSource.FILE and self.data is None:
+            raise ValueError(
+                "data_source 'file' needs data: {path: /abs/tokens.bin} (or --data PATH)"
+            )
+        if self.data is not None and self.data_source != DataSource.FILE:
+            raise ValueError(
+                f"data is given but data_source is {self.data_source.value!r}; drop "
+                "data_source (data implies 'file') or drop data"
+            )
+        return self
 
 
 class TrialConfig(_Record):
@@ -371,10 +438,31 @@ class TrialConfig(_Record):
     # Deliberate faults for tests (a named, reusable fake: see workers/faults.py). Never set by
     # the search; a poisoned loss provokes `numerics`, a sleep provokes `timeout`.
     fault: Literal[
-        "none", "nan_loss", "numerics_drift", "hang", "segfault", "exit", "unsupported"
+        "none",
+        "nan_loss",
+        "numerics_drift",
+        "hang",
+        "segfault",
+        "exit",
+        "unsupported",
+        "slow_input",
     ] = "none"
     # Multi-GPU trials: the rank the fault strikes; None strikes every rank.
     fault_rank: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_data_source(cls, data: Any) -> Any:
+        # Configs stored before data_source moved into `measure` carry it among the knobs:
+        # read back, it says what that trial measured, so it moves to where it belongs now.
+        knobs = data.get("knobs") if isinstance(data, dict) else None
+        if isinstance(knobs, dict) and "data_source" in knobs:
+            measure = data.get("measure")
+            if isinstance(measure, dict) and "data_source" not in measure:
+                data = {**data, "measure": {**measure, "data_source": knobs["data_source"]}}
+            elif measure is None:
+                data = {**data, "measure": {"data_source": knobs["data_source"]}}
+        return data
 
 
 # The environment a trial's processes get (set before torch is imported). The worker applies it
@@ -534,6 +622,15 @@ class TrialResult(_Record):
     param_count: int | None = None
     fingerprint: Fingerprint | None = None
     telemetry: Telemetry | None = None
+    # The input pipeline (loader and file data; None for synthetic data). input_wait_share: the
+    # share of the measured repeats' time the training loop spent blocked on the next batch
+    # (the DataLoader's next() and the host-to-device copy); with several ranks, the largest.
+    # gpu_idle_share: 1 - NVML's mean SM busy share over the repeats (None without NVML).
+    # padding_share: the share of token positions that were padding (rows of a dataset shorter
+    # than seq_len+1); tokens_per_s counts real tokens only.
+    input_wait_share: float | None = Field(default=None, ge=0, le=1)
+    gpu_idle_share: float | None = Field(default=None, ge=0, le=1)
+    padding_share: float | None = Field(default=None, ge=0, lt=1)
     # Multi-GPU trials: how many rank processes measured, how the model was spread, and for a
     # failure the rank that failed first (whose failure classifies the trial).
     num_ranks: int | None = None

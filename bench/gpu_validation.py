@@ -34,6 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autotuner.spec import (
+    DataSource,
     Device,
     Knobs,
     MeasureSettings,
@@ -88,9 +89,15 @@ class Planned:
             measure = measure.model_copy(
                 update={"min_repeat_s": 0.02, "warmup_max_steps": 3, "device": Device.CPU}
             )
+        knobs = dict(self.knobs)
+        # Recorded beside the knobs (landscapes mark loader entries so), measured as a setting.
+        if "data_source" in knobs:
+            measure = measure.model_copy(
+                update={"data_source": DataSource(knobs.pop("data_source"))}
+            )
         return TrialConfig(
             model=ModelSpec.resolve(model),
-            knobs=Knobs(**self.knobs),
+            knobs=Knobs(**knobs),
             measure=measure,
             **self.extra,
         )

@@ -5,9 +5,11 @@ optimizer step. The data path then costs nothing, and since every step sees the 
 loss must fall step over step (the sanity check in MEASUREMENT.md: a config that does not train
 shows up as a loss that does not fall).
 
-Loader: a token file written to a temp dir, read through torch.utils.data.DataLoader with the
-knobs' workers / pin_memory / prefetch_factor, copied to the device with non_blocking=True.
-What a real input pipeline costs is then part of the measured step.
+Loader (MeasureSettings.data_source `loader`): a token file written to a temp dir, read through
+torch.utils.data.DataLoader with the knobs' workers / pin_memory / prefetch_factor, copied to
+the device with non_blocking=True. What a real input pipeline costs is then part of the
+measured step. File (`file`): the user's own tokens (workers/token_data.py) through the same
+DataLoader.
 
 Parity: a learnable stream for the loss-parity trial (MeasureSettings.parity_steps), fresh
 batches every step from a seeded generator on the CPU, so every config of one model and batch
@@ -18,13 +20,16 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 
-from autotuner.spec import DataSource, Knobs
+from autotuner.spec import DataSource, Knobs, MeasureSettings, ModelSpec
 from workers.errors import UnsupportedConfig
+from workers.faults import SlowInput
+from workers.token_data import IGNORE_INDEX, TokenWindows, user_dataset
 
 LOADER_FILE_TOKENS = 1 << 21  # 2M tokens: 4-8 MiB on disk, many distinct windows
 _PERIOD = 4093  # the file repeats one random "document": learnable, so the loss can fall
@@ -52,32 +57,14 @@ class SyntheticBatches:
         pass
 
 
-class TokenWindows(Dataset):
-    """(x, y) windows of seq_len tokens from a flat token file (opened lazily per worker)."""
-
-    def __init__(self, path: Path, dtype, seq_len: int):
-        self.path, self.dtype, self.seq_len = path, dtype, seq_len
-        self._tokens = None
-
-    def __len__(self) -> int:
-        return LOADER_FILE_TOKENS - self.seq_len - 1
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        import numpy as np  # present: write_token_file checked
-
-        if self._tokens is None:  # memmap per process: worker processes must not share the handle
-            self._tokens = np.memmap(self.path, dtype=self.dtype, mode="r")
-        chunk = torch.from_numpy(self._tokens[i : i + self.seq_len + 1].astype(np.int64))
-        return chunk[:-1], chunk[1:]
-
-
 def write_token_file(directory: Path, vocab: int, seed: int):
     """A flat token file: one random "document" repeated. Returns (path, numpy dtype)."""
     try:
         import numpy as np
     except ImportError as exc:
         raise UnsupportedConfig(
-            "data_source 'loader' needs numpy on the worker (pip install numpy); or use 'synthetic'"
+            "measure.data_source 'loader' needs numpy on the worker (pip install numpy); "
+            "or measure with 'synthetic'"
         ) from exc
     dtype = np.dtype(np.uint16 if vocab <= 65536 else np.int32)
     rng = np.random.default_rng(seed)
@@ -93,12 +80,24 @@ def write_token_file(directory: Path, vocab: int, seed: int):
 
 
 class LoaderBatches:
-    """Micro-batches from a real DataLoader; an endless random sampler, so it never runs dry."""
+    """Micro-batches from a real DataLoader over `dataset` with the loader knobs; an endless
+    random sampler, so it never runs dry.
 
-    def __init__(self, vocab: int, knobs: Knobs, seq_len: int, device: torch.device, seed: int):
-        self._dir = Path(tempfile.mkdtemp(prefix="autotuner-tokens-"))
-        path, dtype = write_token_file(self._dir, vocab, seed)
-        dataset = TokenWindows(path, dtype, seq_len)
+    Counts what the measurement reports: `wait_s`, the time the training loop spent blocked
+    on the next batch (the loader's next() and the host-to-device copy), and for a dataset
+    that pads, the padded and total target positions read.
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        knobs: Knobs,
+        device: torch.device,
+        seed: int,
+        *,
+        pads: bool = False,
+        temp_dir: Path | None = None,
+    ):
         sampler = RandomSampler(
             dataset,
             replacement=True,
@@ -120,19 +119,65 @@ class LoaderBatches:
         )
         self._it = iter(self.loader)
         self._device = device
+        self._dir = temp_dir
+        self.pads = pads
+        self.wait_s = 0.0
+        self.positions = 0
+        self.padding = 0
+
+    @classmethod
+    def generated(cls, vocab: int, knobs: Knobs, seq_len: int, device, seed: int, wrap=None):
+        """Over a learnable token file written to a temp dir (data_source `loader`)."""
+        directory = Path(tempfile.mkdtemp(prefix="autotuner-tokens-"))
+        path, dtype = write_token_file(directory, vocab, seed)
+        dataset = TokenWindows(path, dtype, seq_len, LOADER_FILE_TOKENS)
+        return cls(wrap(dataset) if wrap else dataset, knobs, device, seed, temp_dir=directory)
 
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        t0 = time.perf_counter()
         x, y = next(self._it)
         # non_blocking only overlaps the copy when the source is pinned; harmless otherwise.
-        return (
-            x.to(self._device, non_blocking=True),
-            y.to(self._device, non_blocking=True),
-        )
+        x_dev = x.to(self._device, non_blocking=True)
+        y_dev = y.to(self._device, non_blocking=True)
+        self.wait_s += time.perf_counter() - t0
+        if self.pads:  # on the host copy: no device sync
+            self.padding += int((y == IGNORE_INDEX).sum())
+            self.positions += y.numel()
+        return x_dev, y_dev
 
     def close(self) -> None:
         # Stop the worker processes before the temp file goes away.
         del self._it
-        shutil.rmtree(self._dir, ignore_errors=True)
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+
+class InputCounters:
+    """The loader's counters over the timed repeats only (warm-up excluded): time blocked on
+    the next batch, and padded / total target positions. Inactive for synthetic batches."""
+
+    def __init__(self, batches) -> None:
+        self.batches = batches
+        self.active = hasattr(batches, "wait_s")
+        self._start = self._read()
+
+    def _read(self) -> tuple[float, int, int]:
+        b = self.batches
+        return (b.wait_s, b.padding, b.positions) if self.active else (0.0, 0, 0)
+
+    def stop(self) -> None:
+        (w0, p0, n0), (w1, p1, n1) = self._start, self._read()
+        self.waited, self.padding, self.positions = w1 - w0, p1 - p0, n1 - n0
+
+    def wait_share(self, measured_s: float, ranks) -> float | None:
+        if not self.active:
+            return None
+        return min(1.0, ranks.slowest(self.waited) / max(measured_s, 1e-9))
+
+    def padding_share(self) -> float | None:
+        if not self.active or not getattr(self.batches, "pads", False):
+            return None
+        return self.padding / self.positions if self.positions else 0.0
 
 
 # The parity stream: a walk over _ALPHABET tokens; each next token is the previous one plus a
@@ -169,14 +214,25 @@ class ParityBatches:
 
 def make_batches(
     knobs: Knobs,
-    vocab: int,
-    seq_len: int,
+    measure: MeasureSettings,
+    spec: ModelSpec,
     device: torch.device,
     seed: int,
-    parity: bool = False,
+    *,
+    slow_input: bool = False,
 ):
-    if parity:
+    """The batches `measure` asks for: the parity stream, synthetic tokens, or a real DataLoader
+    over the generated file or the user's data (fault slow_input slows the loader's reads)."""
+    vocab, seq_len = spec.vocab_size, spec.seq_len
+    if measure.parity_steps is not None:
         return ParityBatches(vocab, knobs.micro_batch_size, seq_len, device, seed)
-    if knobs.data_source == DataSource.LOADER:
-        return LoaderBatches(vocab, knobs, seq_len, device, seed)
-    return SyntheticBatches(vocab, knobs.micro_batch_size, seq_len, knobs.grad_accum, device, seed)
+    if measure.data_source == DataSource.SYNTHETIC:
+        return SyntheticBatches(
+            vocab, knobs.micro_batch_size, seq_len, knobs.grad_accum, device, seed
+        )
+    wrap = SlowInput if slow_input else None
+    if measure.data_source == DataSource.LOADER:
+        return LoaderBatches.generated(vocab, knobs, seq_len, device, seed, wrap)
+    assert measure.data is not None  # MeasureSettings: data_source file comes with data
+    dataset, pads = user_dataset(measure.data, spec)
+    return LoaderBatches(wrap(dataset) if wrap else dataset, knobs, device, seed, pads=pads)

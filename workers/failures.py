@@ -11,6 +11,7 @@ import functools
 import re
 import traceback
 
+from autotuner.datafiles import DataError
 from autotuner.spec import FailureClass
 from workers.errors import NumericsError, UnsupportedConfig
 
@@ -104,6 +105,8 @@ def classify(exc: BaseException) -> tuple[FailureClass, str, dict]:
         return FailureClass.UNSUPPORTED, str(exc), {"unsupported_knobs": exc.knobs}
     if isinstance(exc, NumericsError):
         return FailureClass.NUMERICS, str(exc), {}
+    if isinstance(exc, DataError):  # the data is missing or different on this worker
+        return FailureClass.INFRA, str(exc), {}
     compile_types = compile_error_types()
     if compile_types and any(isinstance(e, compile_types) for e in _chain(exc)):
         return FailureClass.COMPILE_ERROR, "torch.compile failed: " + _summary(exc), {}

@@ -11,6 +11,10 @@ failure class through the real code path. Never set by the search.
 - exit:     the process exits with status 3 and writes no result -> `crash` with stderr's tail.
 - unsupported: the support checks refuse the config -> `unsupported` (with `fault_rank`, a
             refusal only one rank makes: the ranks must still agree without hanging).
+- slow_input: every sample the loader reads takes SLOW_INPUT_S longer (a slow disk or a
+            costly tokenizer): with loader or file data the training loop waits for its
+            batches, which input_wait_share and the recommendation's diagnosis must show;
+            loader workers (several samples read at once) hide it. No effect on synthetic data.
 
 In a multi-GPU trial `TrialConfig.fault_rank` picks the one rank a fault strikes (None: all).
 """
@@ -50,6 +54,24 @@ def before_training(fault: str) -> None:
     if fault == "exit":
         print("fault=exit: exiting with status 3 and no result", file=sys.stderr, flush=True)
         os._exit(3)
+
+
+SLOW_INPUT_S = 0.005  # per sample: longer than a tiny model computes one at micro-batch 64 (CPU)
+
+
+class SlowInput:
+    """Wraps a map-style dataset: each item costs SLOW_INPUT_S more (fault slow_input). A sleep,
+    not a busy loop, so loader worker processes overlap it as they would a slow disk."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int):
+        time.sleep(SLOW_INPUT_S)
+        return self.dataset[i]
 
 
 def poison_loss(loss, fault: str):

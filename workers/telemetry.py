@@ -140,3 +140,12 @@ class Sampler:
             throttle_reasons=sorted(n for bit, n in names.items() if self._reasons & bit),
             nvml_used_gib=max(s["used"]) / GIB if s["used"] else None,
         )
+
+
+def idle_share(result: Telemetry | None) -> float | None:
+    """The share of the measured repeats the GPU ran no kernel: 1 - NVML's mean utilisation
+    ("percent of time over the sample period during which a kernel was executing"); None
+    without NVML samples (a CPU trial, a VM that hides the counter)."""
+    if result is None or result.sm_util_mean_pct is None:
+        return None
+    return min(1.0, max(0.0, 1.0 - result.sm_util_mean_pct / 100.0))

@@ -51,7 +51,7 @@ def apply_process_env(config: TrialConfig) -> None:
 def inactive_knobs(config: TrialConfig, device_type: str) -> list[str]:
     """Knobs whose value cannot change what this trial runs (reported in the result's notes)."""
     k, off = config.knobs, []
-    if k.data_source == DataSource.SYNTHETIC:
+    if config.measure.data_source == DataSource.SYNTHETIC:
         off += ["loader_workers", "pin_memory", "prefetch_factor"]
     else:
         if k.loader_workers == 0:
@@ -219,7 +219,7 @@ def build_step(config: TrialConfig, device, info: dict[str, Any], group=None):
         optimizer = build_optimizer(model, k.optimizer)
     # Each data-parallel rank reads its own batches, as in real training.
     batches = make_batches(
-        k, spec.vocab_size, spec.seq_len, device, m.seed + rank, parity=m.parity_steps is not None
+        k, m, spec, device, m.seed + rank, slow_input=strikes and config.fault == "slow_input"
     )
     info["_batches"] = batches
     return TrainStep(
@@ -240,6 +240,7 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
 
     from autotuner import flops
     from workers import faults, measure, memory, precision, telemetry
+    from workers.data import InputCounters
     from workers.errors import NumericsError
 
     k, m, spec = config.knobs, config.measure, config.model
@@ -254,6 +255,8 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
         torch.set_num_threads(m.cpu_threads)
     precision.set_matmul_precision(k.precision, device.type)
     info["memory_limit_gib"] = memory.apply_cap(device, m.memory_limit_gib)
+    if m.data is not None:
+        notes.append(f"data: {m.data.path} (read on {os.uname().nodename})")
     off = inactive_knobs(config, device.type)
     if off:
         notes.append("inactive knobs (no effect in this config): " + ", ".join(off))
@@ -297,15 +300,19 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
     # to run at all. (Resetting it after warm-up hid the CUDA-graph pool that reduce-overhead
     # allocates while recording: 1.4 GiB reported where 8.6 GiB was reserved, H200 run 1.)
     hz = m.telemetry_hz if device.type == "cuda" and rank == 0 else 0
+    input_pipeline = InputCounters(step.batches)  # the loader's counters over the repeats
     with telemetry.Sampler(hz, device.index or 0) as sampler:
         measure.timed_repeats(step, sync, timing, m, ranks)
+    input_pipeline.stop()
     peak_mem, peak_reserved, memory_kind = memory.peaks(device)
     if group is not None:  # memory is per GPU: the largest rank's
         peak_mem, peak_reserved = group.largest([peak_mem, peak_reserved])
+    # Every rank takes part (a collective): the most-starved rank's share.
+    input_wait = input_pipeline.wait_share(sum(timing.repeat_s), ranks)
 
     # --- sanity: the loss must fall (same fixed batches every step for synthetic data)
     reference = timing.loss_first
-    if k.data_source == DataSource.LOADER:
+    if m.data_source != DataSource.SYNTHETIC:
         reference = timing.loss_initial  # fresh windows each step: compare with the start
         notes.append("loss compared with the first step's (loader data differs step to step)")
     if not timing.loss_last < reference:
@@ -317,9 +324,16 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
     if rank != 0:
         return None  # rank 0 reports for every rank (the numbers above are agreed on)
 
-    # --- throughput, MFU
+    # --- throughput of real tokens, MFU
     S = timing.steps_per_repeat
-    per_repeat = sorted(tokens_per_step * S / t for t in timing.repeat_s)
+    padding = input_pipeline.padding_share()
+    real_tokens_per_step = tokens_per_step * (1.0 - (padding or 0.0))
+    if padding:
+        notes.append(
+            f"{padding:.1%} of token positions were padding (dataset rows shorter than "
+            "seq_len+1): tokens/s counts real tokens only"
+        )
+    per_repeat = sorted(real_tokens_per_step * S / t for t in timing.repeat_s)
     median = statistics.median(per_repeat)
     flops_per_token = flops.flops_per_token(spec, params=info.get("_flops_params"))
     if m.peak_flops is not None:
@@ -336,7 +350,7 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
         tokens_per_s_min=per_repeat[0],
         tokens_per_s_max=per_repeat[-1],
         tokens_per_s_per_gpu=per_gpu,
-        repeat_tokens_per_s=[tokens_per_step * S / t for t in timing.repeat_s],
+        repeat_tokens_per_s=[real_tokens_per_step * S / t for t in timing.repeat_s],
         steps_per_repeat=S,
         step_time_s=statistics.median(timing.repeat_s) / S,
         mfu=None if peak is None else flops.mfu(per_gpu, flops_per_token, peak),
@@ -350,6 +364,9 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
         loss_first=timing.loss_first,
         loss_last=timing.loss_last,
         telemetry=sampler.result,
+        input_wait_share=input_wait,
+        gpu_idle_share=telemetry.idle_share(sampler.result),
+        padding_share=padding,
         wall_s=time.perf_counter() - _PROCESS_START,
         num_ranks=None if group is None else dp_ranks,
         parallel=None if group is None else k.parallel,

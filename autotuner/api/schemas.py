@@ -171,6 +171,12 @@ class Recommendation(BaseModel):
         "(checked, passed, precision, reference_precision, tolerance_rel, diff_rel, steps, "
         "parity_trials, skipped: faster configs that failed it, text)",
     )
+    input_pipeline: dict[str, Any] | None = Field(
+        None,
+        description="Studies on loader or file data: whether the winner waits for its batches "
+        "(input_wait_share, gpu_idle_share, threshold, bottleneck, loader_settings, fix: the "
+        "measured loader settings that waited least, text)",
+    )
     importance: list[dict[str, Any]] | None = Field(
         None, description="Per-knob effect and verdict, most important first (finished studies)"
     )

@@ -103,6 +103,28 @@ GlobalBatchOption = Annotated[
         show_default=False,
     ),
 ]
+DataOption = Annotated[
+    str | None,
+    typer.Option(
+        "--data",
+        help="Measure on your own tokens, read through the real DataLoader with the loader "
+        "knobs: a nanoGPT-style .bin token file (uint16; uint32 when its name says uint32) or "
+        "a Hugging Face datasets directory saved with save_to_disk (column input_ids). Nothing "
+        "is downloaded. The path is read on the worker machines (and checked here first): it "
+        "must exist there too. Default: synthetic tokens.",
+        show_default=False,
+    ),
+]
+
+
+def data_request(path: str | None) -> dict[str, str] | None:
+    """--data as the request's `data` field: an absolute path (the workers' working directory
+    is not this shell's)."""
+    from pathlib import Path
+
+    return None if path is None else {"path": str(Path(path).expanduser().resolve())}
+
+
 DEFAULT_TRIALS = 20  # the budget when neither --trials nor --minutes is given
 
 # --------------------------------------------------------------------------- errors
@@ -164,6 +186,7 @@ def as_flags(message: str) -> str:
 
     The same checks serve the API (options.x) and these commands (--x)."""
     message = re.sub(r"\bglobal_batch_tokens\b", "--global-batch", message)
+    message = re.sub(r"\bdata\.path\b", "--data", message)
     return re.sub(
         r"(?:options\.)?\b(usd_per_gpu_hour|planned_tokens|planned_hours|max_mem_gib)\b",
         lambda m: "--" + m.group(1).replace("_", "-"),
@@ -181,6 +204,7 @@ FLAGS = {
     "seed": "--seed",
     "name": "--name",
     "global_batch_tokens": "--global-batch",
+    "data": "--data",
 }
 
 

@@ -69,6 +69,9 @@ def best_table(view: dict[str, Any]) -> RenderableType:
         )
     if rec.get("numerics"):
         table.add_row("numerics", rec["numerics"]["text"])
+    if rec.get("input_pipeline"):
+        style = "bold yellow" if rec["input_pipeline"]["bottleneck"] else ""
+        table.add_row("input pipeline", Text(safe(rec["input_pipeline"]["text"]), style=style))
     # A trial number, not a count of launched trials: pruned proposals take numbers too.
     table.add_row(
         "trial", f"#{rec['trial_number']} ({view['total_trials']} recorded, pruned included)"
@@ -180,7 +183,7 @@ _SHORT_KNOBS = {
     "grad_compression": "grad_comp",
     "fsdp_reduce_dtype": "reduce",
 }
-_BARE = {"precision", "attention", "optimizer", "parallel", "data_source"}
+_BARE = {"precision", "attention", "optimizer", "parallel"}
 
 
 def compact_params(params: dict[str, Any], only: set[str] | None = None) -> str:

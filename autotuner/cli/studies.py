@@ -15,6 +15,7 @@ import typer
 
 from autotuner.cli.common import (
     DEFAULT_TRIALS,
+    DataOption,
     DbOption,
     GlobalBatchOption,
     GpusOption,
@@ -34,6 +35,7 @@ from autotuner.cli.common import (
     UsdOption,
     as_flags,
     backend,
+    data_request,
     err,
     friendly_errors,
     out,
@@ -71,6 +73,7 @@ def submit(
     planned_hours: PlannedHoursOption = None,
     max_mem_gib: MaxMemOption = None,
     global_batch: GlobalBatchOption = None,
+    data: DataOption = None,
     sampler: SamplerOption = "tpe",
     seed: SeedOption = 0,
     name: NameOption = None,
@@ -97,6 +100,8 @@ def submit(
         body["name"] = name
     if global_batch is not None:
         body["global_batch_tokens"] = global_batch
+    if data is not None:
+        body["data"] = data_request(data)
     options = study_options(
         usd_per_gpu_hour=usd_per_gpu_hour,
         planned_tokens=planned_tokens,

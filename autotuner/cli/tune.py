@@ -8,6 +8,7 @@ import typer
 
 from autotuner.cli.common import (
     DEFAULT_TRIALS,
+    DataOption,
     DbOption,
     GlobalBatchOption,
     GpusOption,
@@ -25,6 +26,7 @@ from autotuner.cli.common import (
     TrialsOption,
     UsdOption,
     as_flags,
+    data_request,
     err,
     friendly_errors,
     open_db_for_writing,
@@ -56,6 +58,7 @@ def tune(
     planned_hours: PlannedHoursOption = None,
     max_mem_gib: MaxMemOption = None,
     global_batch: GlobalBatchOption = None,
+    data: DataOption = None,
     sampler: SamplerOption = "tpe",
     seed: SeedOption = 0,
     name: NameOption = None,
@@ -94,6 +97,7 @@ def tune(
         seed=seed,
         options={k: v for k, v in options.items() if v is not None},
         global_batch_tokens=global_batch,
+        data=data_request(data),
     )
     if chosen is not None:
         _validated(request)

@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from autotuner.executors.base import Completed, Target
-from autotuner.spec import FailureClass, TrialConfig, TrialResult, TrialStatus, canonical_params
+from autotuner.spec import (
+    LEGACY_KNOBS,
+    FailureClass,
+    TrialConfig,
+    TrialResult,
+    TrialStatus,
+    canonical_params,
+)
 
 
 class Landscape:
@@ -42,7 +49,14 @@ class Landscape:
         if isinstance(data, dict):
             meta = {k: v for k, v in data.items() if k != "entries"}
             data = data.get("entries", [])
-        return cls(((e["params"], TrialResult.model_validate(e["result"])) for e in data), meta)
+        return cls(
+            (
+                (_knobs_only(e["params"]), TrialResult.model_validate(e["result"]))
+                for e in data
+                if e["params"].get("data_source", "synthetic") == "synthetic"
+            ),
+            meta,
+        )
 
     def dump(self, path: str | Path) -> None:
         entries = [{"params": p, "result": r.model_dump(mode="json")} for p, r in self.entries]
@@ -76,6 +90,12 @@ class Landscape:
             if all(n in params for n in names):
                 out.setdefault(canonical_params({n: params[n] for n in names}), result)
         return out
+
+
+def _knobs_only(params: dict[str, Any]) -> dict[str, Any]:
+    # Landscapes recorded before data_source became a measurement setting list it among the
+    # knobs; its entries on loader data (another measurement) are dropped, the key removed.
+    return {k: v for k, v in params.items() if k not in LEGACY_KNOBS}
 
 
 class ReplayExecutor:

@@ -45,7 +45,6 @@ EXPERT: dict[str, list[Any]] = {
     "checkpointing": ["none", "selective", "full"],
     "optimizer": ["adamw-fused", "adamw-foreach"],
     "vocab_pad_multiple": [64, 128, 1],
-    "data_source": ["synthetic", "loader"],
     "nccl_algo": ["default"],
     "nccl_proto": ["default"],
     "grad_compression": ["none"],

@@ -8,7 +8,7 @@ A space is data, not code, so a user can submit their own over the API. Schema:
       micro_batch_size: [4, 8, 16]    # a list: categorical
       grad_accum: {low: 1, high: 8, log: true}   # an int range (log spacing optional)
       precision: {values: [bf16, fp32]}           # a categorical, long form
-    fixed: {data_source: synthetic}   # knob values every trial uses (not searched)
+    fixed: {checkpointing: none}      # knob values every trial uses (not searched)
     defaults: {precision: bf16}       # the expert seed (first trial); unset knobs take the
                                       # first value of their domain
     global_batch_tokens: 524288       # optional: keep the global batch fixed; grad_accum is
@@ -17,7 +17,11 @@ A space is data, not code, so a user can submit their own over the API. Schema:
       - if: {attention: [flash]}
         then: {precision: [fp16, bf16]}
         why: flash attention needs fp16 or bf16
-    measure: {repeats: 3, min_repeat_s: 1.0}     # MeasureSettings overrides
+    measure: {repeats: 3, min_repeat_s: 1.0}     # MeasureSettings overrides, the data too:
+                                      # {data_source: loader} or {data: {path: /abs/x.bin}}
+
+A measurement setting (a MeasureSettings field such as data_source) under knobs, fixed,
+defaults or rules is refused with the fix: it is not something the training run chooses.
 
 Every value is checked against the knob's type in `spec.Knobs`, so an unknown knob or a value
 outside its domain fails on load with a message naming the field.
@@ -117,7 +121,8 @@ class SearchSpace(BaseModel):
         if not self.knobs:
             raise ValueError("knobs: a space needs at least one knob to search")
         for section in ("knobs", "fixed", "defaults"):
-            for name in getattr(self, section):
+            for name, value in getattr(self, section).items():
+                _refuse_measure_setting(f"{section}.{name}", name, value)
                 if name not in known:
                     raise ValueError(
                         f"{section}.{name}: unknown knob; known knobs: {', '.join(known)}"
@@ -152,6 +157,7 @@ class SearchSpace(BaseModel):
         for i, rule in enumerate(self.rules):
             for part, mapping in (("if", rule.if_), ("then", rule.then)):
                 for name, values in mapping.items():
+                    _refuse_measure_setting(f"rules[{i}].{part}.{name}", name, values)
                     if name not in known:
                         raise ValueError(f"rules[{i}].{part}.{name}: unknown knob")
                     for v in values:
@@ -216,6 +222,21 @@ class SearchSpace(BaseModel):
                 if total == 0:
                     return None
         return total
+
+
+def _refuse_measure_setting(where: str, name: str, value: Any) -> None:
+    """A measurement setting (data_source, repeats...) is not a knob: the training run being
+    tuned never chooses it, so it must not be searched, fixed beside the knobs or exported."""
+    if name not in MeasureSettings.model_fields:
+        return
+    if isinstance(value, IntRange):
+        value = value.low
+    elif isinstance(value, list):
+        value = value[0] if value else "..."
+    raise ValueError(
+        f"{where}: {name} is a measurement setting, not a knob (a training run does not choose "
+        f"it); put it in the measure section instead: `measure: {{{name}: {_as_str(value)}}}`"
+    )
 
 
 def _check_value(where: str, knob: str, value: Any) -> None:

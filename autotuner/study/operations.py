@@ -20,7 +20,7 @@ from autotuner.search.space import (
     load_space,
     spaces_dir,
 )
-from autotuner.spec import ModelSpec
+from autotuner.spec import DataFile, MeasureSettings, ModelSpec
 from autotuner.study.export import FORMATS as EXPORT_FORMATS
 from autotuner.study.request import StudyRequest
 
@@ -95,6 +95,13 @@ def _with_global_batch(space: SearchSpace, tokens: int, model: ModelSpec, gpus: 
     return fixed
 
 
+def _with_data(space: SearchSpace, data: DataFile) -> SearchSpace:
+    """The space measuring on the request's data (MeasureSettings.data; data_source `file`)."""
+    measure = space.measure.model_dump(exclude={"data_source"})
+    measure["data"] = data.model_dump()
+    return space.model_copy(update={"measure": MeasureSettings.model_validate(measure)})
+
+
 def validate_request(
     req: StudyRequest, target: Target | None = None
 ) -> tuple[ModelSpec, SearchSpace]:
@@ -103,6 +110,12 @@ def validate_request(
     space = resolve_space(req.space)
     if req.global_batch_tokens is not None:
         space = _with_global_batch(space, req.global_batch_tokens, model, req.gpus_per_trial)
+    if req.data is not None:
+        space = _with_data(space, req.data)
+    if space.measure.data is not None:
+        from autotuner.datafiles import inspect
+
+        inspect(space.measure.data, model)  # the file, its dtype, length and ids: DataError
     try:
         space.knobs_for(space.seed_params(), model, req.gpus_per_trial)
     except ValidationError as exc:

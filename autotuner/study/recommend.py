@@ -10,7 +10,8 @@ processes. A margin inside the noise is called a tie, plainly.
 Also here: the Pareto set of throughput against peak memory, and the knob report
 (`autotuner.search.importance`). A trial over the memory ceiling (options.max_mem_gib) is never
 recommended, nor a config that failed its numerics check (`autotuner.search.numerics`): the
-next candidate is, and the `numerics` entry says why.
+next candidate is, and the `numerics` entry says why. On loader or file data, the
+`input_pipeline` entry says whether the winner waits for its batches (study/input_pipeline.py).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from autotuner.search.objective import Objective, time_to_train_h
 from autotuner.search.progress import END_CHECKS
 from autotuner.spec import TrialResult, canonical_params, spread_rel
 from autotuner.storage.models import Trial, TrialState
+from autotuner.study.input_pipeline import input_pipeline_entry
 
 MIN_NOISE_REL = 0.005  # timing on a quiet machine is never better than this
 
@@ -196,6 +198,8 @@ def recommend(
     rec["pareto"] = pareto([g for g in ranked if g.key not in failed])
     if (scaling := scaling_efficiency(trials, best)) is not None:
         rec["scaling"] = scaling
+    if (pipeline := input_pipeline_entry(best, ranked)) is not None:
+        rec["input_pipeline"] = pipeline  # loader or file data: is the GPU waiting for it?
     if evidence:
         rec["importance"] = knob_report(
             [(g.first.params, g.median) for g in ranked], rec["noise_rel"]

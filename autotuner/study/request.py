@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from autotuner.options import StudyOptions
 from autotuner.search.objective import Objective, check_options
+from autotuner.spec import DataFile
 
 SAMPLERS = (
     "tpe",
@@ -66,6 +67,14 @@ class StudyRequest(_Strict):
         le=2**40,
         description="Tokens per optimizer step, held exactly: grad_accum is derived, and "
         "micro-batches that do not divide it are pruned. Overrides the space's own.",
+    )
+    data: DataFile | None = Field(
+        default=None,
+        description="Measure on your own tokens instead of synthetic ones: {path: /abs/x.bin} "
+        "(a nanoGPT-style uint16 token file; uint32 with dtype or a name saying uint32) or a "
+        "datasets directory written by save_to_disk (column input_ids). The path is opened "
+        "where the service runs (checked before the study starts) and on the worker machines "
+        "(read there): it must exist on both. Overrides the space's measure.data.",
     )
 
     @field_validator("gpus_per_trial")

@@ -50,6 +50,26 @@ def test_tune_then_best_json(tmp_path: Path) -> None:
             assert lo <= t["tokens_per_s"] <= hi
 
 
+def test_tune_on_a_user_token_file(tmp_path: Path) -> None:
+    """--data: every trial reads the file through the loader, and `best` reports the input
+    pipeline's share of the step."""
+    import numpy as np
+
+    tokens = tmp_path / "train.bin"
+    (np.arange(50_000) % 500).astype(np.uint16).tofile(tokens)  # tiny's vocab is 512
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    proc = cli(
+        "tune", "examples/tiny.yaml", "--space", "cpu-demo", "--trials", "2",
+        "--data", str(tokens), "--db", db,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "input pipeline" in proc.stdout
+    study_id = proc.stderr.split("study ", 1)[1].split(":", 1)[0].strip()
+    rec = json.loads(cli("best", study_id, "--db", db, "--json").stdout)["best"]
+    assert rec["input_pipeline"]["input_wait_share"] is not None
+    assert "data_source" not in rec["knobs"]
+
+
 @pytest.fixture
 def local_ray() -> Iterator[None]:
     """This process's own local Ray, shut down after the test: a later test that joins

@@ -136,7 +136,7 @@ def test_nothing_worth_a_trial_leaves_the_choice_to_the_sampler() -> None:
 
 @pytest.mark.parametrize("guided", [True, False])
 def test_guided_studies_record_the_throughput_models_accuracy(run_study, db, guided) -> None:
-    _, _, trials, rec = run_study(db, trials=12, options=StudyOptions(guided=guided))
+    _, _, _, rec = run_study(db, trials=12, options=StudyOptions(guided=guided))
     assert rec is not None
     accuracy = rec["throughput_model"]
     assert accuracy["errors"]["measured"] >= 3

@@ -60,7 +60,7 @@ CPU_SPACE: dict[str, Any] = {
         "optimizer": ["adamw-foreach", "adamw-fused"],
         "precision": ["fp32", "bf16"],
     },
-    "fixed": {"attention": "math", "compile_mode": "none", "data_source": "synthetic"},
+    "fixed": {"attention": "math", "compile_mode": "none"},
     "defaults": {"micro_batch_size": 2, "precision": "fp32"},
     "measure": {
         "warmup_min_steps": 1,

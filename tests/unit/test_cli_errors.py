@@ -76,6 +76,30 @@ def test_tune_rejects_bad_input_and_writes_nothing(
     assert not db_file.exists(), "a rejected command must not create the database"
 
 
+def test_tune_checks_the_data_before_starting_anything(tmp_path: Path) -> None:
+    (tmp_path / "m.yaml").write_text("preset: tiny\n")
+    (tmp_path / "tokens.bin").write_bytes(b"\x00" * 101)  # not whole uint16 tokens
+    db_file = tmp_path / "results.db"
+    for data, needle in (
+        ("missing.bin", "missing.bin: no such file or directory"),
+        ("tokens.bin", "101 bytes is not a whole number of uint16 tokens"),
+    ):
+        proc = run_cli(
+            "tune",
+            str(tmp_path / "m.yaml"),
+            "--space",
+            "cpu-demo",
+            "--data",
+            str(tmp_path / data),
+            "--db",
+            f"sqlite:///{db_file}",
+        )
+        assert proc.returncode == 2, proc.stderr
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], lines
+    assert not db_file.exists(), "a rejected command must not create the database"
+
+
 def test_unreachable_database_is_one_clear_line(tmp_path: Path) -> None:
     (tmp_path / "m.yaml").write_text("preset: tiny\n")
     url = "postgresql+psycopg://postgres@127.0.0.1:5999/autotuner"

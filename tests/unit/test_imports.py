@@ -26,6 +26,7 @@ LAYERS: dict[str, int] = {
     "autotuner.presets": 0,
     "autotuner.flops": 0,
     "autotuner.inputs": 0,
+    "autotuner.datafiles": 0,
     "autotuner.options": 0,
     "autotuner.storage": 1,
     "autotuner.executors": 1,

@@ -19,6 +19,12 @@ FAST = MeasureSettings(
     device="cpu",
 )
 
+
+def fast(**overrides) -> MeasureSettings:
+    """FAST with some settings changed, validated (e.g. `fast(data_source="loader")`)."""
+    return MeasureSettings.model_validate({**FAST.model_dump(exclude_unset=True), **overrides})
+
+
 # Knobs' defaults target a GPU (bf16 + efficient attention); these run on any CPU.
 CPU_KNOBS = {"precision": "fp32", "attention": "math"}
 

@@ -11,7 +11,7 @@ from workers import precision
 from workers.data import LoaderBatches, SyntheticBatches
 from workers.trial import build_step, run_trial
 
-from .conftest import make_config
+from .conftest import fast, make_config
 
 CPU = torch.device("cpu")
 
@@ -130,7 +130,7 @@ def test_micro_batch_changes_tokens_per_step_and_throughput():
 
 
 def test_synthetic_data_replays_fixed_batches_on_the_device():
-    _, info = _build(data_source="synthetic", grad_accum=2)
+    _, info = _build(grad_accum=2)  # measure.data_source defaults to synthetic
     batches = info["_batches"]
     assert isinstance(batches, SyntheticBatches)
     first = [batches.next()[0].clone() for _ in range(2)]
@@ -139,7 +139,9 @@ def test_synthetic_data_replays_fixed_batches_on_the_device():
 
 
 def test_loader_uses_a_real_dataloader_with_the_knobs():
-    _, info = _build(data_source="loader", loader_workers=2, prefetch_factor=3, pin_memory=True)
+    _, info = _build(
+        measure=fast(data_source="loader"), loader_workers=2, prefetch_factor=3, pin_memory=True
+    )
     batches = info["_batches"]
     try:
         assert isinstance(batches, LoaderBatches)
@@ -153,7 +155,7 @@ def test_loader_uses_a_real_dataloader_with_the_knobs():
 
 
 def test_loader_trial_runs_and_reports_inactive_knobs():
-    result = run_trial(make_config(data_source="loader", loader_workers=0))
+    result = run_trial(make_config(measure=fast(data_source="loader"), loader_workers=0))
     assert result.status == TrialStatus.OK, result.error_message
     assert any("prefetch_factor" in n and "pin_memory" in n for n in result.notes)
 

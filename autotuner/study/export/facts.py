@@ -33,6 +33,7 @@ class Facts:
     seq_len: int | None
     device_type: str  # "cuda" or "cpu": where it was measured
     partial: str | None = None
+    data_source: str = "synthetic"  # the measurement's input (MeasureSettings.data_source)
     # Environment the trial's processes had: NCCL knobs, the trial's env, NVLS off.
     env: dict[str, str] = field(default_factory=dict)
 
@@ -96,7 +97,7 @@ class Facts:
     @property
     def loader(self) -> bool:
         """The trial read batches through a DataLoader (its worker/pinning knobs were real)."""
-        return self.knobs.data_source.value == "loader"
+        return self.data_source != "synthetic"
 
     def header(self, comment: str = "#") -> list[str]:
         """The lines every export starts with: where the numbers come from."""
@@ -136,5 +137,6 @@ def facts_from(
         seq_len=model.get("seq_len"),
         device_type=(rec.get("fingerprint") or {}).get("device_type") or "cuda",
         partial=partial,
+        data_source=str(getattr(trial.measure.data_source, "value", trial.measure.data_source)),
         env=process_env(trial),
     )

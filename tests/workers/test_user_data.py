@@ -1,0 +1,158 @@
+"""The user's own tokens through the real DataLoader, and the data-starvation diagnosis, on the
+CPU with real trials: a nanoGPT-style .bin file, a `datasets` directory whose short rows are
+padded, and a slow input pipeline (fault slow_input) that the recommendation must name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from autotuner.search.objective import Objective
+from autotuner.spec import TrialConfig, TrialResult, TrialStatus
+from autotuner.storage.models import Trial, TrialState
+from autotuner.study.input_pipeline import INPUT_WAIT_THRESHOLD
+from autotuner.study.recommend import recommend
+from workers.data import LoaderBatches
+from workers.trial import build_step, run_trial
+
+from .conftest import fast, make_config
+
+CPU = torch.device("cpu")
+VOCAB = 512  # the tiny preset's
+
+
+def counting_file(path: Path, tokens: int = 20_000, dtype=np.uint16) -> Path:
+    """Token i is i mod 500: every window counts up by one (learnable, and recognisable)."""
+    (np.arange(tokens) % 500).astype(dtype).tofile(path)
+    return path
+
+
+def tokens_counted_per_step(result: TrialResult) -> float:
+    """The tokens per step behind the reported tokens/s: each repeat's rate is counted tokens x
+    S / its time, and step_time_s is the median repeat time / S; with FAST's two repeats the
+    median is the mean, so counted = step_time_s x 2 / (1/rate_1 + 1/rate_2)."""
+    rates = result.repeat_tokens_per_s
+    assert len(rates) == 2
+    return result.step_time_s * len(rates) / sum(1 / r for r in rates)
+
+
+def test_a_trial_on_a_uint16_token_file_reads_it_and_reports_the_input_wait(
+    tmp_path: Path,
+) -> None:
+    path = counting_file(tmp_path / "train.bin")
+    measure = fast(data={"path": str(path)})
+    info: dict = {"notes": []}
+    build_step(make_config(measure=measure, loader_workers=0, micro_batch_size=2), CPU, info)
+    batches = info["_batches"]
+    try:
+        assert isinstance(batches, LoaderBatches)
+        x, y = batches.next()
+        assert x.shape == (2, 64) and torch.equal(x[:, 1:], y[:, :-1])
+        assert bool((((y - x) % 500) == 1).all())  # the file's windows, not generated tokens
+    finally:
+        batches.close()
+
+    result = run_trial(make_config(measure=measure, loader_workers=0, micro_batch_size=2))
+    assert result.status == TrialStatus.OK, result.error_message
+    assert result.input_wait_share is not None and 0 < result.input_wait_share < 1
+    assert result.gpu_idle_share is None  # no NVML on the CPU
+    assert result.padding_share is None  # windows of a flat file are never padded
+    assert tokens_counted_per_step(result) == pytest.approx(result.tokens_per_step)
+    assert any(str(path) in note for note in result.notes)
+
+
+def test_a_uint32_file_is_read_as_uint32(tmp_path: Path) -> None:
+    path = counting_file(tmp_path / "train.uint32.bin", dtype=np.uint32)
+    result = run_trial(make_config(measure=fast(data={"path": str(path)}), loader_workers=0))
+    assert result.status == TrialStatus.OK, result.error_message
+
+
+def test_short_dataset_rows_are_padded_and_counted_apart(tmp_path: Path) -> None:
+    datasets = pytest.importorskip("datasets")
+    rows = [[(start + i) % 500 for i in range(20)] for start in range(200)]  # 20 < seq_len+1
+    datasets.Dataset.from_dict({"input_ids": rows}).save_to_disk(str(tmp_path / "ds"))
+    # Enough steps that the loss falls (the sanity check) over fresh rows.
+    measure = fast(data={"path": str(tmp_path / "ds")}, steps_per_repeat=10)
+    config = make_config(measure=measure, loader_workers=0, micro_batch_size=4)
+    result = run_trial(config)
+    assert result.status == TrialStatus.OK, result.error_message
+    # Each row gives 19 real (input, target) pairs of the 64 positions.
+    assert result.padding_share == pytest.approx(1 - 19 / 64)
+    real_per_step = result.tokens_per_step * (1 - result.padding_share)
+    assert tokens_counted_per_step(result) == pytest.approx(real_per_step)
+    assert any("padding" in note for note in result.notes)
+
+
+def test_a_token_file_missing_on_the_worker_is_an_infra_failure(tmp_path: Path) -> None:
+    path = counting_file(tmp_path / "train.bin")
+    config = make_config(measure=fast(data={"path": str(path)}), loader_workers=0)
+    path.unlink()  # checked on the control side, gone by the time the worker opens it
+    result = run_trial(config)
+    assert result.status == TrialStatus.FAILED and result.failure_class == "infra"
+    assert "no such file or directory" in (result.error_message or "")
+
+
+def _row(number: int, config: TrialConfig, result: TrialResult) -> Trial:
+    """A stored trial row of a real measurement, as the coordinator writes it."""
+    return Trial(
+        number=number,
+        state=TrialState.COMPLETE.value,
+        purpose="search",
+        objective_value=result.tokens_per_s,
+        params=config.knobs.model_dump(mode="json"),
+        config=config.model_dump(mode="json"),
+        result=result.model_dump(mode="json"),
+    )
+
+
+def test_a_starved_winner_is_diagnosed_with_the_measured_loader_fix() -> None:
+    """Fault slow_input makes every sample cost 5 ms. Read in the training loop (no loader
+    workers) at micro-batch 64, the loop waits for data most of each step; the same slow reads
+    spread over two loader workers keep up with a config that computes more slowly per token
+    (micro-batch 1 in bf16 with full recomputation: ~18 ms a sample on a quiet CPU)."""
+    slow = fast(data_source="loader")
+    starved = make_config(measure=slow, fault="slow_input", micro_batch_size=64, loader_workers=0)
+    fed = make_config(
+        measure=slow,
+        fault="slow_input",
+        micro_batch_size=1,
+        precision="bf16",
+        checkpointing="full",
+        loader_workers=2,
+        prefetch_factor=4,
+    )
+    results = [run_trial(starved), run_trial(fed)]
+    for r in results:
+        assert r.status == TrialStatus.OK, r.error_message
+    starved_result, fed_result = results
+    assert starved_result.input_wait_share > INPUT_WAIT_THRESHOLD
+    assert fed_result.input_wait_share < starved_result.input_wait_share
+    assert starved_result.tokens_per_s > fed_result.tokens_per_s  # the winner is the starved one
+
+    rec = recommend(
+        [_row(0, starved, starved_result), _row(1, fed, fed_result)], Objective.TOKENS_PER_S
+    )
+    assert rec is not None and rec["trial_number"] == 0
+    diagnosis = rec["input_pipeline"]
+    assert diagnosis["bottleneck"] is True
+    assert diagnosis["input_wait_share"] == pytest.approx(starved_result.input_wait_share)
+    assert diagnosis["fix"]["trial_number"] == 1
+    assert diagnosis["fix"]["loader_settings"]["loader_workers"] == 2
+    assert diagnosis["text"].startswith("the bottleneck: ")
+    assert "workers=2" in diagnosis["text"] and "(trial #1)" in diagnosis["text"]
+
+    # Without a measured alternative, it says what to search instead.
+    alone = recommend([_row(0, starved, starved_result)], Objective.TOKENS_PER_S)
+    assert alone is not None and alone["input_pipeline"]["fix"] is None
+    assert "search the loader knobs" in alone["input_pipeline"]["text"]
+
+
+def test_synthetic_data_has_no_input_pipeline_to_diagnose() -> None:
+    config = make_config()
+    result = run_trial(config)
+    assert result.status == TrialStatus.OK and result.input_wait_share is None
+    rec = recommend([_row(0, config, result)], Objective.TOKENS_PER_S)
+    assert rec is not None and "input_pipeline" not in rec
