@@ -24,7 +24,7 @@ from optuna.trial import TrialState as OptunaState
 
 from autotuner.executors.base import Completed, Executor
 from autotuner.search.policy import Prune, SearchPolicy
-from autotuner.search.progress import END_CHECKS, PARITY, PARITY_REFERENCE
+from autotuner.search.progress import END_CHECKS, HEADROOM_CHECK, PARITY, PARITY_REFERENCE
 from autotuner.search.sampler import Observation, distributions, new_study, replay, tell
 from autotuner.spec import Knobs, TrialConfig, canonical_params
 from autotuner.storage.models import StudyStatus, Trial, TrialState
@@ -304,6 +304,8 @@ class StudyRunner:
         out = outcome(flight, result, self.policy, self.objective, gpus, self.options)
         if flight.purpose in (PARITY, PARITY_REFERENCE):
             out = endgame.parity_outcome(self, flight, result, out)
+        elif flight.purpose == HEADROOM_CHECK:
+            out = endgame.headroom_outcome(out)
         self.trials.finish(
             flight, out.state, result, out.error_class, out.message, out.value, completed.worker
         )
