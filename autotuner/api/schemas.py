@@ -56,7 +56,10 @@ class TrialView(_View):
 
     number: int = Field(description="0, 1, 2... within the study")
     state: TrialState
-    purpose: str = Field(description="search, seed (an expert default) or remeasure")
+    purpose: str = Field(
+        description="search, seed (an expert default), remeasure, or an end check of the "
+        "winner: reference, parity, parity-ref, headroom"
+    )
     attempt: int = Field(description="2 for the one retry of an infra failure")
     retry_of: int | None = Field(description="The trial number this one retries")
     params: dict[str, Any] = Field(description="The knob values tried")
@@ -67,6 +70,16 @@ class TrialView(_View):
     mfu: float | None = Field(description="Model FLOPs utilisation, 0..1")
     peak_mem_gib: float | None
     compile_s: float | None
+    global_batch_tokens: int | None = Field(
+        description="Tokens per optimizer step: micro-batch x accumulation x ranks x seq_len"
+    )
+    memory_free_rel: float | None = Field(
+        description="Share of the GPU memory limit its peak (reserved + CUDA context) left free"
+    )
+    tight: bool = Field(
+        description="Complete, but leaves less than the study's memory headroom free: never "
+        "recommended"
+    )
     objective_value: float | None
     error_class: str | None = Field(description="oom, unsupported, timeout, crash, ...")
     error_message: str | None
@@ -158,6 +171,19 @@ class Recommendation(BaseModel):
         description="The loss-parity check of a winner whose precision changes numerics "
         "(checked, passed, precision, reference_precision, tolerance_rel, diff_rel, steps, "
         "parity_trials, skipped: faster configs that failed it, text)",
+    )
+    headroom: dict[str, Any] | None = Field(
+        None,
+        description="Peak memory (reserved + CUDA context), the limit and the headroom side by "
+        "side (peak_gib, peak_kind, limit_gib, headroom_rel, usable_gib, free_rel, spare_gib, "
+        "enforced), the headroom check with an evaluation pass and a checkpoint save (check), "
+        "faster configs passed over for memory (passed_over), text",
+    )
+    global_batch: dict[str, Any] | None = Field(
+        None,
+        description="The winner's tokens per optimizer step (tokens), whether every measured "
+        "trial ran the same (same_for_all, sizes), else the expert default's (expert_default) "
+        "and the best config at it (best_at_expert), text",
     )
     importance: list[dict[str, Any]] | None = Field(
         None, description="Per-knob effect and verdict, most important first (finished studies)"

@@ -11,6 +11,7 @@ from autotuner.cli.common import (
     DbOption,
     GlobalBatchOption,
     GpusOption,
+    HeadroomOption,
     JsonFlag,
     MaxMemOption,
     MinutesOption,
@@ -55,6 +56,7 @@ def tune(
     planned_tokens: PlannedTokensOption = None,
     planned_hours: PlannedHoursOption = None,
     max_mem_gib: MaxMemOption = None,
+    headroom: HeadroomOption = None,
     global_batch: GlobalBatchOption = None,
     sampler: SamplerOption = "tpe",
     seed: SeedOption = 0,
@@ -80,6 +82,7 @@ def tune(
         "planned_tokens": planned_tokens,
         "planned_hours": planned_hours,
         "max_mem_gib": max_mem_gib,
+        "headroom": headroom,
     }
     request = study_request(
         model=model.model_dump(mode="json"),

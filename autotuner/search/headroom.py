@@ -27,6 +27,9 @@ from autotuner.options import StudyOptions
 from autotuner.search.costmodel.calibration import CUDA_CONTEXT_GIB
 from autotuner.spec import TrialResult
 
+# How a peak that is not a GPU's was measured, in words.
+KIND_WORDS = {"cpu_rss": "CPU resident memory", None: "memory kind not reported"}
+
 
 def usable_gib(limit_gib: float | None, headroom: float) -> float | None:
     """The memory a config may use: the limit less the headroom."""
@@ -109,10 +112,10 @@ def margin_text(m: dict[str, Any]) -> str:
     if need is None:
         return "peak memory not reported"
     if m["peak_kind"] != "cuda":
-        where = f"of a {limit:.1f} GiB cap" if limit else "no limit"
+        where = f", a {limit:.1f} GiB cap" if limit else ""
         return (
-            f"peak {need:.2f} GiB (CPU resident memory, {where}): reported, the {head:.0%} "
-            "headroom applies to GPU memory only"
+            f"peak {need:.2f} GiB ({KIND_WORDS.get(m['peak_kind'], KIND_WORDS[None])}{where}): "
+            f"reported, the {head:.0%} headroom applies to GPU memory only"
         )
     counted = "reserved + CUDA context"
     if not limit:

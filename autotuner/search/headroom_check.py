@@ -27,7 +27,7 @@ from typing import Any, Literal, TypeVar
 
 from autotuner.options import StudyOptions
 from autotuner.search import numerics
-from autotuner.search.headroom import enforced, free_rel, margin, need_gib, violation
+from autotuner.search.headroom import KIND_WORDS, enforced, free_rel, margin, need_gib, violation
 from autotuner.search.numerics import Candidate, last_row
 from autotuner.search.progress import HEADROOM_CHECK
 from autotuner.spec import FailureClass, TrialResult
@@ -81,7 +81,7 @@ def check_of(key: str, trials: Sequence[Trial], options: StudyOptions) -> Check 
                 result,
             )
         if not enforced(result, options):
-            kind = "CPU resident memory" if result.memory_kind != "cuda" else "no limit known"
+            kind = KIND_WORDS.get(result.memory_kind, "no limit known")
             return Check(
                 "reported",
                 f"{what} (trial #{n}) the peak was {need:.2f} GiB ({kind}): reported, the "

@@ -208,7 +208,7 @@ def list_trials(
         query = query.order_by(Trial.number)
         if limit is not None:
             query = query.limit(limit)
-        return [trial_view(t) for t in s.scalars(query)]
+        return [trial_view(t, options=study.options) for t in s.scalars(query)]
 
 
 def get_best(db: Database, ref: str) -> dict[str, Any]:
@@ -228,7 +228,7 @@ def get_study_detail(db: Database, ref: str) -> dict[str, Any]:
         return {
             "study": study_view(study, trials),
             "knobs": list((study.space or {}).get("knobs", {})),
-            "trials": [trial_view(t) for t in trials],
+            "trials": [trial_view(t, options=study.options) for t in trials],
             "best": best_view(study, trials),
         }
 
@@ -254,7 +254,7 @@ def get_trial_detail(db: Database, ref: str, number: int) -> dict[str, Any]:
         return {
             "study_id": study.id,
             "study_name": study.name,
-            "trial": trial_view(trial, full=True),
+            "trial": trial_view(trial, full=True, options=study.options),
         }
 
 

@@ -9,8 +9,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from autotuner.options import StudyOptions
+from autotuner.search import headroom
 from autotuner.search.objective import Objective
+from autotuner.spec import TrialResult
 from autotuner.storage.models import Study, Trial, TrialState
+from autotuner.study.batch import global_batch_tokens
 from autotuner.study.recommend import recommend
 
 
@@ -18,8 +22,16 @@ def _iso(value: Any) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def trial_view(t: Trial, *, full: bool = False) -> dict[str, Any]:
+def trial_view(
+    t: Trial, *, full: bool = False, options: StudyOptions | None = None
+) -> dict[str, Any]:
+    """A trial; with its study's `options`, whether it is `tight` (less than the memory
+    headroom free: search/headroom.py), which keeps it from being recommended."""
     result = t.result or {}
+    record = TrialResult.model_construct(**result) if result else None  # read, not validated
+    need = headroom.need_gib(record) if record else None
+    limit = result.get("memory_limit_gib")
+    on_gpu = result.get("memory_kind") == "cuda"
     out: dict[str, Any] = {
         "number": t.number,
         "state": t.state,
@@ -34,6 +46,14 @@ def trial_view(t: Trial, *, full: bool = False) -> dict[str, Any]:
         "mfu": t.mfu,
         "peak_mem_gib": t.peak_mem_gib,
         "compile_s": t.compile_s,
+        "global_batch_tokens": global_batch_tokens(t.config, result),
+        "memory_free_rel": headroom.free_rel(need, limit) if on_gpu else None,
+        "tight": bool(
+            options is not None
+            and record is not None
+            and t.state == TrialState.COMPLETE
+            and headroom.violation(record, options) > 0
+        ),
         "objective_value": t.objective_value,
         "error_class": t.error_class,
         "error_message": t.error_message,
