@@ -26,6 +26,7 @@ from autotuner.executors.base import Completed, Executor
 from autotuner.search.policy import Prune, SearchPolicy
 from autotuner.search.progress import END_CHECKS, HEADROOM_CHECK, PARITY, PARITY_REFERENCE
 from autotuner.search.sampler import Observation, distributions, new_study, replay, tell
+from autotuner.search.space import SearchSpace
 from autotuner.spec import Knobs, TrialConfig, canonical_params
 from autotuner.storage.models import StudyStatus, Trial, TrialState
 from autotuner.storage.repository import TrialRepo
@@ -135,15 +136,33 @@ class StudyRunner:
             self.optuna.sampler = self._wrap_sampler(self.optuna.sampler)
         self.distributions = distributions(self.space)
         # Rules, cost model, seeding, re-measurement and early stop (autotuner/policy.py).
-        self.policy = SearchPolicy(
-            space=self.space,
+        if self.space.global_batch_from_expert and not self.space.global_batch_tokens:
+            self._hold_expert_global_batch(self.space.global_batch_from_expert)
+        self.policy = self._policy(self.space)
+        self._rebuild()
+
+    def _hold_expert_global_batch(self, accum: int) -> None:
+        """The space holds the expert default's global batch: its micro-batch (the cost model's
+        choice for this model and GPU) x `accum` steps x seq_len x GPUs, fixed now that the
+        target is known, and stored, so every trial of the study (a restart's too) runs it."""
+        # The expert default as it will run: with its accumulation steps.
+        as_run = self.space.model_copy(update={"fixed": {**self.space.fixed, "grad_accum": accum}})
+        policy = self._policy(as_run)
+        held = self.space.expert_global_batch(
+            policy.knobs(policy.expert_params()), self.model, self.gpus_per_trial
+        )
+        self.space = self.space.model_copy(update={"global_batch_tokens": held})
+        self.lease.hold_space(self.space)
+
+    def _policy(self, space: SearchSpace) -> SearchPolicy:
+        return SearchPolicy(
+            space=space,
             model=self.model,
             target=self.target,
             gpus_per_trial=self.gpus_per_trial,
             objective=self.objective,
             options=self.options,
         )
-        self._rebuild()
 
     def _rebuild(self) -> None:
         with self.db.session() as s:

@@ -72,8 +72,13 @@ def _with_global_batch(space: SearchSpace, tokens: int, model: ModelSpec, gpus: 
     from autotuner.search.space import IntRange
 
     try:
+        # The user's global batch wins over one the space would take from its expert default.
         fixed = SearchSpace.model_validate(
-            {**space.model_dump(by_alias=True), "global_batch_tokens": tokens}
+            {
+                **space.model_dump(by_alias=True),
+                "global_batch_tokens": tokens,
+                "global_batch_from_expert": None,
+            }
         )
     except ValidationError as exc:
         raise SpaceError(f"global_batch_tokens: {describe_validation_error(exc)}") from None
