@@ -14,6 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field
 # 24, not 12: on the H200 replay stress test (best config removed) patience 12 stopped 30% of
 # runs before they reached the best; 24 stopped none and cost no extra trials to get there.
 DEFAULT_PATIENCE = 24
+# A real run also evaluates, checkpoints, fragments the allocator and sees other sequence
+# lengths; the config that just fitted a 10-second trial runs out of memory hours later.
+DEFAULT_HEADROOM = 0.10
 
 
 class StudyOptions(BaseModel):
@@ -33,6 +36,13 @@ class StudyOptions(BaseModel):
     )
     max_mem_gib: float | None = Field(
         default=None, gt=0, le=1e5, description="Memory ceiling: configs above it are infeasible."
+    )
+    headroom: float = Field(
+        default=DEFAULT_HEADROOM,
+        ge=0,
+        le=0.9,
+        description="Share of GPU memory the recommendation keeps free (0.1: 10%) for what a "
+        "short trial does not do: evaluation, checkpoints, fragmentation. 0: none, no check.",
     )
     # How the search spends its budget.
     early_stop_patience: int = Field(

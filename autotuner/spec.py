@@ -422,6 +422,12 @@ class MeasureSettings(_Record):
             )
         return self
 
+    # The headroom check of a recommendation (autotuner/search/headroom.py): after the timed
+    # repeats, one evaluation forward pass (model.eval(), torch.no_grad()) and a save of the
+    # model and optimizer state dicts to a temporary file (deleted after), so the result's
+    # peak_*_with_eval_ckpt_gib show what a real run that evaluates and checkpoints needs.
+    headroom_check: bool = False
+
 
 class TrialConfig(_Record):
     """What one trial runs: the model, the knob values, how to measure, how many GPUs."""
@@ -601,6 +607,10 @@ class TrialResult(_Record):
     memory_kind: Literal["cuda", "cpu_rss"] | None = None
     memory_limit_gib: float | None = None
     required_mem_gib: float | None = None  # for an OOM: what the failing allocation asked for
+    # With measure.headroom_check: the peaks over the whole trial, the evaluation pass and the
+    # checkpoint save included (peak_mem_gib and peak_reserved_gib stop before them).
+    peak_mem_with_eval_ckpt_gib: float | None = None
+    peak_reserved_with_eval_ckpt_gib: float | None = None
     # For `unsupported`: the knob values the worker names as the cause (e.g. {"attention":
     # "cudnn", "precision": "fp32"}). The search learns a rule over exactly these and never
     # proposes a matching config again in the study; None: it falls back to the (attention,

@@ -267,3 +267,30 @@ class FakeParityReplay(ReplayExecutor):
         return measured(
             1000.0, loss_curve=curve, loss_first=curve[0], loss_last=curve[-1], wall_s=20.0
         )
+
+
+# --------------------------------------------------------------------------- headroom check
+
+
+class FakeHeadroomReplay(ReplayExecutor):
+    """A ReplayExecutor that also answers headroom checks (`measure.headroom_check` set): the
+    recorded result, with its peaks times `eval_factor` (by micro-batch; 1.05 where not given)
+    as the peaks with an evaluation pass and a checkpoint save. `checks` keeps those configs."""
+
+    def __init__(self, *args: Any, eval_factor: dict[int, float] | None = None, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.eval_factor = eval_factor or {}
+        self.checks: list[TrialConfig] = []
+
+    def _answer(self, config: TrialConfig) -> TrialResult:
+        result = super()._answer(config)
+        if not config.measure.headroom_check or result.status != TrialStatus.OK:
+            return result
+        self.checks.append(config)
+        factor = self.eval_factor.get(config.knobs.micro_batch_size, 1.05)
+        return result.model_copy(
+            update={
+                "peak_mem_with_eval_ckpt_gib": (result.peak_mem_gib or 0.0) * factor,
+                "peak_reserved_with_eval_ckpt_gib": (result.peak_reserved_gib or 0.0) * factor,
+            }
+        )

@@ -309,6 +309,8 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
         peak_mem, peak_reserved = group.largest([peak_mem, peak_reserved])
     # Every rank takes part (a collective): the most-starved rank's share.
     input_wait = input_pipeline.wait_share(sum(timing.repeat_s), ranks)
+    if m.headroom_check:
+        _headroom_check(step, device, info, group, rank)
 
     # --- sanity: the loss must fall (same fixed batches every step for synthetic data)
     reference = timing.loss_first
@@ -371,6 +373,33 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
         num_ranks=None if group is None else dp_ranks,
         parallel=None if group is None else k.parallel,
         **_public(info),
+    )
+
+
+def _headroom_check(step, device, info: dict[str, Any], group, rank: int) -> None:
+    """After the timed repeats: an evaluation pass and a checkpoint save (workers/headroom.py),
+    and the peaks over the whole trial with them. An OOM here is the trial's result (the
+    config does not survive a real run's evaluation or checkpoint); with several ranks, all
+    agree on a failure first, so no rank waits in a collective for one that died."""
+    from workers import headroom, memory
+
+    failure = None
+    try:
+        size = headroom.eval_and_checkpoint(step, rank)
+    except Exception as exc:
+        if group is None:
+            raise
+        failure = exc
+    if group is not None:
+        group.agree(failure)
+    peak_mem, peak_reserved, _ = memory.peaks(device)
+    if group is not None:
+        peak_mem, peak_reserved = group.largest([peak_mem, peak_reserved])
+    info["peak_mem_with_eval_ckpt_gib"] = peak_mem
+    info["peak_reserved_with_eval_ckpt_gib"] = peak_reserved
+    info["notes"].append(
+        f"headroom check: one evaluation pass and a checkpoint save ({size / 2**20:,.1f} MiB, "
+        "deleted) after the timed repeats; peak_*_with_eval_ckpt_gib include them"
     )
 
 

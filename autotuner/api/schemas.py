@@ -67,7 +67,10 @@ class TrialView(_View):
 
     number: int = Field(description="0, 1, 2... within the study")
     state: TrialState
-    purpose: str = Field(description="search, seed (an expert default) or remeasure")
+    purpose: str = Field(
+        description="search, seed (an expert default), remeasure, or an end check of the "
+        "winner: reference, parity, parity-ref, headroom"
+    )
     attempt: int = Field(description="2 for the one retry of an infra failure")
     retry_of: int | None = Field(description="The trial number this one retries")
     params: dict[str, Any] = Field(description="The knob values tried")
@@ -79,6 +82,16 @@ class TrialView(_View):
     peak_mem_gib: float | None
     compile_s: float | None
     wall_s: float | None = Field(description="The trial's wall time, start to result, seconds")
+    global_batch_tokens: int | None = Field(
+        description="Tokens per optimizer step: micro-batch x accumulation x ranks x seq_len"
+    )
+    memory_free_rel: float | None = Field(
+        description="Share of the GPU memory limit its peak (reserved + CUDA context) left free"
+    )
+    tight: bool = Field(
+        description="Complete, but leaves less than the study's memory headroom free: never "
+        "recommended"
+    )
     objective_value: float | None
     error_class: str | None = Field(description="oom, unsupported, timeout, crash, ...")
     error_message: str | None
@@ -177,10 +190,28 @@ class Recommendation(BaseModel):
         "(input_wait_share, gpu_idle_share, threshold, bottleneck, loader_settings, fix: the "
         "measured loader settings that waited least, text)",
     )
+    headroom: dict[str, Any] | None = Field(
+        None,
+        description="Peak memory (reserved + CUDA context), the limit and the headroom side by "
+        "side (peak_gib, peak_kind, limit_gib, headroom_rel, usable_gib, free_rel, spare_gib, "
+        "enforced), the headroom check with an evaluation pass and a checkpoint save (check), "
+        "faster configs passed over for memory (passed_over), text",
+    )
+    global_batch: dict[str, Any] | None = Field(
+        None,
+        description="The winner's tokens per optimizer step (tokens), whether every measured "
+        "trial ran the same (same_for_all, sizes), else the expert default's (expert_default) "
+        "and the best config at it (best_at_expert), text",
+    )
     importance: list[dict[str, Any]] | None = Field(
         None, description="Per-knob effect and verdict, most important first (finished studies)"
     )
     cost_model: dict[str, Any] | None = Field(None, description="The memory/time model's accuracy")
+    throughput_model: dict[str, Any] | None = Field(
+        None,
+        description="The throughput model's at-launch accuracy (model_rel_sd, errors, trials: "
+        "predicted and measured tokens/s of each measured trial)",
+    )
     pruned: dict[str, int] | None = Field(None, description="Configs ruled out before launch")
     learned_rules: list[str] | None = None
     stopped: str | None = Field(None, description="Why the search stopped")

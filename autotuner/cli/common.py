@@ -92,6 +92,18 @@ MaxMemOption = Annotated[
     float | None,
     typer.Option(min=0.0, help="Memory ceiling in GiB: configs that need more are infeasible."),
 ]
+HeadroomOption = Annotated[
+    float | None,
+    typer.Option(
+        "--headroom",
+        min=0.0,
+        help="Share of GPU memory the recommendation keeps free, 0 to 0.9 (default 0.1: 10%), "
+        "for what a short trial does not do: evaluation, checkpoints, fragmentation. The "
+        "winner is re-run once with an evaluation pass and a checkpoint save to check it. "
+        "0: no headroom, no check.",
+        show_default=False,
+    ),
+]
 GlobalBatchOption = Annotated[
     int | None,
     typer.Option(
@@ -187,6 +199,8 @@ def as_flags(message: str) -> str:
     The same checks serve the API (options.x) and these commands (--x)."""
     message = re.sub(r"\bglobal_batch_tokens\b", "--global-batch", message)
     message = re.sub(r"\bdata\.path\b", "--data", message)
+    # Only the option's name: "headroom" is also a word in messages.
+    message = re.sub(r"(?:\boptions\.|^)headroom\b", "--headroom", message)
     return re.sub(
         r"(?:options\.)?\b(usd_per_gpu_hour|planned_tokens|planned_hours|max_mem_gib)\b",
         lambda m: "--" + m.group(1).replace("_", "-"),

@@ -55,8 +55,13 @@ def best_table(view: dict[str, Any]) -> RenderableType:
     if rec.get("tokens_per_s_per_gpu") and on_gpu:  # a CPU trial has no GPU to divide by
         table.add_row("tokens/s per GPU", f"{rec['tokens_per_s_per_gpu']:,.0f}")
     table.add_row("MFU", f"{rec['mfu']:.1%}" if rec.get("mfu") is not None else "n/a (no peak)")
-    if rec.get("peak_mem_gib") is not None:
+    if rec.get("headroom"):
+        for label, text in memory_rows(rec["headroom"]):
+            table.add_row(label, safe(text))
+    elif rec.get("peak_mem_gib") is not None:
         table.add_row("peak memory", f"{rec['peak_mem_gib']:.2f} GiB")
+    if (batch := rec.get("global_batch")) and batch.get("text"):
+        table.add_row("global batch", safe(batch["text"]))
     if rec.get("compile_s"):
         table.add_row("compile time", f"{rec['compile_s']:.1f} s (not in throughput)")
     runner = rec.get("runner_up")
@@ -96,6 +101,43 @@ def export_lines(study_id: str) -> RenderableType:
     return lines
 
 
+def memory_rows(hr: dict[str, Any]) -> list[tuple[str, str]]:
+    """The recommendation's memory side by side: peak, limit, headroom, and its check."""
+    peak, limit, head = hr.get("peak_gib"), hr.get("limit_gib"), hr.get("headroom_rel") or 0.0
+    if peak is None:
+        return []
+    if hr.get("peak_kind") != "cuda":
+        cap = f" (cap {limit:.1f} GiB)" if limit else ""
+        kind = "CPU resident memory" if hr.get("peak_kind") == "cpu_rss" else "kind not reported"
+        rows = [
+            ("peak memory", f"{peak:.2f} GiB, {kind}{cap}"),
+            ("headroom", f"{head:.0%}: applies to GPU memory only, not enforced here"),
+        ]
+    elif not limit:
+        rows = [("peak memory", f"{peak:.2f} GiB (reserved + CUDA context), no limit known")]
+    else:
+        rows = [
+            (
+                "peak memory",
+                f"{peak:.1f} GiB of {limit:.1f} GiB limit ({hr['free_rel']:.1%} free; "
+                "reserved + CUDA context)",
+            )
+        ]
+        spare = hr.get("spare_gib") or 0.0
+        if not head:
+            rows.append(("headroom", "none asked (--headroom 0)"))
+        elif spare >= 0:
+            rows.append(("headroom", f"{head:.0%} kept: {spare:.1f} GiB to spare"))
+        else:
+            rows.append(("headroom", f"{head:.0%} not kept: tight by {-spare:.1f} GiB"))
+    check = hr.get("check")
+    if check:
+        rows.append(("headroom check", check["text"]))
+    for p in hr.get("passed_over") or []:
+        rows.append(("passed over", f"trial #{p['trial_number']} was faster but {p['why']}"))
+    return rows
+
+
 def trials_table(study: dict[str, Any], views: list[dict[str, Any]]) -> RenderableType:
     """Every trial of a study: what it tried, what it measured, or why it failed.
 
@@ -119,6 +161,9 @@ def trials_table(study: dict[str, Any], views: list[dict[str, Any]]) -> Renderab
     table.add_column("config", no_wrap=True)
     table.add_column("tok/s", justify="right", no_wrap=True)
     table.add_column("±", justify="right", no_wrap=True)
+    if any(v.get("global_batch_tokens") for v in views):
+        # Tokens per optimizer step: trials that differ here are different training runs.
+        table.add_column("batch", justify="right", no_wrap=True)
     if has["mfu"]:
         table.add_column("MFU", justify="right", no_wrap=True)
     if has["peak_mem_gib"]:
@@ -140,6 +185,8 @@ def trials_table(study: dict[str, Any], views: list[dict[str, Any]]) -> Renderab
             f"{tps:,.0f}" if tps else "",
             spread,
         ]
+        if any(x.get("global_batch_tokens") for x in views):
+            row.append(short_tokens(v.get("global_batch_tokens")))
         if has["mfu"]:
             row.append(f"{v['mfu']:.1%}" if v["mfu"] is not None else "")
         if has["peak_mem_gib"]:
@@ -149,7 +196,19 @@ def trials_table(study: dict[str, Any], views: list[dict[str, Any]]) -> Renderab
         Text.from_markup(f"[bold]{_numbers(numbers)}[/] {safe(note)}")
         for note, numbers in notes.items()
     ]
+    if any(v.get("global_batch_tokens") for v in views):
+        lines.append(Text("batch: tokens per optimizer step (K = 1024)", style="dim"))
     return Group(table, *lines) if lines else table
+
+
+def short_tokens(tokens: int | None) -> str:
+    """65536 -> 64K, 1572864 -> 1.5M (powers of 1024), 3000 -> 3000: short, and exact."""
+    if not tokens:
+        return ""
+    for unit, size in (("M", 1024**2), ("K", 1024)):
+        if tokens >= size and (tokens * 10) % size == 0:
+            return f"{tokens / size:g}{unit}"
+    return str(tokens)
 
 
 def trial_note(view: dict[str, Any]) -> str:
@@ -159,6 +218,11 @@ def trial_note(view: dict[str, Any]) -> str:
     if cls and trial_label(view) != "cancelled":
         note = message if message.lower().startswith(f"{cls.lower()}:") else f"{cls}: {message}"
         note = note.rstrip(": ")
+    if view.get("tight") and view.get("memory_free_rel") is not None:
+        note = (
+            f"tight: leaves {view['memory_free_rel']:.1%} of the GPU memory free, less than "
+            "the study's headroom: not recommended"
+        )
     if view.get("retry_of") is not None:
         note = f"retry of #{view['retry_of']}" + (f"; {note}" if note else "")
     return note

@@ -19,6 +19,7 @@ from autotuner.cli.common import (
     DbOption,
     GlobalBatchOption,
     GpusOption,
+    HeadroomOption,
     JsonFlag,
     MaxMemOption,
     MinutesOption,
@@ -72,6 +73,7 @@ def submit(
     planned_tokens: PlannedTokensOption = None,
     planned_hours: PlannedHoursOption = None,
     max_mem_gib: MaxMemOption = None,
+    headroom: HeadroomOption = None,
     global_batch: GlobalBatchOption = None,
     data: DataOption = None,
     sampler: SamplerOption = "tpe",
@@ -107,6 +109,7 @@ def submit(
         planned_tokens=planned_tokens,
         planned_hours=planned_hours,
         max_mem_gib=max_mem_gib,
+        headroom=headroom,
     )
     if options.stored():
         body["options"] = options.stored()

@@ -12,6 +12,7 @@ from autotuner.cli.common import (
     DbOption,
     GlobalBatchOption,
     GpusOption,
+    HeadroomOption,
     JsonFlag,
     MaxMemOption,
     MinutesOption,
@@ -57,6 +58,7 @@ def tune(
     planned_tokens: PlannedTokensOption = None,
     planned_hours: PlannedHoursOption = None,
     max_mem_gib: MaxMemOption = None,
+    headroom: HeadroomOption = None,
     global_batch: GlobalBatchOption = None,
     data: DataOption = None,
     sampler: SamplerOption = "tpe",
@@ -83,6 +85,7 @@ def tune(
         "planned_tokens": planned_tokens,
         "planned_hours": planned_hours,
         "max_mem_gib": max_mem_gib,
+        "headroom": headroom,
     }
     request = study_request(
         model=model.model_dump(mode="json"),

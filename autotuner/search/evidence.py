@@ -73,6 +73,7 @@ def report(
         "pruned": {
             "unsupported": sum(1 for t in pruned if t.error_class == "unsupported"),
             "oom": sum(1 for t in pruned if t.error_class == "oom"),
+            "headroom": sum(1 for t in pruned if t.error_class == "headroom"),
         },
         "learned_rules": [r.describe() for r in learned.rules],
     }

@@ -153,7 +153,7 @@ class Check:
 PARITY_ATTEMPTS = 2  # a parity trial lost or failed for infra reasons runs once more
 
 
-def _last(trials: Sequence[Trial], key: str, purpose: str) -> Trial | None:
+def last_row(trials: Sequence[Trial], key: str, purpose: str) -> Trial | None:
     """The parity row of this purpose for `key` that counts; None when it is (again) to run:
     never run, or failed for infra reasons (lost, crash, timeout) with an attempt left."""
     rows = [t for t in trials if t.purpose == purpose and canonical_params(t.params) == key]
@@ -192,7 +192,7 @@ def verdict(candidate: TrialResult, reference: Trial) -> Check:
 
 def check_of(key: str, trials: Sequence[Trial]) -> Check | None:
     """The parity check of the config `key`; None when it never started."""
-    ref = _last(trials, key, PARITY_REFERENCE)
+    ref = last_row(trials, key, PARITY_REFERENCE)
     if ref is None:
         return None
     ref_prec = Knobs.model_validate(ref.config.get("knobs", {})).precision.value
@@ -207,7 +207,7 @@ def check_of(key: str, trials: Sequence[Trial]) -> Check | None:
             ref_prec,
             trials=[ref.number],
         )
-    cand = _last(trials, key, PARITY)
+    cand = last_row(trials, key, PARITY)
     if cand is None:
         return Check(
             "pending", "the parity check is half done", ref_prec, trials=[ref.number], next=PARITY

@@ -13,7 +13,8 @@ infeasible trials simple: they are told as 0.0 with a violated constraint.
 `time_to_train` is reported as a rate so that larger stays better; the recommendation also gives
 the run's hours. A memory ceiling (`options.max_mem_gib`) is a constraint, not an objective: a
 trial whose measured peak is above it is told to the sampler as infeasible by how far it is over
-and is never recommended.
+and is never recommended; so is one that leaves less than the headroom free
+(`options.headroom`, search/headroom.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from autotuner.options import StudyOptions
+from autotuner.search import headroom
 from autotuner.spec import TrialResult
 
 
@@ -96,8 +98,11 @@ def time_to_train_h(result: TrialResult, options: StudyOptions) -> float | None:
 
 
 def memory_violation(result: TrialResult, options: StudyOptions) -> float:
-    """How far a measured peak is over options.max_mem_gib (peak / ceiling - 1); 0 if under."""
+    """How far a measured peak is over what the options allow: over options.max_mem_gib (peak
+    / ceiling - 1), or over the GPU memory less the headroom (search/headroom.py), whichever is
+    further; 0 if within both."""
+    over_headroom = headroom.violation(result, options)
     ceiling = options.max_mem_gib
     if ceiling is None or result.peak_mem_gib is None:
-        return 0.0
-    return max(result.peak_mem_gib / ceiling - 1.0, 0.0)
+        return over_headroom
+    return max(result.peak_mem_gib / ceiling - 1.0, over_headroom, 0.0)

@@ -83,6 +83,7 @@ class SearchPolicy:
             rounds=options.remeasure_rounds,
             reference=gpus_per_trial > 1,
             parity=space_changes_numerics(space, target),
+            headroom=options.headroom > 0,
         )
         self.feedback = Feedback(cost=self.cost, options=options, knobs=self.knobs)
         self.seed_keys: set[str] = set()

@@ -21,9 +21,12 @@ REFERENCE = "reference"
 # and of the same knobs at the reference precision.
 PARITY = "parity"
 PARITY_REFERENCE = "parity-ref"
+# The headroom check of the winner (search/headroom_check.py): the config once more, with an
+# evaluation pass and a checkpoint save after the timed repeats, for its real peak.
+HEADROOM_CHECK = "headroom"
 # The trials that check the winner at the end of a study: never told to the sampler, never
 # candidates, no lessons for the cost model (their configs or their protocol differ).
-END_CHECKS = frozenset({REFERENCE, PARITY, PARITY_REFERENCE})
+END_CHECKS = frozenset({REFERENCE, PARITY, PARITY_REFERENCE, HEADROOM_CHECK})
 
 
 class Progress:

@@ -7,7 +7,9 @@ measurement does not win on noise. A multi-GPU study ends with one more trial, t
 its best config on one GPU, so the recommendation can state its scaling efficiency. A space
 that holds a numerics-changing precision (fp16, tf32, fp8) keeps two more trials for the
 numerics check of the winner (search/numerics.py: two parity trials), which the coordinator
-runs last; a second candidate's check runs only where the budget still has room.
+runs last; a second candidate's check runs only where the budget still has room. A study with
+a memory headroom (options.headroom > 0) keeps one more for the winner's headroom check
+(search/headroom_check.py), run before the numerics check.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 from autotuner.search.numerics import PARITY_RESERVE
 from autotuner.search.progress import REFERENCE, Progress
 
+HEADROOM_RESERVE = 1  # one headroom check of the winner (search/headroom_check.py)
 REMEASURE_SHARE = 5  # at most 1/5 of a trial budget goes to re-measurement
 SEARCH_TIME_SHARE = 0.85  # with a time budget, the search stops here and re-measuring begins
 
@@ -25,20 +28,32 @@ class Remeasure:
     """The re-measure reserve and plan of one study."""
 
     def __init__(
-        self, *, top: int, rounds: int, reference: bool = False, parity: bool = False
+        self,
+        *,
+        top: int,
+        rounds: int,
+        reference: bool = False,
+        parity: bool = False,
+        headroom: bool = False,
     ) -> None:
         self.top, self.rounds = top, rounds
         self.reference = reference  # end with the best config on one GPU (multi-GPU studies)
         self.parity = parity  # keep room for the numerics check (numerics-changing precisions)
+        self.headroom = headroom  # keep room for the headroom check (options.headroom > 0)
 
     def reserve(self, max_trials: int | None) -> int:
         """Trials of the budget kept for the end: re-measurements, the reference, the numerics
-        check."""
+        and headroom checks."""
         return (
             self._remeasure_reserve(max_trials)
             + self._reference_reserve(max_trials)
             + self._parity_reserve(max_trials)
+            + self._headroom_reserve(max_trials)
         )
+
+    def _headroom_reserve(self, max_trials: int | None) -> int:
+        # Not in a budget of four or fewer trials: those are for the search.
+        return HEADROOM_RESERVE if self.headroom and (max_trials is None or max_trials > 4) else 0
 
     def _parity_reserve(self, max_trials: int | None) -> int:
         # Not in a budget of four or fewer trials: those are for the search.
@@ -92,7 +107,7 @@ class Remeasure:
             return True
         if max_trials is not None and launched >= max_trials - self.reserve(max_trials):
             return True
-        reserve_time = self._remeasure_reserve(None) > 0 or self.parity
+        reserve_time = self._remeasure_reserve(None) > 0 or self.parity or self.headroom
         return elapsed_share is not None and reserve_time and elapsed_share >= SEARCH_TIME_SHARE
 
 

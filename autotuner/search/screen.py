@@ -2,7 +2,8 @@
 
 In order: the built-in compatibility rules, the space's rules, rules learned from `unsupported`
 results, the OOM boundary (a micro-batch at or above one that ran out of memory, everything
-else equal), the cost model's predicted OOM, and dominated checkpointing. A screened-out
+else equal), the cost model's predicted OOM, a predicted break of the memory headroom
+(headroom.py), and dominated checkpointing. A screened-out
 proposal is recorded as a pruned trial and told to the sampler as a violated constraint.
 
 The screen keeps what finished trials taught it (learned rules, the OOM boundary); the cost
@@ -17,6 +18,7 @@ from typing import Any
 from autotuner.executors.base import Target
 from autotuner.options import StudyOptions
 from autotuner.search.costmodel import CostModel, Prediction
+from autotuner.search.headroom import usable_gib
 from autotuner.search.rules import LearnedRules, incompatibility
 from autotuner.search.space import IntRange, SearchSpace
 from autotuner.spec import Checkpointing, FailureClass, Knobs, ModelSpec, TrialResult
@@ -28,13 +30,15 @@ Z_PRUNE = 1.64
 
 # A pruned config that would run, but that another config beats for sure (error_class).
 DOMINATED = "dominated"
+# A pruned config that would run, but would leave less than the memory headroom free.
+HEADROOM = "headroom"
 
 
 @dataclass(frozen=True)
 class Prune:
     """Why a proposal is not launched, and how the sampler is told."""
 
-    error_class: str  # a FailureClass value (oom, unsupported) or "dominated"
+    error_class: str  # a FailureClass value (oom, unsupported), "dominated" or "headroom"
     message: str
     violation: float
     result: TrialResult | None = None  # kept on the pruned row (a predicted OOM's numbers)
@@ -57,6 +61,7 @@ class Screen:
         self.use_rules = options.rules
         self.use_cost_model = options.cost_model
         self.ceiling_gib = options.max_mem_gib
+        self.headroom = options.headroom if cost.on_cuda else 0.0  # GPU memory only
         self.cost = cost
         self.learned = LearnedRules()
         self.ooms: list[tuple[dict[str, Any], int, int]] = []  # (other params, micro-batch, n)
@@ -80,6 +85,8 @@ class Screen:
             return oom
         if (oom := self._predicted_oom(knobs)) is not None:
             return oom
+        if (tight := self._predicted_tight(knobs)) is not None:
+            return tight
         return self._dominated(knobs)
 
     def learn(self, number: int, params: dict[str, Any], knobs: Knobs, result: TrialResult) -> None:
@@ -103,7 +110,9 @@ class Screen:
             if not _in(domain, lighter.value):
                 continue
             alt = knobs.model_copy(update={"checkpointing": lighter})
-            if self.space.violated_rule(alt) is None and self.cost.predict(alt).surely_fits(
+            # Fits with the headroom kept: a lighter level that would be tight is no winner.
+            usable = usable_gib(self.cost.limit_gib, self.headroom)
+            if self.space.violated_rule(alt) is None and self.cost.predict(alt, usable).surely_fits(
                 Z_PRUNE
             ):
                 return Prune(
@@ -153,6 +162,24 @@ class Screen:
             f"{what} (cost model calibrated on {self.cost.calibration.measured} measured trials)",
             max(violation, 0.01),
             _predicted_result(pred, "cost model"),
+        )
+
+    def _predicted_tight(self, knobs: Knobs) -> Prune | None:
+        # As for an OOM, only the confidently tight: a config that would just break the
+        # headroom is still worth measuring (its measured peak decides, search/headroom.py).
+        pred = self.cost.predict(knobs)
+        usable = usable_gib(pred.limit_gib, self.headroom)
+        if not self.headroom or usable is None or pred.need_gib - Z_PRUNE * pred.sd_gib <= usable:
+            return None
+        assert pred.limit_gib is not None
+        return Prune(
+            HEADROOM,
+            f"predicted to break the {self.headroom:.0%} memory headroom: needs "
+            f"{pred.need_gib:.1f} ± {pred.sd_gib:.1f} GiB, over {usable:.1f} GiB "
+            f"({1 - self.headroom:.0%} of the {pred.limit_gib:.1f} GiB limit; cost model "
+            f"calibrated on {self.cost.calibration.measured} measured trials)",
+            max(pred.need_gib / usable - 1.0, 0.01),
+            _predicted_result(pred, "cost model, headroom"),
         )
 
 

@@ -2,7 +2,8 @@
 
 1. The expert default: the space's `defaults`, then an engineer's first choices where the space
    allows them (bf16, a fused attention kernel, compile default, no checkpointing, fused AdamW,
-   padded vocab), and the largest micro-batch the cost model is confident fits the memory.
+   padded vocab), and the largest micro-batch the cost model is confident fits the memory
+   with the headroom kept (options.headroom).
 2. Winners of earlier completed studies on the same GPU (device name and compute capability)
    and model family, newest first and the same preset first, mapped into this space (a value
    the space lacks takes the expert's) and kept only if they pass the policy's screen.
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
+from autotuner.search.headroom import usable_gib
 from autotuner.search.rules import incompatibility
 from autotuner.search.space import IntRange
 from autotuner.spec import canonical_params
@@ -158,10 +160,16 @@ class Seeder:
         sizes = sorted(_values(self.space.knobs["micro_batch_size"]))
         if self.limit_gib is None:  # no memory to fill (e.g. a CPU): the smallest is cheapest
             return sizes[0]
+        # Fits with the memory headroom kept (search/headroom.py): a tight default would never
+        # be recommended.
+        headroom = self.options.headroom if self.cost.on_cuda else 0.0
+        usable = usable_gib(self.limit_gib, headroom)
         fitting = [
             mb
             for mb in sizes
-            if self.cost.predict(self.knobs({**params, "micro_batch_size": mb})).surely_fits(Z_SEED)
+            if self.cost.predict(
+                self.knobs({**params, "micro_batch_size": mb}), usable
+            ).surely_fits(Z_SEED)
         ]
         return fitting[-1] if fitting else sizes[0]
 

@@ -13,6 +13,8 @@ A space is data, not code, so a user can submit their own over the API. Schema:
                                       # first value of their domain
     global_batch_tokens: 524288       # optional: keep the global batch fixed; grad_accum is
                                       # derived as global / (micro_batch * seq_len * gpus)
+    global_batch_from_expert: 4       # or: hold the expert default's micro-batch x 4 steps
+                                      # x seq_len x gpus, fixed when the study starts
     rules:                            # extra "impossible combination" rules for this space
       - if: {attention: [flash]}
         then: {precision: [fp16, bf16]}
@@ -93,6 +95,10 @@ class SearchSpace(BaseModel):
     fixed: dict[str, Any] = Field(default_factory=dict)
     defaults: dict[str, Any] = Field(default_factory=dict)
     global_batch_tokens: int | None = Field(default=None, gt=0)
+    # Hold the global batch at the expert default's: its micro-batch (which depends on the
+    # model and the GPU's memory, search/seeding.py) x this many accumulation steps x seq_len x
+    # GPUs. Fixed once, when the study starts (the coordinator writes global_batch_tokens).
+    global_batch_from_expert: int | None = Field(default=None, ge=1, le=1024)
     rules: list[Rule] = Field(default_factory=list)
     measure: MeasureSettings = Field(default_factory=MeasureSettings)
 
@@ -149,11 +155,11 @@ class SearchSpace(BaseModel):
                 raise ValueError(f"defaults.{name}: {v!r} is not one of knobs.{name} {dom}")
             if isinstance(dom, IntRange) and not dom.low <= v <= dom.high:
                 raise ValueError(f"defaults.{name}: {v} is outside [{dom.low}, {dom.high}]")
-        if self.global_batch_tokens and "grad_accum" in {*self.knobs, *self.fixed}:
-            raise ValueError(
-                "global_batch_tokens derives grad_accum; remove grad_accum from knobs/fixed "
-                "or drop global_batch_tokens"
-            )
+        for held in ("global_batch_tokens", "global_batch_from_expert"):
+            if getattr(self, held) and "grad_accum" in {*self.knobs, *self.fixed}:
+                raise ValueError(
+                    f"{held} derives grad_accum; remove grad_accum from knobs/fixed or drop {held}"
+                )
         for i, rule in enumerate(self.rules):
             for part, mapping in (("if", rule.if_), ("then", rule.then)):
                 for name, values in mapping.items():
@@ -186,6 +192,14 @@ class SearchSpace(BaseModel):
             per_step = mb * model.seq_len * max(num_gpus, 1)
             values["grad_accum"] = max(1, self.global_batch_tokens // per_step)
         return Knobs.model_validate(values)
+
+    def expert_global_batch(self, expert: Knobs, model: ModelSpec, num_gpus: int) -> int | None:
+        """The global batch `global_batch_from_expert` holds, for the expert default's knobs;
+        None when the space holds none this way (or holds one already)."""
+        if not self.global_batch_from_expert or self.global_batch_tokens:
+            return None
+        ranks = max(num_gpus, 1)
+        return expert.micro_batch_size * self.global_batch_from_expert * model.seq_len * ranks
 
     def global_batch_mismatch(self, knobs: Knobs, model: ModelSpec, num_gpus: int) -> str | None:
         """Why these knobs do not run exactly the space's global batch (None: they do, or the

@@ -24,8 +24,9 @@ from optuna.trial import TrialState as OptunaState
 
 from autotuner.executors.base import Completed, Executor
 from autotuner.search.policy import Prune, SearchPolicy
-from autotuner.search.progress import END_CHECKS, PARITY, PARITY_REFERENCE
+from autotuner.search.progress import END_CHECKS, HEADROOM_CHECK, PARITY, PARITY_REFERENCE
 from autotuner.search.sampler import Observation, distributions, new_study, replay, tell
+from autotuner.search.space import SearchSpace
 from autotuner.spec import Knobs, TrialConfig, canonical_params
 from autotuner.storage.models import StudyStatus, Trial, TrialState
 from autotuner.storage.repository import TrialRepo
@@ -139,18 +140,36 @@ class StudyRunner:
             self.optuna.sampler = self._wrap_sampler(self.optuna.sampler)
         self.distributions = distributions(self.space)
         # Rules, cost model, seeding, re-measurement and early stop (autotuner/policy.py).
-        self.policy = SearchPolicy(
-            space=self.space,
+        if self.space.global_batch_from_expert and not self.space.global_batch_tokens:
+            self._hold_expert_global_batch(self.space.global_batch_from_expert)
+        self.policy = self._policy(self.space)
+        self.policy.enable_proposals(
+            seed=self.seed, screen=self._screen_proposal, candidates=self._candidates
+        )
+        self._rebuild()
+
+    def _hold_expert_global_batch(self, accum: int) -> None:
+        """The space holds the expert default's global batch: its micro-batch (the cost model's
+        choice for this model and GPU) x `accum` steps x seq_len x GPUs, fixed now that the
+        target is known, and stored, so every trial of the study (a restart's too) runs it."""
+        # The expert default as it will run: with its accumulation steps.
+        as_run = self.space.model_copy(update={"fixed": {**self.space.fixed, "grad_accum": accum}})
+        policy = self._policy(as_run)
+        held = self.space.expert_global_batch(
+            policy.knobs(policy.expert_params()), self.model, self.gpus_per_trial
+        )
+        self.space = self.space.model_copy(update={"global_batch_tokens": held})
+        self.lease.hold_space(self.space)
+
+    def _policy(self, space: SearchSpace) -> SearchPolicy:
+        return SearchPolicy(
+            space=space,
             model=self.model,
             target=self.target,
             gpus_per_trial=self.gpus_per_trial,
             objective=self.objective,
             options=self.options,
         )
-        self.policy.enable_proposals(
-            seed=self.seed, screen=self._screen_proposal, candidates=self._candidates
-        )
-        self._rebuild()
 
     def _rebuild(self) -> None:
         with self.db.session() as s:
@@ -323,6 +342,8 @@ class StudyRunner:
         out = outcome(flight, result, self.policy, self.objective, gpus, self.options)
         if flight.purpose in (PARITY, PARITY_REFERENCE):
             out = endgame.parity_outcome(self, flight, result, out)
+        elif flight.purpose == HEADROOM_CHECK:
+            out = endgame.headroom_outcome(out)
         self.trials.finish(
             flight, out.state, result, out.error_class, out.message, out.value, completed.worker
         )

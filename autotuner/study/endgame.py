@@ -2,10 +2,12 @@
 
 One trial at a time, in this order: the re-measurement of the top candidates in fresh processes
 (interleaved A B A B, the plan is search/policy.py's), with a multi-GPU study's one-GPU
-`reference` trial among them; then the numerics `parity` trials of the config the recommendation
-would pick (search/numerics.py). Moved out of coordinator.py unchanged: these are functions of
-the runner (`coordinator.StudyRunner`), which `Runner` types by what they use of it, and its
-state (`launched`, the exhausted flag) stays the runner's.
+`reference` trial among them; then the `headroom` check of the config the recommendation would
+pick (search/headroom_check.py: an evaluation pass and a checkpoint save for its real peak);
+then the numerics `parity` trials of that config (search/numerics.py). A config that fails
+either check is passed over, and the next one is checked in turn. These are functions of the
+runner (`coordinator.StudyRunner`), which `Runner` types by what they use of it, and its state
+(`launched`, the exhausted flag) stays the runner's.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import optuna
 
 from autotuner.executors.base import Target
 from autotuner.options import StudyOptions
+from autotuner.search import headroom_check
 from autotuner.search.numerics import (
     PARITY_STEPS,
     candidate_knobs,
@@ -25,7 +28,7 @@ from autotuner.search.numerics import (
     verdict,
 )
 from autotuner.search.policy import SearchPolicy
-from autotuner.search.progress import PARITY, PARITY_REFERENCE
+from autotuner.search.progress import HEADROOM_CHECK, PARITY, PARITY_REFERENCE
 from autotuner.search.space import SearchSpace
 from autotuner.spec import (
     FailureClass,
@@ -37,11 +40,11 @@ from autotuner.spec import (
     TrialStatus,
     canonical_params,
 )
-from autotuner.storage.models import TrialState
+from autotuner.storage.models import Trial, TrialState
 from autotuner.storage.repository import TrialRepo
 from autotuner.storage.session import Database
 from autotuner.study.events import Event
-from autotuner.study.recommend import group_measurements
+from autotuner.study.recommend import ConfigMeasurements, group_measurements
 from autotuner.study.trials import InFlight, Outcome, TrialBook, reference_knobs, trial_config
 
 Params = dict[str, Any]
@@ -87,7 +90,7 @@ def launch_remeasure(runner: Runner) -> bool:
         return False  # the candidates are known once every search trial has reported
     planned = runner.policy.next_remeasure(runner.max_trials)
     if planned is None:
-        return launch_parity(runner)
+        return launch_headroom(runner) or launch_parity(runner)
     params, purpose = planned
     if purpose == "reference":
         dispatch_reference(runner, params)
@@ -114,13 +117,45 @@ def dispatch_reference(runner: Runner, params: Params) -> None:
     runner.on_event(Event("launched", flight.number, params, TrialState.RUNNING))
 
 
+def _candidates(runner: Runner) -> tuple[list[Trial], list[ConfigMeasurements]]:
+    """The study's trial rows, and its candidates less those that failed a headroom check."""
+    with runner.db.read() as s:
+        trials = TrialRepo(s).list(runner.study_id)
+    ranked = group_measurements(trials, runner.options)
+    room = headroom_check.checks_of(ranked, trials, runner.options)
+    return trials, headroom_check.surviving(ranked, room)
+
+
+def launch_headroom(runner: Runner) -> bool:
+    """The headroom check of the config the recommendation would pick: once more, with an
+    evaluation pass and a checkpoint save after the timed repeats (search/headroom_check.py).
+    False when no check is due."""
+    with runner.db.read() as s:
+        trials = TrialRepo(s).list(runner.study_id)
+    ranked = group_measurements(trials, runner.options)
+    group = headroom_check.next_check(ranked, trials, runner.options)
+    if group is None:
+        return False
+    knobs = candidate_knobs(group)
+
+    def config_for(number: int) -> TrialConfig:
+        config = runner._config(knobs, number)
+        measure = config.measure.model_copy(update={"headroom_check": True})
+        return config.model_copy(update={"measure": measure})
+
+    params = group.first.params
+    flight = runner.trials.dispatch(None, params, config_for, retry_of=None, purpose=HEADROOM_CHECK)
+    runner.launched += 1
+    runner.on_event(Event("launched", flight.number, params, TrialState.RUNNING))
+    return True
+
+
 def launch_parity(runner: Runner) -> bool:
     """Last: the numerics check of the config the recommendation would pick, if its
     precision changes numerics (search/numerics.py), one parity trial at a time: the
     reference precision first, then the candidate. The trial rows are the plan's state."""
-    with runner.db.read() as s:
-        trials = TrialRepo(s).list(runner.study_id)
-    planned = next_parity(group_measurements(trials, runner.options), trials)
+    trials, candidates = _candidates(runner)
+    planned = next_parity(candidates, trials)
     if planned is None:
         runner._exhausted = True
         return False
@@ -143,6 +178,12 @@ def launch_parity(runner: Runner) -> bool:
     runner.launched += 1
     runner.on_event(Event("launched", flight.number, params, TrialState.RUNNING))
     return True
+
+
+def headroom_outcome(out: Outcome) -> Outcome:
+    """A headroom trial has no objective value: it checks a candidate, it is none itself.
+    Its verdict is read from its row (search/headroom_check.py)."""
+    return dataclasses.replace(out, value=None)
 
 
 def parity_outcome(runner: Runner, flight: InFlight, result: TrialResult, out: Outcome) -> Outcome:

@@ -21,6 +21,7 @@ from autotuner.options import StudyOptions
 from autotuner.search.objective import Objective
 from autotuner.search.space import SearchSpace
 from autotuner.spec import ModelSpec
+from autotuner.storage.common import LeaseLost
 from autotuner.storage.models import Study, StudyStatus, Trial, TrialState
 from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
@@ -106,6 +107,16 @@ class StudyLease:
                 over=over,
                 started_at=study.started_at or dt.datetime.now(dt.UTC),
             )
+
+    def hold_space(self, space: SearchSpace) -> None:
+        """Store the study's space as the coordinator settled it at the start (the global
+        batch taken from the expert default), so a restart runs the same one. Fenced by the
+        lease like every write."""
+        with self.db.session() as s:
+            study = StudyRepo(s).require(self.study_id)
+            if study.owner != self.owner:
+                raise LeaseLost(f"study {self.study_id} is held by {study.owner}, not by us")
+            study.space = space.model_dump(mode="json", by_alias=True)
 
     def keep_alive(self, running_trial_ids: list[int]) -> None:
         """At most once per heartbeat interval: beat the running trials, renew the lease."""

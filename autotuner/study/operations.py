@@ -74,8 +74,13 @@ def _with_global_batch(space: SearchSpace, tokens: int, model: ModelSpec, gpus: 
     from autotuner.search.space import IntRange
 
     try:
+        # The user's global batch wins over one the space would take from its expert default.
         fixed = SearchSpace.model_validate(
-            {**space.model_dump(by_alias=True), "global_batch_tokens": tokens}
+            {
+                **space.model_dump(by_alias=True),
+                "global_batch_tokens": tokens,
+                "global_batch_from_expert": None,
+            }
         )
     except ValidationError as exc:
         raise SpaceError(f"global_batch_tokens: {describe_validation_error(exc)}") from None
@@ -248,17 +253,14 @@ def get_study(db: Database, ref: str) -> dict[str, Any]:
 
 
 def _trial_rows(s: Session, study_id: str, *, after: int | None, limit: int | None) -> list[Trial]:
-    """Trials in number order, keyset-paged, without their JSON records (lists show columns)."""
+    """Trials in number order, keyset-paged, without their results (lists show columns; the
+    small config says which global batch each ran)."""
     from sqlalchemy import select
     from sqlalchemy.orm import defer
 
     from autotuner.storage.models import Trial
 
-    query = (
-        select(Trial)
-        .options(defer(Trial.config), defer(Trial.result))
-        .where(Trial.study_id == study_id)
-    )
+    query = select(Trial).options(defer(Trial.result)).where(Trial.study_id == study_id)
     if after is not None:
         query = query.where(Trial.number > after)
     query = query.order_by(Trial.number)
@@ -277,7 +279,8 @@ def list_trials(
 
     with db.read() as s:
         study = StudyRepo(s).require(ref)
-        return [trial_view(t) for t in _trial_rows(s, study.id, after=after, limit=limit)]
+        rows = _trial_rows(s, study.id, after=after, limit=limit)
+        return [trial_view(t, options=study.options) for t in rows]
 
 
 def _recommendation(db: Database, study: Study, summary: TrialSummary) -> dict[str, Any] | None:
@@ -351,7 +354,7 @@ def get_study_detail(
         detail = {
             "study": study_view(study, summary, space_name=study.space.get("name")),
             "knobs": knobs,
-            "trials": [trial_view(t) for t in trials],
+            "trials": [trial_view(t, options=study.options) for t in trials],
             "chart_rows": (
                 None if charts_at == summary.finished else _chart_rows(s, study.id, knobs)
             ),
@@ -381,7 +384,7 @@ def get_trial_detail(db: Database, ref: str, number: int) -> dict[str, Any]:
         return {
             "study_id": study.id,
             "study_name": study.name,
-            "trial": trial_view(trial, full=True),
+            "trial": trial_view(trial, full=True, options=study.options),
         }
 
 

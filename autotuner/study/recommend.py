@@ -9,8 +9,11 @@ processes. A margin inside the noise is called a tie, plainly.
 
 Also here: the Pareto set of throughput against peak memory, and the knob report
 (`autotuner.search.importance`). A trial over the memory ceiling (options.max_mem_gib) is never
-recommended, nor a config that failed its numerics check (`autotuner.search.numerics`): the
-next candidate is, and the `numerics` entry says why. On loader or file data, the
+recommended, nor one that leaves less than the memory headroom free (`search/headroom.py`), nor
+a config that failed its headroom check (`search/headroom_check.py`) or its numerics check
+(`autotuner.search.numerics`): the next candidate is, and the `headroom` and `numerics`
+entries say why. The `global_batch` entry says which global batch the winner ran and whether
+the trials compared like with like (`study/batch.py`). On loader or file data, the
 `input_pipeline` entry says whether the winner waits for its batches (study/input_pipeline.py).
 """
 
@@ -25,12 +28,14 @@ from typing import Any
 from sqlalchemy import inspect as sa_inspect
 
 from autotuner.options import StudyOptions
+from autotuner.search import headroom, headroom_check
 from autotuner.search.importance import knob_report
 from autotuner.search.numerics import checks_of, choose, numerics_entry
 from autotuner.search.objective import Objective, time_to_train_h
 from autotuner.search.progress import END_CHECKS
 from autotuner.spec import TrialResult, canonical_params, spread_rel
 from autotuner.storage.models import Trial, TrialState
+from autotuner.study.batch import global_batch_entry
 from autotuner.study.input_pipeline import input_pipeline_entry
 
 MIN_NOISE_REL = 0.005  # timing on a quiet machine is never better than this
@@ -157,16 +162,21 @@ def recommend(
     ranked = group_measurements(trials, options)
     if not ranked:
         return None
-    checks = checks_of(ranked, trials)
-    chosen = choose(ranked, checks)
+    # A config whose headroom check failed is no candidate (headroom_check.py); if every one
+    # failed, they stay, and the fastest is shown with its failing check.
+    room = headroom_check.checks_of(ranked, trials, options)
+    eligible = headroom_check.surviving(ranked, room) or ranked
+    checks = checks_of(eligible, trials)
+    chosen = choose(eligible, checks)
     # A config that failed the numerics check is no candidate, nor runner-up; nor is one the
     # bounded check passed over (numerics.choose). If every config failed, the fastest is shown
     # with its failing check.
     failed = {key for key, check in checks.items() if check.state == "failed"}
+    failed |= {key for key in room if key not in {g.key for g in eligible}}
     if chosen is None:
-        groups = ranked
+        groups = eligible
     else:
-        groups = [ranked[chosen], *(g for g in ranked[chosen + 1 :] if g.key not in failed)]
+        groups = [eligible[chosen], *(g for g in eligible[chosen + 1 :] if g.key not in failed)]
     best = groups[0]
     result = best.results[0]
     rec: dict[str, Any] = {
@@ -189,7 +199,11 @@ def recommend(
         "measured_trials": [t.number for t in best.trials],
         "noise_rel": round(study_noise_rel(ranked), 4),
         "runner_up": None,
-        "numerics": numerics_entry(ranked, ranked.index(best), checks),
+        "numerics": numerics_entry(eligible, eligible.index(best), checks),
+        "headroom": headroom_check.headroom_entry(
+            best, room, _passed_over_for_memory(best, ranked, trials, room, options), options
+        ),
+        "global_batch": global_batch_entry(best, groups, trials, options),
     }
     if objective == Objective.TIME_TO_TRAIN:
         rec["time_to_train_h"] = time_to_train_h(result, options)
@@ -207,6 +221,35 @@ def recommend(
     if extras:
         rec.update(extras)
     return rec
+
+
+def _passed_over_for_memory(
+    best: ConfigMeasurements,
+    ranked: Sequence[ConfigMeasurements],
+    trials: Sequence[Trial],
+    room: dict[str, headroom_check.Check],
+    options: StudyOptions,
+) -> list[dict[str, Any]]:
+    """Faster configs that are not recommended for memory: measured tight (less than the
+    headroom free), or failed their headroom check. At most three, fastest first."""
+    eligible = {g.key for g in ranked}
+    out: list[dict[str, Any]] = []
+    for g in group_measurements(trials):
+        if g.median <= best.median:
+            continue
+        if g.key not in eligible:
+            worst = max(g.results, key=lambda r: headroom.violation(r, options))
+            if headroom.violation(worst, options) <= 0:
+                continue  # excluded for another reason (the max_mem_gib ceiling)
+            need = headroom.need_gib(worst)
+            free = headroom.free_rel(need, worst.memory_limit_gib)
+            why = f"leaves {free:.1%} free, less than the {options.headroom:.0%} headroom"
+        elif (check := room.get(g.key)) is not None and check.state == "failed":
+            why = f"failed its headroom check ({check.text})"
+        else:
+            continue
+        out.append({"trial_number": g.first.number, "objective_value": g.median, "why": why})
+    return sorted(out, key=lambda p: -float(p["objective_value"]))[:3]
 
 
 def scaling_efficiency(trials: Sequence[Trial], best: ConfigMeasurements) -> dict[str, Any] | None:

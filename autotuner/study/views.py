@@ -9,16 +9,33 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy import inspect as sa_inspect
+
+from autotuner.options import StudyOptions
+from autotuner.search import headroom
+from autotuner.spec import TrialResult
 from autotuner.storage.models import Study, Trial, TrialState
+from autotuner.study.batch import global_batch_tokens
 
 
 def _iso(value: Any) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def trial_view(t: Trial, *, full: bool = False) -> dict[str, Any]:
-    """A trial as lists show it, from its columns only (the config and result JSON are read
-    for `full`, one trial's page)."""
+def trial_view(
+    t: Trial, *, full: bool = False, options: StudyOptions | None = None
+) -> dict[str, Any]:
+    """A trial as lists show it, from its columns (the config and result JSON are read for
+    `full`, one trial's page, and where a list loaded them). With its study's `options`, and its
+    result loaded, whether it is `tight` (less than the memory headroom free:
+    search/headroom.py), which keeps it from being recommended."""
+    unloaded = sa_inspect(t).unloaded
+    result = (t.result or {}) if "result" not in unloaded else {}
+    config = t.config if "config" not in unloaded else None
+    record = TrialResult.model_construct(**result) if result else None  # read, not validated
+    need = headroom.need_gib(record) if record else None
+    limit = result.get("memory_limit_gib")
+    on_gpu = result.get("memory_kind") == "cuda"
     out: dict[str, Any] = {
         "number": t.number,
         "state": t.state,
@@ -34,6 +51,14 @@ def trial_view(t: Trial, *, full: bool = False) -> dict[str, Any]:
         "peak_mem_gib": t.peak_mem_gib,
         "compile_s": t.compile_s,
         "wall_s": t.wall_s,
+        "global_batch_tokens": global_batch_tokens(config, result),
+        "memory_free_rel": headroom.free_rel(need, limit) if on_gpu else None,
+        "tight": bool(
+            options is not None
+            and record is not None
+            and t.state == TrialState.COMPLETE
+            and headroom.violation(record, options) > 0
+        ),
         "objective_value": t.objective_value,
         "error_class": t.error_class,
         "error_message": t.error_message,

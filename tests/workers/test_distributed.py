@@ -235,3 +235,14 @@ def test_old_records_load_with_the_new_fields_defaulted():
     old["measure"].pop("disable_nvls_multicast")
     config = TrialConfig.model_validate(old)
     assert config.knobs.parallel == "ddp" and config.measure.disable_nvls_multicast
+
+
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp2"])
+def test_the_headroom_check_runs_on_every_rank(parallel: str, no_orphans) -> None:
+    """An evaluation pass and a checkpoint save (FSDP2: each rank's shards) in every rank; the
+    largest rank's peak with them is reported."""
+    measure = RANKS_FAST.model_copy(update={"headroom_check": True})
+    result = run_trial_process(_config(2, parallel=parallel, measure=measure))
+    _assert_ok(result, 2, parallel, tokens_per_step=2 * 64)
+    assert result.peak_mem_with_eval_ckpt_gib >= result.peak_mem_gib
+    assert any(n.startswith("headroom check") for n in result.notes)

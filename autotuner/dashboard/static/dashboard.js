@@ -60,10 +60,15 @@
     const box = document.getElementById("best-body");
     box.replaceChildren();
     if (!b) { box.append(node("p", { class: "muted" }, "No completed trial yet.")); return; }
+    const hr = b.headroom || {};
     box.append(node("div", { class: "metrics" },
       node("div", {}, node("b", { id: "best-tps" }, fmt.int(b.tokens_per_s)), node("span", {}, "tokens/s")),
       node("div", {}, node("b", {}, fmt.pct(b.mfu)), node("span", {}, "MFU")),
-      node("div", {}, node("b", {}, fmt.fixed(b.peak_mem_gib, 2)), node("span", {}, "peak GiB")),
+      node("div", {}, node("b", { id: "best-peak" }, fmt.fixed(hr.peak_gib ?? b.peak_mem_gib, 2)),
+        node("span", {}, hr.peak_kind === "cuda" ? "peak GiB (reserved + context)" : "peak GiB")),
+      node("div", {}, node("b", { id: "best-limit" }, hr.limit_gib ? fmt.fixed(hr.limit_gib, 1) : "n/a"), node("span", {}, "limit GiB")),
+      node("div", {}, node("b", { id: "best-headroom" }, hr.headroom_rel === undefined || hr.headroom_rel === null ? "n/a" : fmt.pct(hr.headroom_rel)),
+        node("span", {}, hr.free_rel === undefined || hr.free_rel === null ? "headroom" : `headroom (${fmt.pct(hr.free_rel)} free)`)),
       node("div", {}, node("b", { id: "best-trial" }, "#" + b.trial_number), node("span", {}, "trial")),
       node("div", {}, node("b", { id: "best-measurements" }, b.measurements), node("span", {}, "measurements"))));
     const kv = node("table", { class: "kv" });
@@ -74,6 +79,9 @@
       box.append(node("p", {}, `Margin over trial #${r.trial_number}: ${(100 * r.margin_rel >= 0 ? "+" : "") + (100 * r.margin_rel).toFixed(1)}%, noise ±${(100 * r.noise_rel).toFixed(1)}%: `,
         node("b", {}, r.tie ? "a tie (within noise)" : "beyond noise")));
     }
+    if (hr.text) box.append(node("p", { id: "best-memory" }, "Memory: " + hr.text));
+    if (b.global_batch && b.global_batch.text) box.append(node("p", { id: "best-batch" }, "Global batch: " + b.global_batch.text));
+    if (b.input_pipeline && b.input_pipeline.text) box.append(node("p", {}, "Input pipeline: " + b.input_pipeline.text));
     if (b.numerics && b.numerics.text) box.append(node("p", {}, "Numerics: " + b.numerics.text));
     if (b.scaling && b.scaling.text) box.append(node("p", {}, "Scaling: " + b.scaling.text));
     if (b.importance && b.importance.length) {
@@ -150,12 +158,14 @@
     const cells = [
       node("td", {}, node("a", { href: `${base}/trials/${t.number}` }, t.number)), state,
       ...data.knobs.map((k) => node("td", {}, t.params[k] === undefined ? "" : t.params[k])),
+      node("td", { class: "num" }, t.global_batch_tokens ? fmt.int(t.global_batch_tokens) : ""),
       node("td", { class: "num" }, t.tokens_per_s ? fmt.int(t.tokens_per_s) : ""),
       node("td", { class: "num" }, spread),
       node("td", { class: "num" }, t.mfu === null ? "" : fmt.pct(t.mfu)),
       node("td", { class: "num" }, t.peak_mem_gib === null ? "" : fmt.fixed(t.peak_mem_gib, 2)),
       node("td", { class: "num" }, t.compile_s ? fmt.fixed(t.compile_s, 1) : ""),
-      node("td", { class: "err" }, t.error_class ? `${t.error_class}: ${(t.error_message || "").slice(0, 120)}` : ""),
+      node("td", { class: "err" }, t.error_class ? `${t.error_class}: ${(t.error_message || "").slice(0, 120)}`
+        : t.tight ? `tight: ${fmt.pct(t.memory_free_rel)} of the GPU memory free, less than the headroom` : ""),
     ];
     return node("tr", { class: t.state, "data-number": t.number }, ...cells);
   }

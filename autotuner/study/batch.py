@@ -1,0 +1,99 @@
+"""Which global batch each trial ran, and whether the recommendation compares like with like.
+
+The global batch is the tokens per optimizer step: micro-batch x accumulation x data-parallel
+ranks x seq_len. Two configs that run different global batches are two different training runs
+(different convergence), not one run made faster. With a global batch held by the study
+(`--global-batch`, a space's `global_batch_tokens`) every trial runs the same one; without,
+the recommendation says which one the winner ran, and when the trials differ, compares it with
+the expert default's (the study's first seed) and names the best config at that global batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from autotuner.options import StudyOptions
+from autotuner.search.progress import END_CHECKS
+from autotuner.storage.models import Trial, TrialState
+
+
+def global_batch_tokens(
+    config: Mapping[str, Any] | None, result: Mapping[str, Any] | None = None
+) -> int | None:
+    """Tokens per optimizer step: the worker's own count when it reported one, else from the
+    config (micro-batch x accumulation x ranks x seq_len); None without a config."""
+    if result and result.get("tokens_per_step"):
+        return int(result["tokens_per_step"])
+    if not config:
+        return None
+    knobs, model = config.get("knobs") or {}, config.get("model") or {}
+    if not model.get("seq_len"):
+        return None
+    ranks = max(int(config.get("num_gpus") or 0), 1)
+    micro, accum = int(knobs.get("micro_batch_size", 1)), int(knobs.get("grad_accum", 1))
+    return micro * accum * ranks * int(model["seq_len"])
+
+
+def of_trial(t: Trial) -> int | None:
+    return global_batch_tokens(t.config, t.result)
+
+
+def global_batch_entry(
+    best: Any, groups: Sequence[Any], trials: Sequence[Trial], options: StudyOptions
+) -> dict[str, Any]:
+    """The recommendation's `global_batch` entry: the winner's tokens per step, whether every
+    measured trial ran the same, and otherwise the expert default's and the best at it."""
+    tokens = of_trial(best.first)
+    measured = [t for t in trials if t.state == TrialState.COMPLETE and t.purpose not in END_CHECKS]
+    sizes = sorted({n for t in measured if (n := of_trial(t)) is not None})
+    out: dict[str, Any] = {
+        "tokens": tokens,
+        "same_for_all": len(sizes) <= 1,
+        "sizes": sizes[:20],
+        "expert_default": None,
+        "best_at_expert": None,
+    }
+    if tokens is None:
+        out["text"] = "global batch not known"
+        return out
+    if len(sizes) <= 1:
+        out["text"] = f"{tokens:,} tokens per optimizer step, the same in every measured trial"
+        return out
+    seeds = sorted((t for t in trials if t.purpose == "seed"), key=lambda t: t.number)
+    expert = seeds[0] if seeds and options.expert_seed else None
+    expert_tokens = of_trial(expert) if expert is not None else None
+    if expert is None or expert_tokens is None:
+        out["text"] = (
+            f"{tokens:,} tokens per optimizer step; the trials ran {len(sizes)} different global "
+            "batches, so they are different training runs: hold one with --global-batch"
+        )
+        return out
+    out["expert_default"] = {"trial_number": expert.number, "tokens": expert_tokens}
+    if expert_tokens == tokens:
+        out["text"] = (
+            f"{tokens:,} tokens per optimizer step, as the expert default's (trial "
+            f"#{expert.number}); other trials ran {len(sizes) - 1} other global batch(es)"
+        )
+        return out
+    ratio = tokens / expert_tokens
+    text = (
+        f"the winner runs {tokens:,} tokens per optimizer step, {ratio:.3g}x the expert "
+        f"default's {expert_tokens:,} (trial #{expert.number}): a different training run, not "
+        "only a faster one"
+    )
+    same = next((g for g in groups if of_trial(g.first) == expert_tokens), None)
+    if same is not None:
+        margin = best.median / (same.median or 1.0) - 1.0
+        out["best_at_expert"] = {
+            "trial_number": same.first.number,
+            "objective_value": same.median,
+            "params": same.first.params,
+            "winner_margin_rel": margin,
+        }
+        text += (
+            f"; at the expert default's global batch the best is trial #{same.first.number} "
+            f"(the winner is {margin:+.1%} against it)"
+        )
+    out["text"] = text + "; hold one global batch with --global-batch to compare like with like"
+    return out

@@ -1,0 +1,187 @@
+"""Memory headroom (search/headroom.py, headroom_check.py) on the replay executor: a config that
+fits with 2% to spare is tight, never recommended, and the recommendation shows the margin; the
+winner's headroom check (an evaluation pass and a checkpoint save) moves the recommendation on
+when it breaks the headroom; the screen skips only configs confidently over it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+
+from autotuner.api.schemas import Recommendation, TrialView
+from autotuner.cli.render import best_table, trials_table
+from autotuner.executors.base import Target
+from autotuner.executors.replay import Landscape
+from autotuner.options import StudyOptions
+from autotuner.search.costmodel import CostModel
+from autotuner.search.costmodel.calibration import CUDA_CONTEXT_GIB
+from autotuner.search.screen import HEADROOM, Z_PRUNE, Screen
+from autotuner.search.space import parse_space
+from autotuner.spec import Knobs, ModelSpec
+from autotuner.storage.models import Trial
+from autotuner.storage.repository import StudyRepo, TrialRepo
+from autotuner.storage.session import Database
+from autotuner.study.coordinator import StudyRunner, create_study
+from autotuner.study.labels import trial_label
+from autotuner.study.views import trial_view
+from tests.fakes import FAKE_GPU, FakeHeadroomReplay, measured
+
+LIMIT = 80.0
+GPU = Target("cuda", 1, "FakeGpu H200", (9, 0), LIMIT)
+# micro-batch -> (tokens/s, share of the limit its peak needs: reserved + CUDA context)
+POINTS = {4: (10_000.0, 0.50), 8: (12_000.0, 0.85), 16: (14_000.0, 0.98)}
+KNOBS = {"micro_batch_size": list(POINTS)}
+
+
+def landscape() -> Landscape:
+    entries = []
+    for mb, (tps, share) in POINTS.items():
+        reserved = share * LIMIT - CUDA_CONTEXT_GIB
+        result = measured(
+            tps,
+            peak_mem_gib=reserved * 0.97,
+            peak_reserved_gib=reserved,
+            memory_kind="cuda",
+            memory_limit_gib=LIMIT,
+            fingerprint=FAKE_GPU,
+            wall_s=10.0,
+        )
+        entries.append(({"micro_batch_size": mb}, result))
+    return Landscape(entries)
+
+
+def run_study(
+    sqlite_url: str, *, eval_factor: dict[int, float] | None = None, **options: Any
+) -> tuple[list[Trial], dict[str, Any], FakeHeadroomReplay, StudyOptions]:
+    db = Database(sqlite_url)
+    space = parse_space({"name": "headroom", "knobs": KNOBS, "fixed": {"attention": "efficient"}})
+    opts = StudyOptions(**options)
+    study_id = create_study(
+        db, model=ModelSpec.resolve({"preset": "tiny"}), space=space, max_trials=10, options=opts
+    )
+    executor = FakeHeadroomReplay(landscape(), list(KNOBS), target=GPU, eval_factor=eval_factor)
+    StudyRunner(db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600).run()
+    with db.read() as s:
+        trials = TrialRepo(s).list(study_id)
+        rec = StudyRepo(s).require(study_id).recommendation
+    assert rec is not None
+    return trials, rec, executor, opts
+
+
+def _mb(t: Trial) -> int:
+    return int(t.params["micro_batch_size"])
+
+
+def test_a_config_with_2_percent_to_spare_is_tight_and_the_margin_is_shown(
+    sqlite_url: str,
+) -> None:
+    trials, rec, executor, options = run_study(sqlite_url)
+    # mb 16 is the fastest but leaves 2% of the memory free: not recommended.
+    assert rec["params"] == {"micro_batch_size": 8}
+    hr = rec["headroom"]
+    assert hr["enforced"] and hr["headroom_rel"] == 0.10 and hr["limit_gib"] == LIMIT
+    # The peak shown is the largest seen: its headroom check's, with the evaluation pass and
+    # the checkpoint (the fake adds 5% to the reserved peak), plus the CUDA context.
+    peak = (0.85 * LIMIT - CUDA_CONTEXT_GIB) * 1.05 + CUDA_CONTEXT_GIB
+    assert abs(hr["peak_gib"] - peak) < 1e-6 and abs(hr["usable_gib"] - 72.0) < 1e-6
+    assert abs(hr["free_rel"] - (1 - peak / LIMIT)) < 1e-6
+    assert abs(hr["spare_gib"] - (72.0 - peak)) < 1e-6
+    assert "10.8% free, headroom 10% kept (0.6 GiB to spare)" in hr["text"], hr["text"]
+    [over] = hr["passed_over"]
+    tight = next(t for t in trials if _mb(t) == 16 and t.purpose in ("seed", "search"))
+    assert over["trial_number"] == tight.number
+    assert over["why"] == "leaves 2.0% free, less than the 10% headroom"
+    # The tight trial stays in the table, marked.
+    view = trial_view(tight, options=options)
+    assert view["tight"] and abs(view["memory_free_rel"] - 0.02) < 1e-6
+    assert trial_label(view) == "tight" and TrialView.model_validate(view).tight
+    assert not trial_view(tight)["tight"]  # without the study's options, nothing to judge
+    # The winner was checked once with an evaluation pass and a checkpoint save, and held.
+    [check] = [t for t in trials if t.purpose == "headroom"]
+    assert len(executor.checks) == 1 and executor.checks[0].measure.headroom_check
+    assert _mb(check) == 8 and check.objective_value is None
+    assert hr["check"]["state"] == "passed" and hr["check"]["trial_number"] == check.number
+    assert rec["trial_number"] != check.number
+    # Shown: the API declares it, `best` prints peak, limit and headroom side by side.
+    assert Recommendation.model_validate(rec).headroom == hr
+    text = _render(
+        best_table({"best": rec, "study": "s", "status": "completed", "total_trials": 9})
+    )
+    assert "71.4 GiB of 80.0 GiB limit (10.8% free" in text, text
+    assert "10% kept: 0.6 GiB to spare" in text, text
+    assert f"trial #{tight.number} was faster but leaves 2.0% free" in text, text
+    views = [trial_view(t, options=options) for t in trials]
+    table = _render(trials_table({"id": "s", "status": "completed"}, views))
+    assert "tight: leaves 2.0% of the GPU memory free" in table, table
+
+
+def test_a_winner_whose_eval_and_checkpoint_break_the_headroom_is_passed_over(
+    sqlite_url: str,
+) -> None:
+    # With the evaluation pass and checkpoint, mb 8 needs 12% more: 4.9% free, under 10%.
+    trials, rec, executor, _ = run_study(sqlite_url, eval_factor={8: 1.12})
+    assert [c.knobs.micro_batch_size for c in executor.checks] == [8, 4]
+    checks = [t for t in trials if t.purpose == "headroom"]
+    assert [_mb(t) for t in checks] == [8, 4]  # the next eligible config is checked in turn
+    assert rec["params"] == {"micro_batch_size": 4}
+    hr = rec["headroom"]
+    assert hr["check"]["state"] == "passed" and hr["check"]["trial_number"] == checks[1].number
+    whys = {p["trial_number"]: p["why"] for p in hr["passed_over"]}
+    failed = next(t.number for t in trials if _mb(t) == 8 and t.purpose in ("seed", "search"))
+    assert whys[failed].startswith("failed its headroom check"), whys
+    assert "less than the 10% headroom" in whys[failed]
+    assert "was faster but failed its headroom check" in hr["text"]
+    # The check that failed is no runner-up either.
+    assert rec["runner_up"] is None or rec["runner_up"]["params"] != {"micro_batch_size": 8}
+
+
+def test_no_headroom_asked_recommends_the_fastest_and_runs_no_check(sqlite_url: str) -> None:
+    trials, rec, executor, _ = run_study(sqlite_url, headroom=0.0)
+    assert rec["params"] == {"micro_batch_size": 16}
+    assert not executor.checks and not [t for t in trials if t.purpose == "headroom"]
+    assert rec["headroom"]["check"] is None and "no headroom asked" in rec["headroom"]["text"]
+
+
+def test_the_screen_skips_only_configs_confidently_over_the_headroom() -> None:
+    model = ModelSpec.resolve({"preset": "gpt2-124m"})
+    knobs = Knobs(micro_batch_size=32, attention="efficient")
+    pred = CostModel(model, num_gpus=1, on_cuda=True, limit_gib=None).predict(knobs)
+    low, high = pred.need_gib - Z_PRUNE * pred.sd_gib, pred.need_gib
+
+    def screen(limit: float, headroom: float) -> Any:
+        cost = CostModel(model, num_gpus=1, on_cuda=True, limit_gib=limit)
+        return Screen(
+            space=parse_space({"name": "s", "knobs": {"micro_batch_size": [32]}}),
+            model=model,
+            target=Target("cuda", 1, "FakeGpu H200", (9, 0), limit),
+            gpus=1,
+            options=StudyOptions(headroom=headroom),
+            cost=cost,
+        ).check({"micro_batch_size": 32}, knobs)
+
+    # Even the optimistic end needs 95% of the limit: surely over 90%, surely under 100%.
+    prune = screen(low / 0.95, 0.10)
+    assert prune is not None and prune.error_class == HEADROOM, prune
+    assert "predicted to break the 10% memory headroom" in prune.message
+    assert screen(low / 0.95, 0.0) is None  # no headroom: it fits the limit
+    # Only the mean is over 90% (its optimistic end is not): worth measuring.
+    assert screen(high / 0.93, 0.10) is None
+    # On the CPU the headroom is not enforced.
+    cpu = Screen(
+        space=parse_space({"name": "s", "knobs": {"micro_batch_size": [32]}}),
+        model=model,
+        target=Target("cpu", 0),
+        gpus=1,
+        options=StudyOptions(),
+        cost=CostModel(model, num_gpus=1, on_cuda=False, limit_gib=low / 0.95),
+    )
+    assert cpu.check({"micro_batch_size": 32}, knobs) is None or (
+        cpu.check({"micro_batch_size": 32}, knobs).error_class != HEADROOM  # type: ignore[union-attr]
+    )
+
+
+def _render(renderable: Any) -> str:
+    console = Console(width=200, record=True)
+    console.print(renderable)
+    return console.export_text()

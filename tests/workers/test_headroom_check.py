@@ -1,0 +1,74 @@
+"""The headroom check in a measured trial (MeasureSettings.headroom_check) on the real CPU torch:
+after the timed repeats, one evaluation pass and a checkpoint save in the same process, their
+peak reported, the checkpoint file gone; the timed measurement is unchanged by it."""
+
+from __future__ import annotations
+
+import glob
+import os
+import tempfile
+
+import pytest
+import torch
+
+from autotuner.spec import TrialStatus
+from workers.data import make_batches
+from workers.headroom import eval_and_checkpoint
+from workers.models import build_model
+from workers.training import TrainStep, build_optimizer
+from workers.trial import run_trial
+
+from .conftest import FAST, make_config
+
+CHECK = FAST.model_copy(update={"headroom_check": True})
+
+
+def _leftovers() -> set[str]:
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "autotuner-ckpt-*")))
+
+
+@pytest.mark.parametrize("knobs", [{}, {"checkpointing": "full", "grad_accum": 2}])
+def test_the_trial_reports_its_peak_with_eval_and_checkpoint(knobs: dict) -> None:
+    before = _leftovers()
+    result = run_trial(make_config(measure=CHECK, **knobs))
+    assert result is not None and result.status == TrialStatus.OK, result
+    assert result.memory_kind == "cpu_rss" and result.peak_mem_gib
+    # The whole trial's resident peak, so never below the timed steps' peak.
+    assert result.peak_mem_with_eval_ckpt_gib is not None
+    assert result.peak_mem_with_eval_ckpt_gib >= result.peak_mem_gib
+    assert result.peak_reserved_with_eval_ckpt_gib is None  # no allocator on the CPU
+    assert any(n.startswith("headroom check: one evaluation pass") for n in result.notes)
+    assert result.tokens_per_s and len(result.repeat_tokens_per_s) == FAST.repeats
+    assert _leftovers() == before  # the checkpoint is deleted
+
+
+def test_without_the_check_nothing_more_runs_or_is_reported() -> None:
+    result = run_trial(make_config())
+    assert result is not None and result.status == TrialStatus.OK
+    assert result.peak_mem_with_eval_ckpt_gib is None
+    assert not any(n.startswith("headroom check") for n in result.notes)
+
+
+def test_eval_runs_without_autograd_in_eval_mode_and_saves_a_loadable_state() -> None:
+    config = make_config()
+    cpu = torch.device("cpu")
+    model = build_model(config.model, config.knobs)
+    optimizer = build_optimizer(model, config.knobs.optimizer)
+    batches = make_batches(config.knobs, config.model.vocab_size, config.model.seq_len, cpu, 0)
+    seen: list[tuple[bool, bool]] = []
+    model.register_forward_hook(lambda m, i, o: seen.append((m.training, torch.is_grad_enabled())))
+    step = TrainStep(
+        model,
+        optimizer,
+        batches,
+        grad_accum=1,
+        autocast=lambda: torch.autocast("cpu", enabled=False),
+        scaler=None,
+        cudagraphs=False,
+    )
+    step()  # one training step: the optimizer has its state
+    size = eval_and_checkpoint(step)
+    assert seen == [(True, True), (False, False)]  # train, then eval under no_grad
+    assert model.training  # back to training
+    params = sum(p.numel() for p in model.parameters())
+    assert size > params * 4 * 3  # fp32 weights and both Adam moments were written
