@@ -60,7 +60,9 @@ def global_batch_entry(
     if len(sizes) <= 1:
         out["text"] = f"{tokens:,} tokens per optimizer step, the same in every measured trial"
         return out
-    seeds = sorted((t for t in trials if t.purpose == "seed"), key=lambda t: t.number)
+    # The first measured seed: the live recommendation reads only measured trials
+    # (study/live.py), and must say what the end-of-study one says.
+    seeds = sorted((t for t in measured if t.purpose == "seed"), key=lambda t: t.number)
     expert = seeds[0] if seeds and options.expert_seed else None
     expert_tokens = of_trial(expert) if expert is not None else None
     if expert is None or expert_tokens is None:

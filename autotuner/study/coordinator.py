@@ -251,7 +251,7 @@ class StudyRunner:
     def _launch_next(self) -> bool:
         """Dispatch one new trial; False when the sampler has nothing new to offer."""
         if not self.retry_queue and self._search_over():
-            return endgame.launch_remeasure(self)
+            return self._launch_end_phase()
         while self._idle_proposals < MAX_IDLE_PROPOSALS:
             retry_of = None
             retry = self.retry_queue.pop(0) if self.retry_queue else None
@@ -285,7 +285,15 @@ class StudyRunner:
             self._idle_proposals = 0
             return True
         self._search_exhausted = True
-        return endgame.launch_remeasure(self)
+        return self._launch_end_phase()
+
+    def _launch_end_phase(self) -> bool:
+        """The next re-measurement or end check; an end check shows in the recommendation at
+        once (e.g. 'the headroom check is running'), so the stored one is refreshed."""
+        launched = endgame.launch_remeasure(self)
+        if launched:
+            self.lease.store_live_best(self.objective, self.options)
+        return launched
 
     def _enqueue_guided(self) -> None:
         """Queue the throughput model's proposal for the next ask, once the seeds have run
