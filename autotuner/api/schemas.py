@@ -197,6 +197,11 @@ class Recommendation(BaseModel):
         "enforced), the headroom check with an evaluation pass and a checkpoint save (check), "
         "faster configs passed over for memory (passed_over), text",
     )
+    vs_expert_default: dict[str, Any] | None = Field(
+        None,
+        description="The winner against the expert default, trial #0 (objective_value, speedup, "
+        "noise_rel, text)",
+    )
     global_batch: dict[str, Any] | None = Field(
         None,
         description="The winner's tokens per optimizer step (tokens), whether every measured "

@@ -72,6 +72,8 @@ def best_table(view: dict[str, Any]) -> RenderableType:
             f"{runner['margin_rel']:+.1%} over trial #{runner['trial_number']}, "
             f"noise ±{runner['noise_rel']:.1%}: {verdict}",
         )
+    if (expert := rec.get("vs_expert_default")) and expert.get("text"):
+        table.add_row("vs default", safe(expert["text"]))
     if rec.get("numerics"):
         table.add_row("numerics", rec["numerics"]["text"])
     if rec.get("input_pipeline"):

@@ -204,6 +204,7 @@ def recommend(
             best, room, _passed_over_for_memory(best, ranked, trials, room, options), options
         ),
         "global_batch": global_batch_entry(best, groups, trials, options),
+        "vs_expert_default": _vs_expert_default(best, ranked, options),
     }
     if objective == Objective.TIME_TO_TRAIN:
         rec["time_to_train_h"] = time_to_train_h(result, options)
@@ -283,6 +284,34 @@ def scaling_efficiency(trials: Sequence[Trial], best: ConfigMeasurements) -> dic
         "one_gpu_tokens_per_s": one,
         "reference_trial": ref.number,
         "same_config": same,
+        "text": text,
+    }
+
+
+def _vs_expert_default(
+    best: ConfigMeasurements, ranked: Sequence[ConfigMeasurements], options: StudyOptions
+) -> dict[str, Any] | None:
+    """How much faster the winner is than the expert default: the study's first trial (bf16,
+    fused attention, compile, the largest micro-batch that fits: search/seeding.py), by the
+    objective's medians. Measured trials only, so the live and final recommendations agree."""
+    if not options.expert_seed:
+        return None
+    expert = next((g for g in ranked if any(t.number == 0 for t in g.trials)), None)
+    if expert is None or expert.first.purpose != "seed":
+        return {"trial_number": 0, "text": "the expert default (trial #0) was not measured"}
+    speedup = best.median / (expert.median or 1.0)
+    noise = max(best.noise_rel, expert.noise_rel)
+    if expert is best:
+        text = "the expert default is the recommendation: nothing in the space beat it"
+    elif speedup - 1.0 <= noise:
+        text = f"{speedup:.2f}x the expert default (trial #0): within the noise (±{noise:.1%})"
+    else:
+        text = f"{speedup:.2f}x the expert default (trial #0, {expert.median:,.0f})"
+    return {
+        "trial_number": 0,
+        "objective_value": expert.median,
+        "speedup": round(speedup, 4),
+        "noise_rel": noise,
         "text": text,
     }
 

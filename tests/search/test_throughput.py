@@ -143,3 +143,19 @@ def test_guided_studies_record_the_throughput_models_accuracy(run_study, db, gui
     assert {"predicted_tokens_per_s", "measured_tokens_per_s", "rel_error"} <= set(
         accuracy["trials"][0]
     )
+
+
+def test_the_recommendation_says_how_much_faster_than_the_expert_default(run_study, db) -> None:
+    _, _, trials, rec = run_study(db, trials=12)
+    entry = rec["vs_expert_default"]
+    expert = next(t for t in trials if t.number == 0)
+    assert expert.purpose == "seed" and entry["trial_number"] == 0
+    assert entry["speedup"] == pytest.approx(
+        rec["objective_value"] / entry["objective_value"], abs=1e-4
+    )
+    assert entry["speedup"] >= 1.0 and "expert default" in entry["text"]
+
+
+def test_without_an_expert_seed_there_is_no_comparison(run_study, db) -> None:
+    _, _, _, rec = run_study(db, trials=6, options={"expert_seed": False})
+    assert rec["vs_expert_default"] is None
