@@ -63,6 +63,14 @@ class StudyOptions(BaseModel):
     neighbour_seeds: bool = Field(
         default=True, description="Also seed the expert default's nearest alternatives."
     )
+    proxy_layers: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description="Run a new kind of config (precision, compile mode, attention, "
+        "checkpointing) first on a model of this many layers (same width) to teach the "
+        "throughput model, before a full-depth trial; None: every trial at full depth.",
+    )
     # Ablation switches: each guard can be turned off to measure what it is worth (the replay
     # benchmark's baselines). A user has no reason to turn them off.
     rules: bool = Field(default=True, description="Prune combinations that cannot run.")

@@ -104,6 +104,18 @@ HeadroomOption = Annotated[
         show_default=False,
     ),
 ]
+ProxyLayersOption = Annotated[
+    int | None,
+    typer.Option(
+        "--proxy-layers",
+        min=1,
+        help="Cheaper trials for big models: run each new kind of config (precision, compile "
+        "mode, attention, checkpointing) first on a model of this many layers, same width, "
+        "so the throughput model learns it before a full-depth trial is spent. Proxies are "
+        "never recommended. Default: every trial at full depth.",
+        show_default=False,
+    ),
+]
 GlobalBatchOption = Annotated[
     int | None,
     typer.Option(
@@ -201,6 +213,7 @@ def as_flags(message: str) -> str:
     message = re.sub(r"\bdata\.path\b", "--data", message)
     # Only the option's name: "headroom" is also a word in messages.
     message = re.sub(r"(?:\boptions\.|^)headroom\b", "--headroom", message)
+    message = re.sub(r"(?:\boptions\.)?\bproxy_layers\b", "--proxy-layers", message)
     return re.sub(
         r"(?:options\.)?\b(usd_per_gpu_hour|planned_tokens|planned_hours|max_mem_gib)\b",
         lambda m: "--" + m.group(1).replace("_", "-"),

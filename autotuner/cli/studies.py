@@ -27,6 +27,7 @@ from autotuner.cli.common import (
     ObjectiveOption,
     PlannedHoursOption,
     PlannedTokensOption,
+    ProxyLayersOption,
     SamplerOption,
     SeedOption,
     ServerOption,
@@ -74,6 +75,7 @@ def submit(
     planned_hours: PlannedHoursOption = None,
     max_mem_gib: MaxMemOption = None,
     headroom: HeadroomOption = None,
+    proxy_layers: ProxyLayersOption = None,
     global_batch: GlobalBatchOption = None,
     data: DataOption = None,
     sampler: SamplerOption = "tpe",
@@ -110,6 +112,7 @@ def submit(
         planned_hours=planned_hours,
         max_mem_gib=max_mem_gib,
         headroom=headroom,
+        proxy_layers=proxy_layers,
     )
     if options.stored():
         body["options"] = options.stored()

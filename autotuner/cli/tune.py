@@ -20,6 +20,7 @@ from autotuner.cli.common import (
     ObjectiveOption,
     PlannedHoursOption,
     PlannedTokensOption,
+    ProxyLayersOption,
     RayAddressOption,
     SamplerOption,
     SeedOption,
@@ -59,6 +60,7 @@ def tune(
     planned_hours: PlannedHoursOption = None,
     max_mem_gib: MaxMemOption = None,
     headroom: HeadroomOption = None,
+    proxy_layers: ProxyLayersOption = None,
     global_batch: GlobalBatchOption = None,
     data: DataOption = None,
     sampler: SamplerOption = "tpe",
@@ -86,6 +88,7 @@ def tune(
         "planned_hours": planned_hours,
         "max_mem_gib": max_mem_gib,
         "headroom": headroom,
+        "proxy_layers": proxy_layers,
     }
     request = study_request(
         model=model.model_dump(mode="json"),

@@ -30,14 +30,14 @@ from autotuner.search.costmodel.throughput import ThroughputModel
 from autotuner.search.feedback import Feedback
 from autotuner.search.numerics import space_changes_numerics
 from autotuner.search.objective import Objective, memory_violation
-from autotuner.search.progress import END_CHECKS, Progress
+from autotuner.search.progress import END_CHECKS, PROXY, Progress
 from autotuner.search.proposer import Params, Proposer
 from autotuner.search.remeasure import Remeasure, stop_reason
 from autotuner.search.sampler import Observation
 from autotuner.search.screen import DOMINATED, Z_PRUNE, Prune, Screen
 from autotuner.search.seeding import Seeder
 from autotuner.search.space import SearchSpace
-from autotuner.spec import Knobs, ModelSpec, TrialResult, canonical_params
+from autotuner.spec import Knobs, ModelFamily, ModelSpec, TrialResult, canonical_params
 from autotuner.storage.models import Trial, TrialState
 from autotuner.storage.session import Database
 
@@ -90,6 +90,7 @@ class SearchPolicy:
         self.throughput = ThroughputModel(model, target, max(gpus_per_trial, 1))
         self.proposer: Proposer | None = None
         self._incumbent: tuple[float, Params] | None = None  # best measured tokens/s, params
+        self._kinds_seen: set[tuple[str, ...]] = set()  # measured, at any depth, or in flight
 
     def enable_proposals(
         self,
@@ -112,6 +113,32 @@ class SearchPolicy:
                 seed=seed,
                 candidates=candidates,
             )
+
+    # ------------------------------------------------------------------ proxies
+
+    def proxy_model(self) -> ModelSpec | None:
+        """The shallower model proxy trials run (options.proxy_layers layers, same width), or
+        None: proxies off, a family whose depth cannot be changed here (a Hugging Face config
+        or a user factory), or a model not deeper than twice the proxy."""
+        layers = self.options.proxy_layers
+        if layers is None or self.model.family not in (ModelFamily.GPT2, ModelFamily.LLAMA):
+            return None
+        if self.model.n_layer < 2 * layers:
+            return None
+        return self.model.model_copy(update={"n_layer": layers})
+
+    def proxy_for(self, params: Params) -> ModelSpec | None:
+        """The proxy model to run these params on first, when their kind (the knobs the
+        throughput model's efficiencies hang on) was never measured at any depth; None: run
+        them at full depth. Marks the kind as taken, so one proxy teaches it."""
+        proxy = self.proxy_model()
+        if proxy is None:
+            return None
+        kind = _kind(self.knobs(params))
+        if kind in self._kinds_seen:
+            return None
+        self._kinds_seen.add(kind)
+        return proxy
 
     def suggest(self, exclude: set[str]) -> Params | None:
         """The throughput model's next config (None: leave it to the sampler)."""
@@ -145,10 +172,14 @@ class SearchPolicy:
         knobs as it ran them when known (a stored trial's config), else rebuilt from params."""
         if result is None or "predicted" in result.notes:
             return
+        if purpose == PROXY:
+            self._observe_proxy(params, result)
+            return
         if purpose in END_CHECKS:  # one GPU, or a parity run: nothing about the search's configs
             self.progress.observe(params, result, purpose)
             return
         knobs = knobs or self.knobs(params)
+        self._kinds_seen.add(_kind(knobs))
         self.cost.observe(knobs, result)
         self.throughput.observe(knobs, result)
         if self.proposer is not None:
@@ -160,6 +191,17 @@ class SearchPolicy:
             self._incumbent = (tokens_per_s, searched)
         self.screening.learn(number, params, knobs, result)
         self.progress.observe(params, result, purpose)
+
+    def _observe_proxy(self, params: Params, result: TrialResult) -> None:
+        """A proxy teaches the throughput and memory models, with its own (shallower) model's
+        terms; it is no candidate and says nothing about the search's progress."""
+        proxy = self.proxy_model()
+        if proxy is None:  # the options changed since it ran: its depth is unknown here
+            return
+        knobs = self.space.knobs_for(params, proxy, self.gpus)
+        self._kinds_seen.add(_kind(knobs))
+        self.cost.observe(knobs, result, model=proxy)
+        self.throughput.observe(knobs, result, model=proxy)
 
     def observe_row(self, t: Trial) -> None:
         """`observe` for a trial row read back from the database."""
@@ -228,3 +270,14 @@ class SearchPolicy:
             throughput=self.throughput,
             learned=self.learned,
         )
+
+
+def _kind(knobs: Knobs) -> tuple[str, ...]:
+    """What the throughput model's efficiencies hang on (not micro-batch, accumulation,
+    optimizer or padding, which its physics scales)."""
+    return (
+        knobs.precision.value,
+        knobs.compile_mode.value,
+        knobs.attention.value,
+        knobs.checkpointing.value,
+    )

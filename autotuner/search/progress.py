@@ -24,9 +24,15 @@ PARITY_REFERENCE = "parity-ref"
 # The headroom check of the winner (search/headroom_check.py): the config once more, with an
 # evaluation pass and a checkpoint save after the timed repeats, for its real peak.
 HEADROOM_CHECK = "headroom"
-# The trials that check the winner at the end of a study: never told to the sampler, never
-# candidates, no lessons for the cost model (their configs or their protocol differ).
-END_CHECKS = frozenset({REFERENCE, PARITY, PARITY_REFERENCE, HEADROOM_CHECK})
+# A proxy trial (options.proxy_layers): a candidate's knobs on a shallower model of the same
+# width, run to teach the throughput and memory models about a kind of config (its precision,
+# compile mode, attention, checkpointing) before a full-depth trial is spent on it.
+PROXY = "proxy"
+# The trials that are not measurements of a candidate config (the winner's end checks, and
+# proxies): never told to the sampler, never candidates, no lessons for the cost model (their
+# configs or their protocol differ), except a proxy's, which the policy learns from with its
+# own model (policy.observe).
+END_CHECKS = frozenset({REFERENCE, PARITY, PARITY_REFERENCE, HEADROOM_CHECK, PROXY})
 
 
 class Progress:

@@ -24,10 +24,16 @@ from optuna.trial import TrialState as OptunaState
 
 from autotuner.executors.base import Completed, Executor
 from autotuner.search.policy import Prune, SearchPolicy
-from autotuner.search.progress import END_CHECKS, HEADROOM_CHECK, PARITY, PARITY_REFERENCE
+from autotuner.search.progress import (
+    END_CHECKS,
+    HEADROOM_CHECK,
+    PARITY,
+    PARITY_REFERENCE,
+    PROXY,
+)
 from autotuner.search.sampler import Observation, distributions, new_study, replay, tell
 from autotuner.search.space import SearchSpace
-from autotuner.spec import Knobs, TrialConfig, canonical_params
+from autotuner.spec import Knobs, ModelSpec, TrialConfig, canonical_params
 from autotuner.storage.models import StudyStatus, Trial, TrialState
 from autotuner.storage.repository import TrialRepo
 from autotuner.storage.session import Database
@@ -252,6 +258,8 @@ class StudyRunner:
         """Dispatch one new trial; False when the sampler has nothing new to offer."""
         if not self.retry_queue and self._search_over():
             return self._launch_end_phase()
+        if not self.retry_queue and self._launch_proxy():
+            return True
         while self._idle_proposals < MAX_IDLE_PROPOSALS:
             retry_of = None
             retry = self.retry_queue.pop(0) if self.retry_queue else None
@@ -295,6 +303,23 @@ class StudyRunner:
             self.lease.store_live_best(self.objective, self.options)
         return launched
 
+    def _launch_proxy(self) -> bool:
+        """With options.proxy_layers: the throughput model's next config, when its kind was
+        never measured, first on the shallower proxy model (policy.proxy_for). It is not told
+        to the sampler and never a candidate; the next proposal is made knowing it."""
+        if self.policy.proxy_model() is None or self.optuna.get_trials(
+            deepcopy=False, states=(OptunaState.WAITING,)
+        ):
+            return False
+        taken = set(self.measured) | {canonical_params(f.params) for f in self.in_flight.values()}
+        params = self.policy.suggest(taken)
+        proxy = self.policy.proxy_for(params) if params is not None else None
+        if params is None or proxy is None:
+            return False
+        knobs = self.space.knobs_for(params, proxy, self.gpus_per_trial)
+        self._dispatch(None, params, knobs, None, purpose=PROXY, model=proxy)
+        return True
+
     def _enqueue_guided(self) -> None:
         """Queue the throughput model's proposal for the next ask, once the seeds have run
         (Optuna still records and learns from it; with none, the sampler proposes)."""
@@ -316,9 +341,17 @@ class StudyRunner:
         self.measured[canonical_params(params)] = obs
         self.on_event(Event("pruned", number, params, TrialState.PRUNED, message=prune.message))
 
-    def _config(self, knobs: Knobs, number: int | None) -> TrialConfig:
+    def _config(
+        self, knobs: Knobs, number: int | None, model: ModelSpec | None = None
+    ) -> TrialConfig:
         return trial_config(
-            self.study_id, self.model, self.space, self.target, self.gpus_per_trial, knobs, number
+            self.study_id,
+            model or self.model,
+            self.space,
+            self.target,
+            self.gpus_per_trial,
+            knobs,
+            number,
         )
 
     def _dispatch(
@@ -328,10 +361,15 @@ class StudyRunner:
         knobs: Knobs,
         retry_of: int | None,
         purpose: str | None = None,
+        model: ModelSpec | None = None,
     ) -> None:
         purpose = purpose or self.policy.purpose(params)
         flight = self.trials.dispatch(
-            ask, params, lambda n: self._config(knobs, n), retry_of=retry_of, purpose=purpose
+            ask,
+            params,
+            lambda n: self._config(knobs, n, model),
+            retry_of=retry_of,
+            purpose=purpose,
         )
         if retry_of is None:
             self.launched += 1

@@ -11,11 +11,14 @@ CANCELLED_MESSAGE = "cancelled with the study"
 
 
 def trial_label(view: dict[str, Any]) -> str:
-    """The state to show a person: `cancelled` for a trial its study's cancel stopped, `tight`
-    for a complete one that leaves less than the memory headroom free."""
+    """The state to show a person: `cancelled` for a trial its study's cancel stopped, `proxy`
+    for one measured on the shallower proxy model, `tight` for a complete one that leaves less
+    than the memory headroom free."""
     message = view.get("error_message") or ""
     if view.get("state") == "failed" and message.startswith(CANCELLED_MESSAGE):
         return "cancelled"
+    if view.get("purpose") == "proxy" and view.get("state") == "complete":
+        return "proxy"  # measured on the shallower proxy model: no candidate (--proxy-layers)
     if view.get("tight"):
         return "tight"  # complete, but less than the memory headroom free: not recommended
     return str(view.get("state"))

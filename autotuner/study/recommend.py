@@ -31,7 +31,7 @@ from autotuner.options import StudyOptions
 from autotuner.search import headroom, headroom_check
 from autotuner.search.importance import knob_report
 from autotuner.search.numerics import checks_of, choose, numerics_entry
-from autotuner.search.objective import Objective, time_to_train_h
+from autotuner.search.objective import Objective, memory_violation, time_to_train_h
 from autotuner.search.progress import END_CHECKS
 from autotuner.spec import TrialResult, canonical_params, spread_rel
 from autotuner.storage.models import Trial, TrialState
@@ -124,6 +124,15 @@ def group_measurements(
         ceiling = options.max_mem_gib if options else None
         if ceiling is not None and (_measured(t, "peak_mem_gib") or 0.0) > ceiling:
             continue  # over the memory ceiling (objective.memory_violation > 0)
+        # Tight: less than the headroom free (search/headroom.py), never a candidate. Read, not
+        # validated: only the memory fields are used.
+        if (
+            options
+            and options.headroom > 0
+            and t.result
+            and memory_violation(TrialResult.model_construct(**t.result), options) > 0
+        ):
+            continue
         key = canonical_params(t.params)
         groups.setdefault(key, ConfigMeasurements(key)).trials.append(t)
     ranked = sorted(groups.values(), key=lambda g: g.median, reverse=True)

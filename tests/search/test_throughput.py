@@ -159,3 +159,35 @@ def test_the_recommendation_says_how_much_faster_than_the_expert_default(run_stu
 def test_without_an_expert_seed_there_is_no_comparison(run_study, db) -> None:
     _, _, _, rec = run_study(db, trials=6, options={"expert_seed": False})
     assert rec["vs_expert_default"] is None
+
+
+def test_proxy_trials_teach_the_model_on_a_shallower_model_and_are_never_recommended(
+    run_study, db
+) -> None:
+    runner, executor, trials, rec = run_study(db, trials=16, options={"proxy_layers": 2})
+    proxies = [t for t in trials if t.purpose == "proxy"]
+    assert proxies, "new kinds of config are tried on the proxy first"
+    for t in proxies:
+        assert t.config["model"]["n_layer"] == 2  # same width, two layers
+        assert t.config["model"]["d_model"] == GPT2.d_model
+    full = [c for c in executor.submitted if c.model.n_layer == GPT2.n_layer]
+    assert len(full) + len(proxies) == len(executor.submitted)
+    # One proxy per kind (precision, compile mode, attention, checkpointing).
+    kinds = [
+        (
+            t.params.get("precision"),
+            t.params.get("compile_mode"),
+            t.params.get("attention"),
+            t.params.get("checkpointing"),
+        )
+        for t in proxies
+    ]
+    assert len(kinds) == len(set(kinds))
+    assert rec is not None and rec["trial_number"] not in {t.number for t in proxies}
+    # The sampler was told only full-depth trials (pruned proposals included).
+    assert len(runner.optuna.trials) <= len(trials) - len(proxies)
+
+
+def test_no_proxy_for_a_model_not_deeper_than_twice_the_proxy(run_study, db) -> None:
+    _, _, trials, _ = run_study(db, trials=8, options={"proxy_layers": 7})  # GPT-2 has 12
+    assert not [t for t in trials if t.purpose == "proxy"]

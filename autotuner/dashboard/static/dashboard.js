@@ -36,9 +36,12 @@
     for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
     return e;
   }
-  function label(t) { // study/labels.py trial_label: a trial its study's cancel stopped
+  function label(t) { // study/labels.py trial_label: cancelled, proxy, tight, else the state
     const msg = t.error_message || "";
-    return t.state === "failed" && msg.startsWith("cancelled with the study") ? "cancelled" : t.state;
+    if (t.state === "failed" && msg.startsWith("cancelled with the study")) return "cancelled";
+    if (t.purpose === "proxy" && t.state === "complete") return "proxy";
+    if (t.tight) return "tight";
+    return t.state;
   }
 
   // ------------------------------------------------------------------ status and progress

@@ -24,24 +24,31 @@ class CostModel:
         self.limit_gib = limit_gib
         self.calibration = Calibration(on_cuda)
 
-    def estimate(self, knobs: Knobs) -> MemoryEstimate:
-        return estimate(self.model, knobs, num_gpus=self.num_gpus, on_cuda=self.on_cuda)
+    def estimate(self, knobs: Knobs, model: ModelSpec | None = None) -> MemoryEstimate:
+        return estimate(model or self.model, knobs, num_gpus=self.num_gpus, on_cuda=self.on_cuda)
 
     def predict(self, knobs: Knobs, limit_gib: float | None = None) -> Prediction:
         return self.calibration.predict(self.estimate(knobs), limit_gib or self.limit_gib)
 
-    def observe(self, knobs: Knobs, result: TrialResult, *, fit: bool = True) -> None:
-        """Learn from a finished trial: a measured peak, or an OOM (a lower bound).
+    def observe(
+        self,
+        knobs: Knobs,
+        result: TrialResult,
+        *,
+        fit: bool = True,
+        model: ModelSpec | None = None,
+    ) -> None:
+        """Learn from a finished trial: a measured peak, or an OOM (a lower bound). `model`:
+        the one it ran, when not the study's (a proxy: its components scale with depth).
 
         fit=False only records it (for batches: call `calibration.refit()` after the last)."""
+        est = self.estimate(knobs, model)
         if result.peak_mem_gib and result.tokens_per_s:
-            self.calibration.add_peak(
-                self.estimate(knobs), result.peak_mem_gib, result.peak_reserved_gib, fit=fit
-            )
+            self.calibration.add_peak(est, result.peak_mem_gib, result.peak_reserved_gib, fit=fit)
         elif result.failure_class == FailureClass.OOM and "predicted" not in result.notes:
             limit = result.memory_limit_gib or self.limit_gib
             if limit:
-                self.calibration.add_oom(self.estimate(knobs), oom_need_gib(result, limit), fit=fit)
+                self.calibration.add_oom(est, oom_need_gib(result, limit), fit=fit)
 
     def oom_violation(self, knobs: Knobs, result: TrialResult) -> float:
         """How far over the limit a measured OOM was (need / limit - 1, at least 0.01)."""

@@ -247,18 +247,27 @@ class ThroughputModel:
     def measured(self) -> int:
         return len(self._y)
 
-    def features(self, knobs: Knobs) -> np.ndarray:
-        """Microseconds per token per GPU of each term at nominal rates."""
-        return features(self.model, knobs, self.hw, max(self.num_gpus, 1)) * 1e6
+    def features(self, knobs: Knobs, model: ModelSpec | None = None) -> np.ndarray:
+        """Microseconds per token per GPU of each term at nominal rates (of `model`, default
+        the study's: a proxy trial's shallower model has the same terms, scaled)."""
+        return features(model or self.model, knobs, self.hw, max(self.num_gpus, 1)) * 1e6
 
-    def observe(self, knobs: Knobs, result: TrialResult, *, fit: bool = True) -> None:
-        """Learn from a measured trial (failed and predicted ones carry no throughput)."""
+    def observe(
+        self,
+        knobs: Knobs,
+        result: TrialResult,
+        *,
+        fit: bool = True,
+        model: ModelSpec | None = None,
+    ) -> None:
+        """Learn from a measured trial (failed and predicted ones carry no throughput); `model`:
+        the one it ran, when not the study's (a proxy)."""
         per_gpu = result.tokens_per_s_per_gpu or (
             result.tokens_per_s / max(self.num_gpus, 1) if result.tokens_per_s else None
         )
         if not per_gpu or "predicted" in result.notes:
             return
-        self._x.append(self.features(knobs))
+        self._x.append(self.features(knobs, model))
         self._y.append(1e6 / per_gpu)
         if fit:
             self._refit()
