@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from autotuner.spec import FailureClass, TrialConfig, TrialResult
+from workers import compile_cache, phases
 
 HEARTBEAT_INTERVAL_S = 5.0
 KILL_GRACE_S = 3.0  # SIGTERM first so the CUDA context is torn down cleanly, then SIGKILL
@@ -80,9 +81,10 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
-def _trial_env(config: TrialConfig) -> dict[str, str]:
+def _trial_env(config: TrialConfig, trial_tmp: Path | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env[PARENT_ENV] = str(os.getpid())
+    env.update(compile_cache.cache_env(config, trial_tmp))  # the study's compile cache
     env.update(config.env)
     # The trial imports `workers` and `autotuner` from this checkout, wherever it runs from.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, env.get("PYTHONPATH")) if p)
@@ -114,7 +116,9 @@ def run_trial_process(
         cfg_path, result_path = tmpdir / "config.json", tmpdir / "result.json"
         stdout_path, stderr_path = tmpdir / "stdout.log", tmpdir / "stderr.log"
         cfg_path.write_text(config.model_dump_json())
+        env = _trial_env(config, tmpdir)
         start = time.monotonic()
+        env[phases.SPAWNED_AT_ENV] = repr(time.time())
         with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
             proc = subprocess.Popen(
                 [
@@ -129,7 +133,7 @@ def run_trial_process(
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,  # a file, not a pipe: a chatty trial can never block on it
-                env=_trial_env(config),
+                env=env,
                 cwd=tmp,
                 start_new_session=True,  # its own process group: loader/compile workers too
             )
@@ -169,7 +173,7 @@ def run_trial_process(
                     f"the trial wrote an unreadable result ({exc}); exit status {rc}",
                     wall_s=wall_s,
                 )
-            result.wall_s = wall_s
+            phases.finish(result, wall_s)
             if rc != 0:
                 result.notes.append(f"the trial process exited with status {rc} after its result")
             return result
