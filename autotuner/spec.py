@@ -430,7 +430,7 @@ class MeasureSettings(_Record):
     # Stop a search trial early (MEASUREMENT.md "Noise"): when its first timed repeat runs
     # below this many tokens/s, the worker stops after it and reports an ok result with
     # `stopped_early` set. The coordinator sets it for search trials only (the incumbent's
-    # tokens/s less a margin far beyond the noise: study/early_stop.py); None: never stop.
+    # tokens/s less a margin far beyond the noise: search/early_stop.py); None: never stop.
     abandon_below_tokens_per_s: float | None = Field(default=None, gt=0)
 
 

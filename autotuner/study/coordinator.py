@@ -316,9 +316,18 @@ class StudyRunner:
         self.measured[canonical_params(params)] = obs
         self.on_event(Event("pruned", number, params, TrialState.PRUNED, message=prune.message))
 
-    def _config(self, knobs: Knobs, number: int | None) -> TrialConfig:
+    def _config(
+        self, knobs: Knobs, number: int | None, abandon_below: float | None = None
+    ) -> TrialConfig:
         return trial_config(
-            self.study_id, self.model, self.space, self.target, self.gpus_per_trial, knobs, number
+            self.study_id,
+            self.model,
+            self.space,
+            self.target,
+            self.gpus_per_trial,
+            knobs,
+            number,
+            abandon_below=abandon_below,
         )
 
     def _dispatch(
@@ -330,8 +339,14 @@ class StudyRunner:
         purpose: str | None = None,
     ) -> None:
         purpose = purpose or self.policy.purpose(params)
+        # Only a search trial may stop early: seeds are the comparison, end checks run in full.
+        floor = self.policy.abandon_floor() if purpose == "search" else None
         flight = self.trials.dispatch(
-            ask, params, lambda n: self._config(knobs, n), retry_of=retry_of, purpose=purpose
+            ask,
+            params,
+            lambda n: self._config(knobs, n, floor),
+            retry_of=retry_of,
+            purpose=purpose,
         )
         if retry_of is None:
             self.launched += 1

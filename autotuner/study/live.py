@@ -39,6 +39,11 @@ def recommendation_rows(s: Session, study_id: str) -> list[Trial]:
             .where(
                 Trial.study_id == study_id,
                 or_(Trial.state == TrialState.COMPLETE.value, Trial.purpose.in_(END_CHECKS)),
+                # A trial stopped early is no candidate (recommend.stopped_early), read here
+                # from the JSON so the deferred results need not load.
+                or_(
+                    Trial.result.is_(None), Trial.result["stopped_early"].as_boolean().is_not(True)
+                ),
             )
             .order_by(Trial.number)
         )
