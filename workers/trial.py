@@ -41,11 +41,21 @@ from workers import phases  # noqa: E402
 # A rank that stopped because another rank failed exits with this status and writes nothing;
 # the launcher (workers/launch_ranks.py) reports the rank that failed first.
 PEER_FAILED_EXIT = 75
+# "1": exit through Python's full interpreter teardown, as trials did before it was skipped
+# (the baseline of bench/trial_overhead.py); anything else: os._exit once the result is written.
+FULL_TEARDOWN_ENV = "AUTOTUNER_TRIAL_FULL_TEARDOWN"
 
 
 _DDP_ONLY = ["ddp_bucket_cap_mb", "ddp_grad_as_bucket_view", "ddp_static_graph", "grad_compression"]
 _FSDP_ONLY = ["fsdp_reduce_dtype"]
 _NCCL = ["nccl_algo", "nccl_proto", "nccl_min_channels", "nccl_max_channels", "nccl_buffsize"]
+
+
+def restart_clock() -> None:
+    """A trial forked by the pre-imported worker (workers/preload.py) starts its clock at the
+    fork, not when the server imported this module."""
+    global _PROCESS_START, _STARTED_AT
+    _PROCESS_START, _STARTED_AT = time.perf_counter(), time.time()
 
 
 def apply_process_env(config: TrialConfig) -> None:
@@ -515,9 +525,13 @@ def main(argv: list[str] | None = None) -> int:
         if result.wall_s is None:
             result.wall_s = time.perf_counter() - _PROCESS_START
         _write_result(result, args.result)
-    if distributed:
-        # Skip the process group's destructors: after a failure a peer may be gone and NCCL's
-        # teardown could wait for it. Everything this rank reports is written already.
+    if distributed or os.environ.get(FULL_TEARDOWN_ENV) != "1":
+        # Skip the interpreter's teardown: everything the trial reports is written, its
+        # loader workers and token files are gone (run_trial's finally), and the launcher
+        # kills what is left in its process group. The teardown (module and torch
+        # destructors, inductor's worker pool) took 2.7-4 s per trial on a loaded CPU
+        # (bench/trial_overhead.py). With several ranks it also skips the process group's
+        # destructors: after a failure a peer may be gone and NCCL's teardown could wait.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
