@@ -1,16 +1,19 @@
 """Where a trial's wall time goes outside the measurement, against a baseline in the same run.
 
 Runs the cpu-demo space's configs (or `--preset` on a GPU) through the launcher the Ray task
-uses (workers.launch.run_trial_process, a fresh process per trial), alternating two arms so
-load on a shared machine hits both alike:
+uses (workers.launch.run_trial_process), rotating three arms so load on a shared machine hits
+them alike:
 
-    baseline   the trial exits through Python's full interpreter teardown (as before the cut;
-               AUTOTUNER_TRIAL_FULL_TEARDOWN=1)
-    current    the trial as it runs now (os._exit once its result is written)
+    baseline   as trials ran before the cuts: a fresh interpreter that exits through Python's
+               full teardown (AUTOTUNER_PRELOAD=0, AUTOTUNER_TRIAL_FULL_TEARDOWN=1)
+    fresh      a fresh interpreter, os._exit once the result is written (AUTOTUNER_PRELOAD=0)
+    current    as trials run now: forked from the node's pre-imported worker (workers/preload.py;
+               started and waited for before the timed trials: a one-off per node and code
+               version, printed apart)
 
 and prints, per arm, the median seconds of each phase (workers/phases.py), the median
-overhead_s (wall - measured repeats - compile) and its share of the wall time, and the ratio
-current / baseline.
+overhead_s (wall - measured repeats - compile) and its share of the wall time, and the ratios
+against the baseline.
 
     python bench/trial_overhead.py                       # CPU, the cpu-demo space, 5 per arm
     python bench/trial_overhead.py --preset gpt2-124m --compile default --trials 3   # a GPU
@@ -25,12 +28,14 @@ import os
 import platform
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from autotuner.search.space import load_space
 from autotuner.spec import Device, Knobs, ModelSpec, TrialConfig, TrialResult, TrialStatus
-from workers.launch import run_trial_process
+from workers import preload
+from workers.launch import _trial_env, run_trial_process
 from workers.trial import FULL_TEARDOWN_ENV
 
 PHASES = [
@@ -44,7 +49,11 @@ PHASES = [
     "checks",
     "exit",
 ]
-ARMS = {"baseline": {FULL_TEARDOWN_ENV: "1"}, "current": {}}
+ARMS = {
+    "baseline": {preload.ENABLE_ENV: "0", FULL_TEARDOWN_ENV: "1"},
+    "fresh": {preload.ENABLE_ENV: "0"},
+    "current": {},
+}
 
 
 def configs(args: argparse.Namespace) -> list[TrialConfig]:
@@ -85,6 +94,21 @@ def run_arm(config: TrialConfig, env: dict[str, str]) -> TrialResult:
                 os.environ[k] = v
 
 
+def start_server(config: TrialConfig) -> float:
+    """Start this node's pre-imported worker if none runs; the seconds until it answers."""
+    env = _trial_env(config)
+    path = preload.socket_path(preload.server_key(sys.executable, env))
+    t0 = time.monotonic()
+    if not path.exists():
+        preload._start_server(sys.executable, env, path)
+    while not path.exists():
+        if time.monotonic() - t0 > 300:
+            log = path.with_suffix(".log")
+            raise SystemExit(f"the pre-imported worker did not start: see {log}")
+        time.sleep(0.2)
+    return time.monotonic() - t0
+
+
 def summary(results: list[TrialResult]) -> dict[str, Any]:
     ok = [r for r in results if r.status == TrialStatus.OK and r.phases_s]
     if not ok:
@@ -115,27 +139,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="write the numbers here as JSON")
     args = parser.parse_args(argv)
     results: dict[str, list[TrialResult]] = {arm: [] for arm in ARMS}
-    for i, config in enumerate(configs(args)):
-        order = list(ARMS) if i % 2 == 0 else list(reversed(ARMS))  # A B, B A, ...
+    todo = configs(args)
+    server_s = start_server(todo[0])
+    print(f"pre-imported worker answering after {server_s:.1f} s", flush=True)
+    for i, config in enumerate(todo):
+        arms = list(ARMS)
+        order = arms[i % len(arms) :] + arms[: i % len(arms)]  # A B C, B C A, ...
         for arm in order:
             r = run_arm(config, ARMS[arm])
             results[arm].append(r)
             detail = r.phases_s if r.status == TrialStatus.OK else r.error_message
             print(f"{arm:8s} #{i} wall {r.wall_s or 0:6.2f} s  {detail}", flush=True)
     report = {arm: summary(rs) for arm, rs in results.items()}
-    base, cur = report["baseline"], report["current"]
-    if base.get("trials") and cur.get("trials"):
-        report["ratio_overhead"] = round(cur["overhead_s"] / base["overhead_s"], 3)
-        report["ratio_wall"] = round(cur["wall_s"] / base["wall_s"], 3)
+    report["server_start_s"] = round(server_s, 2)
+    base = report["baseline"]
+    for arm in ("fresh", "current"):
+        if base.get("trials") and report[arm].get("trials"):
+            report[f"ratio_overhead_{arm}"] = round(
+                report[arm]["overhead_s"] / base["overhead_s"], 3
+            )
+            report[f"ratio_wall_{arm}"] = round(report[arm]["wall_s"] / base["wall_s"], 3)
     report["command"] = " ".join(["python bench/trial_overhead.py", *(argv or sys.argv[1:])])
     report["host"] = {"node": platform.node(), "cpus": os.cpu_count(), "load": os.getloadavg()}
     print()
-    print(f"{'phase (median s)':18s} {'baseline':>10s} {'current':>10s}")
+    print(f"{'phase (median s)':18s}" + "".join(f"{arm:>10s}" for arm in ARMS))
     for p in PHASES:
-        print(f"{p:18s} {base['phases_s'][p]:10.3f} {cur['phases_s'][p]:10.3f}")
+        print(f"{p:18s}" + "".join(f"{report[arm]['phases_s'][p]:10.3f}" for arm in ARMS))
     for key in ("wall_s", "compile_s", "overhead_s", "overhead_share"):
-        print(f"{key:18s} {base[key]:10.3f} {cur[key]:10.3f}")
-    print(f"overhead current/baseline: {report.get('ratio_overhead')}")
+        print(f"{key:18s}" + "".join(f"{report[arm][key]:10.3f}" for arm in ARMS))
+    for arm in ("fresh", "current"):
+        print(f"overhead {arm}/baseline: {report.get(f'ratio_overhead_{arm}')}")
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")
     return 0

@@ -253,6 +253,11 @@ def _stop(signum: int, frame: object) -> None:
 def serve(path: Path) -> None:
     signal.signal(signal.SIGTERM, _stop)
     _preload()
+    import torch
+
+    if torch.cuda.is_initialized():  # a child would inherit a CUDA context: never fork then
+        print("workers.preload: CUDA was initialised by an import; not serving", file=sys.stderr)
+        return
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     tmp = path.with_suffix(f".{os.getpid()}")
     with contextlib.suppress(FileNotFoundError):

@@ -18,7 +18,7 @@ from autotuner.study.recommend import recommend
 from workers import compile_cache
 from workers.launch import run_trial_process
 
-from .conftest import make_config
+from .conftest import make_config, start_preload_server
 
 
 def _compiled(study_id: str, number: int):
@@ -41,11 +41,15 @@ def test_a_study_compiles_once_and_the_recommendation_reports_the_cold_compile(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sqlite_url: str
 ) -> None:
     monkeypatch.setenv(compile_cache.ROOT_ENV, str(tmp_path / "cache"))
+    # Forked from the pre-imported worker, which imported torch._dynamo and inductor's config
+    # before any study's cache directory was known: the cache is still the trial's own.
+    start_preload_server()
     first = run_trial_process(_compiled("st-one", 0))
     second = run_trial_process(_compiled("st-one", 1))
     other = run_trial_process(_compiled("st-two", 0))
     for r in (first, second, other):
         assert r.status == TrialStatus.OK, r.error_message
+        assert r.process_start == "forked"
     # The study's first compile found nothing; the second found every graph in the cache.
     assert first.compile_cache == "cold" and first.compile_cache_misses
     assert second.compile_cache == "warm" and second.compile_cache_hits

@@ -9,39 +9,22 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from autotuner.spec import FailureClass, TrialStatus
 from workers import preload
-from workers.launch import _trial_env, run_trial_process
+from workers.launch import run_trial_process
 
-from .conftest import make_config
+from .conftest import make_config, start_preload_server, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _wait_for(condition, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.fixture(scope="module")
 def server() -> Path:
-    """This checkout's server for the tests' environment, started if none runs yet."""
-    env = _trial_env(make_config())
-    path = preload.socket_path(preload.server_key(sys.executable, env))
-    if not path.exists():
-        preload._start_server(sys.executable, env, path)
-    # torch's import on a loaded 2-core machine: up to half a minute.
-    return _wait_for(lambda: path if path.exists() else None, 180, "the server's socket")
+    return start_preload_server()
 
 
 def _server_pid(path: Path) -> int:
@@ -92,7 +75,7 @@ def test_kill_9_of_a_forked_trial_is_a_crash_and_the_server_lives_on(server: Pat
         target=lambda: results.append(run_trial_process(make_config(fault="hang"))), daemon=True
     )
     launcher.start()
-    (pid,) = _wait_for(lambda: _trials_of(server_pid), 60, "the forked trial")
+    (pid,) = wait_for(lambda: _trials_of(server_pid), 60, "the forked trial")
     os.kill(pid, signal.SIGKILL)
     launcher.join(60)
     (result,) = results
@@ -122,11 +105,11 @@ def test_the_launcher_dying_kills_its_forked_trial(server: Path, tmp_path: Path)
     )
     launcher = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, env=os.environ.copy())
     try:
-        (pid,) = _wait_for(lambda: _trials_of(server_pid), 60, "the forked trial")
+        (pid,) = wait_for(lambda: _trials_of(server_pid), 60, "the forked trial")
     finally:
         launcher.kill()
         launcher.wait()
-    _wait_for(lambda: not Path(f"/proc/{pid}").exists(), 10, "the orphaned trial to die")
+    wait_for(lambda: not Path(f"/proc/{pid}").exists(), 10, "the orphaned trial to die")
 
 
 def test_import_time_environment_picks_another_server() -> None:
