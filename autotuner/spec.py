@@ -427,6 +427,11 @@ class MeasureSettings(_Record):
     # model and optimizer state dicts to a temporary file (deleted after), so the result's
     # peak_*_with_eval_ckpt_gib show what a real run that evaluates and checkpoints needs.
     headroom_check: bool = False
+    # Stop a search trial early (MEASUREMENT.md "Noise"): when its first timed repeat runs
+    # below this many tokens/s, the worker stops after it and reports an ok result with
+    # `stopped_early` set. The coordinator sets it for search trials only (the incumbent's
+    # tokens/s less a margin far beyond the noise: search/early_stop.py); None: never stop.
+    abandon_below_tokens_per_s: float | None = Field(default=None, gt=0)
 
 
 class TrialConfig(_Record):
@@ -623,6 +628,24 @@ class TrialResult(_Record):
     warmup_s: float | None = None
     build_s: float | None = None
     wall_s: float | None = None
+    # Where the wall time went (workers/phases.py), seconds per phase in order: start (spawn
+    # to the trial's first line), imports, setup, build, first_step (compile included),
+    # warmup, measure, checks, exit (result written to the process gone). overhead_s: wall_s
+    # less the measured repeats and compile_s: the time a cheaper trial could save.
+    phases_s: dict[str, float] | None = None
+    overhead_s: float | None = None
+    # How the trial's process started: `fresh` (a new interpreter) or `forked` (a child of
+    # the node's pre-imported worker, workers/preload.py).
+    process_start: Literal["fresh", "forked"] | None = None
+    # The per-study compile cache (TORCHINDUCTOR_CACHE_DIR / TRITON_CACHE_DIR, workers/
+    # compile_cache.py): inductor's FX-graph cache hits and misses (bypasses counted as
+    # misses) over this trial's compiles. No hit: a cold compile, what a first run pays.
+    compile_cache_hits: int | None = None
+    compile_cache_misses: int | None = None
+    # The worker stopped after the first timed repeat(s): they ran below
+    # measure.abandon_below_tokens_per_s. Its numbers are real but not a full measurement:
+    # never a recommendation, never re-measured.
+    stopped_early: bool = False
     # Sanity: loss over the measured steps on synthetic data.
     loss_first: float | None = None
     loss_last: float | None = None
@@ -667,6 +690,15 @@ class TrialResult(_Record):
             error_message=message[:4000],
             **extra,
         )
+
+    @property
+    def compile_cache(self) -> Literal["cold", "warm", "partial"] | None:
+        """cold: every compiled graph missed the cache; warm: every one hit; None: nothing
+        was compiled (or the counters are unknown)."""
+        hits, misses = self.compile_cache_hits or 0, self.compile_cache_misses or 0
+        if hits + misses == 0:
+            return None
+        return "cold" if hits == 0 else "warm" if misses == 0 else "partial"
 
     @property
     def spread_rel(self) -> float | None:

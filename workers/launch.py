@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from autotuner.spec import FailureClass, TrialConfig, TrialResult
+from workers import compile_cache, phases, preload
 
 HEARTBEAT_INTERVAL_S = 5.0
 KILL_GRACE_S = 3.0  # SIGTERM first so the CUDA context is torn down cleanly, then SIGKILL
@@ -49,7 +50,7 @@ def _kill_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
-def _terminate(proc: subprocess.Popen) -> None:
+def _terminate(proc: subprocess.Popen | preload.ForkedProcess) -> None:
     _kill_group(proc.pid, signal.SIGTERM)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=KILL_GRACE_S)
@@ -80,9 +81,10 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
-def _trial_env(config: TrialConfig) -> dict[str, str]:
+def _trial_env(config: TrialConfig, trial_tmp: Path | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env[PARENT_ENV] = str(os.getpid())
+    env.update(compile_cache.cache_env(config, trial_tmp))  # the study's compile cache
     env.update(config.env)
     # The trial imports `workers` and `autotuner` from this checkout, wherever it runs from.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, env.get("PYTHONPATH")) if p)
@@ -114,25 +116,28 @@ def run_trial_process(
         cfg_path, result_path = tmpdir / "config.json", tmpdir / "result.json"
         stdout_path, stderr_path = tmpdir / "stdout.log", tmpdir / "stderr.log"
         cfg_path.write_text(config.model_dump_json())
+        env = _trial_env(config, tmpdir)
         start = time.monotonic()
+        env[phases.SPAWNED_AT_ENV] = repr(time.time())
+        argv = ["--config", str(cfg_path), "--result", str(result_path)]
         with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
-            proc = subprocess.Popen(
-                [
-                    python,
-                    "-m",
-                    "workers.trial",
-                    "--config",
-                    str(cfg_path),
-                    "--result",
-                    str(result_path),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,  # a file, not a pipe: a chatty trial can never block on it
-                env=_trial_env(config),
-                cwd=tmp,
-                start_new_session=True,  # its own process group: loader/compile workers too
-            )
+            # A child of the node's pre-imported worker when one runs (workers/preload.py):
+            # the same isolation, without torch's import. Else (the first trial, while one
+            # starts) a fresh interpreter.
+            proc: subprocess.Popen | preload.ForkedProcess | None = None
+            if preload.enabled():
+                proc = preload.fork_trial(python, argv, env, tmp, stdout_path, stderr_path)
+            started = "fresh" if proc is None else "forked"
+            if proc is None:
+                proc = subprocess.Popen(
+                    [python, "-m", "workers.trial", *argv],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,  # a file, not a pipe: a chatty trial can never block on it
+                    env=env,
+                    cwd=tmp,
+                    start_new_session=True,  # its own process group: loader/compile workers too
+                )
             timed_out = False
             while True:
                 remaining = limit - (time.monotonic() - start)
@@ -150,39 +155,52 @@ def run_trial_process(
             # compile pool) goes with it.
             _kill_group(proc.pid, signal.SIGKILL)
         wall_s = time.monotonic() - start
-        rc = proc.returncode
-        tail = _stderr_tail(stderr_path)
+        result = _ending(proc.returncode, timed_out, limit, result_path, stderr_path, wall_s)
+        result.process_start = started
+        return result
 
-        if timed_out:
-            return TrialResult.failure(
-                FailureClass.TIMEOUT,
-                f"trial still running after {limit:.0f} s; its process group was killed"
-                + (f"\nlast stderr lines:\n{tail}" if tail else ""),
-                wall_s=wall_s,
-            )
-        if result_path.exists():
-            try:
-                result = TrialResult.model_validate_json(result_path.read_text())
-            except ValueError as exc:
-                return TrialResult.failure(
-                    FailureClass.CRASH,
-                    f"the trial wrote an unreadable result ({exc}); exit status {rc}",
-                    wall_s=wall_s,
-                )
-            result.wall_s = wall_s
-            if rc != 0:
-                result.notes.append(f"the trial process exited with status {rc} after its result")
-            return result
-        if rc < 0:
-            name = signal.Signals(-rc).name if -rc in signal.valid_signals() else f"signal {-rc}"
-            return TrialResult.failure(
-                FailureClass.CRASH,
-                f"trial process died by {name}" + (f"\nlast stderr lines:\n{tail}" if tail else ""),
-                wall_s=wall_s,
-            )
+
+def _ending(
+    rc: int | None,
+    timed_out: bool,
+    limit: float,
+    result_path: Path,
+    stderr_path: Path,
+    wall_s: float,
+) -> TrialResult:
+    """The TrialResult of a trial process that ended (see the module docstring's table)."""
+    tail = _stderr_tail(stderr_path)
+    if timed_out:
         return TrialResult.failure(
-            FailureClass.CRASH,
-            f"trial process exited with status {rc} without a result"
+            FailureClass.TIMEOUT,
+            f"trial still running after {limit:.0f} s; its process group was killed"
             + (f"\nlast stderr lines:\n{tail}" if tail else ""),
             wall_s=wall_s,
         )
+    if result_path.exists():
+        try:
+            result = TrialResult.model_validate_json(result_path.read_text())
+        except ValueError as exc:
+            return TrialResult.failure(
+                FailureClass.CRASH,
+                f"the trial wrote an unreadable result ({exc}); exit status {rc}",
+                wall_s=wall_s,
+            )
+        phases.finish(result, wall_s)
+        if rc != 0:
+            result.notes.append(f"the trial process exited with status {rc} after its result")
+        return result
+    rc = -signal.SIGKILL if rc is None else rc
+    if rc < 0:
+        name = signal.Signals(-rc).name if -rc in signal.valid_signals() else f"signal {-rc}"
+        return TrialResult.failure(
+            FailureClass.CRASH,
+            f"trial process died by {name}" + (f"\nlast stderr lines:\n{tail}" if tail else ""),
+            wall_s=wall_s,
+        )
+    return TrialResult.failure(
+        FailureClass.CRASH,
+        f"trial process exited with status {rc} without a result"
+        + (f"\nlast stderr lines:\n{tail}" if tail else ""),
+        wall_s=wall_s,
+    )

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotuner.spec import FailureClass, TrialConfig, TrialResult, TrialStatus
-from workers import launch
+from workers import launch, phases
 from workers.launch import LIMIT_ENV
 from workers.trial import PEER_FAILED_EXIT, process_env
 
@@ -73,8 +73,15 @@ def free_port(addr: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def rank_env(config: TrialConfig, rdv: Rendezvous, local_rank: int, port: int, limit_s: float):
-    env = launch._trial_env(config)
+def rank_env(
+    config: TrialConfig,
+    rdv: Rendezvous,
+    local_rank: int,
+    port: int,
+    limit_s: float,
+    trial_tmp: Path | None = None,
+):
+    env = launch._trial_env(config, trial_tmp)
     env.update(process_env(config))
     env.update(
         RANK=str(rdv.global_rank(local_rank)),
@@ -134,6 +141,7 @@ class _Ranks:
         cfg = self.tmp / "config.json"
         cfg.write_text(self.config.model_dump_json())
         self.start_time = time.monotonic()
+        spawned_at = repr(time.time())
         for r in range(self.rdv.nproc_per_node):
             result = self._path(r, "result.json")
             argv = [self.python, "-m", "workers.trial", "--config", str(cfg), "--result", result]
@@ -148,7 +156,10 @@ class _Ranks:
                         stdin=subprocess.DEVNULL,
                         stdout=out,
                         stderr=err,  # files, not pipes: a chatty rank never blocks
-                        env=rank_env(self.config, self.rdv, r, port, self.limit),
+                        env={
+                            **rank_env(self.config, self.rdv, r, port, self.limit, self.tmp),
+                            phases.SPAWNED_AT_ENV: spawned_at,
+                        },
                         cwd=self.tmp,
                         process_group=group,
                     )
@@ -291,7 +302,7 @@ class _Ranks:
                 result.failed_rank = self.rdv.global_rank(r)
                 if result.error_message and not result.error_message.startswith("rank "):
                     result.error_message = f"rank {result.failed_rank}: {result.error_message}"
-        result.wall_s = wall_s
+        phases.finish(result, wall_s)
         result.num_ranks = k
         result.parallel = self.config.knobs.parallel
         return result

@@ -9,6 +9,11 @@
    the host can run ahead and queue kernels as it does in real training; syncing every step
    would add a bubble per step and understate throughput.
 
+Early stop: with `abandon_below_tokens_per_s` set (search trials only: the coordinator's floor,
+far below anything that could win), the repeats stop after the first one that runs below it;
+`Timing.stopped_early` says so and the trial reports the repeats it ran, never as a full
+measurement. The decision uses the slowest rank's time, so every rank takes it together.
+
 Losses are kept as device tensors and read at the repeat edges (already synced): reading
 them inside a repeat would add syncs.
 
@@ -57,6 +62,7 @@ class Timing:
     loss_initial: float = math.nan  # the first step's loss
     loss_first: float = math.nan  # the first measured step's loss
     loss_last: float = math.nan  # the last measured step's loss
+    stopped_early: bool = False  # the repeats stopped below abandon_below_tokens_per_s
 
 
 def check_finite(loss: float, where: str) -> float:
@@ -108,8 +114,14 @@ def timed_repeats(
     timing: Timing,
     s: MeasureSettings,
     ranks: OneProcess = ONE_PROCESS,
+    *,
+    tokens_per_step: int | None = None,
 ) -> Timing:
+    """R repeats of S steps; with `tokens_per_step` and s.abandon_below_tokens_per_s, stop
+    after a repeat below that rate (all tokens counted: padding only lowers the real rate, so
+    a trial is never stopped for a rate it did not run below)."""
     S = timing.steps_per_repeat = steps_per_repeat(timing.step_time_s, s)
+    floor = s.abandon_below_tokens_per_s if tokens_per_step else None
     first_loss = None
     for r in range(s.repeats):
         sync()  # repeat edge: everything queued before is finished
@@ -121,6 +133,9 @@ def timed_repeats(
         sync()  # repeat edge: everything this repeat queued is finished
         timing.repeat_s.append(ranks.slowest(time.perf_counter() - t0))
         last = check_finite(ranks.mean(loss), f"the end of repeat {r + 1}")
+        if floor is not None and tokens_per_step * S / timing.repeat_s[-1] < floor:
+            timing.stopped_early = r + 1 < s.repeats  # the last repeat: nothing was skipped
+            break
     timing.loss_first = check_finite(ranks.mean(first_loss), "the first measured step")
     timing.loss_last = last
     return timing

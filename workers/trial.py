@@ -14,14 +14,19 @@ above; split into modules, that order would no longer be on one page.
 
 from __future__ import annotations
 
-import argparse
-import os
-import statistics
-import sys
 import time
-from typing import Any
 
-from autotuner.spec import (
+# Before any other import: the `imports` phase starts here (workers/phases.py).
+_PROCESS_START = time.perf_counter()
+_STARTED_AT = time.time()
+
+import argparse  # noqa: E402
+import os  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+from typing import Any  # noqa: E402
+
+from autotuner.spec import (  # noqa: E402
     CompileMode,
     DataSource,
     Device,
@@ -31,16 +36,26 @@ from autotuner.spec import (
     TrialStatus,
     process_env,
 )
+from workers import phases  # noqa: E402
 
-_PROCESS_START = time.perf_counter()
 # A rank that stopped because another rank failed exits with this status and writes nothing;
 # the launcher (workers/launch_ranks.py) reports the rank that failed first.
 PEER_FAILED_EXIT = 75
+# "1": exit through Python's full interpreter teardown, as trials did before it was skipped
+# (the baseline of bench/trial_overhead.py); anything else: os._exit once the result is written.
+FULL_TEARDOWN_ENV = "AUTOTUNER_TRIAL_FULL_TEARDOWN"
 
 
 _DDP_ONLY = ["ddp_bucket_cap_mb", "ddp_grad_as_bucket_view", "ddp_static_graph", "grad_compression"]
 _FSDP_ONLY = ["fsdp_reduce_dtype"]
 _NCCL = ["nccl_algo", "nccl_proto", "nccl_min_channels", "nccl_max_channels", "nccl_buffsize"]
+
+
+def restart_clock() -> None:
+    """A trial forked by the pre-imported worker (workers/preload.py) starts its clock at the
+    fork, not when the server imported this module."""
+    global _PROCESS_START, _STARTED_AT
+    _PROCESS_START, _STARTED_AT = time.perf_counter(), time.time()
 
 
 def apply_process_env(config: TrialConfig) -> None:
@@ -114,7 +129,9 @@ def run_trial(config: TrialConfig) -> TrialResult | None:
 
     compile_error_types()
     apply_process_env(config)  # again, for in-process callers (tests); main() did it first
-    info: dict[str, Any] = {"notes": []}
+    info: dict[str, Any] = {"notes": [], "phases_s": phases.start_phase(_STARTED_AT)}
+    clock = info["_clock"] = phases.Clock(info["phases_s"], _PROCESS_START)
+    clock.mark("imports")
     try:
         device = resolve_device(config, int(os.environ.get("LOCAL_RANK", "0")))
         info["fingerprint"] = fp_mod.collect(device)
@@ -239,7 +256,7 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
     import torch
 
     from autotuner import flops
-    from workers import faults, measure, memory, precision, telemetry
+    from workers import compile_cache, faults, measure, memory, precision, telemetry
     from workers.data import InputCounters
     from workers.errors import NumericsError
 
@@ -262,9 +279,13 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
         notes.append("inactive knobs (no effect in this config): " + ", ".join(off))
 
     # --- support checks, then build
+    clock: phases.Clock = info["_clock"]
+    clock.mark("setup")
     t_build = time.perf_counter()
+    cache_before = compile_cache.counters()
     step = build_step(config, device, info, group)
     info["build_s"] = time.perf_counter() - t_build
+    clock.mark("build")
     if faults.strikes(config.fault_rank, rank):
         faults.before_training(config.fault)
 
@@ -286,10 +307,14 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
         warmup_steps=len(timing.warmup_step_s),
         warmup_s=time.perf_counter() - t_warm,
     )
+    clock.mark("warmup")
+    clock.split("warmup", "first_step", timing.first_step_s)
     if k.compile_mode != CompileMode.NONE:
         # Compilation happens inside the first step (forward and backward graphs); a steady
         # step's own work is subtracted so compile_s is the compile overhead alone.
         info["compile_s"] = max(0.0, timing.first_step_s - timing.step_time_s)
+        # Every compile of the trial is done by now (recompiles happen in warm-up too).
+        info["compile_cache_hits"], info["compile_cache_misses"] = compile_cache.delta(cache_before)
     if not timing.warmup_stable:
         last = timing.warmup_step_s[-3:]
         notes.append(
@@ -302,8 +327,9 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
     hz = m.telemetry_hz if device.type == "cuda" and rank == 0 else 0
     input_pipeline = InputCounters(step.batches)  # the loader's counters over the repeats
     with telemetry.Sampler(hz, device.index or 0) as sampler:
-        measure.timed_repeats(step, sync, timing, m, ranks)
+        measure.timed_repeats(step, sync, timing, m, ranks, tokens_per_step=tokens_per_step)
     input_pipeline.stop()
+    clock.mark("measure")
     peak_mem, peak_reserved, memory_kind = memory.peaks(device)
     if group is not None:  # memory is per GPU: the largest rank's
         peak_mem, peak_reserved = group.largest([peak_mem, peak_reserved])
@@ -317,6 +343,16 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
     if m.data_source != DataSource.SYNTHETIC:
         reference = timing.loss_initial  # fresh windows each step: compare with the start
         notes.append("loss compared with the first step's (loader data differs step to step)")
+    elif timing.stopped_early and timing.steps_per_repeat == 1:
+        reference = timing.loss_initial  # one measured step: compare with the first step's
+    if timing.stopped_early:
+        floor = m.abandon_below_tokens_per_s or 0.0
+        notes.append(
+            f"stopped early: repeat 1 of {m.repeats} ran "
+            f"{tokens_per_step * timing.steps_per_repeat / timing.repeat_s[0]:,.0f} tokens/s, "
+            f"below the study's floor of {floor:,.0f} (measure.abandon_below_tokens_per_s): "
+            "not a full measurement, never a recommendation"
+        )
     if not timing.loss_last < reference:
         raise NumericsError(
             f"loss did not decrease ({reference:.4f} -> {timing.loss_last:.4f} over "
@@ -346,6 +382,7 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
     else:
         peak, peak_source = None, None
     per_gpu = median / dp_ranks
+    clock.mark("checks")
     return TrialResult(
         status=TrialStatus.OK,
         tokens_per_s=median,
@@ -372,6 +409,7 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
         wall_s=time.perf_counter() - _PROCESS_START,
         num_ranks=None if group is None else dp_ranks,
         parallel=None if group is None else k.parallel,
+        stopped_early=timing.stopped_early,
         **_public(info),
     )
 
@@ -417,6 +455,7 @@ def _run_parity(
     for i in range(steps):
         curve.append(measure.check_finite(ranks.mean(step()), f"parity step {i + 1}"))
     elapsed = time.perf_counter() - t0
+    info["_clock"].mark("measure")
     info["notes"].append(
         f"parity trial: {steps} steps from seed {m.seed} on the learnable parity stream; "
         "tokens/s counts every step, the first (compiling) one too: not a measurement"
@@ -486,9 +525,13 @@ def main(argv: list[str] | None = None) -> int:
         if result.wall_s is None:
             result.wall_s = time.perf_counter() - _PROCESS_START
         _write_result(result, args.result)
-    if distributed:
-        # Skip the process group's destructors: after a failure a peer may be gone and NCCL's
-        # teardown could wait for it. Everything this rank reports is written already.
+    if distributed or os.environ.get(FULL_TEARDOWN_ENV) != "1":
+        # Skip the interpreter's teardown: everything the trial reports is written, its
+        # loader workers and token files are gone (run_trial's finally), and the launcher
+        # kills what is left in its process group. The teardown (module and torch
+        # destructors, inductor's worker pool) took 2.7-4 s per trial on a loaded CPU
+        # (bench/trial_overhead.py). With several ranks it also skips the process group's
+        # destructors: after a failure a peer may be gone and NCCL's teardown could wait.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)

@@ -10,6 +10,12 @@ coordinator's tests use in place of GPUs.
 With `noise_rel` > 0 each answer draws its throughput from the recorded repeat spread (uniform
 between tokens_per_s_min and tokens_per_s_max, widened to at least +-noise_rel), so repeated
 measurements of one config differ the way fresh processes do.
+
+A trial with an early-stop floor (`measure.abandon_below_tokens_per_s`, search/early_stop.py)
+is answered as the worker would: when its first repeat (the recorded one, or the median when
+none is recorded or noise is drawn) is below the floor, the answer is that one repeat with
+`stopped_early` set, and the skipped repeats' time (from `phases_s`, when recorded) is not
+charged.
 """
 
 from __future__ import annotations
@@ -98,6 +104,33 @@ def _knobs_only(params: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if k not in LEGACY_KNOBS}
 
 
+def stop_early(result: TrialResult, floor: float, repeats: int, *, drawn: bool) -> TrialResult:
+    """`result` as a worker stopping after a first repeat below `floor` would report it."""
+    recorded = result.repeat_tokens_per_s
+    first = recorded[0] if recorded and not drawn else result.tokens_per_s or 0.0
+    if first >= floor or repeats <= 1:
+        return result
+    wall_s = result.wall_s
+    measure_s = (result.phases_s or {}).get("measure")
+    if wall_s is not None and measure_s:
+        wall_s = max(0.0, wall_s - measure_s * (repeats - 1) / repeats)
+    return result.model_copy(
+        update={
+            "tokens_per_s": first,
+            "tokens_per_s_min": first,
+            "tokens_per_s_max": first,
+            "tokens_per_s_per_gpu": first
+            * (result.tokens_per_s_per_gpu or 0.0)
+            / (result.tokens_per_s or 1.0)
+            or None,
+            "repeat_tokens_per_s": [first],
+            "stopped_early": True,
+            "wall_s": wall_s,
+            "notes": [*result.notes, f"stopped early (replayed): {first:,.0f} < {floor:,.0f}"],
+        }
+    )
+
+
 class ReplayExecutor:
     """An executor whose trials finish instantly with their recorded results."""
 
@@ -154,9 +187,12 @@ class ReplayExecutor:
             result = TrialResult.failure(
                 FailureClass.INFRA, f"config not in the recorded landscape: {key}"
             )
-        self.gpu_seconds += result.wall_s or 0.0
         if self.noise_rel > 0 and result.status == TrialStatus.OK:
             result = self._noisy(result)
+        floor = config.measure.abandon_below_tokens_per_s
+        if floor is not None and result.status == TrialStatus.OK:
+            result = stop_early(result, floor, config.measure.repeats, drawn=self.noise_rel > 0)
+        self.gpu_seconds += result.wall_s or 0.0
         return result
 
     def _noisy(self, result: TrialResult) -> TrialResult:

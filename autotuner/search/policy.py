@@ -27,6 +27,7 @@ from autotuner.options import StudyOptions
 from autotuner.search import evidence
 from autotuner.search.costmodel import CostModel
 from autotuner.search.costmodel.throughput import ThroughputModel
+from autotuner.search.early_stop import abandon_floor
 from autotuner.search.feedback import Feedback
 from autotuner.search.numerics import space_changes_numerics
 from autotuner.search.objective import Objective, memory_violation
@@ -153,6 +154,12 @@ class SearchPolicy:
 
     def knobs(self, params: dict[str, Any]) -> Knobs:
         return self.space.knobs_for(params, self.model, self.gpus)
+
+    def abandon_floor(self) -> float | None:
+        """The tokens/s below which a search trial stops after its first repeat
+        (search/early_stop.py): far below the incumbent, beyond the study's noise."""
+        best = self._incumbent[0] if self._incumbent else None
+        return abandon_floor(self.objective, best, self.progress.noise_rel())
 
     def screen(self, params: dict[str, Any], knobs: Knobs) -> Prune | None:
         """Why not to launch this proposal, or None to launch it."""

@@ -68,6 +68,11 @@ class Progress:
         if value is None:
             self.since_improvement += 1
             return
+        if result.stopped_early:
+            # Below the floor, far under the best: no candidate to re-measure, and its one
+            # repeat has no spread to tell the noise by.
+            self.since_improvement += 1
+            return
         key = canonical_params(params)
         self.values[key] = (params, max(value, self.values.get(key, (params, 0.0))[1]))
         if result.spread_rel is not None:

@@ -342,7 +342,11 @@ class StudyRunner:
         self.on_event(Event("pruned", number, params, TrialState.PRUNED, message=prune.message))
 
     def _config(
-        self, knobs: Knobs, number: int | None, model: ModelSpec | None = None
+        self,
+        knobs: Knobs,
+        number: int | None,
+        model: ModelSpec | None = None,
+        abandon_below: float | None = None,
     ) -> TrialConfig:
         return trial_config(
             self.study_id,
@@ -352,6 +356,7 @@ class StudyRunner:
             self.gpus_per_trial,
             knobs,
             number,
+            abandon_below=abandon_below,
         )
 
     def _dispatch(
@@ -364,10 +369,12 @@ class StudyRunner:
         model: ModelSpec | None = None,
     ) -> None:
         purpose = purpose or self.policy.purpose(params)
+        # Only a search trial may stop early: seeds are the comparison, end checks run in full.
+        floor = self.policy.abandon_floor() if purpose == "search" else None
         flight = self.trials.dispatch(
             ask,
             params,
-            lambda n: self._config(knobs, n, model),
+            lambda n: self._config(knobs, n, model, floor),
             retry_of=retry_of,
             purpose=purpose,
         )

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import or_, select, update
-from sqlalchemy.orm import Session, defer
+from sqlalchemy.orm import Session, defer, undefer
 
 from autotuner.options import StudyOptions
 from autotuner.search.objective import Objective
@@ -30,7 +30,7 @@ def recommendation_rows(s: Session, study_id: str) -> list[Trial]:
     """The trials a recommendation reads: the measured ones (the candidates) and the end-of-study
     checks in any state (the numerics parity trials, the one-GPU reference). Failed, pruned and
     running search trials cannot change it, so they are not loaded."""
-    return list(
+    rows = list(
         s.scalars(
             select(Trial)
             # The JSON records are read only for the few candidates that need them (the
@@ -43,6 +43,19 @@ def recommendation_rows(s: Session, study_id: str) -> list[Trial]:
             .order_by(Trial.number)
         )
     )
+    # A trial that stopped early is no candidate (recommend.stopped_early reads its result):
+    # those few results are loaded, found by the JSON flag, so the others stay deferred.
+    s.scalars(
+        select(Trial)
+        .options(defer(Trial.config), undefer(Trial.result))
+        .where(
+            Trial.study_id == study_id,
+            Trial.state == TrialState.COMPLETE.value,
+            Trial.result["stopped_early"].as_boolean().is_(True),
+        )
+        .execution_options(populate_existing=True)
+    ).all()
+    return rows
 
 
 def live_best(

@@ -36,6 +36,7 @@ from autotuner.search.progress import END_CHECKS
 from autotuner.spec import TrialResult, canonical_params, spread_rel
 from autotuner.storage.models import Trial, TrialState
 from autotuner.study.batch import global_batch_entry
+from autotuner.study.compile_time import compile_entry
 from autotuner.study.input_pipeline import input_pipeline_entry
 
 MIN_NOISE_REL = 0.005  # timing on a quiet machine is never better than this
@@ -53,6 +54,14 @@ def _measured(t: Trial, name: str) -> Any:
 
 
 _REPEATS = ("tokens_per_s", "tokens_per_s_min", "tokens_per_s_max")
+
+
+def stopped_early(t: Trial) -> bool:
+    """Whether a trial stopped after its first repeat(s) (search/early_stop.py). A row read
+    with its result deferred was filtered by its query already (live.recommendation_rows)."""
+    if "result" in sa_inspect(t).unloaded or not t.result:
+        return False
+    return bool(t.result.get("stopped_early"))
 
 
 @dataclass
@@ -121,6 +130,8 @@ def group_measurements(
             continue
         if t.purpose in END_CHECKS:
             continue  # one GPU (the scaling reference) or a parity run: not a candidate
+        if stopped_early(t):
+            continue  # its first repeat ran below the floor: not a full measurement
         ceiling = options.max_mem_gib if options else None
         if ceiling is not None and (_measured(t, "peak_mem_gib") or 0.0) > ceiling:
             continue  # over the memory ceiling (objective.memory_violation > 0)
@@ -188,6 +199,7 @@ def recommend(
         groups = [eligible[chosen], *(g for g in eligible[chosen + 1 :] if g.key not in failed)]
     best = groups[0]
     result = best.results[0]
+    compile_info = compile_entry(best)
     rec: dict[str, Any] = {
         "trial_number": best.first.number,
         "objective": objective.value,
@@ -201,7 +213,9 @@ def recommend(
         "tokens_per_s_per_gpu": result.tokens_per_s_per_gpu,
         "mfu": result.mfu,
         "peak_mem_gib": result.peak_mem_gib,
-        "compile_s": result.compile_s,
+        # The cold compile (a user's first run pays it), not a warm one from the study's cache.
+        "compile_s": (compile_info or {}).get("cold_s"),
+        "compile": compile_info,
         "fingerprint": result.fingerprint.model_dump() if result.fingerprint else None,
         "completed_trials": sum(len(g.trials) for g in ranked),
         "measurements": len(best.trials),

@@ -81,9 +81,14 @@ def trial_config(
     gpus_per_trial: int,
     knobs: Knobs,
     number: int | None,
+    *,
+    abandon_below: float | None = None,
 ) -> TrialConfig:
-    """The record the worker runs; on a CPU-only cluster the trial runs on the CPU."""
+    """The record the worker runs; on a CPU-only cluster the trial runs on the CPU.
+    `abandon_below`: the early-stop floor of a search trial (search/early_stop.py)."""
     measure: MeasureSettings = space.measure
+    if abandon_below is not None:
+        measure = measure.model_copy(update={"abandon_below_tokens_per_s": abandon_below})
     num_gpus = gpus_per_trial
     if target.device_type == "cpu":
         measure = measure.model_copy(update={"device": Device.CPU})

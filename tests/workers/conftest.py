@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import collections
+import sys
+import time
+from pathlib import Path
 
 import pytest
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -55,3 +58,28 @@ class OpCounter(TorchDispatchMode):
 @pytest.fixture
 def config_factory():
     return make_config
+
+
+def wait_for(condition, timeout_s: float, what: str):
+    """condition()'s first true value, polled until timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def start_preload_server() -> Path:
+    """This checkout's pre-imported worker (workers/preload.py) for the tests' environment,
+    started if none runs yet; its socket once it answers."""
+    from workers import preload
+    from workers.launch import _trial_env
+
+    env = _trial_env(make_config())
+    path = preload.socket_path(preload.server_key(sys.executable, env))
+    if not path.exists():
+        preload._start_server(sys.executable, env, path)
+    # torch's import on a loaded 2-core machine: up to half a minute.
+    return wait_for(lambda: path if path.exists() else None, 180, "the server's socket")

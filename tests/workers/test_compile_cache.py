@@ -1,0 +1,95 @@
+"""The per-study compile cache, for real: compiled trials (inductor's C++ backend on the CPU)
+in fresh processes, two of one study and one of another, and the recommendation's cold compile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotuner.search.objective import Objective
+from autotuner.search.space import parse_space
+from autotuner.spec import ModelSpec, TrialResult, TrialStatus
+from autotuner.storage.models import TrialState
+from autotuner.storage.repository import TrialRepo
+from autotuner.storage.session import Database
+from autotuner.study.coordinator import create_study
+from autotuner.study.recommend import recommend
+from workers import compile_cache
+from workers.launch import run_trial_process
+
+from .conftest import make_config, start_preload_server
+
+
+def _compiled(study_id: str, number: int):
+    config = make_config(compile_mode="default", attention="flash")
+    return config.model_copy(update={"study_id": study_id, "trial_number": number})
+
+
+def _store(db: Database, study_id: str, purpose: str, result: TrialResult) -> int:
+    with db.session() as s:
+        repo = TrialRepo(s)
+        row = repo.create_running(
+            study_id, params={"compile_mode": "default"}, config={}, purpose=purpose
+        )
+        repo.finish(row, TrialState.COMPLETE, result=result, objective_value=result.tokens_per_s)
+        return row.number
+
+
+@pytest.mark.slow  # three compiles: a minute or more on a loaded CPU
+def test_a_study_compiles_once_and_the_recommendation_reports_the_cold_compile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sqlite_url: str
+) -> None:
+    monkeypatch.setenv(compile_cache.ROOT_ENV, str(tmp_path / "cache"))
+    # Forked from the pre-imported worker, which imported torch._dynamo and inductor's config
+    # before any study's cache directory was known: the cache is still the trial's own.
+    start_preload_server()
+    first = run_trial_process(_compiled("st-one", 0))
+    second = run_trial_process(_compiled("st-one", 1))
+    other = run_trial_process(_compiled("st-two", 0))
+    for r in (first, second, other):
+        assert r.status == TrialStatus.OK, r.error_message
+        assert r.process_start == "forked"
+    # The study's first compile found nothing; the second found every graph in the cache.
+    assert first.compile_cache == "cold" and first.compile_cache_misses
+    assert second.compile_cache == "warm" and second.compile_cache_hits
+    assert second.compile_s < first.compile_s
+    # Another study does not share it: cold again (not the machine-wide default).
+    assert other.compile_cache == "cold"
+    assert any((tmp_path / "cache" / "st-one" / "inductor").iterdir())
+
+    db = Database(sqlite_url)
+    space = parse_space({"name": "compiled", "knobs": {"compile_mode": ["default"]}})
+    study_id = create_study(
+        db, model=ModelSpec.resolve({"preset": "tiny"}), space=space, max_trials=2
+    )
+    cold_number = _store(db, study_id, "search", first)
+    _store(db, study_id, "remeasure", second)
+    with db.read() as s:
+        rec = recommend(TrialRepo(s).list(study_id), Objective.TOKENS_PER_S)
+    assert rec is not None and rec["measurements"] == 2
+    assert rec["compile_s"] == pytest.approx(first.compile_s)  # what a first run pays
+    assert rec["compile"]["cold_trial"] == cold_number
+    assert rec["compile"]["warm_s"] == pytest.approx(second.compile_s)
+    assert "cold" in rec["compile"]["text"]
+
+
+def test_a_winner_measured_only_warm_says_so(sqlite_url: str) -> None:
+    db = Database(sqlite_url)
+    space = parse_space({"name": "compiled", "knobs": {"compile_mode": ["default"]}})
+    study_id = create_study(
+        db, model=ModelSpec.resolve({"preset": "tiny"}), space=space, max_trials=1
+    )
+    warm = TrialResult(
+        status=TrialStatus.OK,
+        tokens_per_s=1000.0,
+        compile_s=2.0,
+        compile_cache_hits=2,
+        compile_cache_misses=0,
+    )
+    _store(db, study_id, "search", warm)
+    with db.read() as s:
+        rec = recommend(TrialRepo(s).list(study_id), Objective.TOKENS_PER_S)
+    assert rec is not None and rec["compile_s"] is None  # no cold compile was measured
+    assert rec["compile"]["cache"] == "warm"
+    assert rec["compile"]["text"].startswith("not measured cold")

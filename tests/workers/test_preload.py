@@ -1,0 +1,136 @@
+"""The pre-imported worker (workers/preload.py), for real: trials forked from a server that
+imported torch keep a fresh process's guarantees (a crash, a kill -9, a hang, the launcher's
+death) and skip torch's import."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from autotuner.spec import FailureClass, TrialStatus
+from workers import preload
+from workers.launch import run_trial_process
+
+from .conftest import make_config, start_preload_server, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def server() -> Path:
+    return start_preload_server()
+
+
+def _server_pid(path: Path) -> int:
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if str(path).encode() in cmdline and b"workers.preload" in cmdline:
+            return int(pid)
+    raise AssertionError(f"no server process for {path}")
+
+
+def _trials_of(server_pid: int) -> list[int]:
+    """The forked trials running under the server now."""
+    out = []
+    for pid in os.listdir("/proc"):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except (OSError, ValueError):
+            continue
+        name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :]
+        if name == preload.TRIAL_NAME.decode() and int(rest.split()[1]) == server_pid:
+            out.append(int(pid))
+    return out
+
+
+def test_a_forked_trial_measures_without_importing_torch_again(server: Path) -> None:
+    result = run_trial_process(make_config())
+    assert result.status == TrialStatus.OK, result.error_message
+    assert result.process_start == "forked"
+    assert result.phases_s is not None and result.phases_s["imports"] < 1.0  # seconds fresh
+    assert result.overhead_s is not None and result.overhead_s < result.wall_s
+
+
+def test_a_crash_of_a_forked_trial_names_its_signal(server: Path) -> None:
+    result = run_trial_process(make_config(fault="segfault"))
+    assert result.process_start == "forked"
+    assert result.failure_class == FailureClass.CRASH and "SIGSEGV" in result.error_message
+
+
+def test_kill_9_of_a_forked_trial_is_a_crash_and_the_server_lives_on(server: Path) -> None:
+    server_pid = _server_pid(server)
+    results = []
+    launcher = threading.Thread(
+        target=lambda: results.append(run_trial_process(make_config(fault="hang"))), daemon=True
+    )
+    launcher.start()
+    (pid,) = wait_for(lambda: _trials_of(server_pid), 60, "the forked trial")
+    os.kill(pid, signal.SIGKILL)
+    launcher.join(60)
+    (result,) = results
+    assert result.failure_class == FailureClass.CRASH and "SIGKILL" in result.error_message
+    assert result.process_start == "forked"
+    # The next trial is forked by the same server, unharmed.
+    after = run_trial_process(make_config())
+    assert after.status == TrialStatus.OK and after.process_start == "forked"
+    assert _server_pid(server) == server_pid
+
+
+def test_a_hang_is_killed_at_the_limit(server: Path) -> None:
+    result = run_trial_process(make_config(fault="hang"), timeout_s=6)
+    assert result.process_start == "forked"
+    assert result.failure_class == FailureClass.TIMEOUT and "sleeping forever" in (
+        result.error_message or ""
+    )
+    assert not _trials_of(_server_pid(server))  # its group was killed
+
+
+def test_the_launcher_dying_kills_its_forked_trial(server: Path, tmp_path: Path) -> None:
+    server_pid = _server_pid(server)
+    script = (
+        "from tests.workers.conftest import make_config\n"
+        "from workers.launch import run_trial_process\n"
+        "run_trial_process(make_config(fault='hang'))\n"
+    )
+    launcher = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, env=os.environ.copy())
+    try:
+        (pid,) = wait_for(lambda: _trials_of(server_pid), 60, "the forked trial")
+    finally:
+        launcher.kill()
+        launcher.wait()
+    wait_for(lambda: not Path(f"/proc/{pid}").exists(), 10, "the orphaned trial to die")
+
+
+def test_import_time_environment_picks_another_server() -> None:
+    env = {"PYTHONPATH": "/x", "OMP_NUM_THREADS": "1", "NCCL_ALGO": "Ring"}
+    key = preload.server_key("/usr/bin/python3", env)
+    # Read at first use, per trial: the same server.
+    same = {
+        **env,
+        "NCCL_ALGO": "Tree",
+        "TORCHINDUCTOR_CACHE_DIR": "/c",
+        "CUDA_VISIBLE_DEVICES": "3",
+    }
+    assert preload.server_key("/usr/bin/python3", same) == key
+    # Read when torch is imported: another server.
+    assert preload.server_key("/usr/bin/python3", {**env, "OMP_NUM_THREADS": "2"}) != key
+    assert preload.server_key("/usr/bin/python3", {**env, "TORCH_LOGS": "+dynamo"}) != key
+    assert preload.server_key("/other/python", env) != key
+
+
+def test_off_switch_runs_fresh(monkeypatch: pytest.MonkeyPatch, server: Path) -> None:
+    monkeypatch.setenv(preload.ENABLE_ENV, "0")
+    result = run_trial_process(make_config())
+    assert result.status == TrialStatus.OK and result.process_start == "fresh"
+    assert result.phases_s is not None and result.phases_s["imports"] > 1.0  # torch, again

@@ -1,0 +1,80 @@
+"""The per-study compile cache, and how a trial tells whether its compile hit it.
+
+Inductor and Triton cache compiled kernels on disk (machine-wide by default, under /tmp).
+Left there, a later study's compiles look cheaper than a cold one, and a recommendation's
+compile time would depend on what ran on the machine before. So every trial of one study gets
+the same two directories, keyed by the study id, under a root of the node:
+`$AUTOTUNER_COMPILE_CACHE_DIR` or `<tempdir>/autotuner-compile-cache`:
+
+    <root>/<study id>/inductor     TORCHINDUCTOR_CACHE_DIR
+    <root>/<study id>/triton       TRITON_CACHE_DIR
+
+Trials of one study share them (a config measured again compiles from the cache); studies do
+not. A trial outside any study gets directories of its own that go with it: always cold.
+A trial's own `env` that sets either variable wins (the user chose a cache).
+
+The worker side (`counters`, `delta`) reads inductor's FX-graph cache counters around the
+compile so each TrialResult says how many graphs hit and missed (study/recommend.py reports the
+winner's cold compile from them).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from autotuner.spec import TrialConfig
+
+ROOT_ENV = "AUTOTUNER_COMPILE_CACHE_DIR"
+INDUCTOR_ENV = "TORCHINDUCTOR_CACHE_DIR"
+TRITON_ENV = "TRITON_CACHE_DIR"
+
+
+def cache_root() -> Path:
+    """This node's root of the per-study caches."""
+    root = os.environ.get(ROOT_ENV)
+    return Path(root) if root else Path(tempfile.gettempdir()) / "autotuner-compile-cache"
+
+
+def study_dir(study_id: str) -> Path:
+    # A study id is ours ("st-1234abcd"), but a path component must never climb out of the root.
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", study_id).lstrip(".") or "_"
+    return cache_root() / safe
+
+
+def cache_env(config: TrialConfig, trial_tmp: Path | None) -> dict[str, str]:
+    """TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR for this trial's processes ({} for a
+    trial outside a study with no directory of its own: torch's defaults)."""
+    if config.study_id:
+        base = study_dir(config.study_id)
+    elif trial_tmp is not None:
+        base = trial_tmp / "compile-cache"
+    else:
+        return {}
+    env = {}
+    for var, sub in ((INDUCTOR_ENV, "inductor"), (TRITON_ENV, "triton")):
+        if var not in config.env:
+            path = base / sub
+            path.mkdir(parents=True, exist_ok=True)
+            env[var] = str(path)
+    return env
+
+
+# ----------------------------------------------------------------- in the trial's process
+
+_HIT, _MISSES = "fxgraph_cache_hit", ("fxgraph_cache_miss", "fxgraph_cache_bypass")
+
+
+def counters() -> tuple[int, int]:
+    """Inductor's FX-graph cache (hits, misses) so far in this process (bypass: a miss)."""
+    from torch._dynamo.utils import counters as all_counters
+
+    inductor = all_counters["inductor"]
+    return int(inductor[_HIT]), sum(int(inductor[name]) for name in _MISSES)
+
+
+def delta(before: tuple[int, int]) -> tuple[int, int]:
+    hits, misses = counters()
+    return hits - before[0], misses - before[1]
