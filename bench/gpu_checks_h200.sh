@@ -17,15 +17,15 @@ rng.integers(0, 50257, size=200_000_000, dtype=np.uint16).tofile("/tmp/tokens.bi
 PY
 db="sqlite:///$OUT/checks.db"
 python3 -m autotuner.cli tune examples/gpt2-124m.yaml --space bench/spaces/input-pipeline.yaml \
-  --data /tmp/tokens.bin --trials 12 --minutes 3 --db "$db" 2>&1 | tee "$OUT/input-pipeline.log"
+  --data /tmp/tokens.bin --trials 10 --minutes 2.5 --db "$db" 2>&1 | tee "$OUT/input-pipeline.log"
 study=$(grep -o 'study st-[0-9a-f]*' "$OUT/input-pipeline.log" | head -1 | cut -d' ' -f2)
 python3 -m autotuner.cli best "$study" --db "$db" --json > "$OUT/best-input-pipeline.json"
 python3 -m autotuner.cli trials "$study" --db "$db" --all --json > "$OUT/trials-input-pipeline.json"
 python3 -m autotuner.cli tune llama-1b --space bench/spaces/proxy-check.yaml --proxy-layers 2 \
-  --trials 12 --minutes 2.5 --db "$db" 2>&1 | tee "$OUT/proxy.log"
+  --trials 10 --minutes 2 --db "$db" 2>&1 | tee "$OUT/proxy.log"
 study=$(grep -o 'study st-[0-9a-f]*' "$OUT/proxy.log" | head -1 | cut -d' ' -f2)
 python3 -m autotuner.cli best "$study" --db "$db" --json > "$OUT/best-proxy.json"
 python3 -m autotuner.cli trials "$study" --db "$db" --all --json > "$OUT/trials-proxy.json"
 if [ -f bench/trial_overhead.py ]; then
-  timeout 150 python3 bench/trial_overhead.py 2>&1 | tee "$OUT/trial-overhead.log"
+  timeout 100 python3 bench/trial_overhead.py --trials 2 --preset gpt2-124m 2>&1 | tee "$OUT/trial-overhead.log"
 fi
