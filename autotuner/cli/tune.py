@@ -186,9 +186,13 @@ class _TuneProgress:
             return
         params = safe(compact_params(event.params or {}))  # `mb=32 bf16 flash compile`
         if event.kind == "finished":
+            # Proxies (a shallower model) and end checks are not measurements of a candidate:
+            # labelled, and never the progress bar's best.
+            label = _PURPOSE_LABELS.get(event.purpose or "", "")
             if event.tokens_per_s:
-                self.best = max(self.best, event.tokens_per_s)
-                line = f"#{event.trial_number} {event.tokens_per_s:,.0f} tok/s  {params}"
+                if not label:
+                    self.best = max(self.best, event.tokens_per_s)
+                line = f"#{event.trial_number} {label}{event.tokens_per_s:,.0f} tok/s  {params}"
             else:
                 line = f"#{event.trial_number} {event.state}: {safe(event.message)}  {params}"
             if event.state != "failed":  # a failed trial is retried: it does not advance
@@ -202,6 +206,15 @@ class _TuneProgress:
             )
         elif event.kind == "lost":
             self.progress.console.print(f"trial #{event.trial_number} was lost; retrying once")
+
+
+_PURPOSE_LABELS = {
+    "proxy": "proxy (shallow model): ",
+    "headroom": "headroom check: ",
+    "parity": "numerics check: ",
+    "parity-ref": "numerics reference: ",
+    "reference": "1-GPU reference: ",
+}
 
 
 def _validated(request: Any, target: Any = None) -> Any:

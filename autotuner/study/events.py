@@ -17,6 +17,7 @@ class Event:
     state: str | None = None
     tokens_per_s: float | None = None
     message: str | None = None
+    purpose: str | None = None  # a finished trial's: seed, search, remeasure, proxy, an end check
 
 
 OnEvent = Callable[[Event], None]

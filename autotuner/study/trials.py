@@ -334,6 +334,7 @@ class TrialBook:
                 state,
                 result.tokens_per_s if result else None,
                 message,
+                flight.purpose,
             )
         )
 
