@@ -161,7 +161,8 @@ def create_app(settings: ServiceSettings) -> FastAPI:
             yield
         finally:
             if scheduler is not None:
-                scheduler.stop()
+                scheduler.stop()  # gives the leases back and shuts down a Ray it started
+            log.info("stopped%s", "; its studies resume on the next start" if scheduler else "")
 
     app = FastAPI(
         title="autotuner",
