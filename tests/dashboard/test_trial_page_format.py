@@ -121,6 +121,7 @@ def test_a_pruned_trial_is_not_an_error(cpu_study: tuple[Database, str]) -> None
     pruned = client.get(f"/studies/{study_id}/trials/1").text
     assert 'id="why-pruned"' in pruned and "flash attention needs a CUDA device" in pruned
     assert 'class="card error"' not in pruned
+    assert "before launch: no process ran" in pruned
     failed = client.get(f"/studies/{study_id}/trials/2").text
     assert 'class="card error" id="error"' in failed  # a real failure still is one
     _assert_readable(_main(pruned))
