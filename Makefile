@@ -1,9 +1,13 @@
 # One task runner for setup, the demo, the tests and the linters.
-# TORCH picks the torch build: the default is the CPU wheel this project is developed on; on a
-# GPU machine use e.g. `make setup TORCH=torch` (a CUDA build from PyPI).
 VENV ?= .venv
 PY := $(VENV)/bin/python
-TORCH ?= torch==2.13.0
+# TORCH picks the torch build. With an NVIDIA GPU (a working `nvidia-smi`): the CUDA build from
+# PyPI (~3 GB with its nvidia-* packages). Without one: the CPU build (~190 MB), which PyPI does
+# not carry: it comes from a local wheel if pip's configured sources have one, else from
+# PyTorch's CPU index. Any other build: `make setup TORCH=...`.
+GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
+TORCH ?= torch==2.13.0$(if $(GPU),,+cpu)
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 PYTEST_ARGS ?=
 # The inner loop: no GPU, no Ray head, no service or trial processes, nothing slow (~1 min).
 FAST_TESTS := not (gpu or slow or ray or service or trials or browser)
@@ -15,7 +19,9 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH)"
+	@echo "installing $(TORCH) ($(if $(GPU),NVIDIA GPU found,no NVIDIA GPU: the CPU build))"
+	$(PY) -m pip install -q "$(TORCH)" $(if $(GPU),,2>/dev/null || \
+		$(PY) -m pip install -q "$(TORCH)" --extra-index-url $(TORCH_CPU_INDEX))
 	$(PY) -m pip install -q -e ".[worker,dev]"
 	touch $@
 

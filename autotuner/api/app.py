@@ -161,13 +161,17 @@ def create_app(settings: ServiceSettings) -> FastAPI:
             yield
         finally:
             if scheduler is not None:
-                scheduler.stop()
+                scheduler.stop()  # gives the leases back and shuts down a Ray it started
+            log.info("stopped%s", "; its studies resume on the next start" if scheduler else "")
 
     app = FastAPI(
         title="autotuner",
         version=_version(),
         summary="Finds the fastest way to train an LLM on given GPUs with measured trials.",
         lifespan=lifespan,
+        # /docs and /redoc are ours (autotuner.api.docs): FastAPI's load their assets from a CDN.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.scheduler = None
@@ -183,6 +187,9 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     _install_error_handlers(app)
     app.include_router(router)
     app.include_router(health)
+    from autotuner.api import docs
+
+    app.include_router(docs.router)  # before /static: its assets live under /static/apidocs
     from autotuner import dashboard  # HTML pages at / over the same database
 
     app.include_router(dashboard.router)

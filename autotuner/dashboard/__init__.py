@@ -21,6 +21,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from jinja2 import pass_context
 
+from autotuner import numbers
 from autotuner.api.security import (
     COOKIE,
     login_form_token,
@@ -50,6 +51,15 @@ def _url_path(context: dict[str, Any], name: str, /, **params: Any) -> str:
 templates.env.globals["url_for"] = _url_path
 templates.env.globals["trial_label"] = trial_label  # `cancelled`, not a bare `failed`
 templates.env.globals["export_commands"] = export_commands  # the same lines `best` prints
+# Numbers as people read them (autotuner.numbers): 17,884 and 0.227 s, never 17884.0389 or None.
+templates.env.filters.update(
+    num=numbers.number,
+    secs=numbers.seconds,
+    gib=numbers.gib,
+    loss=numbers.loss,
+    when=numbers.timestamp,
+)
+templates.env.globals.update(duration_between=numbers.duration_between, plural=numbers.plural)
 static = StaticFiles(directory=str(_HERE / "static"))
 router = APIRouter(include_in_schema=False)
 PAGE_SIZE = 100  # trials per page of the study page's table

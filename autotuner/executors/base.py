@@ -79,3 +79,8 @@ class Executor(Protocol):
     def running(self) -> list[str]:
         """Handles of trials submitted and not yet collected."""
         ...
+
+    def close(self) -> None:
+        """Release what the executor itself started (a local Ray cluster and its processes).
+        Called once, when its owner stops; running trials were cancelled before."""
+        ...

@@ -108,6 +108,9 @@ class _Wrapper:
     def running(self) -> list[str]:
         return self.inner.running()
 
+    def close(self) -> None:
+        self.inner.close()
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 

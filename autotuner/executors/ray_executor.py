@@ -76,10 +76,15 @@ class RayExecutor:
         num_gpus: int | None = None,
         placement_strategy: str = "PACK",
     ) -> None:
+        # Ray's C++ failure handler answers SIGTERM with a stack dump before the service's own
+        # graceful stop runs; a stop asked for is no crash (RAY_DISABLE_FAILURE_SIGNAL_HANDLER=0
+        # brings it back). Read once, when ray is first imported.
+        os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
         import ray
 
         self._ray = ray
-        if not ray.is_initialized():
+        self._started_ray = not ray.is_initialized()  # ours to shut down in close()
+        if self._started_ray:
             # Ray's start-up notices (auth token, dashboard) are noise on a user's terminal.
             logging.getLogger("ray").setLevel(logging.ERROR)
             address = address or os.environ.get("RAY_ADDRESS") or None
@@ -224,6 +229,12 @@ class RayExecutor:
 
     def running(self) -> list[str]:
         return list(self._running)
+
+    def close(self) -> None:
+        """Disconnect; a local cluster this executor started goes down with its processes."""
+        if self._started_ray and self._ray.is_initialized():
+            self._ray.shutdown()
+        self._started_ray = False
 
     # ------------------------------------------------------------------ helpers
 

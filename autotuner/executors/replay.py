@@ -158,6 +158,9 @@ class ReplayExecutor:
     def target(self) -> Target:
         return self._target
 
+    def close(self) -> None:
+        pass  # nothing was started: answers come from a table
+
     def free_slots(self, gpus_per_trial: int) -> int:
         return max(0, self.slots - len(self._pending))
 

@@ -30,6 +30,8 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
 
+from autotuner.numbers import number
+
 PERMUTATIONS = 10
 MIN_CONFIGS_FOR_IMPORTANCE = 6
 MAX_CONFIGS_FOR_IMPORTANCE = 500  # a random sample of them past this (bounds the cost)
@@ -89,7 +91,7 @@ def knob_report(
                 row["verdict"] = "matters"
                 row["text"] = (
                     f"matters: best with {top} is {effect:.1%} above best with {worst} "
-                    f"(noise ±{noise_rel:.1%}; best overall {best:,.4g})"
+                    f"(noise ±{noise_rel:.1%}; best overall {number(best)})"
                 )
         rows.append(row)
     order = {"matters": 0, "within noise": 1, "not explored": 2}

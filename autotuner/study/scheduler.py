@@ -396,5 +396,10 @@ class Scheduler:
                     StudyRepo(s).release(slot.runner.study_id, self.owner)
             except DB_ERRORS:
                 pass  # the lease simply expires
+        if self.executor is not None:
+            try:  # a local Ray cluster must not outlive the service that started it
+                self.executor.close()
+            except Exception:
+                log.exception("closing the executor")
         if self.state != "error":
             self.state = "stopped"

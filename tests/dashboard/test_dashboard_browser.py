@@ -46,7 +46,9 @@ def _serve(app: Any) -> Iterator[str]:
 
 
 def dump_dom(url: str, *, virtual_ms: int = 4000) -> subprocess.CompletedProcess[str]:
-    """The page's DOM after `virtual_ms` of (virtual) time in headless Chromium."""
+    """The page's DOM after `virtual_ms` of (virtual) time in headless Chromium, with no network
+    beyond this machine (the pages must work on a cluster without internet access); the page's
+    console messages, CSP violations included, are in the result's stderr."""
     if CHROMIUM is None:
         if os.environ.get("CI"):
             pytest.fail("CI installs chromium for this test (.ci/run); it is missing")
@@ -63,6 +65,9 @@ def dump_dom(url: str, *, virtual_ms: int = 4000) -> subprocess.CompletedProcess
                 "--disable-background-networking",
                 "--disable-component-update",
                 "--disable-sync",
+                "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+                "--enable-logging=stderr",
+                "--v=0",
                 f"--user-data-dir={profile}",
                 f"--virtual-time-budget={virtual_ms}",
                 "--dump-dom",

@@ -106,6 +106,8 @@ def test_every_response_has_the_security_headers(service: tuple[TestClient, str]
         client.get("/healthz"),
         client.get("/static/dashboard.css"),
         client.get("/api/studies/st-nope", headers=bearer),  # 404
+        client.get("/docs", headers=bearer),  # Swagger UI, served from here: no inline script
+        client.get("/static/apidocs/swagger-ui-bundle.js"),
     ]
     for r in responses:
         csp = r.headers.get("content-security-policy", "")
@@ -113,6 +115,23 @@ def test_every_response_has_the_security_headers(service: tuple[TestClient, str]
         assert "frame-ancestors 'none'" in csp and "unsafe-inline" not in csp
         assert r.headers["x-frame-options"] == "DENY"
         assert r.headers["x-content-type-options"] == "nosniff"
+
+
+def test_api_docs_need_the_token_and_serve_only_their_own_assets(
+    service: tuple[TestClient, str],
+) -> None:
+    client, _ = service
+    bearer = {"authorization": f"Bearer {TOKEN}"}
+    assert client.get("/docs").status_code == 401
+    assert client.get("/docs", headers=bearer).status_code == 200
+    # The assets are public, like the dashboard's; the names are a fixed list, not a path.
+    assert client.get("/static/apidocs/swagger-ui.css").status_code == 200
+    assert client.get("/static/apidocs/..%2F..%2Fapp.py").status_code == 404
+    assert client.get("/static/apidocs/docs.py").status_code == 404
+    redoc = client.get("/redoc", headers=bearer)
+    # ReDoc inserts <style> elements: only its page allows inline styles; scripts stay 'self'.
+    assert "script-src 'self';" in redoc.headers["content-security-policy"]
+    assert "style-src 'self' 'unsafe-inline'" in redoc.headers["content-security-policy"]
 
 
 def test_serve_beyond_localhost_needs_a_token(tmp_path: Path) -> None:

@@ -168,7 +168,7 @@
       node("td", { class: "num" }, t.mfu === null ? "" : fmt.pct(t.mfu)),
       node("td", { class: "num" }, t.peak_mem_gib === null ? "" : fmt.fixed(t.peak_mem_gib, 2)),
       node("td", { class: "num" }, t.compile_s ? fmt.fixed(t.compile_s, 1) : ""),
-      node("td", { class: "err" }, t.error_class ? `${t.error_class}: ${(t.error_message || "").slice(0, 120)}`
+      node("td", { class: t.state === "pruned" ? "why" : "err" }, t.error_class ? `${t.error_class}: ${(t.error_message || "").slice(0, 120)}`
         : t.tight ? `tight: ${fmt.pct(t.memory_free_rel)} of the GPU memory free, less than the headroom` : ""),
     ];
     return node("tr", { class: t.state, "data-number": t.number }, ...cells);

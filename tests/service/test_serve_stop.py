@@ -1,0 +1,66 @@
+"""`autotuner serve` stops cleanly: SIGTERM takes down the local Ray cluster it started (no
+raylet, agent or idle worker lives on), with one line saying so and no stack dump.
+
+Each service here runs with a marker in its environment; every process it starts inherits the
+environment, so `procs.with_env(marker)` finds them all, even after they were re-parented.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.polling import wait_for
+from tests.service import procs
+from tests.service.conftest import CPU_SPACE, Service, study_body
+
+pytestmark = [pytest.mark.service, pytest.mark.ray]
+
+
+def _stop_and_check_nothing_remains(service: Service, marker: str) -> str:
+    assert service.proc is not None
+    started = procs.with_env(marker)
+    assert len(started) > 3, "the service should have started a local Ray (raylet, gcs, agents)"
+    service.proc.send_signal(signal.SIGTERM)
+    service.proc.wait(30)
+    # Within a few seconds of the service's exit: nothing it started is alive.
+    deadline = time.monotonic() + 5
+    while (left := procs.with_env(marker)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    described = [" ".join(procs.cmdline(p))[:120] for p in left]
+    assert not left, f"processes outlived the service: {described}"
+    log = service.log(400)
+    assert "Traceback" not in log
+    assert "SIGTERM received" not in log  # Ray's C++ stack dump
+    return log
+
+
+def test_sigterm_takes_down_the_local_ray_it_started(
+    start_service: Callable[..., Service], tmp_path: Path
+) -> None:
+    marker = f"AUTOTUNER_TEST_SERVE={uuid.uuid4().hex}"
+    name, value = marker.split("=")
+    service = start_service(f"sqlite:///{tmp_path / 'fresh.db'}", env={name: value})
+    log = _stop_and_check_nothing_remains(service, marker)
+    stopped = [line for line in log.splitlines() if "autotuner.service: stopped" in line]
+    assert len(stopped) == 1, log
+
+
+@pytest.mark.trials
+def test_sigterm_during_a_trial_leaves_no_trial_or_ray_process(
+    start_service: Callable[..., Service], tmp_path: Path
+) -> None:
+    marker = f"AUTOTUNER_TEST_SERVE={uuid.uuid4().hex}"
+    name, value = marker.split("=")
+    service = start_service(f"sqlite:///{tmp_path / 'fresh.db'}", env={name: value})
+    with service.client as client:
+        reply = client.post("/api/studies", json=study_body(space=CPU_SPACE, max_trials=4))
+        assert reply.status_code == 201, reply.text
+        study_id = reply.json()["id"]
+    wait_for(lambda: procs.trial_processes(study_id), timeout_s=90, what="a running trial")
+    _stop_and_check_nothing_remains(service, marker)
