@@ -34,6 +34,8 @@ from autotuner.study import operations
 from autotuner.study.export import export_commands
 from autotuner.study.labels import trial_label
 from autotuner.study.operations import NotFound
+from autotuner.study.trial_query import ERROR_CLASSES, STATES, InvalidQuery
+from autotuner.study.trials_csv import trials_csv
 
 _HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=str(_HERE / "templates"))
@@ -53,6 +55,7 @@ templates.env.globals["export_commands"] = export_commands  # the same lines `be
 static = StaticFiles(directory=str(_HERE / "static"))
 router = APIRouter(include_in_schema=False)
 PAGE_SIZE = 100  # trials per page of the study page's table
+_PAGING = ("after", "offset", "limit", "format")  # query parameters that are not filters
 
 
 def _db(request: Request) -> Any:
@@ -94,6 +97,12 @@ def study_page(
         "knobs": detail["knobs"],
         "page_size": PAGE_SIZE,
     }
+    if after is None:  # the page itself (a poll has them): what the table's filters offer
+        data["filters"] = {
+            "states": STATES,
+            "error_classes": ERROR_CLASSES,
+            "knobs": detail["knob_domains"],
+        }
     if detail["chart_rows"] is not None:
         data["charts"] = chart_data(detail["chart_rows"])
         data["charts_at"] = detail["study"]["trials_finished"]
@@ -104,15 +113,51 @@ def study_page(
 def trial_rows(
     request: Request,
     study_id: str,
-    after: Annotated[int, Query(ge=-1)] = -1,
+    after: Annotated[int | None, Query(ge=-1)] = None,
+    offset: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = PAGE_SIZE,
 ) -> JSONResponse:
-    """A page of the trials table: the trials numbered above `after`, at most `limit`."""
+    """A page of the trials table. With `after`: the trials numbered above it, at most `limit`
+    (keyset paging in number order). Otherwise `limit` trials from `offset`, sorted and
+    filtered by `sort`, `order`, `state`, `error_class` and `<knob>=<value>` (a bad one: 400,
+    with the allowed values); the X-Total-Count header says how many match in all."""
+    params = [(k, v) for k, v in request.query_params.multi_items() if k not in _PAGING]
     try:
-        rows = operations.list_trials(_db(request), study_id, after=after, limit=limit)
+        if after is not None and not params:
+            rows = operations.list_trials(_db(request), study_id, after=after, limit=limit)
+            return JSONResponse(rows)
+        page = operations.query_trials(_db(request), study_id, params, offset=offset, limit=limit)
     except StudyNotFound as exc:
         raise HTTPException(404, str(exc)) from None
-    return JSONResponse(rows)
+    except InvalidQuery as exc:
+        raise HTTPException(400, str(exc)) from None
+    return JSONResponse(page["trials"], headers={"X-Total-Count": str(page["total"])})
+
+
+@router.get("/studies/{study_id}/trials.{fmt}")
+def trials_download(request: Request, study_id: str, fmt: str) -> Response:
+    """Every trial the query selects (the trials-rows filters and order), as a CSV or JSON
+    file named after the study."""
+    if fmt not in ("csv", "json"):
+        raise HTTPException(404, f"trials.{fmt}: download trials.csv or trials.json")
+    params = [(k, v) for k, v in request.query_params.multi_items() if k not in _PAGING]
+    try:
+        page = operations.query_trials(_db(request), study_id, params)
+    except StudyNotFound as exc:
+        raise HTTPException(404, str(exc)) from None
+    except InvalidQuery as exc:
+        raise HTTPException(400, str(exc)) from None
+    filename = f"{_safe_name(study_id)}-trials.{fmt}"
+    headers = {"Content-Disposition": f'attachment; filename="{filename}"'}
+    if fmt == "json":
+        return JSONResponse(page["trials"], headers=headers)
+    text = trials_csv(page["trials"], page["knobs"])
+    return Response(text, media_type="text/csv", headers=headers)
+
+
+def _safe_name(text: str) -> str:
+    """`text` with only the characters a filename header may carry unquoted."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
 
 
 @router.get("/studies/{study_id}/trials/{number}", response_class=HTMLResponse)
