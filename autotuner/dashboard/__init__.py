@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -28,7 +29,7 @@ from autotuner.api.security import (
     session_value,
     token_matches,
 )
-from autotuner.dashboard.charts import chart_data
+from autotuner.dashboard.charts import chart_data, progress_series
 from autotuner.storage.repository import StudyNotFound
 from autotuner.study import operations
 from autotuner.study.export import export_commands
@@ -41,12 +42,15 @@ _HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=str(_HERE / "templates"))
 
 
-@pass_context
-def _url_path(context: dict[str, Any], name: str, /, **params: Any) -> str:
+def _path(request: Request, name: str, /, **params: Any) -> str:
     # A path, not Starlette's absolute URL: that one is built from the request's Host (and, behind
     # a proxy, X-Forwarded-*) headers, which a client controls, and would land in <script src>.
-    request: Request = context["request"]
     return request.scope.get("root_path", "") + str(request.app.url_path_for(name, **params))
+
+
+@pass_context
+def _url_path(context: dict[str, Any], name: str, /, **params: Any) -> str:
+    return _path(context["request"], name, **params)
 
 
 templates.env.globals["url_for"] = _url_path
@@ -158,6 +162,50 @@ def trials_download(request: Request, study_id: str, fmt: str) -> Response:
 def _safe_name(text: str) -> str:
     """`text` with only the characters a filename header may carry unquoted."""
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
+
+
+@router.get("/compare", response_class=HTMLResponse)
+def compare_page(
+    request: Request,
+    a: str | None = None,
+    b: str | None = None,
+    pick: Annotated[list[str] | None, Query()] = None,
+) -> Response:
+    """Two studies side by side: their recommendations, best tokens/s, trial counts and one
+    chart of both throughputs over trials. `pick` (the studies list's two ticks) redirects to
+    the `a`/`b` address; a missing or unknown study is a 404 page that says which."""
+    if pick:
+        if len(pick) != 2:
+            return _not_found(request, f"Tick exactly two studies to compare ({len(pick)} ticked).")
+        target = f"{_path(request, 'compare_page')}?a={quote(pick[0])}&b={quote(pick[1])}"
+        return RedirectResponse(target, 303)
+    if not a or not b:
+        return _not_found(
+            request,
+            "Name two studies to compare: /compare?a=ID&b=ID (or tick two on the studies list).",
+        )
+    sides = {}
+    for key, ref in (("a", a), ("b", b)):
+        try:
+            detail = operations.get_study_detail(_db(request), ref, last=0)
+        except StudyNotFound as exc:
+            return _not_found(request, f"Study {key}: {exc}")
+        sides[key] = {
+            "study": detail["study"],
+            "best": detail["best"]["best"],
+            "knobs": detail["knobs"],
+            "progress": progress_series(detail["chart_rows"] or []),
+        }
+    return _respond(request, "compare.html", sides)
+
+
+def _not_found(request: Request, message: str) -> Response:
+    """A 404 a person can act on: the page says what was missing (JSON for `format=json`)."""
+    if request.query_params.get("format") == "json":
+        return JSONResponse({"detail": message}, status_code=404)
+    return templates.TemplateResponse(
+        request, "not_found.html", {"data": {}, "message": message}, status_code=404
+    )
 
 
 @router.get("/studies/{study_id}/trials/{number}", response_class=HTMLResponse)

@@ -410,9 +410,10 @@ def get_trial(db: Database, ref: str, number: int) -> dict[str, Any]:
 
 
 def get_trial_detail(db: Database, ref: str, number: int) -> dict[str, Any]:
-    """One trial in full with its study's id and name."""
+    """One trial in full with its study's id and name, and what the study's models predicted
+    for it before it ran (views.predictions_view)."""
     from autotuner.storage.repository import StudyRepo, TrialRepo
-    from autotuner.study.views import trial_view
+    from autotuner.study.views import predictions_view, trial_view
 
     with db.read() as s:
         study = StudyRepo(s).require(ref)
@@ -427,6 +428,7 @@ def get_trial_detail(db: Database, ref: str, number: int) -> dict[str, Any]:
             "study_id": study.id,
             "study_name": study.name,
             "trial": trial_view(trial, full=True, options=study.options),
+            "predictions": predictions_view(study.recommendation, number),
         }
 
 

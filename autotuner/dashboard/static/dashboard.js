@@ -336,13 +336,28 @@
   if (live(data.study.status)) setTimeout(poll, POLL_MS);
 
   // ------------------------------------------------------------------ the studies list
+  // The studies ticked for comparison survive the refresh; the button needs exactly two.
   function liveStudiesList() {
+    const ticked = () => [...document.querySelectorAll("input[name=pick]:checked")].map((e) => e.value);
+    function drawCompare() {
+      const button = document.getElementById("compare-button");
+      if (!button) return;
+      const n = ticked().length;
+      button.disabled = n !== 2;
+      document.getElementById("compare-hint").textContent = n === 2 ? "" : `tick two studies to compare them side by side (${n} ticked)`;
+    }
+    document.addEventListener("change", (e) => { if (e.target.name === "pick") drawCompare(); });
+    drawCompare();
     setInterval(async () => {
       try {
         const resp = await fetch(window.location.pathname, { headers: { Accept: "text/html" } });
         if (!resp.ok) return;
         const fresh = new DOMParser().parseFromString(await resp.text(), "text/html").querySelector("main");
-        if (fresh) document.querySelector("main").replaceWith(fresh);
+        if (!fresh) return;
+        const keep = new Set(ticked());
+        for (const box of fresh.querySelectorAll("input[name=pick]")) box.checked = keep.has(box.value);
+        document.querySelector("main").replaceWith(fresh);
+        drawCompare();
       } catch (e) { /* try again next tick */ }
     }, POLL_MS);
   }
