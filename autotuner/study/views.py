@@ -152,7 +152,7 @@ def predictions_view(recommendation: dict[str, Any] | None, number: int) -> dict
         return next((e for e in entries if e.get("trial_number") == number), None)
 
     memory, throughput = find(cost.get("trials", [])), find(speed.get("trials", []))
-    note = None
+    note: str | None = None
     if memory is None and throughput is None:
         note = (
             "no prediction for this trial: the evidence keeps the measured trials of the "
