@@ -142,11 +142,11 @@ def predictions_view(recommendation: dict[str, Any] | None, number: int) -> dict
     cost = (recommendation or {}).get("cost_model")
     speed = (recommendation or {}).get("throughput_model") or {}
     if cost is None:
-        note = (
+        waiting = (
             "the models' at-launch predictions are stored with the study's evidence, "
             "when the study finishes"
         )
-        return {"memory": None, "throughput": None, "limit_gib": None, "note": note}
+        return {"memory": None, "throughput": None, "limit_gib": None, "note": waiting}
 
     def find(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
         return next((e for e in entries if e.get("trial_number") == number), None)
