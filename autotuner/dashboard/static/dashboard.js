@@ -208,18 +208,24 @@
     return p;
   }
 
-  async function fetchPage() {
+  function pageParams() {
     const p = viewParams();
     p.set("offset", String(pageIndex * data.page_size));
     p.set("limit", String(data.page_size));
+    return p;
+  }
+
+  async function fetchPage() {
+    const p = pageParams();
+    const asked = p.toString();
     try {
       const resp = await fetch(`${base}/trial-rows?${p}`);
       if (!resp.ok) {
         tableError = (await resp.json()).detail || `the server answered ${resp.status}`;
-        fetched = { rows: [], total: 0 };
+        fetched = { rows: [], total: 0, asked };
       } else {
         tableError = "";
-        fetched = { rows: await resp.json(), total: Number(resp.headers.get("X-Total-Count") || 0) };
+        fetched = { rows: await resp.json(), total: Number(resp.headers.get("X-Total-Count") || 0), asked };
       }
     } catch (e) { return; } // the service may be restarting: the next poll fetches again
     drawTable();
@@ -231,9 +237,9 @@
     if (livePage()) {
       rows = [...known.values()].sort((a, b) => b.number - a.number).slice(0, size);
       total = data.study.trials_total;
-    } else if (fetched) {
+    } else if (fetched && fetched.asked === pageParams().toString()) {
       ({ rows, total } = fetched);
-    } else return; // being fetched
+    } else return; // being fetched: the rows shown stay until the new ones arrive
     const pages = Math.max(1, Math.ceil(total / size));
     document.querySelector("#trials tbody").replaceChildren(...rows.map(row));
     const first = pageIndex * size;
@@ -251,7 +257,8 @@
     const p = viewParams();
     document.getElementById("download-csv").href = `${base}/trials.csv?${p}`;
     document.getElementById("download-json").href = `${base}/trials.json?${p}`;
-    document.body.dataset.tableRows = String(rows.length); // for browser tests
+    document.body.dataset.tableRows = String(rows.length); // for browser tests: what is drawn
+    document.body.dataset.tableView = `${p}&page=${pageIndex}`;
   }
 
   async function showPage(index) {
