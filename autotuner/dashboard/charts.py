@@ -4,9 +4,9 @@ The charts stay readable at 10,000 trials: the throughput-over-trials scatter ke
 of consecutive trial numbers, the slowest and the fastest trial (min/max downsampling: the
 envelope, every outlier that sets it, is drawn), while the best-so-far line is exact (every
 trial that raised it). The throughput/memory scatter keeps its Pareto front exactly and one
-trial per cell of a grid for the rest. Per-knob effects count every trial; the per-knob strip
-plots draw, for each value, at most STRIP_POINTS trials spread evenly over its range of tokens/s
-(quantiles: the slowest and the fastest always among them) and count its failures.
+trial per cell of a grid for the rest. The per-knob strip plots draw, for each value, at most
+STRIP_POINTS trials spread evenly over its range of tokens/s (quantiles: the slowest and the
+fastest always among them), its exact median, and count its failures.
 """
 
 from __future__ import annotations
@@ -88,39 +88,6 @@ def pareto_points(rows: Sequence[Row], grid: int = GRID) -> dict[str, Any]:
     }
 
 
-def knob_effects(rows: Sequence[Row]) -> dict[str, list[dict[str, Any]]]:
-    """For each knob and value: how many trials, their median, best and worst tokens/s.
-
-    Infeasible trials count too (as `failed`), since "this value always OOMs" is an effect.
-    """
-    effects: dict[str, dict[str, dict[str, Any]]] = {}
-    for r in rows:
-        if r["state"] not in ("complete", "infeasible"):
-            continue
-        for knob, value in r["params"].items():
-            cell = effects.setdefault(knob, {}).setdefault(
-                str(value), {"value": str(value), "tps": [], "failed": 0}
-            )
-            if r["state"] == "complete" and r["tokens_per_s"]:
-                cell["tps"].append(r["tokens_per_s"])
-            else:
-                cell["failed"] += 1
-    out: dict[str, list[dict[str, Any]]] = {}
-    for knob, cells in effects.items():
-        rows_out = []
-        for cell in cells.values():
-            tps = cell.pop("tps")
-            cell.update(
-                count=len(tps) + cell["failed"],
-                median=statistics.median(tps) if tps else None,
-                best=max(tps) if tps else None,
-                worst=min(tps) if tps else None,
-            )
-            rows_out.append(cell)
-        out[knob] = rows_out
-    return out
-
-
 def _value_order(values: set[str]) -> list[str]:
     """Knob values in their natural order: numerically when every one is a number."""
     try:
@@ -177,6 +144,5 @@ def chart_data(rows: Sequence[Row]) -> dict[str, Any]:
     return {
         "progress": progress_series(rows),
         "pareto": pareto_points(rows),
-        "effects": knob_effects(rows),
         "strips": knob_strips(rows),
     }

@@ -151,7 +151,9 @@
                  ticks: { autoSkip: false, callback: (v) => {
                    const cell = strip.cells[v];
                    if (!cell) return "";
-                   return [String(strip.values[v]), `${cell.measured} ok${cell.failed ? ` · ${cell.failed} ✗` : ""}`];
+                   const value = String(strip.values[v]); // a long one cut: all of it in the tooltip
+                   const shown = value.length > 14 ? value.slice(0, 13) + "…" : value;
+                   return `${shown} (${cell.measured}${cell.failed ? `, ${cell.failed}✗` : ""})`;
                  } } },
             y: { title: { display: true, text: "tokens/s" }, beginAtZero: true },
           } },
@@ -165,22 +167,29 @@
   }
 
   // ------------------------------------------------------------------ the trials table
+  // One line per trial: the error is cut to the cell's width, all of it in the tooltip.
+  function errorCell(t) {
+    const text = t.error_class ? `${t.error_class}: ${t.error_message || ""}`
+      : t.tight ? `tight: ${fmt.pct(t.memory_free_rel)} of the GPU memory free, less than the headroom` : "";
+    return node("td", { class: "err", title: text }, text.length > 160 ? text.slice(0, 160) + "…" : text);
+  }
+
   function row(t) {
     const state = node("td", {}, node("span", { class: "state " + label(t) }, label(t)));
     if (t.retry_of !== null) state.append(" ", node("small", {}, `(retry of #${t.retry_of})`));
     const spread = t.tokens_per_s && t.tokens_per_s_min !== null && t.tokens_per_s_max !== null
       ? "±" + (100 * (t.tokens_per_s_max - t.tokens_per_s_min) / 2 / t.tokens_per_s).toFixed(1) + "%" : "";
     const cells = [
+      // The measurements first (as optuna-dashboard and W&B do): a wide space's knobs scroll.
       node("td", {}, node("a", { href: `${base}/trials/${t.number}` }, t.number)), state,
-      ...data.knobs.map((k) => node("td", {}, t.params[k] === undefined ? "" : t.params[k])),
-      node("td", { class: "num" }, t.global_batch_tokens ? fmt.int(t.global_batch_tokens) : ""),
       node("td", { class: "num" }, t.tokens_per_s ? fmt.int(t.tokens_per_s) : ""),
       node("td", { class: "num" }, spread),
       node("td", { class: "num" }, t.mfu === null ? "" : fmt.pct(t.mfu)),
       node("td", { class: "num" }, t.peak_mem_gib === null ? "" : fmt.fixed(t.peak_mem_gib, 2)),
       node("td", { class: "num" }, t.compile_s ? fmt.fixed(t.compile_s, 1) : ""),
-      node("td", { class: "err" }, t.error_class ? `${t.error_class}: ${(t.error_message || "").slice(0, 120)}`
-        : t.tight ? `tight: ${fmt.pct(t.memory_free_rel)} of the GPU memory free, less than the headroom` : ""),
+      node("td", { class: "num" }, t.global_batch_tokens ? fmt.int(t.global_batch_tokens) : ""),
+      ...data.knobs.map((k) => node("td", {}, t.params[k] === undefined ? "" : t.params[k])),
+      errorCell(t),
     ];
     return node("tr", { class: t.state, "data-number": t.number }, ...cells);
   }
@@ -285,7 +294,13 @@
     });
   }
   const filterForm = document.getElementById("filters");
-  for (const [k, v] of Object.entries(view.filters)) if (filterForm.elements[k]) filterForm.elements[k].value = v;
+  for (const [k, v] of Object.entries(view.filters)) {
+    const input = filterForm.elements[k];
+    if (!input) continue;
+    // A link's value the list lacks (state=failed,lost): offered, so the bar shows what is on.
+    if (input.tagName === "SELECT" && ![...input.options].some((o) => o.value === v)) input.append(node("option", {}, v));
+    input.value = v;
+  }
   function readFilters() {
     view.filters = {};
     for (const k of filterNames) {

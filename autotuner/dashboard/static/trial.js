@@ -56,7 +56,7 @@
     new Chart(canvas, {
       type: "bar",
       data: { labels, datasets },
-      options: { animation: false, indexAxis: "y", plugins: { legend: { display: false },
+      options: { animation: false, aspectRatio: 3, indexAxis: "y", plugins: { legend: { display: false },
         tooltip: { callbacks: { label: (c) => fmt.fixed(c.raw.x ?? c.raw, 2) } } },
         scales: { x: { beginAtZero: true } } },
     });
