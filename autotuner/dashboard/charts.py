@@ -129,7 +129,8 @@ def knob_strips(rows: Sequence[Row], per_value: int = STRIP_POINTS) -> dict[str,
             "values": values,
             "cells": [
                 {
-                    "tps": _quantile_sample(by_value[v]["tps"], per_value),
+                    # Whole tokens/s: a dot's position needs no more (and 10k pages stay small).
+                    "tps": [round(x) for x in _quantile_sample(by_value[v]["tps"], per_value)],
                     "measured": len(by_value[v]["tps"]),
                     "failed": by_value[v]["failed"],
                     "median": statistics.median(by_value[v]["tps"]) if by_value[v]["tps"] else None,
