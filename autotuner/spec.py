@@ -567,8 +567,31 @@ class Fingerprint(_Record):
         return hashlib.sha1("|".join(parts).encode()).hexdigest()[:12]
 
 
+class TelemetrySeries(_Record):
+    """The NVML samples themselves, aligned by index: seconds since the measured repeats began,
+    and each metric at that moment (None: not read at that tick; an empty list: the driver
+    does not report it). The dashboard's trial page draws them as time series."""
+
+    t_s: list[float]
+    sm_util_pct: list[float | None] = Field(default_factory=list)
+    mem_util_pct: list[float | None] = Field(default_factory=list)
+    power_w: list[float | None] = Field(default_factory=list)
+    sm_clock_mhz: list[float | None] = Field(default_factory=list)
+    temperature_c: list[float | None] = Field(default_factory=list)
+    mem_used_gib: list[float | None] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _aligned(self) -> TelemetrySeries:
+        for name in type(self).model_fields:
+            values = getattr(self, name)
+            if name != "t_s" and values and len(values) != len(self.t_s):
+                raise ValueError(f"{name}: {len(values)} samples for {len(self.t_s)} times")
+        return self
+
+
 class Telemetry(_Record):
-    """NVML samples during the measured repeats, summarised (None where NVML is absent)."""
+    """NVML samples during the measured repeats, summarised (None where NVML is absent), and
+    the samples themselves where the worker kept them (`series`)."""
 
     samples: int = 0
     sm_util_mean_pct: float | None = None
@@ -580,6 +603,7 @@ class Telemetry(_Record):
     temperature_max_c: float | None = None
     throttle_reasons: list[str] = Field(default_factory=list)
     nvml_used_gib: float | None = None
+    series: TelemetrySeries | None = None
 
 
 class TrialResult(_Record):

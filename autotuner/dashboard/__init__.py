@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -29,23 +30,28 @@ from autotuner.api.security import (
     session_value,
     token_matches,
 )
-from autotuner.dashboard.charts import chart_data
+from autotuner.dashboard.charts import chart_data, progress_series
 from autotuner.storage.repository import StudyNotFound
 from autotuner.study import operations
 from autotuner.study.export import export_commands
 from autotuner.study.labels import trial_label
 from autotuner.study.operations import NotFound
+from autotuner.study.trial_query import ERROR_CLASSES, STATES, InvalidQuery
+from autotuner.study.trials_csv import trials_csv
 
 _HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=str(_HERE / "templates"))
 
 
-@pass_context
-def _url_path(context: dict[str, Any], name: str, /, **params: Any) -> str:
+def _path(request: Request, name: str, /, **params: Any) -> str:
     # A path, not Starlette's absolute URL: that one is built from the request's Host (and, behind
     # a proxy, X-Forwarded-*) headers, which a client controls, and would land in <script src>.
-    request: Request = context["request"]
     return request.scope.get("root_path", "") + str(request.app.url_path_for(name, **params))
+
+
+@pass_context
+def _url_path(context: dict[str, Any], name: str, /, **params: Any) -> str:
+    return _path(context["request"], name, **params)
 
 
 templates.env.globals["url_for"] = _url_path
@@ -63,6 +69,7 @@ templates.env.globals.update(duration_between=numbers.duration_between, plural=n
 static = StaticFiles(directory=str(_HERE / "static"))
 router = APIRouter(include_in_schema=False)
 PAGE_SIZE = 100  # trials per page of the study page's table
+_PAGING = ("after", "offset", "limit", "format")  # query parameters that are not filters
 
 
 def _db(request: Request) -> Any:
@@ -104,6 +111,12 @@ def study_page(
         "knobs": detail["knobs"],
         "page_size": PAGE_SIZE,
     }
+    if after is None:  # the page itself (a poll has them): what the table's filters offer
+        data["filters"] = {
+            "states": STATES,
+            "error_classes": ERROR_CLASSES,
+            "knobs": detail["knob_domains"],
+        }
     if detail["chart_rows"] is not None:
         data["charts"] = chart_data(detail["chart_rows"])
         data["charts_at"] = detail["study"]["trials_finished"]
@@ -114,15 +127,95 @@ def study_page(
 def trial_rows(
     request: Request,
     study_id: str,
-    after: Annotated[int, Query(ge=-1)] = -1,
+    after: Annotated[int | None, Query(ge=-1)] = None,
+    offset: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = PAGE_SIZE,
 ) -> JSONResponse:
-    """A page of the trials table: the trials numbered above `after`, at most `limit`."""
+    """A page of the trials table. With `after`: the trials numbered above it, at most `limit`
+    (keyset paging in number order). Otherwise `limit` trials from `offset`, sorted and
+    filtered by `sort`, `order`, `state`, `error_class` and `<knob>=<value>` (a bad one: 400,
+    with the allowed values); the X-Total-Count header says how many match in all."""
+    params = [(k, v) for k, v in request.query_params.multi_items() if k not in _PAGING]
     try:
-        rows = operations.list_trials(_db(request), study_id, after=after, limit=limit)
+        if after is not None and not params:
+            rows = operations.list_trials(_db(request), study_id, after=after, limit=limit)
+            return JSONResponse(rows)
+        page = operations.query_trials(_db(request), study_id, params, offset=offset, limit=limit)
     except StudyNotFound as exc:
         raise HTTPException(404, str(exc)) from None
-    return JSONResponse(rows)
+    except InvalidQuery as exc:
+        raise HTTPException(400, str(exc)) from None
+    return JSONResponse(page["trials"], headers={"X-Total-Count": str(page["total"])})
+
+
+@router.get("/studies/{study_id}/trials.{fmt}")
+def trials_download(request: Request, study_id: str, fmt: str) -> Response:
+    """Every trial the query selects (the trials-rows filters and order), as a CSV or JSON
+    file named after the study."""
+    if fmt not in ("csv", "json"):
+        raise HTTPException(404, f"trials.{fmt}: download trials.csv or trials.json")
+    params = [(k, v) for k, v in request.query_params.multi_items() if k not in _PAGING]
+    try:
+        page = operations.query_trials(_db(request), study_id, params)
+    except StudyNotFound as exc:
+        raise HTTPException(404, str(exc)) from None
+    except InvalidQuery as exc:
+        raise HTTPException(400, str(exc)) from None
+    filename = f"{_safe_name(study_id)}-trials.{fmt}"
+    headers = {"Content-Disposition": f'attachment; filename="{filename}"'}
+    if fmt == "json":
+        return JSONResponse(page["trials"], headers=headers)
+    text = trials_csv(page["trials"], page["knobs"])
+    return Response(text, media_type="text/csv", headers=headers)
+
+
+def _safe_name(text: str) -> str:
+    """`text` with only the characters a filename header may carry unquoted."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
+
+
+@router.get("/compare", response_class=HTMLResponse)
+def compare_page(
+    request: Request,
+    a: str | None = None,
+    b: str | None = None,
+    pick: Annotated[list[str] | None, Query()] = None,
+) -> Response:
+    """Two studies side by side: their recommendations, best tokens/s, trial counts and one
+    chart of both throughputs over trials. `pick` (the studies list's two ticks) redirects to
+    the `a`/`b` address; a missing or unknown study is a 404 page that says which."""
+    if pick:
+        if len(pick) != 2:
+            return _not_found(request, f"Tick exactly two studies to compare ({len(pick)} ticked).")
+        target = f"{_path(request, 'compare_page')}?a={quote(pick[0])}&b={quote(pick[1])}"
+        return RedirectResponse(target, 303)
+    if not a or not b:
+        return _not_found(
+            request,
+            "Name two studies to compare: /compare?a=ID&b=ID (or tick two on the studies list).",
+        )
+    sides = {}
+    for key, ref in (("a", a), ("b", b)):
+        try:
+            detail = operations.get_study_detail(_db(request), ref, last=0)
+        except StudyNotFound as exc:
+            return _not_found(request, f"Study {key}: {exc}")
+        sides[key] = {
+            "study": detail["study"],
+            "best": detail["best"]["best"],
+            "knobs": detail["knobs"],
+            "progress": progress_series(detail["chart_rows"] or []),
+        }
+    return _respond(request, "compare.html", sides)
+
+
+def _not_found(request: Request, message: str) -> Response:
+    """A 404 a person can act on: the page says what was missing (JSON for `format=json`)."""
+    if request.query_params.get("format") == "json":
+        return JSONResponse({"detail": message}, status_code=404)
+    return templates.TemplateResponse(
+        request, "not_found.html", {"data": {}, "message": message}, status_code=404
+    )
 
 
 @router.get("/studies/{study_id}/trials/{number}", response_class=HTMLResponse)

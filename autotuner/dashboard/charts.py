@@ -4,7 +4,9 @@ The charts stay readable at 10,000 trials: the throughput-over-trials scatter ke
 of consecutive trial numbers, the slowest and the fastest trial (min/max downsampling: the
 envelope, every outlier that sets it, is drawn), while the best-so-far line is exact (every
 trial that raised it). The throughput/memory scatter keeps its Pareto front exactly and one
-trial per cell of a grid for the rest. Per-knob effects count every trial.
+trial per cell of a grid for the rest. The per-knob strip plots draw, for each value, at most
+STRIP_POINTS trials spread evenly over its range of tokens/s (quantiles: the slowest and the
+fastest always among them), its exact median, and count its failures.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from autotuner.study.recommend import pareto_sweep
 
 MAX_PROGRESS_POINTS = 1_000  # 500 buckets of min and max
 GRID = 120  # the throughput/memory scatter: at most GRID x GRID cells besides the front
+STRIP_POINTS = 150  # points per knob value in a strip plot
+FAILED = ("infeasible", "failed", "lost")  # the trials a strip plot marks as failures
 
 Row = dict[str, Any]
 
@@ -84,36 +88,56 @@ def pareto_points(rows: Sequence[Row], grid: int = GRID) -> dict[str, Any]:
     }
 
 
-def knob_effects(rows: Sequence[Row]) -> dict[str, list[dict[str, Any]]]:
-    """For each knob and value: how many trials, their median, best and worst tokens/s.
+def _value_order(values: set[str]) -> list[str]:
+    """Knob values in their natural order: numerically when every one is a number."""
+    try:
+        return sorted(values, key=float)
+    except ValueError:
+        return sorted(values)
 
-    Infeasible trials count too (as `failed`), since "this value always OOMs" is an effect.
-    """
-    effects: dict[str, dict[str, dict[str, Any]]] = {}
+
+def _quantile_sample(values: list[float], n: int) -> list[float]:
+    """At most `n` of `values`, evenly spaced in rank: the distribution's shape, its ends kept."""
+    ordered = sorted(values)
+    if len(ordered) <= n:
+        return ordered
+    step = (len(ordered) - 1) / (n - 1)
+    return [ordered[round(i * step)] for i in range(n)]
+
+
+def knob_strips(rows: Sequence[Row], per_value: int = STRIP_POINTS) -> dict[str, dict[str, Any]]:
+    """For each knob: its values in order, and per value the measured trials' tokens/s (a
+    quantile sample past `per_value`), their median, how many were measured and how many
+    failed (infeasible, failed or lost: "this value always OOMs" shows as a column of failures
+    and no points). Pruned trials never ran and are not drawn."""
+    cells: dict[str, dict[str, dict[str, Any]]] = {}
     for r in rows:
-        if r["state"] not in ("complete", "infeasible"):
+        failed = r["state"] in FAILED
+        ok = r["state"] == "complete" and r["tokens_per_s"]
+        if not (failed or ok):
             continue
         for knob, value in r["params"].items():
-            cell = effects.setdefault(knob, {}).setdefault(
-                str(value), {"value": str(value), "tps": [], "failed": 0}
-            )
-            if r["state"] == "complete" and r["tokens_per_s"]:
+            cell = cells.setdefault(knob, {}).setdefault(str(value), {"tps": [], "failed": 0})
+            if ok:
                 cell["tps"].append(r["tokens_per_s"])
             else:
                 cell["failed"] += 1
-    out: dict[str, list[dict[str, Any]]] = {}
-    for knob, cells in effects.items():
-        rows_out = []
-        for cell in cells.values():
-            tps = cell.pop("tps")
-            cell.update(
-                count=len(tps) + cell["failed"],
-                median=statistics.median(tps) if tps else None,
-                best=max(tps) if tps else None,
-                worst=min(tps) if tps else None,
-            )
-            rows_out.append(cell)
-        out[knob] = rows_out
+    out: dict[str, dict[str, Any]] = {}
+    for knob, by_value in cells.items():
+        values = _value_order(set(by_value))
+        out[knob] = {
+            "values": values,
+            "cells": [
+                {
+                    # Whole tokens/s: a dot's position needs no more (and 10k pages stay small).
+                    "tps": [round(x) for x in _quantile_sample(by_value[v]["tps"], per_value)],
+                    "measured": len(by_value[v]["tps"]),
+                    "failed": by_value[v]["failed"],
+                    "median": statistics.median(by_value[v]["tps"]) if by_value[v]["tps"] else None,
+                }
+                for v in values
+            ],
+        }
     return out
 
 
@@ -121,5 +145,5 @@ def chart_data(rows: Sequence[Row]) -> dict[str, Any]:
     return {
         "progress": progress_series(rows),
         "pareto": pareto_points(rows),
-        "effects": knob_effects(rows),
+        "strips": knob_strips(rows),
     }

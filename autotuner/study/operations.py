@@ -283,6 +283,46 @@ def list_trials(
         return [trial_view(t, options=study.options) for t in rows]
 
 
+def knob_domains(study: Study) -> dict[str, Any]:
+    """The study's searched knobs and their domains, as its stored space has them."""
+    return dict((study.space or {}).get("knobs", {}))
+
+
+def query_trials(
+    db: Database,
+    ref: str,
+    params: list[tuple[str, str]],
+    *,
+    offset: int = 0,
+    limit: int | None = None,
+) -> dict[str, Any]:
+    """The trials the query `params` select (trial_query.parse_trial_query: sort, order,
+    state, error_class, knob=value), `limit` of them from `offset`, and how many match in all:
+    two statements, whatever the study's size (the filter and the order run in SQL)."""
+    from sqlalchemy import func, select
+    from sqlalchemy.orm import defer
+
+    from autotuner.storage.models import Trial
+    from autotuner.storage.repository import StudyRepo
+    from autotuner.study.trial_query import apply, parse_trial_query
+    from autotuner.study.views import trial_view
+
+    with db.read() as s:
+        study = StudyRepo(s).require(ref)
+        domains = knob_domains(study)
+        q = parse_trial_query(params, domains)
+        rows_query = select(Trial).options(defer(Trial.result)).where(Trial.study_id == study.id)
+        query = apply(rows_query, q, domains).offset(offset)
+        if limit is not None:
+            query = query.limit(limit)
+        rows = [trial_view(t, options=study.options) for t in s.scalars(query)]
+        total = len(rows)
+        if offset or (limit is not None and total == limit):  # a page of more: count them
+            count = select(func.count()).select_from(Trial).where(Trial.study_id == study.id)
+            total = s.scalar(apply(count, q, domains).order_by(None)) or 0
+    return {"total": total, "trials": rows, "knobs": list(domains)}
+
+
 def _recommendation(db: Database, study: Study, summary: TrialSummary) -> dict[str, Any] | None:
     """The stored recommendation. A study last written before recommendations were stored
     live (a running one, right after the upgrade) has none yet: computed once here."""
@@ -348,12 +388,14 @@ def get_study_detail(
 
     with db.read() as s:
         study, summary = _study(s, ref)
-        knobs = list((study.space or {}).get("knobs", {}))
+        domains = knob_domains(study)
+        knobs = list(domains)
         first = after if after is not None else summary.total - last - 1
         trials = _trial_rows(s, study.id, after=first, limit=POLL_LIMIT)
         detail = {
             "study": study_view(study, summary, space_name=study.space.get("name")),
             "knobs": knobs,
+            "knob_domains": domains,
             "trials": [trial_view(t, options=study.options) for t in trials],
             "chart_rows": (
                 None if charts_at == summary.finished else _chart_rows(s, study.id, knobs)
@@ -368,9 +410,10 @@ def get_trial(db: Database, ref: str, number: int) -> dict[str, Any]:
 
 
 def get_trial_detail(db: Database, ref: str, number: int) -> dict[str, Any]:
-    """One trial in full with its study's id and name."""
+    """One trial in full with its study's id and name, and what the study's models predicted
+    for it before it ran (views.predictions_view)."""
     from autotuner.storage.repository import StudyRepo, TrialRepo
-    from autotuner.study.views import trial_view
+    from autotuner.study.views import predictions_view, trial_view
 
     with db.read() as s:
         study = StudyRepo(s).require(ref)
@@ -385,6 +428,7 @@ def get_trial_detail(db: Database, ref: str, number: int) -> dict[str, Any]:
             "study_id": study.id,
             "study_name": study.name,
             "trial": trial_view(trial, full=True, options=study.options),
+            "predictions": predictions_view(study.recommendation, number),
         }
 
 

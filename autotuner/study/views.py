@@ -133,3 +133,34 @@ def best_view(
         "max_trials": study.max_trials,
         "best": recommendation,
     }
+
+
+def predictions_view(recommendation: dict[str, Any] | None, number: int) -> dict[str, Any]:
+    """What the study's models predicted for trial `number` before it ran (the cost model's
+    peak memory, the throughput model's tokens/s with its sd) beside what it measured, from the
+    evidence a finished study stores (search/evidence.py); `note` says why one is missing."""
+    cost = (recommendation or {}).get("cost_model")
+    speed = (recommendation or {}).get("throughput_model") or {}
+    if cost is None:
+        waiting = (
+            "the models' at-launch predictions are stored with the study's evidence, "
+            "when the study finishes"
+        )
+        return {"memory": None, "throughput": None, "limit_gib": None, "note": waiting}
+
+    def find(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+        return next((e for e in entries if e.get("trial_number") == number), None)
+
+    memory, throughput = find(cost.get("trials", [])), find(speed.get("trials", []))
+    note: str | None = None
+    if memory is None and throughput is None:
+        note = (
+            "no prediction for this trial: the evidence keeps the measured trials of the "
+            "search (its last 200), not failed, pruned or end-of-study ones"
+        )
+    return {
+        "memory": memory,
+        "throughput": throughput,
+        "limit_gib": cost.get("memory_limit_gib"),
+        "note": note,
+    }

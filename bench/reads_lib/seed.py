@@ -78,7 +78,7 @@ def _result(params: dict[str, Any], rng: random.Random) -> TrialResult:
         tokens_per_s_max=repeats[-1],
         tokens_per_s_per_gpu=tps,
         repeat_tokens_per_s=repeats,
-        tokens_per_step=mb * 1024 * int(params["grad_accum"]),
+        tokens_per_step=mb * 1024 * int(params.get("grad_accum", 1)),  # held: not searched
         steps_per_repeat=10,
         step_time_s=mb * 1024 / tps,
         mfu=tps * 6 * 124e6 / (989e12 * (2 if precision.startswith("fp8") else 1)),

@@ -34,10 +34,9 @@ def test_study_page_has_every_trial_and_chart_data(study: tuple[Database, str]) 
     data = _embedded(page.text)
     assert len(data["trials"]) == data["study"]["trials_total"] >= 10  # under one page
     charts = data["charts"]
-    assert {"micro_batch_size", "precision"} == set(charts["effects"])
+    assert {"micro_batch_size", "precision"} == set(charts["strips"])
     # The synthetic landscape OOMs above 32 (fp32) / 64 (bf16): those values show failures.
-    mb = {row["value"]: row for row in charts["effects"]["micro_batch_size"]}
-    assert any(row["failed"] for row in mb.values())
+    assert any(cell["failed"] for cell in charts["strips"]["micro_batch_size"]["cells"])
     ok = [t for t in data["trials"] if t["state"] == "complete"]
     front = {number for _, _, number in charts["pareto"]["front"]}
     assert max(t["tokens_per_s"] for t in ok if t["number"] in front) == max(

@@ -19,30 +19,12 @@
   if (!data.trials || typeof Chart === "undefined") return; // not a study page
 
   const charts = {};
-  const okColor = "rgba(37, 99, 235, 0.75)", frontColor = "rgba(220, 38, 38, 0.95)";
+  const okColor = window.autotuner.colors.ok, frontColor = window.autotuner.colors.front;
   const known = new Map(data.trials.map((t) => [t.number, t])); // newest trials, by number
   let pageIndex = 0; // 0: the newest page
   let olderRows = null; // the rows of an older page, when one is shown
 
-  // ------------------------------------------------------------------ formatting
-  const fmt = {
-    int: (v) => (v === null || v === undefined ? "" : Math.round(v).toLocaleString("en-US")),
-    pct: (v) => (v === null || v === undefined ? "n/a" : (100 * v).toFixed(1) + "%"),
-    fixed: (v, n) => (v === null || v === undefined ? "n/a" : Number(v).toFixed(n)),
-  };
-  function node(tag, attrs, ...children) {
-    const e = document.createElement(tag);
-    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
-    for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
-    return e;
-  }
-  function label(t) { // study/labels.py trial_label: cancelled, proxy, tight, else the state
-    const msg = t.error_message || "";
-    if (t.state === "failed" && msg.startsWith("cancelled with the study")) return "cancelled";
-    if (t.purpose === "proxy" && t.state === "complete") return "proxy";
-    if (t.tight) return "tight";
-    return t.state;
-  }
+  const { fmt, node, label } = window.autotuner;
 
   // ------------------------------------------------------------------ status and progress
   function drawStatus(st) {
@@ -133,73 +115,206 @@
     });
   }
 
-  function drawEffects(effects) {
+  // One strip plot per knob: each value's measured trials (tokens/s, spread sideways so they
+  // don't overlap; a quantile sample past 150 per value), its median as a bar, and its failures
+  // as a red cross at 0 with their count. charts.py knob_strips has the data.
+  function drawStrips(strips) {
     const box = document.getElementById("effects");
-    for (const [knob, rows] of Object.entries(effects)) {
+    const c = window.autotuner.colors;
+    for (const [knob, strip] of Object.entries(strips)) {
       const id = "effect-" + knob;
-      if (!document.getElementById(id)) box.append(node("div", {}, node("h3", {}, knob), node("canvas", { id })));
+      if (!document.getElementById(id)) box.append(node("div", { class: "strip" }, node("h3", {}, knob), node("canvas", { id })));
+      const points = [], medians = [], failures = [];
+      strip.cells.forEach((cell, i) => {
+        const dense = cell.tps.length > 40;
+        cell.tps.forEach((y, k) => points.push({ x: i + (((k * 0.618034) % 1) - 0.5) * (dense ? 0.6 : 0.3), y, i }));
+        if (cell.median !== null) medians.push({ x: i, y: cell.median, i });
+        if (cell.failed) failures.push({ x: i, y: 0, i, n: cell.failed });
+      });
+      const dots = points.length > 600 ? 1.5 : 2.5;
       upsert(id, {
-        type: "bar",
-        data: { labels: rows.map((r) => `${r.value} (${r.count}${r.failed ? ", " + r.failed + " failed" : ""})`),
-                datasets: [{ label: "median tokens/s", data: rows.map((r) => r.median || 0), backgroundColor: okColor }] },
-        options: { animation: false, indexAxis: "y", plugins: { legend: { display: false } } },
+        type: "scatter",
+        data: { datasets: [
+          { label: "trial", data: points, backgroundColor: c.okFaint, borderColor: c.ok, pointRadius: dots },
+          { label: "median", data: medians, pointStyle: "line", pointRadius: 14, borderWidth: 3, borderColor: c.ink, backgroundColor: c.ink },
+          { label: "failed", data: failures, pointStyle: "crossRot", pointRadius: 7, borderWidth: 2, borderColor: c.bad, backgroundColor: c.bad },
+        ] },
+        options: { animation: false, parsing: false,
+          plugins: { legend: { display: false }, tooltip: { callbacks: { label: (ctx) => {
+            const cell = strip.cells[ctx.raw.i], value = strip.values[ctx.raw.i];
+            if (ctx.datasetIndex === 2) return `${knob}=${value}: ${ctx.raw.n} failed`;
+            if (ctx.datasetIndex === 1) return `${knob}=${value}: median ${fmt.int(ctx.raw.y)} tokens/s of ${cell.measured}`;
+            return `${knob}=${value}: ${fmt.int(ctx.raw.y)} tokens/s`;
+          } } } },
+          scales: {
+            x: { type: "linear", min: -0.5, max: strip.values.length - 0.5, grid: { display: false },
+                 afterBuildTicks: (axis) => { axis.ticks = strip.values.map((_, i) => ({ value: i })); },
+                 ticks: { autoSkip: false, callback: (v) => {
+                   const cell = strip.cells[v];
+                   if (!cell) return "";
+                   const value = String(strip.values[v]); // a long one cut: all of it in the tooltip
+                   const shown = value.length > 14 ? value.slice(0, 13) + "…" : value;
+                   return `${shown} (${cell.measured}${cell.failed ? `, ${cell.failed}✗` : ""})`;
+                 } } },
+            y: { title: { display: true, text: "tokens/s" }, beginAtZero: true },
+          } },
       });
     }
   }
 
   function drawCharts(c) {
-    drawProgress(c.progress); drawPareto(c.pareto); drawEffects(c.effects);
+    drawProgress(c.progress); drawPareto(c.pareto); drawStrips(c.strips);
     document.body.dataset.charts = String(Object.keys(charts).length); // for browser tests
   }
 
   // ------------------------------------------------------------------ the trials table
+  // One line per trial: the error is cut to the cell's width, all of it in the tooltip.
+  function errorCell(t) {
+    const text = t.error_class ? `${t.error_class}: ${t.error_message || ""}`
+      : t.tight ? `tight: ${fmt.pct(t.memory_free_rel)} of the GPU memory free, less than the headroom` : "";
+    // Why a trial was pruned is no error: shown grey (td.why), not red.
+    const cls = t.state === "pruned" ? "why" : "err";
+    return node("td", { class: cls, title: text }, text.length > 160 ? text.slice(0, 160) + "…" : text);
+  }
+
   function row(t) {
-    const base = window.location.pathname.replace(/\/$/, "");
     const state = node("td", {}, node("span", { class: "state " + label(t) }, label(t)));
     if (t.retry_of !== null) state.append(" ", node("small", {}, `(retry of #${t.retry_of})`));
     const spread = t.tokens_per_s && t.tokens_per_s_min !== null && t.tokens_per_s_max !== null
       ? "±" + (100 * (t.tokens_per_s_max - t.tokens_per_s_min) / 2 / t.tokens_per_s).toFixed(1) + "%" : "";
     const cells = [
+      // The measurements first (as optuna-dashboard and W&B do): a wide space's knobs scroll.
       node("td", {}, node("a", { href: `${base}/trials/${t.number}` }, t.number)), state,
-      ...data.knobs.map((k) => node("td", {}, t.params[k] === undefined ? "" : t.params[k])),
-      node("td", { class: "num" }, t.global_batch_tokens ? fmt.int(t.global_batch_tokens) : ""),
       node("td", { class: "num" }, t.tokens_per_s ? fmt.int(t.tokens_per_s) : ""),
       node("td", { class: "num" }, spread),
       node("td", { class: "num" }, t.mfu === null ? "" : fmt.pct(t.mfu)),
       node("td", { class: "num" }, t.peak_mem_gib === null ? "" : fmt.fixed(t.peak_mem_gib, 2)),
       node("td", { class: "num" }, t.compile_s ? fmt.fixed(t.compile_s, 1) : ""),
-      node("td", { class: t.state === "pruned" ? "why" : "err" }, t.error_class ? `${t.error_class}: ${(t.error_message || "").slice(0, 120)}`
-        : t.tight ? `tight: ${fmt.pct(t.memory_free_rel)} of the GPU memory free, less than the headroom` : ""),
+      node("td", { class: "num" }, t.global_batch_tokens ? fmt.int(t.global_batch_tokens) : ""),
+      ...data.knobs.map((k) => node("td", {}, t.params[k] === undefined ? "" : t.params[k])),
+      errorCell(t),
     ];
     return node("tr", { class: t.state, "data-number": t.number }, ...cells);
   }
 
+  // The table's view: the sort, its order and the filters, read from (and kept in) the page's
+  // URL so a link shows the same rows. The newest page in number order is the live one, drawn
+  // from the trials the poll keeps; any other page (older, sorted or filtered) is fetched from
+  // /trial-rows, which sorts and filters in SQL, and fetched again when a poll brings news.
+  const base = window.location.pathname.replace(/\/$/, "");
+  const filterNames = ["state", "error_class", ...data.knobs];
+  const view = { sort: "number", order: "desc", filters: {} };
+  {
+    const q = new URLSearchParams(window.location.search);
+    if (q.get("sort")) { view.sort = q.get("sort"); view.order = q.get("order") === "asc" ? "asc" : "desc"; }
+    for (const k of filterNames) if (q.get(k)) view.filters[k] = q.get(k);
+  }
+  let fetched = null; // { rows, total } of the page shown when it is not the live one
+  let tableError = "";
+  const filtered = () => Object.keys(view.filters).length > 0;
+  const livePage = () => pageIndex === 0 && view.sort === "number" && view.order === "desc" && !filtered();
+
+  function viewParams() {
+    const p = new URLSearchParams({ sort: view.sort, order: view.order });
+    for (const [k, v] of Object.entries(view.filters)) p.append(k, v);
+    return p;
+  }
+
+  function pageParams() {
+    const p = viewParams();
+    p.set("offset", String(pageIndex * data.page_size));
+    p.set("limit", String(data.page_size));
+    return p;
+  }
+
+  async function fetchPage() {
+    const p = pageParams();
+    const asked = p.toString();
+    try {
+      const resp = await fetch(`${base}/trial-rows?${p}`);
+      if (!resp.ok) {
+        tableError = (await resp.json()).detail || `the server answered ${resp.status}`;
+        fetched = { rows: [], total: 0, asked };
+      } else {
+        tableError = "";
+        fetched = { rows: await resp.json(), total: Number(resp.headers.get("X-Total-Count") || 0), asked };
+      }
+    } catch (e) { return; } // the service may be restarting: the next poll fetches again
+    drawTable();
+  }
+
   function drawTable() {
-    const size = data.page_size, total = data.study.trials_total;
+    const size = data.page_size;
+    let rows, total;
+    if (livePage()) {
+      rows = [...known.values()].sort((a, b) => b.number - a.number).slice(0, size);
+      total = data.study.trials_total;
+    } else if (fetched && fetched.asked === pageParams().toString()) {
+      ({ rows, total } = fetched);
+    } else return; // being fetched: the rows shown stay until the new ones arrive
     const pages = Math.max(1, Math.ceil(total / size));
-    pageIndex = Math.min(pageIndex, pages - 1);
-    let rows;
-    if (pageIndex === 0) rows = [...known.values()].sort((a, b) => b.number - a.number).slice(0, size);
-    else rows = (olderRows || []).slice().sort((a, b) => b.number - a.number);
     document.querySelector("#trials tbody").replaceChildren(...rows.map(row));
-    const hi = total - pageIndex * size, lo = Math.max(hi - size, 0);
-    document.getElementById("pager-text").textContent = total
-      ? `(#${lo}–#${hi - 1} of ${total.toLocaleString("en-US")}, newest first; page ${pageIndex + 1} of ${pages})` : "";
+    const first = pageIndex * size;
+    const order = view.sort === "number" && view.order === "desc" ? "newest first"
+      : `by ${view.sort} ${view.order === "desc" ? "↓" : "↑"}`;
+    document.getElementById("pager-text").textContent = tableError ? `(${tableError})`
+      : total ? `(${(first + 1).toLocaleString("en-US")}–${(first + rows.length).toLocaleString("en-US")} of ${total.toLocaleString("en-US")}${filtered() ? " matching" : ""}, ${order}; page ${pageIndex + 1} of ${pages})`
+      : filtered() ? "(no trial matches these filters)" : "";
     document.getElementById("page-newer").disabled = pageIndex === 0;
     document.getElementById("page-older").disabled = pageIndex >= pages - 1;
+    for (const th of document.querySelectorAll("#trials th[data-sort]")) {
+      th.classList.toggle("sorted", th.dataset.sort === view.sort);
+      th.classList.toggle("desc", th.dataset.sort === view.sort && view.order === "desc");
+    }
+    const p = viewParams();
+    document.getElementById("download-csv").href = `${base}/trials.csv?${p}`;
+    document.getElementById("download-json").href = `${base}/trials.json?${p}`;
+    document.body.dataset.tableRows = String(rows.length); // for browser tests: what is drawn
+    document.body.dataset.tableView = `${p}&page=${pageIndex}`;
   }
 
   async function showPage(index) {
-    const size = data.page_size, total = data.study.trials_total;
-    if (index > 0) {
-      const hi = total - index * size, lo = Math.max(hi - size, 0);
-      const resp = await fetch(`${window.location.pathname.replace(/\/$/, "")}/trial-rows?after=${lo - 1}&limit=${hi - lo}`);
-      if (!resp.ok) return;
-      olderRows = await resp.json();
-    }
-    pageIndex = index;
-    drawTable();
+    pageIndex = Math.max(0, index);
+    if (livePage()) { fetched = null; tableError = ""; drawTable(); } else await fetchPage();
   }
+
+  function setView() {
+    const p = viewParams();
+    if (view.sort === "number" && view.order === "desc") { p.delete("sort"); p.delete("order"); }
+    const query = p.toString();
+    window.history.replaceState(null, "", window.location.pathname + (query ? "?" + query : ""));
+    showPage(0);
+  }
+
+  // A header sorts by its column (numbers descending first, names ascending), again reverses.
+  const ascendingFirst = new Set(["state", "error_class", ...data.knobs]);
+  for (const th of document.querySelectorAll("#trials th[data-sort]")) {
+    th.addEventListener("click", () => {
+      const key = th.dataset.sort;
+      if (view.sort === key) view.order = view.order === "desc" ? "asc" : "desc";
+      else { view.sort = key; view.order = ascendingFirst.has(key) ? "asc" : "desc"; }
+      setView();
+    });
+  }
+  const filterForm = document.getElementById("filters");
+  for (const [k, v] of Object.entries(view.filters)) {
+    const input = filterForm.elements[k];
+    if (!input) continue;
+    // A link's value the list lacks (state=failed,lost): offered, so the bar shows what is on.
+    if (input.tagName === "SELECT" && ![...input.options].some((o) => o.value === v)) input.append(node("option", {}, v));
+    input.value = v;
+  }
+  function readFilters() {
+    view.filters = {};
+    for (const k of filterNames) {
+      const input = filterForm.elements[k];
+      if (input && input.value !== "") view.filters[k] = input.value;
+    }
+    setView();
+  }
+  filterForm.addEventListener("change", readFilters);
+  filterForm.addEventListener("submit", (e) => { e.preventDefault(); readFilters(); });
+  filterForm.addEventListener("reset", () => setTimeout(readFilters, 0)); // after the fields clear
   document.getElementById("page-newer").addEventListener("click", () => showPage(pageIndex - 1));
   document.getElementById("page-older").addEventListener("click", () => showPage(pageIndex + 1));
 
@@ -210,6 +325,7 @@
     document.body.dataset.trials = String(data.study.trials_total); // for browser tests
   }
   drawAll();
+  if (!livePage()) fetchPage(); // a link with a sort or filters
   // Navigation start to everything drawn, for bench/reads_10k.py's page-load measurement.
   document.body.dataset.readyMs = String(Math.round(performance.now()));
 
@@ -233,9 +349,11 @@
         // keep the newest page's worth (and the running ones) in memory
         const keep = [...known.keys()].sort((a, b) => b - a).slice(data.page_size);
         for (const n of keep) if (known.get(n).state !== "running") known.delete(n);
+        const news = d.study.trials_total !== data.study.trials_total || d.study.trials_finished !== data.study.trials_finished;
         data.study = d.study; data.best = d.best;
         if (d.charts) { data.charts = d.charts; data.charts_at = d.charts_at; }
         drawAll();
+        if (news && !livePage()) fetchPage();
       }
     } catch (e) { /* the service may be restarting; try again next tick */ }
     if (live(data.study.status)) setTimeout(poll, POLL_MS);
@@ -243,13 +361,28 @@
   if (live(data.study.status)) setTimeout(poll, POLL_MS);
 
   // ------------------------------------------------------------------ the studies list
+  // The studies ticked for comparison survive the refresh; the button needs exactly two.
   function liveStudiesList() {
+    const ticked = () => [...document.querySelectorAll("input[name=pick]:checked")].map((e) => e.value);
+    function drawCompare() {
+      const button = document.getElementById("compare-button");
+      if (!button) return;
+      const n = ticked().length;
+      button.disabled = n !== 2;
+      document.getElementById("compare-hint").textContent = n === 2 ? "" : `tick two studies to compare them side by side (${n} ticked)`;
+    }
+    document.addEventListener("change", (e) => { if (e.target.name === "pick") drawCompare(); });
+    drawCompare();
     setInterval(async () => {
       try {
         const resp = await fetch(window.location.pathname, { headers: { Accept: "text/html" } });
         if (!resp.ok) return;
         const fresh = new DOMParser().parseFromString(await resp.text(), "text/html").querySelector("main");
-        if (fresh) document.querySelector("main").replaceWith(fresh);
+        if (!fresh) return;
+        const keep = new Set(ticked());
+        for (const box of fresh.querySelectorAll("input[name=pick]")) box.checked = keep.has(box.value);
+        document.querySelector("main").replaceWith(fresh);
+        drawCompare();
       } catch (e) { /* try again next tick */ }
     }, POLL_MS);
   }

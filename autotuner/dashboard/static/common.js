@@ -1,0 +1,32 @@
+// Helpers every page's script uses: DOM building, number formatting, the trial label, colours.
+// Loaded before the page scripts (base.html); they read them from window.autotuner.
+(function () {
+  "use strict";
+  const missing = (v) => v === null || v === undefined;
+  const fmt = {
+    int: (v) => (missing(v) ? "" : Math.round(v).toLocaleString("en-US")),
+    pct: (v) => (missing(v) ? "n/a" : (100 * v).toFixed(1) + "%"),
+    fixed: (v, n) => (missing(v) ? "n/a" : Number(v).toFixed(n)),
+    signedPct: (v) => (missing(v) ? "n/a" : (v >= 0 ? "+" : "") + (100 * v).toFixed(1) + "%"),
+  };
+  function node(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+    for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    return e;
+  }
+  function label(t) { // study/labels.py trial_label: cancelled, proxy, tight, else the state
+    const msg = t.error_message || "";
+    if (t.state === "failed" && msg.startsWith("cancelled with the study")) return "cancelled";
+    if (t.purpose === "proxy" && t.state === "complete") return "proxy";
+    if (t.tight) return "tight";
+    return t.state;
+  }
+  const colors = {
+    ok: "rgba(37, 99, 235, 0.75)", okFaint: "rgba(37, 99, 235, 0.35)",
+    front: "rgba(220, 38, 38, 0.95)", bad: "rgba(185, 28, 28, 0.9)",
+    other: "rgba(217, 119, 6, 0.85)", otherFaint: "rgba(217, 119, 6, 0.35)",
+    ink: "rgba(17, 24, 39, 0.9)", muted: "rgba(107, 114, 128, 0.8)",
+  };
+  window.autotuner = { fmt, node, label, colors, missing };
+})();
