@@ -50,7 +50,8 @@ def report(
     )
     pruned = [t for t in trials if t.state == TrialState.PRUNED]
     cal = cost.calibration
-    speed = throughput_errors(throughput, [m for m in measured if m[0] in _searched(trials)])
+    searched = _searched(trials)  # once: per measured trial it was a scan of every trial
+    speed = throughput_errors(throughput, [m for m in measured if m[0] in searched])
     return {
         "cost_model": {
             "param_count": param_count(model),

@@ -23,18 +23,22 @@ from autotuner.search.objective import Objective
 from autotuner.search.progress import END_CHECKS
 from autotuner.storage.models import Study, StudyStatus, Trial, TrialState
 from autotuner.storage.session import Database
+from autotuner.study.columns import load_json
 from autotuner.study.recommend import recommend
 
 
 def recommendation_rows(s: Session, study_id: str) -> list[Trial]:
     """The trials a recommendation reads: the measured ones (the candidates) and the end-of-study
     checks in any state (the numerics parity trials, the one-GPU reference). Failed, pruned and
-    running search trials cannot change it, so they are not loaded."""
-    return list(
+    running search trials cannot change it, so they are not loaded.
+
+    Two statements however many trials: the rows without their JSON (the ranking, the global
+    batch, the memory and input-pipeline entries read columns: study/columns.py), then the JSON
+    of the few end checks, whose results and configs the checks read. The winner's JSON is read
+    by `recommend`, in one more."""
+    rows = list(
         s.scalars(
             select(Trial)
-            # The JSON records are read only for the few candidates that need them (the
-            # winner, the runner-up); the ranking reads the metric columns.
             .options(defer(Trial.config), defer(Trial.result))
             .where(
                 Trial.study_id == study_id,
@@ -43,6 +47,8 @@ def recommendation_rows(s: Session, study_id: str) -> list[Trial]:
             .order_by(Trial.number)
         )
     )
+    load_json([t for t in rows if t.purpose in END_CHECKS])
+    return rows
 
 
 def live_best(

@@ -25,8 +25,6 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from sqlalchemy import inspect as sa_inspect
-
 from autotuner.options import StudyOptions
 from autotuner.search import headroom, headroom_check
 from autotuner.search.importance import knob_report
@@ -36,20 +34,10 @@ from autotuner.search.progress import END_CHECKS
 from autotuner.spec import TrialResult, canonical_params, spread_rel
 from autotuner.storage.models import Trial, TrialState
 from autotuner.study.batch import global_batch_entry
+from autotuner.study.columns import load_json, measured, memory_record
 from autotuner.study.input_pipeline import input_pipeline_entry
 
 MIN_NOISE_REL = 0.005  # timing on a quiet machine is never better than this
-
-
-def _measured(t: Trial, name: str) -> Any:
-    """A metric of a measured trial: its column, else its stored result's field (a row built in
-    memory has only the result). Reading columns spares validating every result of a big study:
-    only the winner's and the runner-up's results are validated."""
-    value = getattr(t, name)
-    # A row read with its result deferred (study/live.py) has the columns: no load per row.
-    if value is None and "result" not in sa_inspect(t).unloaded and t.result:
-        value = t.result.get(name)
-    return value
 
 
 _REPEATS = ("tokens_per_s", "tokens_per_s_min", "tokens_per_s_max")
@@ -64,11 +52,14 @@ class ConfigMeasurements:
 
     @cached_property
     def results(self) -> list[TrialResult]:
+        """The stored results, validated: read for the few configs the recommendation
+        describes (the winner's JSON in one statement), never for every candidate."""
+        load_json(self.trials, ("result",))
         return [TrialResult.model_validate(t.result) for t in self.trials]
 
     @property
     def peak_mems(self) -> list[float]:
-        return [m for t in self.trials if (m := _measured(t, "peak_mem_gib")) is not None]
+        return [m for t in self.trials if (m := measured(t, "peak_mem_gib")) is not None]
 
     @property
     def values(self) -> list[float]:
@@ -92,7 +83,7 @@ class ConfigMeasurements:
         spreads = [
             spread
             for t in self.trials
-            if (spread := spread_rel(*(_measured(t, name) for name in _REPEATS))) is not None
+            if (spread := spread_rel(*(measured(t, name) for name in _REPEATS))) is not None
         ]
         return float(statistics.median(spreads)) if spreads else 0.0
 
@@ -117,12 +108,12 @@ def group_measurements(
     for t in trials:
         if t.state != TrialState.COMPLETE or not t.objective_value:
             continue
-        if _measured(t, "tokens_per_s") is None:  # complete without a result: nothing measured
+        if measured(t, "tokens_per_s") is None:  # complete without a result: nothing measured
             continue
         if t.purpose in END_CHECKS:
             continue  # one GPU (the scaling reference) or a parity run: not a candidate
         ceiling = options.max_mem_gib if options else None
-        if ceiling is not None and (_measured(t, "peak_mem_gib") or 0.0) > ceiling:
+        if ceiling is not None and (measured(t, "peak_mem_gib") or 0.0) > ceiling:
             continue  # over the memory ceiling (objective.memory_violation > 0)
         key = canonical_params(t.params)
         groups.setdefault(key, ConfigMeasurements(key)).trials.append(t)
@@ -178,6 +169,7 @@ def recommend(
     else:
         groups = [eligible[chosen], *(g for g in eligible[chosen + 1 :] if g.key not in failed)]
     best = groups[0]
+    load_json(best.trials)  # the winner's records, in one statement
     result = best.results[0]
     rec: dict[str, Any] = {
         "trial_number": best.first.number,
@@ -238,8 +230,10 @@ def _passed_over_for_memory(
         if g.median <= best.median:
             continue
         if g.key not in eligible:
-            worst = max(g.results, key=lambda r: headroom.violation(r, options))
-            if headroom.violation(worst, options) <= 0:
+            # The memory columns, not the results: there may be many such configs.
+            records = [r for t in g.trials if (r := memory_record(t)) is not None]
+            worst = max(records, key=lambda r: headroom.violation(r, options), default=None)
+            if worst is None or headroom.violation(worst, options) <= 0:
                 continue  # excluded for another reason (the max_mem_gib ceiling)
             need = headroom.need_gib(worst)
             free = headroom.free_rel(need, worst.memory_limit_gib)
