@@ -112,9 +112,8 @@ def group_measurements(
             continue
         if t.purpose in END_CHECKS:
             continue  # one GPU (the scaling reference) or a parity run: not a candidate
-        ceiling = options.max_mem_gib if options else None
-        if ceiling is not None and (measured(t, "peak_mem_gib") or 0.0) > ceiling:
-            continue  # over the memory ceiling (objective.memory_violation > 0)
+        if options is not None and _over_memory(t, options):
+            continue  # over the memory ceiling or tight (objective.memory_violation > 0)
         key = canonical_params(t.params)
         groups.setdefault(key, ConfigMeasurements(key)).trials.append(t)
     ranked = sorted(groups.values(), key=lambda g: g.median, reverse=True)
@@ -123,6 +122,16 @@ def group_measurements(
     if any(g.remeasured for g in ranked):
         ranked.sort(key=lambda g: not g.remeasured)
     return ranked
+
+
+def _over_memory(t: Trial, options: StudyOptions) -> bool:
+    """objective.memory_violation > 0, from the trial's memory columns: over the max_mem_gib
+    ceiling, or less than the memory headroom free (search/headroom.py)."""
+    ceiling = options.max_mem_gib
+    if ceiling is not None and (measured(t, "peak_mem_gib") or 0.0) > ceiling:
+        return True
+    record = memory_record(t)
+    return record is not None and headroom.violation(record, options) > 0
 
 
 def study_noise_rel(groups: Sequence[ConfigMeasurements]) -> float:
