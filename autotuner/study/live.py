@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, defer
 from autotuner.options import StudyOptions
 from autotuner.search.objective import Objective
 from autotuner.search.progress import END_CHECKS
+from autotuner.spec import FailureClass
 from autotuner.storage.models import Study, StudyStatus, Trial, TrialState
 from autotuner.storage.session import Database
 from autotuner.study.columns import load_json
@@ -48,6 +49,30 @@ def recommendation_rows(s: Session, study_id: str) -> list[Trial]:
         )
     )
     load_json([t for t in rows if t.purpose in END_CHECKS])
+    return rows
+
+
+def end_of_study_rows(s: Session, study_id: str) -> list[Trial]:
+    """Every trial of the study, for the final recommendation and its evidence: without their
+    JSON but for the end checks' (the checks read them) and the out-of-memory trials' (the
+    cost model's lower bound is only there; search/evidence.py). Two statements; the rows stay
+    readable once the transaction is over, so the evidence is computed outside it."""
+    rows = list(
+        s.scalars(
+            select(Trial)
+            .options(defer(Trial.config), defer(Trial.result))
+            .where(Trial.study_id == study_id)
+            .order_by(Trial.number)
+        )
+    )
+    oom = FailureClass.OOM.value
+    load_json(
+        [
+            t
+            for t in rows
+            if t.purpose in END_CHECKS or (t.error_class == oom and t.state != TrialState.PRUNED)
+        ]
+    )
     return rows
 
 

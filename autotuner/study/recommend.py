@@ -216,12 +216,22 @@ def recommend(
     if (pipeline := input_pipeline_entry(best, ranked)) is not None:
         rec["input_pipeline"] = pipeline  # loader or file data: is the GPU waiting for it?
     if evidence:
-        rec["importance"] = knob_report(
-            [(g.first.params, g.median) for g in ranked], rec["noise_rel"]
-        )
+        rec["importance"] = _importance(ranked, rec["noise_rel"])
     if extras:
         rec.update(extras)
     return rec
+
+
+def _importance(ranked: Sequence[ConfigMeasurements], noise_rel: float) -> list[dict[str, Any]]:
+    return knob_report([(g.first.params, g.median) for g in ranked], noise_rel)
+
+
+def knob_importance(
+    trials: Sequence[Trial], options: StudyOptions | None, noise_rel: float
+) -> list[dict[str, Any]]:
+    """The recommendation's `importance` entry (what `evidence=True` adds), computed apart:
+    the coordinator computes it after the transaction that read the trials is over."""
+    return _importance(group_measurements(trials, options or StudyOptions()), noise_rel)
 
 
 def _passed_over_for_memory(
