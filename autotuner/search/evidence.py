@@ -24,8 +24,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import inspect as sa_inspect
-
 from autotuner.flops import flops_per_token, param_count
 from autotuner.search.costmodel import CostModel, error_summary
 from autotuner.search.costmodel.throughput import ThroughputModel
@@ -106,8 +104,7 @@ def report(
 def _result(t: Trial) -> TrialResult | None:
     """The trial's result: its JSON where loaded, else what the models read of it, from its
     columns (an unfinished or unmeasured trial has none)."""
-    unloaded = sa_inspect(t).unloaded
-    if "result" not in unloaded:
+    if _loaded(t, "result"):
         return TrialResult.model_validate(t.result) if t.result else None
     if t.state == TrialState.RUNNING or t.finished_at is None:
         return None
@@ -119,10 +116,15 @@ def _result(t: Trial) -> TrialResult | None:
     return _BLANK.model_copy(update={name: getattr(t, name) for name in _COLUMNS})
 
 
+def _loaded(t: Trial, name: str) -> bool:
+    # In memory, not deferred: the instance's dict holds exactly those (study/columns.loaded).
+    return name in t.__dict__
+
+
 def _knobs(t: Trial, rebuild: Callable[[dict[str, Any]], Knobs]) -> Knobs:
     """The knobs the trial ran with: its config's where loaded, else rebuilt from its params
     by the study's space, as the coordinator built them at launch."""
-    if "config" not in sa_inspect(t).unloaded:
+    if _loaded(t, "config"):
         return t.knobs or rebuild(t.params)
     return rebuild(t.params)
 
@@ -154,18 +156,26 @@ def _replay_memory(cm: CostModel, measured: Sequence[Measured]) -> tuple[list[di
     refits = _Refits(lambda: len(cm.calibration.points), cm.calibration.refit)
     out = []
     for number, knobs, result in measured:
-        if result.peak_mem_gib and result.tokens_per_s:
-            refits.before_prediction()
-            pred = cm.predict(knobs)
-            out.append(
-                {
-                    "trial_number": number,
-                    "predicted_gib": round(pred.allocated_gib, 3),
-                    "measured_gib": round(result.peak_mem_gib, 3),
-                    "rel_error": round(pred.allocated_gib / result.peak_mem_gib - 1.0, 4),
-                }
-            )
-        cm.observe(knobs, result, fit=False)  # a peak, an OOM's lower bound, or nothing
+        if not (result.peak_mem_gib and result.tokens_per_s):
+            cm.observe(knobs, result, fit=False)  # an OOM's lower bound, or nothing
+            refits.after_observe()
+            continue
+        est = cm.estimate(knobs)  # once: for the prediction and for the calibration
+        refits.before_prediction()
+        # The allocated peak as Calibration.predict computes it (x @ beta), without its
+        # fragmentation and sd: that property takes a median over every trial seen, per
+        # call (quadratic over a replay), and the error is of the allocated peak.
+        predicted = float(est.vector() @ cm.calibration.beta)
+        out.append(
+            {
+                "trial_number": number,
+                "predicted_gib": round(predicted, 3),
+                "measured_gib": round(result.peak_mem_gib, 3),
+                "rel_error": round(predicted / result.peak_mem_gib - 1.0, 4),
+            }
+        )
+        # What CostModel.observe does with a measured peak, with the estimate made above.
+        cm.calibration.add_peak(est, result.peak_mem_gib, result.peak_reserved_gib, fit=False)
         refits.after_observe()
     return out, refits.count
 

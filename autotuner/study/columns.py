@@ -32,8 +32,9 @@ MEMORY_FIELDS = (
 
 def loaded(t: Trial, name: str) -> bool:
     """Whether the row's attribute is in memory (not deferred, not expired): reading it costs
-    no statement."""
-    return name not in sa_inspect(t).unloaded
+    no statement. (The instance's dict holds exactly those; `inspect(t).unloaded` says the
+    same at ten times the cost, which counts once per row of 10,000.)"""
+    return name in t.__dict__
 
 
 def column_or_json(t: Trial, name: str, from_json: Callable[[], Any]) -> Any:
@@ -67,10 +68,17 @@ class MemoryRecord:
 def memory_record(t: Trial) -> MemoryRecord | None:
     """The trial's memory record, for search/headroom.py's functions; None for a trial that
     measured no peak. (Not a TrialResult: building one per row of a list cost 2 ms each.)"""
-    fields = {name: measured(t, name) for name in MEMORY_FIELDS}
-    if fields["peak_mem_gib"] is None and fields["peak_mem_with_eval_ckpt_gib"] is None:
+    values = [getattr(t, name) for name in MEMORY_FIELDS]
+    if None in values and loaded(t, "result") and t.result:
+        stored = t.result
+        values = [
+            stored.get(name) if v is None else v
+            for name, v in zip(MEMORY_FIELDS, values, strict=True)
+        ]
+    record = MemoryRecord(*values)
+    if record.peak_mem_gib is None and record.peak_mem_with_eval_ckpt_gib is None:
         return None
-    return MemoryRecord(**fields)
+    return record
 
 
 def load_json(trials: Sequence[Trial], names: Sequence[str] = ("config", "result")) -> None:

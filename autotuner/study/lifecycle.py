@@ -27,7 +27,7 @@ from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
 from autotuner.study.events import Event, OnEvent
 from autotuner.study.live import end_of_study_rows, store_live_best
-from autotuner.study.recommend import knob_importance, recommend
+from autotuner.study.recommend import knob_importance, recommend_ranked
 
 _OVER = (StudyStatus.COMPLETED, StudyStatus.CANCELLED, StudyStatus.FAILED)
 
@@ -164,9 +164,9 @@ class StudyLease:
         transaction, fenced by the lease."""
         with self.db.read() as s:
             trials = end_of_study_rows(s, self.study_id)
-            rec = recommend(trials, objective, options=options)
+            rec, ranked = recommend_ranked(trials, objective, options=options)
         if rec is not None:
-            rec["importance"] = knob_importance(trials, options, rec["noise_rel"])
+            rec["importance"] = knob_importance(ranked, rec["noise_rel"])
             rec.update(evidence(trials))
         with self.db.session() as s:
             studies = StudyRepo(s)

@@ -61,11 +61,13 @@ class ConfigMeasurements:
     def peak_mems(self) -> list[float]:
         return [m for t in self.trials if (m := measured(t, "peak_mem_gib")) is not None]
 
-    @property
+    # Cached: ranking a big study reads them tens of thousands of times. The trials are all
+    # added before either is read (group_measurements).
+    @cached_property
     def values(self) -> list[float]:
         return [t.objective_value or 0.0 for t in self.trials]
 
-    @property
+    @cached_property
     def median(self) -> float:
         return float(statistics.median(self.values))
 
@@ -104,7 +106,15 @@ def group_measurements(
     trials: Sequence[Trial], options: StudyOptions | None = None
 ) -> list[ConfigMeasurements]:
     """Feasible measured configs, best pooled median first."""
-    groups: dict[str, ConfigMeasurements] = {}
+    keyed = _candidates(trials)
+    if options is not None:
+        keyed = [(key, t) for key, t in keyed if not _over_memory(t, options)]
+    return _ranked(keyed)
+
+
+def _candidates(trials: Sequence[Trial]) -> list[tuple[str, Trial]]:
+    """The measured search trials, with their configs' keys, in one pass."""
+    out = []
     for t in trials:
         if t.state != TrialState.COMPLETE or not t.objective_value:
             continue
@@ -112,9 +122,13 @@ def group_measurements(
             continue
         if t.purpose in END_CHECKS:
             continue  # one GPU (the scaling reference) or a parity run: not a candidate
-        if options is not None and _over_memory(t, options):
-            continue  # over the memory ceiling or tight (objective.memory_violation > 0)
-        key = canonical_params(t.params)
+        out.append((canonical_params(t.params), t))
+    return out
+
+
+def _ranked(keyed: Sequence[tuple[str, Trial]]) -> list[ConfigMeasurements]:
+    groups: dict[str, ConfigMeasurements] = {}
+    for key, t in keyed:
         groups.setdefault(key, ConfigMeasurements(key)).trials.append(t)
     ranked = sorted(groups.values(), key=lambda g: g.median, reverse=True)
     # Re-measured candidates were the search's top ones; a single unrepeated measurement must
@@ -158,10 +172,27 @@ def recommend(
     `evidence` adds the knob report (PED-ANOVA with permutations: a second or so), which the
     coordinator stores once at the end of a study; live views leave it out.
     """
-    options = options or StudyOptions()
-    ranked = group_measurements(trials, options)
-    if not ranked:
+    rec, ranked = recommend_ranked(trials, objective, options=options)
+    if rec is None:
         return None
+    if evidence:
+        rec["importance"] = knob_importance(ranked, rec["noise_rel"])
+    if extras:
+        rec.update(extras)
+    return rec
+
+
+def recommend_ranked(
+    trials: Sequence[Trial], objective: Objective, *, options: StudyOptions | None = None
+) -> tuple[dict[str, Any] | None, list[ConfigMeasurements]]:
+    """`recommend` without its evidence, and the ranked configs it read, from which
+    `knob_importance` computes the knob report (the coordinator computes it once the
+    transaction that read the trials is over)."""
+    options = options or StudyOptions()
+    keyed = _candidates(trials)
+    ranked = _ranked([(key, t) for key, t in keyed if not _over_memory(t, options)])
+    if not ranked:
+        return None, ranked
     # A config whose headroom check failed is no candidate (headroom_check.py); if every one
     # failed, they stay, and the fastest is shown with its failing check.
     room = headroom_check.checks_of(ranked, trials, options)
@@ -202,7 +233,7 @@ def recommend(
         "runner_up": None,
         "numerics": numerics_entry(eligible, eligible.index(best), checks),
         "headroom": headroom_check.headroom_entry(
-            best, room, _passed_over_for_memory(best, ranked, trials, room, options), options
+            best, room, _passed_over_for_memory(best, ranked, keyed, room, options), options
         ),
         "global_batch": global_batch_entry(best, groups, trials, options),
     }
@@ -215,37 +246,29 @@ def recommend(
         rec["scaling"] = scaling
     if (pipeline := input_pipeline_entry(best, ranked)) is not None:
         rec["input_pipeline"] = pipeline  # loader or file data: is the GPU waiting for it?
-    if evidence:
-        rec["importance"] = _importance(ranked, rec["noise_rel"])
-    if extras:
-        rec.update(extras)
-    return rec
+    return rec, ranked
 
 
-def _importance(ranked: Sequence[ConfigMeasurements], noise_rel: float) -> list[dict[str, Any]]:
+def knob_importance(ranked: Sequence[ConfigMeasurements], noise_rel: float) -> list[dict[str, Any]]:
+    """The recommendation's `importance` entry (what `evidence=True` adds) for its ranked
+    configs (`recommend_ranked`)."""
     return knob_report([(g.first.params, g.median) for g in ranked], noise_rel)
-
-
-def knob_importance(
-    trials: Sequence[Trial], options: StudyOptions | None, noise_rel: float
-) -> list[dict[str, Any]]:
-    """The recommendation's `importance` entry (what `evidence=True` adds), computed apart:
-    the coordinator computes it after the transaction that read the trials is over."""
-    return _importance(group_measurements(trials, options or StudyOptions()), noise_rel)
 
 
 def _passed_over_for_memory(
     best: ConfigMeasurements,
     ranked: Sequence[ConfigMeasurements],
-    trials: Sequence[Trial],
+    keyed: Sequence[tuple[str, Trial]],
     room: dict[str, headroom_check.Check],
     options: StudyOptions,
 ) -> list[dict[str, Any]]:
     """Faster configs that are not recommended for memory: measured tight (less than the
     headroom free), or failed their headroom check. At most three, fastest first."""
     eligible = {g.key for g in ranked}
+    # Only a config with a measurement above the winner's median can have a median above it.
+    faster = {key for key, t in keyed if (t.objective_value or 0.0) > best.median}
     out: list[dict[str, Any]] = []
-    for g in group_measurements(trials):
+    for g in _ranked([(key, t) for key, t in keyed if key in faster]):
         if g.median <= best.median:
             continue
         if g.key not in eligible:
