@@ -21,14 +21,36 @@ GPU run runs out of: the peak is reported beside the headroom, never enforced.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from autotuner.options import StudyOptions
 from autotuner.search.costmodel.calibration import CUDA_CONTEXT_GIB
-from autotuner.spec import TrialResult
 
 # How a peak that is not a GPU's was measured, in words.
 KIND_WORDS = {"cpu_rss": "CPU resident memory", None: "memory kind not reported"}
+
+
+class MemoryReport(Protocol):
+    """What the functions below read of a result: a `TrialResult`, or a trial's memory columns
+    (study/columns.py: lists and the recommendation read no result JSON)."""
+
+    @property
+    def peak_mem_gib(self) -> float | None: ...
+
+    @property
+    def peak_reserved_gib(self) -> float | None: ...
+
+    @property
+    def peak_mem_with_eval_ckpt_gib(self) -> float | None: ...
+
+    @property
+    def peak_reserved_with_eval_ckpt_gib(self) -> float | None: ...
+
+    @property
+    def memory_kind(self) -> str | None: ...
+
+    @property
+    def memory_limit_gib(self) -> float | None: ...
 
 
 def usable_gib(limit_gib: float | None, headroom: float) -> float | None:
@@ -43,12 +65,12 @@ def _need(allocated: float | None, reserved: float | None, kind: str | None) -> 
     return None if peak is None else peak + CUDA_CONTEXT_GIB
 
 
-def timed_need_gib(result: TrialResult) -> float | None:
+def timed_need_gib(result: MemoryReport) -> float | None:
     """What the timed steps needed on the device (reserved peak + CUDA context on a GPU)."""
     return _need(result.peak_mem_gib, result.peak_reserved_gib, result.memory_kind)
 
 
-def eval_need_gib(result: TrialResult) -> float | None:
+def eval_need_gib(result: MemoryReport) -> float | None:
     """The same with the headroom check's evaluation pass and checkpoint save, if it ran."""
     return _need(
         result.peak_mem_with_eval_ckpt_gib,
@@ -57,18 +79,18 @@ def eval_need_gib(result: TrialResult) -> float | None:
     )
 
 
-def need_gib(result: TrialResult) -> float | None:
+def need_gib(result: MemoryReport) -> float | None:
     """The larger of the two: what the config needs as far as this trial saw."""
     needs = [n for n in (timed_need_gib(result), eval_need_gib(result)) if n is not None]
     return max(needs) if needs else None
 
 
-def enforced(result: TrialResult, options: StudyOptions) -> bool:
+def enforced(result: MemoryReport, options: StudyOptions) -> bool:
     """Whether the headroom applies to this result: a GPU's memory with a known limit."""
     return options.headroom > 0 and result.memory_kind == "cuda" and bool(result.memory_limit_gib)
 
 
-def violation(result: TrialResult, options: StudyOptions) -> float:
+def violation(result: MemoryReport, options: StudyOptions) -> float:
     """How far the peak is over the usable memory (need / usable - 1); 0 within it, and 0
     wherever the headroom is not enforced."""
     need = need_gib(result)
@@ -83,7 +105,7 @@ def free_rel(need: float | None, limit: float | None) -> float | None:
     return None if need is None or not limit else 1.0 - need / limit
 
 
-def margin(results: Sequence[TrialResult], options: StudyOptions) -> dict[str, Any]:
+def margin(results: Sequence[MemoryReport], options: StudyOptions) -> dict[str, Any]:
     """Peak, limit and headroom side by side for a config's measurements (the largest peak
     counts): the recommendation's `headroom` entry, without its end check."""
     needs = [(n, r) for r in results if (n := need_gib(r)) is not None]

@@ -10,11 +10,13 @@ naive values on the way in and out).
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     DateTime,
     Dialect,
@@ -29,7 +31,7 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, validates
 
 from autotuner.options import StudyOptions
 from autotuner.spec import Knobs
@@ -46,6 +48,25 @@ NAMING_CONVENTION = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
+
+
+def global_batch_tokens(
+    config: Mapping[str, Any] | None, result: Mapping[str, Any] | None = None
+) -> int | None:
+    """Tokens per optimizer step: the worker's own count when it reported one, else from the
+    config (micro-batch x accumulation x ranks x seq_len); None without a config. Stored as
+    the trial's `global_batch_tokens` column: from the config when it is set (Trial._config),
+    from the result when the trial finishes (trial_repo.finished_columns)."""
+    if result and result.get("tokens_per_step"):
+        return int(result["tokens_per_step"])
+    if not config:
+        return None
+    knobs, model = config.get("knobs") or {}, config.get("model") or {}
+    if not model.get("seq_len"):
+        return None
+    ranks = max(int(config.get("num_gpus") or 0), 1)
+    micro, accum = int(knobs.get("micro_batch_size", 1)), int(knobs.get("grad_accum", 1))
+    return micro * accum * ranks * int(model["seq_len"])
 
 
 def utcnow() -> dt.datetime:
@@ -180,6 +201,17 @@ class Trial(Base):
     tokens_per_s_per_gpu: Mapped[float | None] = mapped_column(Float)
     mfu: Mapped[float | None] = mapped_column(Float)
     peak_mem_gib: Mapped[float | None] = mapped_column(Float)
+    # What the recommendation and the lists read of every measured trial (migration 0003): its
+    # global batch (tokens per optimizer step: the worker's count, else from the config, set
+    # when the trial is created), its memory record (is it tight? search/headroom.py) and its
+    # input-wait share (study/input_pipeline.py). Without them, one SELECT per row.
+    global_batch_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    peak_reserved_gib: Mapped[float | None] = mapped_column(Float)
+    peak_mem_with_eval_ckpt_gib: Mapped[float | None] = mapped_column(Float)
+    peak_reserved_with_eval_ckpt_gib: Mapped[float | None] = mapped_column(Float)
+    memory_kind: Mapped[str | None] = mapped_column(String(16))
+    memory_limit_gib: Mapped[float | None] = mapped_column(Float)
+    input_wait_share: Mapped[float | None] = mapped_column(Float)
     compile_s: Mapped[float | None] = mapped_column(Float)
     objective_value: Mapped[float | None] = mapped_column(Float)
     error_class: Mapped[str | None] = mapped_column(String(32))
@@ -193,6 +225,13 @@ class Trial(Base):
     retried: Mapped[bool] = mapped_column(Boolean, default=False)  # a retry has been scheduled
 
     study: Mapped[Study] = relationship(back_populates="trials")
+
+    @validates("config")
+    def _config(self, key: str, config: dict[str, Any]) -> dict[str, Any]:
+        # The global batch the config runs, kept beside it; the worker's own count replaces
+        # it when the trial finishes (trial_repo.finished_columns).
+        self.global_batch_tokens = global_batch_tokens(config)
+        return config
 
     @property
     def knobs(self) -> Knobs | None:

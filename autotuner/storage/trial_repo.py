@@ -40,7 +40,14 @@ _METRICS = (
     "peak_mem_gib",
     "compile_s",
     "wall_s",
+    # The memory record (whether a trial is tight) and the input wait (migration 0003).
+    "peak_reserved_gib",
+    "peak_mem_with_eval_ckpt_gib",
+    "peak_reserved_with_eval_ckpt_gib",
+    "memory_limit_gib",
+    "input_wait_share",
 )
+_MEMORY_KINDS = ("cuda", "cpu_rss")  # TrialResult.memory_kind
 
 
 def _finite(value: Any) -> float | None:
@@ -281,7 +288,11 @@ def finished_columns(
     if isinstance(result, BaseModel):
         result = result.model_dump(mode="json")
     data = result or {}
+    kind = data.get("memory_kind")
+    reported = {"global_batch_tokens": int(n)} if (n := data.get("tokens_per_step")) else {}
     return {
+        **reported,  # else the config's, stored when the trial was created
+        "memory_kind": kind if kind in _MEMORY_KINDS else None,
         "state": TrialState(state).value,
         "result": result,
         "objective_value": _finite(objective_value),

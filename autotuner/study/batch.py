@@ -10,33 +10,21 @@ the expert default's (the study's first seed) and names the best config at that 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from autotuner.options import StudyOptions
 from autotuner.search.progress import END_CHECKS
-from autotuner.storage.models import Trial, TrialState
+from autotuner.storage.models import Trial, TrialState, global_batch_tokens
+from autotuner.study.columns import column_or_json
 
-
-def global_batch_tokens(
-    config: Mapping[str, Any] | None, result: Mapping[str, Any] | None = None
-) -> int | None:
-    """Tokens per optimizer step: the worker's own count when it reported one, else from the
-    config (micro-batch x accumulation x ranks x seq_len); None without a config."""
-    if result and result.get("tokens_per_step"):
-        return int(result["tokens_per_step"])
-    if not config:
-        return None
-    knobs, model = config.get("knobs") or {}, config.get("model") or {}
-    if not model.get("seq_len"):
-        return None
-    ranks = max(int(config.get("num_gpus") or 0), 1)
-    micro, accum = int(knobs.get("micro_batch_size", 1)), int(knobs.get("grad_accum", 1))
-    return micro * accum * ranks * int(model["seq_len"])
+__all__ = ["global_batch_entry", "global_batch_tokens", "of_trial"]
 
 
 def of_trial(t: Trial) -> int | None:
-    return global_batch_tokens(t.config, t.result)
+    """The trial's global batch: its column (no JSON read), else from its JSON where a row
+    built in memory has only that."""
+    return column_or_json(t, "global_batch_tokens", lambda: global_batch_tokens(t.config, t.result))
 
 
 def global_batch_entry(

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from autotuner.spec import TrialResult
 from autotuner.storage.models import Trial
+from autotuner.study.columns import measured
 
 INPUT_WAIT_THRESHOLD = 0.05  # above this share of step time, the GPU waits for data
 LOADER_KNOBS = ("loader_workers", "pin_memory", "prefetch_factor")
@@ -28,6 +29,9 @@ class Measured(Protocol):
 
     @property
     def first(self) -> Trial: ...
+
+    @property
+    def trials(self) -> list[Trial]: ...
 
     @property
     def median(self) -> float: ...
@@ -84,16 +88,21 @@ def _best_fix(
     best: Measured, ranked: Sequence[Measured], share: float
 ) -> tuple[Measured, float] | None:
     """The measured config with other loader settings that waited least (below `share`);
-    of equal shares, the faster one."""
-    own = loader_settings(best.first)
+    of equal shares, the faster one. Read from columns (the shares) and params (the searched
+    loader knobs: a fixed one is the same in every trial), not from every config's JSON."""
+    own = _searched_loader(best.first)
     found = []
     for group in ranked:
-        other = _median([r.input_wait_share for r in group.results])
+        other = _median([measured(t, "input_wait_share") for t in group.trials])
         if group is best or other is None or other >= share:
             continue
-        if loader_settings(group.first) != own:  # the same loader settings fix nothing
+        if _searched_loader(group.first) != own:  # the same loader settings fix nothing
             found.append((group, other))
     return min(found, key=lambda f: (f[1], -f[0].median), default=None)
+
+
+def _searched_loader(trial: Trial) -> dict[str, Any]:
+    return {name: trial.params[name] for name in LOADER_KNOBS if name in trial.params}
 
 
 def _describe(settings: dict[str, Any]) -> str:

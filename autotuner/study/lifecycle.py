@@ -26,8 +26,8 @@ from autotuner.storage.models import Study, StudyStatus, Trial, TrialState
 from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
 from autotuner.study.events import Event, OnEvent
-from autotuner.study.live import store_live_best
-from autotuner.study.recommend import recommend
+from autotuner.study.live import end_of_study_rows, store_live_best
+from autotuner.study.recommend import knob_importance, recommend_ranked
 
 _OVER = (StudyStatus.COMPLETED, StudyStatus.CANCELLED, StudyStatus.FAILED)
 
@@ -157,13 +157,17 @@ class StudyLease:
         """Store the recommendation (with `evidence(trials)`), set `status` (a cancel stays a
         cancel) and release the lease.
 
-        The trials are read in one read-only transaction and the recommendation with its
-        evidence (the knob report's permutations: seconds for a big study) is computed with no
-        transaction open; the write is one short transaction, fenced by the lease."""
+        The trials are read in one read-only transaction, their JSON only where it is needed
+        (`live.end_of_study_rows`), and the recommendation computed there (the winner's JSON
+        is read on demand); its evidence (the knob report's permutations, the models' replay:
+        seconds for a big study) is computed with no transaction open; the write is one short
+        transaction, fenced by the lease."""
         with self.db.read() as s:
-            trials = TrialRepo(s).list(self.study_id)
-            s.expunge_all()
-        rec = recommend(trials, objective, options=options, evidence=True, extras=evidence(trials))
+            trials = end_of_study_rows(s, self.study_id)
+            rec, ranked = recommend_ranked(trials, objective, options=options)
+        if rec is not None:
+            rec["importance"] = knob_importance(ranked, rec["noise_rel"])
+            rec.update(evidence(trials))
         with self.db.session() as s:
             studies = StudyRepo(s)
             study = studies.require(self.study_id)

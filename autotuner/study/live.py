@@ -21,20 +21,25 @@ from sqlalchemy.orm import Session, defer, undefer
 from autotuner.options import StudyOptions
 from autotuner.search.objective import Objective
 from autotuner.search.progress import END_CHECKS
+from autotuner.spec import FailureClass
 from autotuner.storage.models import Study, StudyStatus, Trial, TrialState
 from autotuner.storage.session import Database
+from autotuner.study.columns import load_json
 from autotuner.study.recommend import recommend
 
 
 def recommendation_rows(s: Session, study_id: str) -> list[Trial]:
     """The trials a recommendation reads: the measured ones (the candidates) and the end-of-study
     checks in any state (the numerics parity trials, the one-GPU reference). Failed, pruned and
-    running search trials cannot change it, so they are not loaded."""
+    running search trials cannot change it, so they are not loaded.
+
+    Two statements however many trials: the rows without their JSON (the ranking, the global
+    batch, the memory and input-pipeline entries read columns: study/columns.py), then the JSON
+    of the few end checks, whose results and configs the checks read. The winner's JSON is read
+    by `recommend`, in one more."""
     rows = list(
         s.scalars(
             select(Trial)
-            # The JSON records are read only for the few candidates that need them (the
-            # winner, the runner-up); the ranking reads the metric columns.
             .options(defer(Trial.config), defer(Trial.result))
             .where(
                 Trial.study_id == study_id,
@@ -43,8 +48,14 @@ def recommendation_rows(s: Session, study_id: str) -> list[Trial]:
             .order_by(Trial.number)
         )
     )
-    # A trial that stopped early is no candidate (recommend.stopped_early reads its result):
-    # those few results are loaded, found by the JSON flag, so the others stay deferred.
+    load_json([t for t in rows if t.purpose in END_CHECKS])
+    load_stopped_early(s, study_id)
+    return rows
+
+
+def load_stopped_early(s: Session, study_id: str) -> None:
+    """A trial that stopped early is no candidate (recommend.stopped_early reads its result):
+    those few results are loaded, found by the JSON flag, so the others stay deferred."""
     s.scalars(
         select(Trial)
         .options(defer(Trial.config), undefer(Trial.result))
@@ -55,6 +66,30 @@ def recommendation_rows(s: Session, study_id: str) -> list[Trial]:
         )
         .execution_options(populate_existing=True)
     ).all()
+
+
+def end_of_study_rows(s: Session, study_id: str) -> list[Trial]:
+    """Every trial of the study, for the final recommendation and its evidence: without their
+    JSON but for the end checks' (the checks read them) and the out-of-memory trials' (the
+    cost model's lower bound is only there; search/evidence.py). Two statements; the rows stay
+    readable once the transaction is over, so the evidence is computed outside it."""
+    rows = list(
+        s.scalars(
+            select(Trial)
+            .options(defer(Trial.config), defer(Trial.result))
+            .where(Trial.study_id == study_id)
+            .order_by(Trial.number)
+        )
+    )
+    oom = FailureClass.OOM.value
+    load_json(
+        [
+            t
+            for t in rows
+            if t.purpose in END_CHECKS or (t.error_class == oom and t.state != TrialState.PRUNED)
+        ]
+    )
+    load_stopped_early(s, study_id)
     return rows
 
 

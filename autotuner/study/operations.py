@@ -253,14 +253,18 @@ def get_study(db: Database, ref: str) -> dict[str, Any]:
 
 
 def _trial_rows(s: Session, study_id: str, *, after: int | None, limit: int | None) -> list[Trial]:
-    """Trials in number order, keyset-paged, without their results (lists show columns; the
-    small config says which global batch each ran)."""
+    """Trials in number order, keyset-paged, without their JSON records: lists show columns
+    (study/columns.py), the global batch and the memory record included."""
     from sqlalchemy import select
     from sqlalchemy.orm import defer
 
     from autotuner.storage.models import Trial
 
-    query = select(Trial).options(defer(Trial.result)).where(Trial.study_id == study_id)
+    query = (
+        select(Trial)
+        .options(defer(Trial.config), defer(Trial.result))
+        .where(Trial.study_id == study_id)
+    )
     if after is not None:
         query = query.where(Trial.number > after)
     query = query.order_by(Trial.number)

@@ -25,32 +25,20 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from sqlalchemy import inspect as sa_inspect
-
 from autotuner.options import StudyOptions
 from autotuner.search import headroom, headroom_check
 from autotuner.search.importance import knob_report
 from autotuner.search.numerics import checks_of, choose, numerics_entry
-from autotuner.search.objective import Objective, memory_violation, time_to_train_h
+from autotuner.search.objective import Objective, time_to_train_h
 from autotuner.search.progress import END_CHECKS
 from autotuner.spec import TrialResult, canonical_params, spread_rel
 from autotuner.storage.models import Trial, TrialState
 from autotuner.study.batch import global_batch_entry
+from autotuner.study.columns import load_json, loaded, measured, memory_record
 from autotuner.study.compile_time import compile_entry
 from autotuner.study.input_pipeline import input_pipeline_entry
 
 MIN_NOISE_REL = 0.005  # timing on a quiet machine is never better than this
-
-
-def _measured(t: Trial, name: str) -> Any:
-    """A metric of a measured trial: its column, else its stored result's field (a row built in
-    memory has only the result). Reading columns spares validating every result of a big study:
-    only the winner's and the runner-up's results are validated."""
-    value = getattr(t, name)
-    # A row read with its result deferred (study/live.py) has the columns: no load per row.
-    if value is None and "result" not in sa_inspect(t).unloaded and t.result:
-        value = t.result.get(name)
-    return value
 
 
 _REPEATS = ("tokens_per_s", "tokens_per_s_min", "tokens_per_s_max")
@@ -59,7 +47,7 @@ _REPEATS = ("tokens_per_s", "tokens_per_s_min", "tokens_per_s_max")
 def stopped_early(t: Trial) -> bool:
     """Whether a trial stopped after its first repeat(s) (search/early_stop.py). A row read
     with its result deferred was filtered by its query already (live.recommendation_rows)."""
-    if "result" in sa_inspect(t).unloaded or not t.result:
+    if not loaded(t, "result") or not t.result:
         return False
     return bool(t.result.get("stopped_early"))
 
@@ -73,17 +61,22 @@ class ConfigMeasurements:
 
     @cached_property
     def results(self) -> list[TrialResult]:
+        """The stored results, validated: read for the few configs the recommendation
+        describes (the winner's JSON in one statement), never for every candidate."""
+        load_json(self.trials, ("result",))
         return [TrialResult.model_validate(t.result) for t in self.trials]
 
     @property
     def peak_mems(self) -> list[float]:
-        return [m for t in self.trials if (m := _measured(t, "peak_mem_gib")) is not None]
+        return [m for t in self.trials if (m := measured(t, "peak_mem_gib")) is not None]
 
-    @property
+    # Cached: ranking a big study reads them tens of thousands of times. The trials are all
+    # added before either is read (group_measurements).
+    @cached_property
     def values(self) -> list[float]:
         return [t.objective_value or 0.0 for t in self.trials]
 
-    @property
+    @cached_property
     def median(self) -> float:
         return float(statistics.median(self.values))
 
@@ -101,7 +94,7 @@ class ConfigMeasurements:
         spreads = [
             spread
             for t in self.trials
-            if (spread := spread_rel(*(_measured(t, name) for name in _REPEATS))) is not None
+            if (spread := spread_rel(*(measured(t, name) for name in _REPEATS))) is not None
         ]
         return float(statistics.median(spreads)) if spreads else 0.0
 
@@ -122,29 +115,31 @@ def group_measurements(
     trials: Sequence[Trial], options: StudyOptions | None = None
 ) -> list[ConfigMeasurements]:
     """Feasible measured configs, best pooled median first."""
-    groups: dict[str, ConfigMeasurements] = {}
+    keyed = _candidates(trials)
+    if options is not None:
+        keyed = [(key, t) for key, t in keyed if not _over_memory(t, options)]
+    return _ranked(keyed)
+
+
+def _candidates(trials: Sequence[Trial]) -> list[tuple[str, Trial]]:
+    """The measured search trials, with their configs' keys, in one pass."""
+    out = []
     for t in trials:
         if t.state != TrialState.COMPLETE or not t.objective_value:
             continue
-        if _measured(t, "tokens_per_s") is None:  # complete without a result: nothing measured
+        if measured(t, "tokens_per_s") is None:  # complete without a result: nothing measured
             continue
         if t.purpose in END_CHECKS:
             continue  # one GPU (the scaling reference) or a parity run: not a candidate
         if stopped_early(t):
             continue  # its first repeat ran below the floor: not a full measurement
-        ceiling = options.max_mem_gib if options else None
-        if ceiling is not None and (_measured(t, "peak_mem_gib") or 0.0) > ceiling:
-            continue  # over the memory ceiling (objective.memory_violation > 0)
-        # Tight: less than the headroom free (search/headroom.py), never a candidate. Read, not
-        # validated: only the memory fields are used.
-        if (
-            options
-            and options.headroom > 0
-            and t.result
-            and memory_violation(TrialResult.model_construct(**t.result), options) > 0
-        ):
-            continue
-        key = canonical_params(t.params)
+        out.append((canonical_params(t.params), t))
+    return out
+
+
+def _ranked(keyed: Sequence[tuple[str, Trial]]) -> list[ConfigMeasurements]:
+    groups: dict[str, ConfigMeasurements] = {}
+    for key, t in keyed:
         groups.setdefault(key, ConfigMeasurements(key)).trials.append(t)
     ranked = sorted(groups.values(), key=lambda g: g.median, reverse=True)
     # Re-measured candidates were the search's top ones; a single unrepeated measurement must
@@ -152,6 +147,16 @@ def group_measurements(
     if any(g.remeasured for g in ranked):
         ranked.sort(key=lambda g: not g.remeasured)
     return ranked
+
+
+def _over_memory(t: Trial, options: StudyOptions) -> bool:
+    """objective.memory_violation > 0, from the trial's memory columns: over the max_mem_gib
+    ceiling, or less than the memory headroom free (search/headroom.py)."""
+    ceiling = options.max_mem_gib
+    if ceiling is not None and (measured(t, "peak_mem_gib") or 0.0) > ceiling:
+        return True
+    record = memory_record(t)
+    return record is not None and headroom.violation(record, options) > 0
 
 
 def study_noise_rel(groups: Sequence[ConfigMeasurements]) -> float:
@@ -178,10 +183,27 @@ def recommend(
     `evidence` adds the knob report (PED-ANOVA with permutations: a second or so), which the
     coordinator stores once at the end of a study; live views leave it out.
     """
-    options = options or StudyOptions()
-    ranked = group_measurements(trials, options)
-    if not ranked:
+    rec, ranked = recommend_ranked(trials, objective, options=options)
+    if rec is None:
         return None
+    if evidence:
+        rec["importance"] = knob_importance(ranked, rec["noise_rel"])
+    if extras:
+        rec.update(extras)
+    return rec
+
+
+def recommend_ranked(
+    trials: Sequence[Trial], objective: Objective, *, options: StudyOptions | None = None
+) -> tuple[dict[str, Any] | None, list[ConfigMeasurements]]:
+    """`recommend` without its evidence, and the ranked configs it read, from which
+    `knob_importance` computes the knob report (the coordinator computes it once the
+    transaction that read the trials is over)."""
+    options = options or StudyOptions()
+    keyed = _candidates(trials)
+    ranked = _ranked([(key, t) for key, t in keyed if not _over_memory(t, options)])
+    if not ranked:
+        return None, ranked
     # A config whose headroom check failed is no candidate (headroom_check.py); if every one
     # failed, they stay, and the fastest is shown with its failing check.
     room = headroom_check.checks_of(ranked, trials, options)
@@ -198,6 +220,7 @@ def recommend(
     else:
         groups = [eligible[chosen], *(g for g in eligible[chosen + 1 :] if g.key not in failed)]
     best = groups[0]
+    load_json(best.trials)  # the winner's records, in one statement
     result = best.results[0]
     compile_info = compile_entry(best)
     rec: dict[str, Any] = {
@@ -224,7 +247,7 @@ def recommend(
         "runner_up": None,
         "numerics": numerics_entry(eligible, eligible.index(best), checks),
         "headroom": headroom_check.headroom_entry(
-            best, room, _passed_over_for_memory(best, ranked, trials, room, options), options
+            best, room, _passed_over_for_memory(best, ranked, keyed, room, options), options
         ),
         "global_batch": global_batch_entry(best, groups, trials, options),
         "vs_expert_default": _vs_expert_default(best, ranked, options),
@@ -238,32 +261,36 @@ def recommend(
         rec["scaling"] = scaling
     if (pipeline := input_pipeline_entry(best, ranked)) is not None:
         rec["input_pipeline"] = pipeline  # loader or file data: is the GPU waiting for it?
-    if evidence:
-        rec["importance"] = knob_report(
-            [(g.first.params, g.median) for g in ranked], rec["noise_rel"]
-        )
-    if extras:
-        rec.update(extras)
-    return rec
+    return rec, ranked
+
+
+def knob_importance(ranked: Sequence[ConfigMeasurements], noise_rel: float) -> list[dict[str, Any]]:
+    """The recommendation's `importance` entry (what `evidence=True` adds) for its ranked
+    configs (`recommend_ranked`)."""
+    return knob_report([(g.first.params, g.median) for g in ranked], noise_rel)
 
 
 def _passed_over_for_memory(
     best: ConfigMeasurements,
     ranked: Sequence[ConfigMeasurements],
-    trials: Sequence[Trial],
+    keyed: Sequence[tuple[str, Trial]],
     room: dict[str, headroom_check.Check],
     options: StudyOptions,
 ) -> list[dict[str, Any]]:
     """Faster configs that are not recommended for memory: measured tight (less than the
     headroom free), or failed their headroom check. At most three, fastest first."""
     eligible = {g.key for g in ranked}
+    # Only a config with a measurement above the winner's median can have a median above it.
+    faster = {key for key, t in keyed if (t.objective_value or 0.0) > best.median}
     out: list[dict[str, Any]] = []
-    for g in group_measurements(trials):
+    for g in _ranked([(key, t) for key, t in keyed if key in faster]):
         if g.median <= best.median:
             continue
         if g.key not in eligible:
-            worst = max(g.results, key=lambda r: headroom.violation(r, options))
-            if headroom.violation(worst, options) <= 0:
+            # The memory columns, not the results: there may be many such configs.
+            records = [r for t in g.trials if (r := memory_record(t)) is not None]
+            worst = max(records, key=lambda r: headroom.violation(r, options), default=None)
+            if worst is None or headroom.violation(worst, options) <= 0:
                 continue  # excluded for another reason (the max_mem_gib ceiling)
             need = headroom.need_gib(worst)
             free = headroom.free_rel(need, worst.memory_limit_gib)

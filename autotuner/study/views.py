@@ -9,13 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import inspect as sa_inspect
-
 from autotuner.options import StudyOptions
 from autotuner.search import headroom
-from autotuner.spec import TrialResult
 from autotuner.storage.models import Study, Trial, TrialState
-from autotuner.study.batch import global_batch_tokens
+from autotuner.study.batch import of_trial
+from autotuner.study.columns import memory_record
 
 
 def _iso(value: Any) -> str | None:
@@ -26,16 +24,12 @@ def trial_view(
     t: Trial, *, full: bool = False, options: StudyOptions | None = None
 ) -> dict[str, Any]:
     """A trial as lists show it, from its columns (the config and result JSON are read for
-    `full`, one trial's page, and where a list loaded them). With its study's `options`, and its
-    result loaded, whether it is `tight` (less than the memory headroom free:
-    search/headroom.py), which keeps it from being recommended."""
-    unloaded = sa_inspect(t).unloaded
-    result = (t.result or {}) if "result" not in unloaded else {}
-    config = t.config if "config" not in unloaded else None
-    record = TrialResult.model_construct(**result) if result else None  # read, not validated
+    `full`, one trial's page). With its study's `options`, whether it is `tight` (less than the
+    memory headroom free: search/headroom.py), which keeps it from being recommended."""
+    record = memory_record(t)
     need = headroom.need_gib(record) if record else None
-    limit = result.get("memory_limit_gib")
-    on_gpu = result.get("memory_kind") == "cuda"
+    limit = record.memory_limit_gib if record is not None else None
+    on_gpu = record is not None and record.memory_kind == "cuda"
     out: dict[str, Any] = {
         "number": t.number,
         "state": t.state,
@@ -51,7 +45,7 @@ def trial_view(
         "peak_mem_gib": t.peak_mem_gib,
         "compile_s": t.compile_s,
         "wall_s": t.wall_s,
-        "global_batch_tokens": global_batch_tokens(config, result),
+        "global_batch_tokens": of_trial(t),
         "memory_free_rel": headroom.free_rel(need, limit) if on_gpu else None,
         "tight": bool(
             options is not None

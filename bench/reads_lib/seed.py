@@ -30,7 +30,7 @@ from autotuner.spec import (
     TrialStatus,
     canonical_params,
 )
-from autotuner.storage.models import StudyStatus, Trial, TrialState
+from autotuner.storage.models import StudyStatus, Trial, TrialState, global_batch_tokens
 from autotuner.storage.session import Database
 from autotuner.study.coordinator import create_study
 from autotuner.study.live import store_live_best
@@ -51,7 +51,7 @@ SPEED = {"bf16": 1.8, "fp16": 1.75, "fp8-tensorwise": 2.3, "fp8-rowwise": 2.2, "
 BATCH = 500  # rows per INSERT
 
 
-def _result(params: dict[str, Any], rng: random.Random) -> TrialResult:
+def _result(params: dict[str, Any], config: TrialConfig, rng: random.Random) -> TrialResult:
     """What a config measures in the synthetic landscape."""
     mb = int(params["micro_batch_size"])
     precision = params["precision"]
@@ -78,7 +78,7 @@ def _result(params: dict[str, Any], rng: random.Random) -> TrialResult:
         tokens_per_s_max=repeats[-1],
         tokens_per_s_per_gpu=tps,
         repeat_tokens_per_s=repeats,
-        tokens_per_step=mb * 1024 * int(params.get("grad_accum", 1)),  # held: not searched
+        tokens_per_step=mb * config.knobs.grad_accum * config.model.seq_len,
         steps_per_repeat=10,
         step_time_s=mb * 1024 / tps,
         mfu=tps * 6 * 124e6 / (989e12 * (2 if precision.startswith("fp8") else 1)),
@@ -126,6 +126,7 @@ def _row(
     """One finished trial row, with the columns the coordinator's finish writes."""
     from autotuner.storage.trial_repo import finished_columns
 
+    stored = config.model_dump(mode="json")
     row: dict[str, Any] = {
         "study_id": study_id,
         "number": number,
@@ -133,7 +134,9 @@ def _row(
         "attempt": 1,
         "retry_of": None,
         "params": params,
-        "config": config.model_dump(mode="json"),
+        "config": stored,
+        # Bulk inserts skip the model's validator: the column the config sets.
+        "global_batch_tokens": global_batch_tokens(stored),
         "worker": f"gpu-node-{number % 8}:{4000 + number}",
         "retried": False,
         "created_at": start,
@@ -152,7 +155,7 @@ def _row(
         result = TrialResult.failure(FailureClass.TIMEOUT, "no result within 900 s")
         row.update(finished_columns(TrialState.FAILED, result=result))
     else:
-        result = _result(params, rng)
+        result = _result(params, config, rng)
         ok = result.status == TrialStatus.OK
         state = TrialState.COMPLETE if ok else TrialState.INFEASIBLE
         row.update(finished_columns(state, result=result, objective_value=result.tokens_per_s))
@@ -178,8 +181,11 @@ def seed_study(
 ) -> str:
     """One study of `trials` finished trials (+ `running` still running), status running when
     some run, else completed; its live recommendation stored as the coordinator stores it."""
-    space = load_space("single-gpu")
     model = ModelSpec.resolve({"preset": "gpt2-124m"})
+    # The global batch held as the coordinator holds it when the study starts (the expert
+    # default's micro-batch, 64 here, x 4 accumulation steps x seq_len): grad_accum follows.
+    held = 64 * 4 * model.seq_len
+    space = load_space("single-gpu").model_copy(update={"global_batch_tokens": held})
     study_id = create_study(db, model=model, space=space, name=name, max_trials=trials + running)
     knobs_cache: dict[str, TrialConfig] = {}
     start = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)

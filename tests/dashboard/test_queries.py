@@ -14,12 +14,14 @@ from fastapi.testclient import TestClient
 from sqlalchemy import event
 
 from autotuner.search.space import parse_space
-from autotuner.spec import ModelSpec
+from autotuner.spec import FailureClass, ModelSpec, TrialResult
+from autotuner.storage.models import TrialState
 from autotuner.storage.repository import TrialRepo
 from autotuner.storage.session import Database
 from autotuner.study import operations
 from autotuner.study.coordinator import create_study
 from tests.dashboard.conftest import KNOBS, make_app
+from tests.fakes import measured
 
 pytestmark = pytest.mark.postgres
 
@@ -75,3 +77,121 @@ def test_studies_list_runs_a_constant_number_of_statements(pg_url: str) -> None:
     assert len(client.get("/?format=json").json()["studies"]) == 30
     assert one == thirty, f"statements for 1 study: {one}, for 30: {thirty}"
     assert max(thirty.values()) <= 3, thirty
+
+
+# --------------------------------------------------------------------------- one big study
+
+LIMIT_GIB = 80.0
+
+
+def _study_of(db: Database, n: int) -> str:
+    """A study of `n` trials shaped like a long real one: a seed, distinct search configs (a
+    tenth out of memory, some pruned, some tight, two global batches, loader data with the
+    winner waiting for its batches), two re-measurements of the top two, and the winner's
+    headroom check. Each trial is written as the coordinator writes it (TrialRepo)."""
+    space = parse_space({"name": "count", "knobs": KNOBS})
+    study_id = create_study(
+        db, model=ModelSpec.resolve({"preset": "tiny"}), space=space, max_trials=n + 8
+    )
+
+    def config(mb: int, workers: int) -> dict[str, object]:
+        knobs = {"micro_batch_size": mb, "grad_accum": 1 + mb % 2, "loader_workers": workers}
+        return {"knobs": knobs, "model": {"seq_len": 64}, "num_gpus": 1}
+
+    def result(mb: int, *, check: bool = False) -> object:
+        tps = 1000.0 + mb + (500.0 if mb == 3 else 0.0)  # mb 3 wins, mb 2 is the runner-up
+        need = 0.97 if mb == n - 1 else 0.5  # the fastest search config of all is tight
+        extra = {"peak_mem_with_eval_ckpt_gib": 41.0} if check else {}
+        return measured(
+            tps + (2000.0 if mb == n - 1 else 0.0),
+            peak_mem_gib=LIMIT_GIB * need * 0.9,
+            peak_reserved_gib=LIMIT_GIB * need - 0.6,
+            memory_kind="cuda",
+            memory_limit_gib=LIMIT_GIB,
+            tokens_per_step=64 * mb * (1 + mb % 2),
+            input_wait_share=0.3 if mb == 3 else 0.01 * (mb % 5),
+            **extra,
+        )
+
+    with db.session() as s:
+        repo = TrialRepo(s)
+        plan = [(mb, "seed" if mb == 1 else "search") for mb in range(1, n)]
+        plan += [(3, "remeasure"), (2, "remeasure"), (3, "remeasure"), (2, "remeasure")]
+        plan += [(3, "headroom")]
+        for mb, purpose in plan:
+            params = {"micro_batch_size": mb, "loader_workers": 2 + mb % 3}
+            cfg = config(mb, 2 + mb % 3)
+            if purpose == "search" and mb % 7 == 0:
+                repo.create_pruned(
+                    study_id, params=params, config=cfg, error_class="oom", error_message="p"
+                )
+                continue
+            t = repo.create_running(study_id, params=params, config=cfg, purpose=purpose)
+            if purpose == "search" and mb % 10 == 0:
+                oom = TrialResult.failure(FailureClass.OOM, "CUDA out of memory", wall_s=1.0)
+                repo.finish(t, TrialState.INFEASIBLE, result=oom)
+                continue
+            r = result(mb, check=purpose == "headroom")
+            repo.finish(t, TrialState.COMPLETE, result=r, objective_value=r.tokens_per_s)
+    return study_id
+
+
+def test_a_studys_reads_run_a_constant_number_of_statements(pg_url: str) -> None:
+    """The recommendation (live and stored), /best, a trial page, the study page and its poll
+    cost the same statements for a study of 50 trials as for one of 500: nothing is read
+    row by row (a deferred config or result read per trial was one SELECT each)."""
+    from autotuner.options import StudyOptions
+    from autotuner.search.objective import Objective
+    from autotuner.storage.models import StudyStatus
+    from autotuner.study.lifecycle import StudyLease
+    from autotuner.study.live import live_best, store_live_best
+
+    db = Database(pg_url)
+    client = TestClient(make_app(db))
+
+    def count(study_id: str) -> dict[str, int]:
+        reads: dict[str, Callable[[], object]] = {
+            "live recommendation": lambda: live_best(db, study_id, Objective.TOKENS_PER_S),
+            "store it": lambda: store_live_best(db, study_id, Objective.TOKENS_PER_S),
+            "best": lambda: operations.get_best(db, study_id),
+            "trial page": lambda: operations.list_trials(db, study_id, after=-1, limit=500),
+            "study page": lambda: client.get(f"/studies/{study_id}").raise_for_status(),
+            "study page json": lambda: client.get(
+                f"/studies/{study_id}?format=json"
+            ).raise_for_status(),
+            # Last: the study is over after it. Its evidence is computed from the rows read.
+            "end of study": lambda: lease.finish(
+                StudyStatus.COMPLETED,
+                objective=Objective.TOKENS_PER_S,
+                options=StudyOptions(),
+                evidence=lambda trials: {"rows": len(trials)},
+            ),
+        }
+        lease = StudyLease(
+            db, study_id, "counter", ttl_s=60, heartbeat_interval_s=5, on_event=print
+        )
+        lease.take()
+        out = {}
+        for name, read in reads.items():
+            with _counting(db) as statements:
+                read()
+            out[name] = len(statements)
+        return out
+
+    small, big = _study_of(db, 50), _study_of(db, 500)
+    rec = live_best(db, big, Objective.TOKENS_PER_S)
+    # Every entry that reads per-trial data ran: the global batches differ, the winner waits
+    # for its batches and another loader setting waited less, a faster config is tight.
+    assert rec is not None and rec["params"]["micro_batch_size"] == 3
+    assert not rec["global_batch"]["same_for_all"]
+    assert rec["input_pipeline"]["bottleneck"] and rec["input_pipeline"]["fix"] is not None
+    assert [p["why"] for p in rec["headroom"]["passed_over"]] == [
+        "leaves 3.0% free, less than the 10% headroom"
+    ]
+    assert rec["headroom"]["check"]["state"] == "passed"
+    fifty, five_hundred = count(small), count(big)
+    assert fifty == five_hundred, f"50 trials: {fifty}; 500 trials: {five_hundred}"
+    assert max(five_hundred.values()) <= 10, str(five_hundred)
+    final = operations.get_best(db, big)["best"]
+    assert final["trial_number"] == rec["trial_number"] and "importance" in final
+    assert final["rows"] == 504 and final["global_batch"] == rec["global_batch"]

@@ -164,3 +164,83 @@ def test_0002_backfills_the_list_columns_from_the_result_json(empty_url: str) ->
         (2, None, None, None),  # no result
     ]
     assert _diff(empty_url) == []
+
+
+def test_0003_backfills_the_global_batch_and_the_memory_columns(empty_url: str) -> None:
+    """Trials written before 0003 get their global batch (the worker's count, else from the
+    config), their memory record and their input wait from their JSON."""
+    import datetime as dt
+    import json
+
+    from sqlalchemy import text
+
+    config = alembic_config(empty_url)
+    command.upgrade(config, "0002")
+    now = dt.datetime.now(dt.UTC)
+    run = {
+        "knobs": {"micro_batch_size": 8, "grad_accum": 4},
+        "model": {"seq_len": 512},
+        "num_gpus": 2,
+    }
+    result = {
+        "status": "ok",
+        "tokens_per_s": 100.0,
+        "tokens_per_step": 65536,
+        "peak_mem_gib": 40.0,
+        "peak_reserved_gib": 44.5,
+        "peak_mem_with_eval_ckpt_gib": 41,
+        "peak_reserved_with_eval_ckpt_gib": 46.0,
+        "memory_kind": "cuda",
+        "memory_limit_gib": 79.6,
+        "input_wait_share": 0.25,
+    }
+    no_count = {"status": "failed", "failure_class": "oom", "memory_kind": 3, "peak_mem_gib": "x"}
+    rows = [
+        (run, result),  # the worker's count wins over the config's (32,768)
+        (run, no_count),  # from the config: 8 x 4 x 2 GPUs x 512; nothing else is a number
+        ({"knobs": {}, "model": {"seq_len": 128}}, None),  # defaults: 1 x 1 x 1 x 128
+        ({}, None),  # no config: unknown
+    ]
+    engine = create_engine(normalize_url(empty_url), poolclass=NullPool)
+    try:
+        with engine.begin() as c:
+            c.execute(
+                text(
+                    "INSERT INTO studies (id, name, status, model_spec, space, objective, "
+                    "gpus_per_trial, sampler, seed, options, created_at) VALUES ('st-1', 's', "
+                    "'running', '{}', '{}', 'tokens_per_s', 1, 'tpe', 0, '{}', :now)"
+                ),
+                {"now": now},
+            )
+            for number, (stored_config, stored) in enumerate(rows):
+                c.execute(
+                    text(
+                        "INSERT INTO trials (study_id, number, state, purpose, attempt, params, "
+                        "config, result, created_at, retried) VALUES ('st-1', :n, 'complete', "
+                        "'search', 1, '{}', :config, :result, :now, false)"
+                    ),
+                    {
+                        "n": number,
+                        "config": json.dumps(stored_config),
+                        "result": json.dumps(stored) if stored else None,
+                        "now": now,
+                    },
+                )
+        command.upgrade(config, "head")
+        with engine.connect() as c:
+            got = c.execute(
+                text(
+                    "SELECT global_batch_tokens, peak_reserved_gib, peak_mem_with_eval_ckpt_gib, "
+                    "peak_reserved_with_eval_ckpt_gib, memory_kind, memory_limit_gib, "
+                    "input_wait_share FROM trials ORDER BY number"
+                )
+            ).all()
+    finally:
+        engine.dispose()
+    assert [tuple(r) for r in got] == [
+        (65536, 44.5, 41.0, 46.0, "cuda", 79.6, 0.25),
+        (32768, None, None, None, None, None, None),
+        (128, None, None, None, None, None, None),
+        (None, None, None, None, None, None, None),
+    ]
+    assert _diff(empty_url) == []
