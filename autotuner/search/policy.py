@@ -174,21 +174,23 @@ class SearchPolicy:
         result: TrialResult | None,
         purpose: str,
         knobs: Knobs | None = None,
+        *,
+        fit: bool = True,
     ) -> None:
         """Learn from a finished trial (live, or replayed from the database on restart); its
         knobs as it ran them when known (a stored trial's config), else rebuilt from params."""
         if result is None or "predicted" in result.notes:
             return
         if purpose == PROXY:
-            self._observe_proxy(params, result)
+            self._observe_proxy(params, result, fit=fit)
             return
         if purpose in END_CHECKS:  # one GPU, or a parity run: nothing about the search's configs
             self.progress.observe(params, result, purpose)
             return
         knobs = knobs or self.knobs(params)
         self._kinds_seen.add(_kind(knobs))
-        self.cost.observe(knobs, result)
-        self.throughput.observe(knobs, result)
+        self.cost.observe(knobs, result, fit=fit)
+        self.throughput.observe(knobs, result, fit=fit)
         if self.proposer is not None:
             self.proposer.costs.observe(knobs, result)
         over_ceiling = memory_violation(result, self.options) > 0
@@ -199,7 +201,7 @@ class SearchPolicy:
         self.screening.learn(number, params, knobs, result)
         self.progress.observe(params, result, purpose)
 
-    def _observe_proxy(self, params: Params, result: TrialResult) -> None:
+    def _observe_proxy(self, params: Params, result: TrialResult, *, fit: bool = True) -> None:
         """A proxy teaches the throughput and memory models, with its own (shallower) model's
         terms; it is no candidate and says nothing about the search's progress."""
         proxy = self.proxy_model()
@@ -207,15 +209,21 @@ class SearchPolicy:
             return
         knobs = self.space.knobs_for(params, proxy, self.gpus)
         self._kinds_seen.add(_kind(knobs))
-        self.cost.observe(knobs, result, model=proxy)
-        self.throughput.observe(knobs, result, model=proxy)
+        self.cost.observe(knobs, result, model=proxy, fit=fit)
+        self.throughput.observe(knobs, result, model=proxy, fit=fit)
 
-    def observe_row(self, t: Trial) -> None:
-        """`observe` for a trial row read back from the database."""
+    def observe_row(self, t: Trial, *, fit: bool = True) -> None:
+        """`observe` for a trial row read back from the database; fit=False only records it
+        (a restart replays every row, then calls `refit` once)."""
         if t.state == TrialState.PRUNED or not t.result:
             return
         result = TrialResult.model_validate(t.result)
-        self.observe(t.number, t.params, result, t.purpose, t.knobs)
+        self.observe(t.number, t.params, result, t.purpose, t.knobs, fit=fit)
+
+    def refit(self) -> None:
+        """Fit the memory and throughput models to everything recorded so far."""
+        self.cost.calibration.refit()
+        self.throughput.refit()
 
     def observation(self, t: Trial) -> Observation | None:
         """What the sampler is told about a recorded trial (rebuilding after a restart)."""

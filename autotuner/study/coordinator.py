@@ -105,6 +105,9 @@ class StudyRunner:
         self.trials = TrialBook(db, study_id, executor, self.on_event, owner=self.owner)
         self.retry_queue: list[tuple[Params, int]] = []  # (params, number retried)
         self.measured: dict[str, Observation] = {}  # canonical params -> what it gave
+        # Every candidate config ever dispatched, failed ones too: the throughput model must
+        # not propose again a config whose trial (and its retry) failed.
+        self.attempted: set[str] = set()
         self.done = False
         self._idle_proposals = 0
         self._exhausted = False
@@ -184,6 +187,7 @@ class StudyRunner:
             replay(self.optuna, self.space, past.observations)
         self.launched = past.launched
         self.measured.update(past.measured)
+        self.attempted |= past.attempted
         self.retry_queue.extend(past.retries)
         if not trials:
             # The expert default first, so the study starts from a good config; then earlier
@@ -276,6 +280,12 @@ class StudyRunner:
                 tell(self.optuna, ask, self.measured[key])  # a repeat: no GPU time spent
                 self._idle_proposals += 1
                 continue
+            if retry_of is None and key in self.attempted:
+                # Run before and failed (its one retry is the retry queue's), or running now:
+                # samplers ignore failed trials and would propose it again and again.
+                self.optuna.tell(ask, state=OptunaState.FAIL)
+                self._idle_proposals += 1
+                continue
             prune = self._screen_proposal(params, knobs) if retry_of is None else None
             if prune is not None:
                 self._record_pruned(ask, params, knobs, prune)
@@ -311,8 +321,7 @@ class StudyRunner:
             deepcopy=False, states=(OptunaState.WAITING,)
         ):
             return False
-        taken = set(self.measured) | {canonical_params(f.params) for f in self.in_flight.values()}
-        params = self.policy.suggest(taken)
+        params = self.policy.suggest(self._taken())
         proxy = self.policy.proxy_for(params) if params is not None else None
         if params is None or proxy is None:
             return False
@@ -325,10 +334,14 @@ class StudyRunner:
         (Optuna still records and learns from it; with none, the sampler proposes)."""
         if self.optuna.get_trials(deepcopy=False, states=(OptunaState.WAITING,)):
             return
-        taken = set(self.measured) | {canonical_params(f.params) for f in self.in_flight.values()}
-        params = self.policy.suggest(taken)
+        params = self.policy.suggest(self._taken())
         if params is not None:
             self.optuna.enqueue_trial(params, skip_if_exists=False)
+
+    def _taken(self) -> set[str]:
+        """Configs the throughput model must not propose: measured, pruned, failed or running."""
+        running = {canonical_params(f.params) for f in self.in_flight.values()}
+        return set(self.measured) | self.attempted | running
 
     def _screen_proposal(self, params: Params, knobs: Knobs) -> Prune | None:
         prune = self._screen(params, knobs) if self._screen is not None else None
@@ -380,6 +393,8 @@ class StudyRunner:
         )
         if retry_of is None:
             self.launched += 1
+        if purpose not in END_CHECKS:
+            self.attempted.add(canonical_params(params))
         kind = "retry" if retry_of is not None else "launched"
         self.on_event(Event(kind, flight.number, params, TrialState.RUNNING))
 

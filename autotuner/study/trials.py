@@ -166,14 +166,17 @@ class History:
     observations: list[Observation]  # for the sampler, in trial order
     measured: dict[str, Observation]  # canonical params -> what it gave (pruned excluded)
     retries: list[tuple[dict[str, Any], int]]  # (params, number retried) still owed a retry
+    attempted: set[str]  # canonical params of every candidate trial ever run (failed too)
 
 
 def history(trials: list[Trial], policy: SearchPolicy) -> History:
     """Feed each row to the policy and collect what the coordinator rebuilds from them."""
     launched = sum(1 for t in trials if t.state != TrialState.PRUNED and t.retry_of is None)
-    past = History(launched, [], {}, [])
+    past = History(launched, [], {}, [], set())
     for t in trials:
-        policy.observe_row(t)
+        policy.observe_row(t, fit=False)  # one refit after the last row, not one per row
+        if t.purpose not in END_CHECKS:
+            past.attempted.add(canonical_params(t.params))
         obs = policy.observation(t)
         if obs is None:
             continue
@@ -183,6 +186,7 @@ def history(trials: list[Trial], policy: SearchPolicy) -> History:
         failed = t.state in (TrialState.FAILED, TrialState.LOST)
         if failed and retried_once(t.purpose, t.attempt) and not t.retried:
             past.retries.append((t.params, t.number))
+    policy.refit()
     return past
 
 

@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 
 from autotuner.executors.base import Target
+from autotuner.executors.replay import Landscape
 from autotuner.options import StudyOptions
 from autotuner.search.costmodel import CostModel
 from autotuner.search.costmodel.throughput import ThroughputModel
 from autotuner.search.proposer import Proposer
 from autotuner.search.space import parse_space
 from autotuner.spec import FailureClass, Knobs, TrialResult, canonical_params
-from tests.search.conftest import GPT2, H200
+from tests.search.conftest import GPT2, H200, gpt2_landscape
 
 RECORDING = Path(__file__).parents[2] / "bench/results/landscape_gpt2_124m_h200.json"
 REAL_H200 = Target("cuda", 1, "NVIDIA H200", (9, 0), 139.8)
@@ -191,3 +192,25 @@ def test_proxy_trials_teach_the_model_on_a_shallower_model_and_are_never_recomme
 def test_no_proxy_for_a_model_not_deeper_than_twice_the_proxy(run_study, db) -> None:
     _, _, trials, _ = run_study(db, trials=8, options={"proxy_layers": 7})  # GPT-2 has 12
     assert not [t for t in trials if t.purpose == "proxy"]
+
+
+def test_a_config_whose_trial_failed_is_not_proposed_again(run_study, db) -> None:
+    """The throughput model keeps predicting the fastest config; if its trial (and the one
+    retry) failed for the infrastructure, it must not be proposed again and again (a replayed
+    study once proposed a timed-out config ten times)."""
+    landscape = gpt2_landscape()
+    fastest = max(
+        (e for e in landscape.entries if e[1].tokens_per_s), key=lambda e: e[1].tokens_per_s
+    )[0]
+    entries = [
+        (p, TrialResult.failure(FailureClass.INFRA, "worker node lost", wall_s=5.0))
+        if p == fastest
+        else (p, r)
+        for p, r in landscape.entries
+    ]
+    _, _, trials, _ = run_study(db, landscape=Landscape(entries), trials=20)
+    key = canonical_params(fastest)
+    runs = [t for t in trials if canonical_params(t.params) == key and t.state != "pruned"]
+    assert len(runs) <= 2, [
+        (t.number, t.purpose, t.state, t.retry_of, t.attempt) for t in runs
+    ]  # once, one retry
