@@ -11,7 +11,7 @@ import os
 import threading
 import time
 
-from autotuner.spec import Telemetry
+from autotuner.spec import Telemetry, TelemetrySeries
 
 GIB = 1024**3
 
@@ -75,13 +75,17 @@ class Sampler:
             k: [] for k in ("sm", "mem", "power", "clock", "temp", "used")
         }
         self._reasons = 0
+        # Every tick, aligned (None: not read at that tick), for the trial page's time series.
+        self._ticks: list[tuple[float, dict[str, float | None]]] = []
 
     def _sample(self) -> None:
         nvml, h = self._nvml, self._handle
+        tick: dict[str, float | None] = dict.fromkeys(self._samples)
         util = _try(nvml.nvmlDeviceGetUtilizationRates, h)
         if util is not None:
             self._samples["sm"].append(util.gpu)
             self._samples["mem"].append(util.memory)
+            tick["sm"], tick["mem"] = util.gpu, util.memory
         for key, value in (
             ("power", _try(nvml.nvmlDeviceGetPowerUsage, h)),  # mW
             ("clock", _try(nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM)),
@@ -89,9 +93,12 @@ class Sampler:
         ):
             if value is not None:
                 self._samples[key].append(value)
+                tick[key] = value
         mem = _try(nvml.nvmlDeviceGetMemoryInfo, h)
         if mem is not None:
             self._samples["used"].append(mem.used)
+            tick["used"] = mem.used
+        self._ticks.append((time.perf_counter() - self._t0, tick))
         get_reasons = (
             getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
             or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
@@ -139,6 +146,7 @@ class Sampler:
             temperature_max_c=max(s["temp"]) if s["temp"] else None,
             throttle_reasons=sorted(n for bit, n in names.items() if self._reasons & bit),
             nvml_used_gib=max(s["used"]) / GIB if s["used"] else None,
+            series=_series(self._ticks),
         )
 
 
@@ -149,3 +157,31 @@ def idle_share(result: Telemetry | None) -> float | None:
     if result is None or result.sm_util_mean_pct is None:
         return None
     return min(1.0, max(0.0, 1.0 - result.sm_util_mean_pct / 100.0))
+
+
+MAX_SERIES_POINTS = 600  # enough for a chart; a 10 Hz sampler over a long trial is thinned
+
+
+def _series(ticks: list[tuple[float, dict[str, float | None]]]) -> TelemetrySeries | None:
+    """The ticks as aligned lists in the units the summary uses (W, MHz, GiB), every k-th
+    tick kept beyond MAX_SERIES_POINTS; a metric never read stays an empty list."""
+    if not ticks:
+        return None
+    step = -(-len(ticks) // MAX_SERIES_POINTS)
+    kept = ticks[::step]
+
+    def column(key: str, scale: float = 1.0) -> list[float | None]:
+        values = [tick[key] for _, tick in kept]
+        if all(v is None for v in values):
+            return []
+        return [None if v is None else round(v * scale, 3) for v in values]
+
+    return TelemetrySeries(
+        t_s=[round(t, 3) for t, _ in kept],
+        sm_util_pct=column("sm"),
+        mem_util_pct=column("mem"),
+        power_w=column("power", 1e-3),  # NVML reports mW
+        sm_clock_mhz=column("clock"),
+        temperature_c=column("temp"),
+        mem_used_gib=column("used", 1.0 / GIB),
+    )
