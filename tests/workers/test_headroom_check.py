@@ -54,7 +54,7 @@ def test_eval_runs_without_autograd_in_eval_mode_and_saves_a_loadable_state() ->
     cpu = torch.device("cpu")
     model = build_model(config.model, config.knobs)
     optimizer = build_optimizer(model, config.knobs.optimizer)
-    batches = make_batches(config.knobs, config.model.vocab_size, config.model.seq_len, cpu, 0)
+    batches = make_batches(config.knobs, config.measure, config.model, cpu, 0)
     seen: list[tuple[bool, bool]] = []
     model.register_forward_hook(lambda m, i, o: seen.append((m.training, torch.is_grad_enabled())))
     step = TrainStep(
