@@ -121,8 +121,12 @@ def group_measurements(
     return _ranked(keyed)
 
 
-def _candidates(trials: Sequence[Trial]) -> list[tuple[str, Trial]]:
-    """The measured search trials, with their configs' keys, in one pass."""
+def _candidates(
+    trials: Sequence[Trial], *, stopped_early_too: bool = False
+) -> list[tuple[str, Trial]]:
+    """The measured search trials, with their configs' keys, in one pass; `stopped_early_too`:
+    with the trials that stopped after a repeat below the floor (the knob report's evidence:
+    their tokens/s is real, only never a candidate's)."""
     out = []
     for t in trials:
         if t.state != TrialState.COMPLETE or not t.objective_value:
@@ -131,7 +135,7 @@ def _candidates(trials: Sequence[Trial]) -> list[tuple[str, Trial]]:
             continue
         if t.purpose in END_CHECKS:
             continue  # one GPU (the scaling reference) or a parity run: not a candidate
-        if stopped_early(t):
+        if not stopped_early_too and stopped_early(t):
             continue  # its first repeat ran below the floor: not a full measurement
         out.append((canonical_params(t.params), t))
     return out
@@ -196,9 +200,9 @@ def recommend(
 def recommend_ranked(
     trials: Sequence[Trial], objective: Objective, *, options: StudyOptions | None = None
 ) -> tuple[dict[str, Any] | None, list[ConfigMeasurements]]:
-    """`recommend` without its evidence, and the ranked configs it read, from which
-    `knob_importance` computes the knob report (the coordinator computes it once the
-    transaction that read the trials is over)."""
+    """`recommend` without its evidence, and the measured configs (ranked; early-stopped ones
+    included), from which `knob_importance` computes the knob report (the coordinator
+    computes it once the transaction that read the trials is over)."""
     options = options or StudyOptions()
     keyed = _candidates(trials)
     ranked = _ranked([(key, t) for key, t in keyed if not _over_memory(t, options)])
@@ -261,7 +265,10 @@ def recommend_ranked(
         rec["scaling"] = scaling
     if (pipeline := input_pipeline_entry(best, ranked)) is not None:
         rec["input_pipeline"] = pipeline  # loader or file data: is the GPU waiting for it?
-    return rec, ranked
+    # The knob report reads every measured config, early-stopped ones too (a config far below
+    # the best is exactly what shows a knob matters).
+    evidence = _candidates(trials, stopped_early_too=True)
+    return rec, _ranked([(key, t) for key, t in evidence if not _over_memory(t, options)])
 
 
 def knob_importance(ranked: Sequence[ConfigMeasurements], noise_rel: float) -> list[dict[str, Any]]:
