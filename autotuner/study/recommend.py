@@ -364,6 +364,9 @@ def _vs_expert_default(
         text = f"{speedup:.2f}x the expert default (trial #0): within the noise (±{noise:.1%})"
     else:
         text = f"{speedup:.2f}x the expert default (trial #0, {expert.median:,.0f})"
+    ours, theirs = best.first.global_batch_tokens, expert.first.global_batch_tokens
+    if expert is not best and ours and theirs and ours != theirs:
+        text += f", at {ours / theirs:g}x its global batch: another training run"
     return {
         "trial_number": 0,
         "objective_value": expert.median,

@@ -155,6 +155,9 @@ def test_the_recommendation_says_how_much_faster_than_the_expert_default(run_stu
         rec["objective_value"] / entry["objective_value"], abs=1e-4
     )
     assert entry["speedup"] >= 1.0 and "expert default" in entry["text"]
+    winner = next(t for t in trials if t.number == rec["trial_number"])
+    if winner.global_batch_tokens != expert.global_batch_tokens:  # not held in this space
+        assert "another training run" in entry["text"], entry["text"]
 
 
 def test_without_an_expert_seed_there_is_no_comparison(run_study, db) -> None:
