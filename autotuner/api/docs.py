@@ -35,29 +35,31 @@ router = APIRouter(include_in_schema=False)
 
 @router.get("/docs")
 def swagger_ui(request: Request) -> HTMLResponse:
-    root = _root(request)
-    return HTMLResponse(
-        f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1.0">
-<title>{escape(request.app.title)} API</title>
-<link rel="stylesheet" href="{root}{ASSET_PREFIX}/swagger-ui.css">
-<link rel="icon" href="{root}{ASSET_PREFIX}/favicon.png">
-</head>
-<body>
-<div id="swagger-ui" data-openapi-url="{root}{escape(request.app.openapi_url or "")}"></div>
+    root, spec = _root(request), _spec_url(request)
+    return _page(
+        request,
+        head=f'<link rel="stylesheet" href="{root}{ASSET_PREFIX}/swagger-ui.css">\n',
+        body=f"""<div id="swagger-ui" data-openapi-url="{spec}"></div>
 <script src="{root}{ASSET_PREFIX}/swagger-ui-bundle.js"></script>
 <script src="{root}{ASSET_PREFIX}/swagger-init.js"></script>
-</body>
-</html>
-"""
+""",
     )
 
 
 @router.get("/redoc")
 def redoc(request: Request) -> HTMLResponse:
+    root, spec = _root(request), _spec_url(request)
+    return _page(
+        request,
+        head="",
+        body=f"""<redoc spec-url="{spec}"></redoc>
+<script src="{root}{ASSET_PREFIX}/redoc.standalone.js"></script>
+""",
+    )
+
+
+def _page(request: Request, *, head: str, body: str) -> HTMLResponse:
+    """The HTML shell both documentation pages share: title, icon, their own head and body."""
     root = _root(request)
     return HTMLResponse(
         f"""<!DOCTYPE html>
@@ -66,15 +68,17 @@ def redoc(request: Request) -> HTMLResponse:
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1.0">
 <title>{escape(request.app.title)} API</title>
-<link rel="icon" href="{root}{ASSET_PREFIX}/favicon.png">
+{head}<link rel="icon" href="{root}{ASSET_PREFIX}/favicon.png">
 </head>
 <body>
-<redoc spec-url="{root}{escape(request.app.openapi_url or "")}"></redoc>
-<script src="{root}{ASSET_PREFIX}/redoc.standalone.js"></script>
-</body>
+{body}</body>
 </html>
 """
     )
+
+
+def _spec_url(request: Request) -> str:
+    return _root(request) + escape(request.app.openapi_url or "")
 
 
 @router.get(ASSET_PREFIX + "/{name}")

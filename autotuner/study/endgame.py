@@ -13,6 +13,7 @@ runner (`coordinator.StudyRunner`), which `Runner` types by what they use of it,
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import optuna
@@ -104,17 +105,33 @@ def dispatch_reference(runner: Runner, params: Params) -> None:
     """The best config on one GPU (every multi-GPU knob at its default), for the
     recommendation's scaling efficiency: per-GPU rate at k GPUs / rate on one."""
     knobs = reference_knobs(runner.space.knobs_for(params, runner.model, runner.gpus_per_trial))
-    flight = runner.trials.dispatch(
-        None,
+    _dispatch_check(
+        runner,
         params,
+        "reference",
         lambda n: trial_config(
             runner.study_id, runner.model, runner.space, runner.target, 1, knobs, n
         ),
-        retry_of=None,
-        purpose="reference",
     )
+
+
+def _dispatch_check(
+    runner: Runner, params: Params, purpose: str, config_for: Callable[[int], TrialConfig]
+) -> None:
+    """Dispatch one end check (never told to the sampler) and count it as launched."""
+    flight = runner.trials.dispatch(None, params, config_for, retry_of=None, purpose=purpose)
     runner.launched += 1
     runner.on_event(Event("launched", flight.number, params, TrialState.RUNNING))
+
+
+def _with_measure(runner: Runner, knobs: Knobs, **measure: Any) -> Callable[[int], TrialConfig]:
+    """The study's trial config for these knobs, with `measure` settings changed."""
+
+    def config_for(number: int) -> TrialConfig:
+        config = runner._config(knobs, number)
+        return config.model_copy(update={"measure": config.measure.model_copy(update=measure)})
+
+    return config_for
 
 
 def _candidates(runner: Runner) -> tuple[list[Trial], list[ConfigMeasurements]]:
@@ -137,16 +154,8 @@ def launch_headroom(runner: Runner) -> bool:
     if group is None:
         return False
     knobs = candidate_knobs(group)
-
-    def config_for(number: int) -> TrialConfig:
-        config = runner._config(knobs, number)
-        measure = config.measure.model_copy(update={"headroom_check": True})
-        return config.model_copy(update={"measure": measure})
-
-    params = group.first.params
-    flight = runner.trials.dispatch(None, params, config_for, retry_of=None, purpose=HEADROOM_CHECK)
-    runner.launched += 1
-    runner.on_event(Event("launched", flight.number, params, TrialState.RUNNING))
+    config_for = _with_measure(runner, knobs, headroom_check=True)
+    _dispatch_check(runner, group.first.params, HEADROOM_CHECK, config_for)
     return True
 
 
@@ -167,16 +176,8 @@ def launch_parity(runner: Runner) -> bool:
         knobs = parity_reference_knobs(knobs, runner.target, runner.model) or knobs.model_copy(
             update={"precision": Precision.FP32}
         )
-
-    def config_for(number: int) -> TrialConfig:
-        config = runner._config(knobs, number)
-        measure = config.measure.model_copy(update={"parity_steps": PARITY_STEPS})
-        return config.model_copy(update={"measure": measure})
-
-    params = group.first.params
-    flight = runner.trials.dispatch(None, params, config_for, retry_of=None, purpose=purpose)
-    runner.launched += 1
-    runner.on_event(Event("launched", flight.number, params, TrialState.RUNNING))
+    config_for = _with_measure(runner, knobs, parity_steps=PARITY_STEPS)
+    _dispatch_check(runner, group.first.params, purpose, config_for)
     return True
 
 
