@@ -6,6 +6,9 @@ Two formats, never downloaded:
 - `hf`: a Hugging Face `datasets` directory written by `save_to_disk`, one sequence of token
   ids per row (column `input_ids` unless `column` says otherwise). Needs the `datasets`
   package; without it the error names the package.
+- `jsonl`: raw text, one JSON object per line (the document in `text_field`, default `text`),
+  tokenized on the fly by the worker's loader with a Hugging Face `tokenizer.json` (the
+  `tokenizers` package); the lines are indexed once (`line_offsets`), read by offset.
 
 `inspect` runs on the control side before a study is written (study/operations.py), so a
 missing file, a wrong dtype or a vocab mismatch is one clear error and not a failed trial per
@@ -15,7 +18,7 @@ worker machine). numpy and pyarrow only: no torch here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,23 +37,33 @@ class TokenData:
     """What `inspect` found: the format, the numpy dtype of a `bin` file, the token count."""
 
     path: Path
-    format: str  # "bin" | "hf"
+    format: str  # "bin" | "hf" | "jsonl"
     dtype: str | None  # "uint16" | "uint32" for bin
-    tokens: int
-    rows: int | None = None  # hf: sequences in the dataset
+    tokens: int | None  # None for jsonl: known only once tokenized, trial by trial
+    rows: int | None = None  # hf: sequences in the dataset; jsonl: documents (non-empty lines)
     max_id: int | None = None  # None when not scanned
+    offsets: Any = field(default=None, repr=False, compare=False)  # jsonl: line_offsets()
 
     def describe(self) -> str:
         if self.format == "bin":
             return f"{self.path} ({self.dtype} token file, {self.tokens:,} tokens)"
+        if self.format == "jsonl":
+            return f"{self.path} (JSON lines, {self.rows:,} documents, tokenized as read)"
         return f"{self.path} (datasets directory, {self.rows:,} rows, {self.tokens:,} tokens)"
 
 
+JSONL_SUFFIXES = (".jsonl", ".json")
+
+
 def data_format(data: DataFile) -> str:
-    """`bin` or `hf`: as given, or a directory is `hf` and a file `bin`."""
+    """`bin`, `hf` or `jsonl`: as given, or a directory is `hf`, a .jsonl/.json file `jsonl`
+    and any other file `bin`."""
     if data.format != "auto":
         return data.format
-    return "hf" if Path(data.path).is_dir() else "bin"
+    path = Path(data.path)
+    if path.is_dir():
+        return "hf"
+    return "jsonl" if path.suffix.lower() in JSONL_SUFFIXES else "bin"
 
 
 def bin_dtype(data: DataFile) -> str:
@@ -69,8 +82,11 @@ def inspect(data: DataFile, model: ModelSpec, *, scan_ids: bool = True) -> Token
             f"data {path}: no such file or directory; the path is read where the trials run, "
             "so it must exist there (and here, where it is checked before the study starts)"
         )
-    if data_format(data) == "bin":
+    fmt = data_format(data)
+    if fmt == "bin":
         found = _inspect_bin(path, bin_dtype(data), model.seq_len, scan_ids)
+    elif fmt == "jsonl":
+        found = _inspect_jsonl(path, data, model)  # the tokenizer bounds the ids: no scan
     else:
         found = _inspect_hf(path, data.column, scan_ids)
     if found.max_id is not None and found.max_id >= model.vocab_size:
@@ -178,3 +194,92 @@ def _inspect_hf(path: Path, column: str, scan_ids: bool) -> TokenData:
     return TokenData(
         path, "hf", None, int(pc.sum(lengths).as_py()), rows=len(dataset), max_id=max_id
     )
+
+
+def line_offsets(path: Path) -> Any:
+    """The byte offsets where the file's non-empty lines start and, last, the file's size:
+    document i is bytes [offsets[i], offsets[i+1]) (blank lines after it included: JSON
+    ignores the whitespace). One pass in 64 MiB chunks with numpy, so a multi-GB corpus is
+    indexed in seconds and held as 8 bytes a document."""
+    import numpy as np
+
+    size = path.stat().st_size
+    if size == 0:
+        return np.array([0], dtype=np.int64)
+    starts = [np.zeros(1, dtype=np.int64)]
+    with open(path, "rb") as f:
+        base = 0
+        while chunk := f.read(1 << 26):
+            newlines = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 0x0A)
+            starts.append(newlines.astype(np.int64) + base + 1)
+            base += len(chunk)
+    lines = np.concatenate(starts)
+    lines = lines[lines < size]  # a final newline starts no line
+    text = np.memmap(path, dtype=np.uint8, mode="r", shape=(size,))
+    documents = lines[text[lines] != 0x0A]  # a line that starts with its newline is empty
+    return np.append(documents, size)
+
+
+def load_tokenizer(path: Path) -> Any:
+    """The `tokenizers.Tokenizer` in a Hugging Face `tokenizer.json` (nothing downloaded)."""
+    try:
+        import tokenizers
+    except ImportError:
+        raise DataError(
+            f"tokenizer {path}: reading text data needs the `tokenizers` package here and on "
+            "the workers (pip install tokenizers), or tokenize the data first into a .bin file"
+        ) from None
+    if path.is_dir():
+        path = path / "tokenizer.json"
+    if not path.is_file():
+        raise DataError(
+            f"tokenizer {path}: no such file; give the tokenizer.json of a Hugging Face "
+            "tokenizer (e.g. the one save_pretrained writes) or its directory"
+        )
+    try:
+        return tokenizers.Tokenizer.from_file(str(path))
+    except Exception as exc:  # tokenizers raises its own Exception subclass for bad JSON
+        raise DataError(
+            f"tokenizer {path}: not a Hugging Face tokenizer.json ({exc}); give the file "
+            "save_pretrained writes (a fast tokenizer)"
+        ) from None
+
+
+def _inspect_jsonl(path: Path, data: DataFile, model: ModelSpec) -> TokenData:
+    import json
+
+    if path.is_dir():
+        raise DataError(f"data {path}: a directory; format jsonl reads one JSON-lines file")
+    if data.tokenizer is None:
+        raise DataError(
+            f"data {path}: raw text needs a tokenizer to read it with: set data.tokenizer, "
+            "the path of a Hugging Face tokenizer.json (or its directory)"
+        )
+    tokenizer = load_tokenizer(Path(data.tokenizer))
+    vocab = tokenizer.get_vocab_size(with_added_tokens=True)
+    if vocab > model.vocab_size:
+        raise DataError(
+            f"tokenizer {data.tokenizer}: {vocab:,} tokens, more than the model's vocab_size "
+            f"{model.vocab_size:,}; use this tokenizer's model (set vocab_size >= {vocab:,})"
+        )
+    offsets = line_offsets(path)
+    documents = len(offsets) - 1
+    if documents == 0:
+        raise DataError(f"data {path}: no documents (every line is empty)")
+    with open(path, "rb") as f:
+        f.seek(int(offsets[0]))
+        first = f.readline()
+    try:
+        record = json.loads(first)
+    except ValueError as exc:
+        raise DataError(
+            f"data {path}: the first document is not a JSON object ({exc}); format jsonl "
+            "reads one JSON object per line"
+        ) from None
+    if not isinstance(record, dict) or not isinstance(record.get(data.text_field), str):
+        fields = ", ".join(record) if isinstance(record, dict) else type(record).__name__
+        raise DataError(
+            f"data {path}: the first document has no text field {data.text_field!r} "
+            f"(found: {fields}); set data.text_field to the field that holds the text"
+        )
+    return TokenData(path, "jsonl", None, None, rows=documents, offsets=offsets)

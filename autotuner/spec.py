@@ -347,20 +347,28 @@ class DataFile(_Record):
     - format `hf`: a Hugging Face `datasets` directory written by `save_to_disk`, one sequence
       of token ids per row in `column`; a row longer than seq_len+1 is cut, a shorter one padded
       (padding is counted apart from real tokens: TrialResult.padding_share).
+    - format `jsonl`: raw text, one JSON object per line with the document in `text_field`,
+      tokenized on the fly in the loader by `tokenizer` (a Hugging Face `tokenizer.json`), as a
+      training script that tokenizes as it reads does; each document is one sequence, cut or
+      padded like an `hf` row. Tokenizing is where input pipelines most often starve a GPU.
     """
 
     path: str = Field(min_length=1, max_length=4096)
-    format: Literal["auto", "bin", "hf"] = "auto"  # auto: a directory is `hf`, a file `bin`
+    # auto: a directory is `hf`, a .jsonl/.json file `jsonl`, any other file `bin`
+    format: Literal["auto", "bin", "hf", "jsonl"] = "auto"
     dtype: Literal["auto", "uint16", "uint32"] = "auto"  # `bin` only
     column: str = Field(default="input_ids", min_length=1, max_length=200)  # `hf` only
+    text_field: str = Field(default="text", min_length=1, max_length=200)  # `jsonl` only
+    tokenizer: str | None = Field(default=None, min_length=1, max_length=4096)  # `jsonl` only
 
-    @field_validator("path")
+    @field_validator("path", "tokenizer")
     @classmethod
-    def _absolute(cls, value: str) -> str:
-        if not value.startswith("/"):
+    def _absolute(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
             raise ValueError(
                 f"{value!r} is relative; give an absolute path (it is opened on the worker "
-                "machine, whose working directory is not yours; `--data` resolves it for you)"
+                "machine, whose working directory is not yours; `--data` and `--tokenizer` "
+                "resolve it for you)"
             )
         return value
 

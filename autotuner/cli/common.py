@@ -131,22 +131,40 @@ DataOption = Annotated[
     str | None,
     typer.Option(
         "--data",
-        help="Measure on your own tokens, read through the real DataLoader with the loader "
-        "knobs: a nanoGPT-style .bin token file (uint16; uint32 when its name says uint32) or "
-        "a Hugging Face datasets directory saved with save_to_disk (column input_ids). Nothing "
-        "is downloaded. The path is read on the worker machines (and checked here first): it "
+        help="Measure on your own data, read through the real DataLoader with the loader "
+        "knobs: a nanoGPT-style .bin token file (uint16; uint32 when its name says uint32), "
+        "a Hugging Face datasets directory saved with save_to_disk (column input_ids), or a "
+        ".jsonl text file (field text) tokenized as it is read, with --tokenizer. Nothing is "
+        "downloaded. The path is read on the worker machines (and checked here first): it "
         "must exist there too. Default: synthetic tokens.",
+        show_default=False,
+    ),
+]
+TokenizerOption = Annotated[
+    str | None,
+    typer.Option(
+        "--tokenizer",
+        help="The Hugging Face tokenizer.json (or its directory) that tokenizes a .jsonl --data "
+        "file in the loader, where a training script that reads raw text spends its input "
+        "time. Read on the worker machines, like --data.",
         show_default=False,
     ),
 ]
 
 
-def data_request(path: str | None) -> dict[str, str] | None:
-    """--data as the request's `data` field: an absolute path (the workers' working directory
-    is not this shell's)."""
+def data_request(path: str | None, tokenizer: str | None = None) -> dict[str, str] | None:
+    """--data (and --tokenizer) as the request's `data` field: absolute paths (the workers'
+    working directory is not this shell's)."""
     from pathlib import Path
 
-    return None if path is None else {"path": str(Path(path).expanduser().resolve())}
+    if path is None:
+        if tokenizer is not None:
+            raise typer.BadParameter("--tokenizer goes with a .jsonl --data file; give --data")
+        return None
+    request = {"path": str(Path(path).expanduser().resolve())}
+    if tokenizer is not None:
+        request["tokenizer"] = str(Path(tokenizer).expanduser().resolve())
+    return request
 
 
 DEFAULT_TRIALS = 20  # the budget when neither --trials nor --minutes is given
@@ -211,6 +229,7 @@ def as_flags(message: str) -> str:
     The same checks serve the API (options.x) and these commands (--x)."""
     message = re.sub(r"\bglobal_batch_tokens\b", "--global-batch", message)
     message = re.sub(r"\bdata\.path\b", "--data", message)
+    message = re.sub(r"\bdata\.tokenizer\b", "--tokenizer", message)
     # Only the option's name: "headroom" is also a word in messages.
     message = re.sub(r"(?:\boptions\.|^)headroom\b", "--headroom", message)
     message = re.sub(r"(?:\boptions\.)?\bproxy_layers\b", "--proxy-layers", message)

@@ -33,6 +33,7 @@ from autotuner.cli.common import (
     ServerOption,
     SpecArg,
     StudyArg,
+    TokenizerOption,
     TrialsOption,
     UsdOption,
     as_flags,
@@ -78,6 +79,7 @@ def submit(
     proxy_layers: ProxyLayersOption = None,
     global_batch: GlobalBatchOption = None,
     data: DataOption = None,
+    tokenizer: TokenizerOption = None,
     sampler: SamplerOption = "tpe",
     seed: SeedOption = 0,
     name: NameOption = None,
@@ -104,8 +106,8 @@ def submit(
         body["name"] = name
     if global_batch is not None:
         body["global_batch_tokens"] = global_batch
-    if data is not None:
-        body["data"] = data_request(data)
+    if data is not None or tokenizer is not None:
+        body["data"] = data_request(data, tokenizer)
     options = study_options(
         usd_per_gpu_hour=usd_per_gpu_hour,
         planned_tokens=planned_tokens,

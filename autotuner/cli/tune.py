@@ -25,6 +25,7 @@ from autotuner.cli.common import (
     SamplerOption,
     SeedOption,
     SpecArg,
+    TokenizerOption,
     TrialsOption,
     UsdOption,
     as_flags,
@@ -63,6 +64,7 @@ def tune(
     proxy_layers: ProxyLayersOption = None,
     global_batch: GlobalBatchOption = None,
     data: DataOption = None,
+    tokenizer: TokenizerOption = None,
     sampler: SamplerOption = "tpe",
     seed: SeedOption = 0,
     name: NameOption = None,
@@ -103,7 +105,7 @@ def tune(
         seed=seed,
         options={k: v for k, v in options.items() if v is not None},
         global_batch_tokens=global_batch,
-        data=data_request(data),
+        data=data_request(data, tokenizer),
     )
     if chosen is not None:
         _validated(request)

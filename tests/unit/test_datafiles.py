@@ -3,6 +3,8 @@ one error that says what to fix (missing file, wrong dtype, too short, ids past 
 
 from __future__ import annotations
 
+import itertools
+import json
 import sys
 from pathlib import Path
 
@@ -102,3 +104,51 @@ def test_without_the_datasets_package_the_error_names_it(
     monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` raises ImportError
     with pytest.raises(DataError, match=r"needs the `datasets` package .*pip install datasets"):
         inspect(DataFile(path=str(tmp_path / "ds")), TINY)
+
+
+# ----------------------------------------------------------------------------- raw text (jsonl)
+
+
+def test_a_jsonl_file_is_indexed_by_document_and_needs_its_tokenizer(tmp_path: Path) -> None:
+    from tests.textdata import documents, write_corpus
+
+    corpus, tokenizer = write_corpus(tmp_path)
+    found = inspect(DataFile(path=str(corpus), tokenizer=str(tokenizer)), TINY)
+    assert found.format == "jsonl" and found.rows == len(documents())  # the blank line skipped
+    assert found.tokens is None and "60 documents, tokenized as read" in found.describe()
+    # Each offset starts one document's JSON line.
+    raw = corpus.read_bytes()
+    bounds = [int(o) for o in found.offsets]
+    assert bounds[-1] == len(raw)
+    ids = [json.loads(raw[a:b])["id"] for a, b in itertools.pairwise(bounds)]
+    assert ids == list(range(len(documents())))
+
+    with pytest.raises(DataError, match="raw text needs a tokenizer to read it with: set data"):
+        inspect(DataFile(path=str(corpus)), TINY)
+    with pytest.raises(DataError, match=r"300 tokens, more than the model's vocab_size 256"):
+        inspect(
+            DataFile(path=str(corpus), tokenizer=str(tokenizer)),
+            ModelSpec.resolve({"preset": "tiny", "vocab_size": 256}),
+        )
+    with pytest.raises(DataError, match="no text field 'body' \\(found: id, text\\)"):
+        inspect(DataFile(path=str(corpus), tokenizer=str(tokenizer), text_field="body"), TINY)
+    not_json = tmp_path / "notes.jsonl"
+    not_json.write_text("plain text, not JSON\n")
+    with pytest.raises(DataError, match="the first document is not a JSON object"):
+        inspect(DataFile(path=str(not_json), tokenizer=str(tokenizer)), TINY)
+    bad_tokenizer = tmp_path / "bad.json"
+    bad_tokenizer.write_text("{}")
+    with pytest.raises(DataError, match=r"not a Hugging Face tokenizer\.json"):
+        inspect(DataFile(path=str(corpus), tokenizer=str(bad_tokenizer)), TINY)
+    with pytest.raises(DataError, match=r"tokenizer .*missing\.json: no such file"):
+        inspect(DataFile(path=str(corpus), tokenizer=str(tmp_path / "missing.json")), TINY)
+
+
+def test_line_offsets_skip_empty_lines_and_keep_an_unterminated_last_line(tmp_path: Path) -> None:
+    from autotuner.datafiles import line_offsets
+
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b'\n{"text": "a"}\n\n\n{"text": "b"}\n{"text": "c"}')
+    assert [int(o) for o in line_offsets(path)] == [1, 17, 31, 44]
+    path.write_bytes(b"")
+    assert [int(o) for o in line_offsets(path)] == [0]

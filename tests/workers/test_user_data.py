@@ -156,3 +156,45 @@ def test_synthetic_data_has_no_input_pipeline_to_diagnose() -> None:
     assert result.status == TrialStatus.OK and result.input_wait_share is None
     rec = recommend([_row(0, config, result)], Objective.TOKENS_PER_S)
     assert rec is not None and "input_pipeline" not in rec
+
+
+def test_raw_text_is_tokenized_in_the_loader_workers_and_its_padding_counted(
+    tmp_path: Path,
+) -> None:
+    """A JSON-lines corpus read with its tokenizer: each document is one sequence of its own
+    tokens (cut at seq_len+1 or padded), the same whether the training loop or forked loader
+    workers tokenize it, and the trial reports the padding apart from real tokens."""
+    from tokenizers import Tokenizer
+
+    from tests.textdata import documents, write_corpus
+
+    corpus, tokenizer_path = write_corpus(tmp_path)
+    data = {"path": str(corpus), "tokenizer": str(tokenizer_path)}
+    tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    expected = [tokenizer.encode(text).ids[:65] for text in documents()]  # seq_len 64, +1
+
+    for workers in (0, 2):
+        info: dict = {"notes": []}
+        config = make_config(measure=fast(data=data), loader_workers=workers, micro_batch_size=4)
+        build_step(config, CPU, info)
+        batches = info["_batches"]
+        try:
+            for _ in range(3):
+                x, y = batches.next()
+                assert x.shape == y.shape == (4, 64)
+                for row_x, row_y in zip(x.tolist(), y.tolist(), strict=True):
+                    real = [t for t in row_y if t != -100]
+                    # The row is one whole document's tokens: inputs, then the targets shifted.
+                    assert (row_x[: len(real)], real) in [(ids[:-1], ids[1:]) for ids in expected]
+        finally:
+            batches.close()
+
+    result = run_trial(make_config(measure=fast(data=data, steps_per_repeat=6), loader_workers=2))
+    assert result.status == TrialStatus.OK, result.error_message
+    # Rows are drawn at random: the padding share is near the corpus's mean.
+    mean_padding = sum(1 - (len(ids) - 1) / 64 for ids in expected) / len(expected)
+    assert result.padding_share == pytest.approx(mean_padding, abs=0.15)
+    assert result.input_wait_share is not None
+    assert tokens_counted_per_step(result) == pytest.approx(
+        result.tokens_per_step * (1 - result.padding_share)
+    )
