@@ -81,7 +81,16 @@ def input_pipeline_entry(best: Measured, ranked: Sequence[Measured]) -> dict[str
 
 def loader_settings(trial: Trial) -> dict[str, Any]:
     knobs = (trial.config or {}).get("knobs", {})
-    return {name: knobs[name] for name in LOADER_KNOBS if name in knobs}
+    return _effective({name: knobs[name] for name in LOADER_KNOBS if name in knobs})
+
+
+def _effective(settings: dict[str, Any]) -> dict[str, Any]:
+    """Without loader workers the training loop reads each batch itself: there is nothing to
+    prefetch, so prefetch_factor changes nothing (DataLoader ignores it) and is left out, and
+    two configs that differ only in it have the same loader."""
+    if settings.get("loader_workers") == 0:
+        return {k: v for k, v in settings.items() if k != "prefetch_factor"}
+    return settings
 
 
 def _best_fix(
@@ -90,19 +99,24 @@ def _best_fix(
     """The measured config with other loader settings that waited least (below `share`);
     of equal shares, the faster one. Read from columns (the shares) and params (the searched
     loader knobs: a fixed one is the same in every trial), not from every config's JSON."""
-    own = _searched_loader(best.first)
+    workers = loader_settings(best.first).get("loader_workers")
+    own = _searched_loader(best.first, workers)
     found = []
     for group in ranked:
         other = _median([measured(t, "input_wait_share") for t in group.trials])
         if group is best or other is None or other >= share:
             continue
-        if _searched_loader(group.first) != own:  # the same loader settings fix nothing
+        if _searched_loader(group.first, workers) != own:  # the same loader fixes nothing
             found.append((group, other))
     return min(found, key=lambda f: (f[1], -f[0].median), default=None)
 
 
-def _searched_loader(trial: Trial) -> dict[str, Any]:
-    return {name: trial.params[name] for name in LOADER_KNOBS if name in trial.params}
+def _searched_loader(trial: Trial, workers: Any) -> dict[str, Any]:
+    """The trial's searched loader knobs that take effect; `workers`: the recommended config's
+    loader_workers, the same in every trial when it is fixed rather than searched."""
+    params = {name: trial.params[name] for name in LOADER_KNOBS if name in trial.params}
+    effective = _effective({"loader_workers": workers, **params})
+    return {k: v for k, v in effective.items() if k in params}
 
 
 def _describe(settings: dict[str, Any]) -> str:

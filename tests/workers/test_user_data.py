@@ -198,3 +198,26 @@ def test_raw_text_is_tokenized_in_the_loader_workers_and_its_padding_counted(
     assert tokens_counted_per_step(result) == pytest.approx(
         result.tokens_per_step * (1 - result.padding_share)
     )
+
+
+def test_a_prefetch_factor_without_loader_workers_is_not_named_as_a_fix() -> None:
+    """With no loader workers DataLoader ignores prefetch_factor: a config that differs only
+    in it has the same loader, so its lower wait is noise, not a fix; workers are one."""
+    from tests.fakes import measured
+
+    data = fast(data_source="loader")
+    best = make_config(measure=data, loader_workers=0, prefetch_factor=2)
+    same_loader = make_config(measure=data, loader_workers=0, prefetch_factor=8)
+    workers = make_config(measure=data, loader_workers=4, prefetch_factor=8)
+    rows = [
+        _row(0, best, measured(5000.0, input_wait_share=0.34)),
+        _row(1, same_loader, measured(4500.0, input_wait_share=0.29)),
+    ]
+    rec = recommend(rows, Objective.TOKENS_PER_S)
+    assert rec is not None and rec["trial_number"] == 0
+    assert rec["input_pipeline"]["fix"] is None
+    assert "prefetch" not in rec["input_pipeline"]["text"]  # it does nothing at 0 workers
+    rows.append(_row(2, workers, measured(4000.0, input_wait_share=0.02)))
+    rec = recommend(rows, Objective.TOKENS_PER_S)
+    assert rec is not None and rec["input_pipeline"]["fix"]["trial_number"] == 2
+    assert "workers=4, pinned, prefetch=8 removed it" in rec["input_pipeline"]["text"]
