@@ -40,9 +40,13 @@ class Measured(Protocol):
     def results(self) -> list[TrialResult]: ...
 
 
-def input_pipeline_entry(best: Measured, ranked: Sequence[Measured]) -> dict[str, Any] | None:
+def input_pipeline_entry(
+    best: Measured, ranked: Sequence[Measured], default: Measured | None = None
+) -> dict[str, Any] | None:
     """The diagnosis for the recommended config, or None when it measured no input pipeline
-    (synthetic data)."""
+    (synthetic data). `default`: the expert default's measurements, if measured; when it was
+    starved and the winner is not, the entry says so: the winner's loader settings are the
+    measured fix."""
     share = _median([r.input_wait_share for r in best.results])
     if share is None:
         return None
@@ -59,6 +63,9 @@ def input_pipeline_entry(best: Measured, ranked: Sequence[Measured]) -> dict[str
     idle_text = "" if idle is None else f", GPU idle {idle:.0%}"
     if not entry["bottleneck"]:
         entry["text"] = f"not the bottleneck: {share:.1%} of step time waiting for data{idle_text}"
+        if (starved := _starved_default(best, default)) is not None:
+            entry["default"] = starved
+            entry["text"] += f"; {starved['text']}"
         return entry
     waiting = f"{share:.0%} of step time waiting for data{idle_text}"
     text = f"the bottleneck: {waiting} ({_describe(settings)})"
@@ -77,6 +84,31 @@ def input_pipeline_entry(best: Measured, ranked: Sequence[Measured]) -> dict[str
         text += f"; {_describe(fix_settings)} {verb}: {fix_share:.1%} (trial #{group.first.number})"
     entry["text"] = text
     return entry
+
+
+def _starved_default(best: Measured, default: Measured | None) -> dict[str, Any] | None:
+    """The expert default's input wait, when it starved and had other loader settings than
+    the winner: then those settings are what fixed it, measured."""
+    if default is None or default is best:
+        return None
+    share = _median([r.input_wait_share for r in default.results])
+    settings = loader_settings(default.first)
+    if share is None or share <= INPUT_WAIT_THRESHOLD or settings == loader_settings(best.first):
+        return None
+    idle = _median([r.gpu_idle_share for r in default.results])
+    idle_text = "" if idle is None else f", GPU idle {idle:.0%}"
+    number = default.first.number
+    return {
+        "trial_number": number,
+        "input_wait_share": share,
+        "gpu_idle_share": idle,
+        "loader_settings": settings,
+        "text": (
+            f"at the default loader settings ({_describe(settings)}, trial #{number}) it was "
+            f"the bottleneck, {share:.0%} of step time waiting for data{idle_text}: these "
+            "loader settings removed it"
+        ),
+    }
 
 
 def loader_settings(trial: Trial) -> dict[str, Any]:

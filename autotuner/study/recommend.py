@@ -263,7 +263,7 @@ def recommend_ranked(
     rec["pareto"] = pareto([g for g in ranked if g.key not in failed])
     if (scaling := scaling_efficiency(trials, best)) is not None:
         rec["scaling"] = scaling
-    if (pipeline := input_pipeline_entry(best, ranked)) is not None:
+    if (pipeline := input_pipeline_entry(best, ranked, _expert_default(ranked))) is not None:
         rec["input_pipeline"] = pipeline  # loader or file data: is the GPU waiting for it?
     # The knob report reads every measured config, early-stopped ones too (a config far below
     # the best is exactly what shows a knob matters).
@@ -353,8 +353,8 @@ def _vs_expert_default(
     objective's medians. Measured trials only, so the live and final recommendations agree."""
     if not options.expert_seed:
         return None
-    expert = next((g for g in ranked if any(t.number == 0 for t in g.trials)), None)
-    if expert is None or expert.first.purpose != "seed":
+    expert = _expert_default(ranked)
+    if expert is None:
         return {"trial_number": 0, "text": "the expert default (trial #0) was not measured"}
     speedup = best.median / (expert.median or 1.0)
     noise = max(best.noise_rel, expert.noise_rel)
@@ -374,6 +374,12 @@ def _vs_expert_default(
         "noise_rel": noise,
         "text": text,
     }
+
+
+def _expert_default(ranked: Sequence[ConfigMeasurements]) -> ConfigMeasurements | None:
+    """The measured config of trial #0 when it is the expert-default seed."""
+    expert = next((g for g in ranked if any(t.number == 0 for t in g.trials)), None)
+    return expert if expert is not None and expert.first.purpose == "seed" else None
 
 
 def _runner_up(best: ConfigMeasurements, second: ConfigMeasurements) -> dict[str, Any]:

@@ -95,12 +95,12 @@ def test_a_token_file_missing_on_the_worker_is_an_infra_failure(tmp_path: Path) 
     assert "no such file or directory" in (result.error_message or "")
 
 
-def _row(number: int, config: TrialConfig, result: TrialResult) -> Trial:
+def _row(number: int, config: TrialConfig, result: TrialResult, purpose: str = "search") -> Trial:
     """A stored trial row of a real measurement, as the coordinator writes it."""
     return Trial(
         number=number,
         state=TrialState.COMPLETE.value,
-        purpose="search",
+        purpose=purpose,
         objective_value=result.tokens_per_s,
         params=config.knobs.model_dump(mode="json"),
         config=config.model_dump(mode="json"),
@@ -221,3 +221,31 @@ def test_a_prefetch_factor_without_loader_workers_is_not_named_as_a_fix() -> Non
     rec = recommend(rows, Objective.TOKENS_PER_S)
     assert rec is not None and rec["input_pipeline"]["fix"]["trial_number"] == 2
     assert "workers=4, pinned, prefetch=8 removed it" in rec["input_pipeline"]["text"]
+
+
+def test_a_winner_that_fixed_the_starved_default_says_so() -> None:
+    """The H200 case (bench/results/input_starvation_h200): the default loader waited most of
+    each step, the winner's loader settings not at all; the recommendation is not starved, and
+    says which measured settings removed the default's bottleneck."""
+    from tests.fakes import measured
+
+    data = fast(data_source="loader")
+    default = make_config(measure=data, loader_workers=0, pin_memory=False)
+    workers = make_config(measure=data, loader_workers=8, prefetch_factor=2)
+    rows = [
+        _row(0, default, measured(60_000.0, input_wait_share=0.88, gpu_idle_share=0.77), "seed"),
+        _row(1, workers, measured(293_000.0, input_wait_share=0.002, gpu_idle_share=0.001)),
+    ]
+    rec = recommend(rows, Objective.TOKENS_PER_S)
+    assert rec is not None and rec["trial_number"] == 1
+    pipeline = rec["input_pipeline"]
+    assert pipeline["bottleneck"] is False and pipeline["default"]["trial_number"] == 0
+    assert pipeline["text"] == (
+        "not the bottleneck: 0.2% of step time waiting for data, GPU idle 0%; at the default "
+        "loader settings (workers=0, no pinned, trial #0) it was the bottleneck, 88% of step "
+        "time waiting for data, GPU idle 77%: these loader settings removed it"
+    )
+    # A default that was not starved adds nothing.
+    rows[0] = _row(0, default, measured(60_000.0, input_wait_share=0.01), "seed")
+    rec = recommend(rows, Objective.TOKENS_PER_S)
+    assert rec is not None and "default" not in rec["input_pipeline"]
