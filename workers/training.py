@@ -57,6 +57,15 @@ class TrainStep:
         # last micro-step (DDP no_sync, FSDP2 set_requires_gradient_sync), as real training does.
         self.grad_sync = grad_sync or (lambda last: contextlib.nullcontext())
         self.params = [p for g in optimizer.param_groups for p in g["params"]]
+        # CUDA graphs with gradient accumulation: a micro-step's gradients live in the backward
+        # graph's output memory, which the next micro-step's replay overwrites before autograd
+        # adds to them (torch refuses: "accessing tensor output of CUDAGraphs that has been
+        # overwritten"). So each micro-step's gradients are added into buffers of our own and
+        # handed back to the parameters for the optimizer: one gradient-sized buffer and one
+        # multi-tensor add per micro-step, the cost a training script pays for the same recipe.
+        self._grad_buffers: list[torch.Tensor] | None = None
+        self._has_grad: list[bool] = []
+        self.accumulate_outside_graphs = cudagraphs and grad_accum > 1
 
     def __call__(self) -> torch.Tensor:
         loss_sum = None
@@ -75,10 +84,14 @@ class TrainStep:
                     self.scaler.scale(loss).backward()
                 else:
                     loss.backward()
+            if self.accumulate_outside_graphs:
+                self._take_grads(first=i == 0)
             detached = loss.detach()
             if self.cudagraphs:  # a graph's output memory is reused by the next replay
                 detached = detached.clone()
             loss_sum = detached if loss_sum is None else loss_sum + detached
+        if self.accumulate_outside_graphs:
+            self._give_grads()
         faults.drift_gradients(self.params, self.fault)
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)  # clip the true gradients, not scaled ones
@@ -90,3 +103,31 @@ class TrainStep:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss_sum
+
+    def _take_grads(self, *, first: bool) -> None:
+        """Move this micro-step's gradients (graph memory) into our buffers; the parameters'
+        .grad become None, so the next backward writes fresh ones instead of adding."""
+        grads = [p.grad for p in self.params]
+        if self._grad_buffers is None:
+            self._grad_buffers = [torch.zeros_like(p) for p in self.params]
+        if first:
+            self._has_grad = [g is not None for g in grads]
+        else:
+            self._has_grad = [
+                h or g is not None for h, g in zip(self._has_grad, grads, strict=True)
+            ]
+        present = [(b, g) for b, g in zip(self._grad_buffers, grads, strict=True) if g is not None]
+        if present:
+            buffers, fresh = zip(*present, strict=True)
+            if first:
+                torch._foreach_copy_(list(buffers), list(fresh))
+            else:
+                torch._foreach_add_(list(buffers), list(fresh))
+        for p in self.params:
+            p.grad = None
+
+    def _give_grads(self) -> None:
+        assert self._grad_buffers is not None  # _take_grads ran in every micro-step
+        # A parameter no micro-step reached keeps no gradient (the optimizer skips it).
+        for p, buffer, has in zip(self.params, self._grad_buffers, self._has_grad, strict=True):
+            p.grad = buffer if has else None

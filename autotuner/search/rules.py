@@ -208,11 +208,50 @@ class LearnedRule:
         return f"learned from {src}: {values} is unsupported here ({self.message[:200]})"
 
 
+# A failure that names no knob but repeats (compile errors): once this many trials failed with
+# one value of a kernel-selecting knob that no trial ever ran with, that value is learned as
+# unsupported. Seen on the H200: GPT-2 with reduce-overhead failed the same way under four
+# attention kernels, two precisions and three micro-batches: 11 of a study's 20 trials.
+REPEATED_FAILURES = 2
+REPEATED_PROJECTION = ("compile_mode", "attention", "precision")  # the likelier cause first
+
+
 class LearnedRules:
     """Unsupported combinations learned from this study's trials (never proposed again)."""
 
     def __init__(self) -> None:
         self.rules: list[LearnedRule] = []
+        self._ran: set[tuple[str, str]] = set()  # knob values of configs that ran
+        self._failed: dict[tuple[str, str], list[int | None]] = {}  # value -> failed trials
+
+    def observe(self, knobs: Knobs, ran: bool) -> None:
+        """A finished trial; one that ran (measured) shows its knob values can run, so no
+        repeated-failure rule will name them."""
+        if ran:
+            flat = knobs.model_dump(mode="json")
+            self._ran.update((k, _as_str(flat[k])) for k in REPEATED_PROJECTION if k in flat)
+
+    def learn_repeated(
+        self, knobs: Knobs, trial_number: int | None, message: str | None
+    ) -> LearnedRule | None:
+        """A failure that names no knob: the rule, once a kernel-selecting knob value failed
+        REPEATED_FAILURES times and never ran."""
+        flat = knobs.model_dump(mode="json")
+        for key in ((k, _as_str(flat[k])) for k in REPEATED_PROJECTION if k in flat):
+            self._failed.setdefault(key, []).append(trial_number)
+        for key in ((k, _as_str(flat[k])) for k in REPEATED_PROJECTION if k in flat):
+            failed = self._failed[key]
+            if key in self._ran or len(failed) < REPEATED_FAILURES:
+                continue
+            for rule in self.rules:
+                if rule.match == (key,):
+                    return rule
+            trials = ", ".join(f"#{n}" for n in failed if n is not None)
+            text = f"failed the same way in {len(failed)} trials ({trials}) and never ran"
+            rule = LearnedRule((key,), trial_number, f"{text}: {message or 'compile error'}")
+            self.rules.append(rule)
+            return rule
+        return None
 
     def learn(
         self,

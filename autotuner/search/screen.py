@@ -21,7 +21,7 @@ from autotuner.search.costmodel import CostModel, Prediction
 from autotuner.search.headroom import usable_gib
 from autotuner.search.rules import LearnedRules, incompatibility
 from autotuner.search.space import IntRange, SearchSpace
-from autotuner.spec import Checkpointing, FailureClass, Knobs, ModelSpec, TrialResult
+from autotuner.spec import Checkpointing, FailureClass, Knobs, ModelSpec, TrialResult, TrialStatus
 
 # Prune on a predicted OOM only when even the prediction's optimistic end (mean - Z sd) is over
 # the limit: a config pruned by mistake is lost to the search, one launched by mistake costs a
@@ -92,8 +92,11 @@ class Screen:
     def learn(self, number: int, params: dict[str, Any], knobs: Knobs, result: TrialResult) -> None:
         """Remember what a finished trial rules out: an unsupported combination, an OOM."""
         fclass = result.failure_class
+        self.learned.observe(knobs, ran=result.status == TrialStatus.OK)
         if fclass == FailureClass.UNSUPPORTED:
             self.learned.learn(knobs, result.unsupported_knobs, number, result.error_message)
+        if fclass == FailureClass.COMPILE_ERROR:
+            self.learned.learn_repeated(knobs, number, result.error_message)
         if fclass == FailureClass.OOM:
             rest = {k: v for k, v in params.items() if k != "micro_batch_size"}
             self.ooms.append((rest, knobs.micro_batch_size, number))

@@ -11,7 +11,7 @@ from autotuner.executors.replay import Landscape
 from autotuner.search.rules import incompatibility
 from autotuner.spec import FailureClass, Knobs, ModelSpec, TrialResult
 from autotuner.storage.models import TrialState
-from tests.search.conftest import GPT2, H200, gpt2_landscape
+from tests.search.conftest import GPT2, H200, KNOBS, gpt2_landscape, gpt2_space
 
 A100 = Target("cuda", 1, "NVIDIA A100-SXM4-80GB", (8, 0), 80.0)
 V100 = Target("cuda", 1, "Tesla V100", (7, 0), 32.0)
@@ -175,3 +175,36 @@ def test_configs_off_the_global_batch_are_pruned_before_launch(db, run_study) ->
     )
     pruned = [t for t in trials if t.params["micro_batch_size"] == 24]
     assert all("global batch" in (t.error_message or "") for t in pruned)
+
+
+def _failing_to_compile(landscape: Landscape, compile_mode: str) -> Landscape:
+    """The same landscape, except that every config of one compile mode fails to compile
+    (no knob named), as GPT-2 with reduce-overhead and accumulation did on the H200."""
+    entries = []
+    for params, result in landscape.entries:
+        if params["compile_mode"] == compile_mode:
+            result = TrialResult.failure(
+                FailureClass.COMPILE_ERROR,
+                "accessing tensor output of CUDAGraphs that has been overwritten",
+                wall_s=24.0,
+            )
+        entries.append((params, result))
+    return Landscape(entries)
+
+
+def test_a_knob_value_that_keeps_failing_to_compile_is_learned_after_two(db, run_study) -> None:
+    knobs = {**KNOBS, "compile_mode": ["none", "default", "reduce-overhead"]}
+    landscape = _failing_to_compile(gpt2_landscape(knobs), "reduce-overhead")
+    runner, executor, trials, rec = run_study(
+        db, space=gpt2_space(knobs), landscape=landscape, trials=30, seed=1
+    )
+    launched = [c for c in executor.submitted if c.knobs.compile_mode == "reduce-overhead"]
+    assert len(launched) == 2, "two failures that share only that value teach the rule"
+    rule = runner.policy.learned.violated_by(Knobs(compile_mode="reduce-overhead"))
+    assert rule is not None and rule.match == (("compile_mode", "reduce-overhead"),)
+    assert rec is not None and any(
+        "compile_mode=reduce-overhead" in r and "never ran" in r for r in rec["learned_rules"]
+    )
+    # The values the failures shared with configs that ran (bf16, flash, ...) stay searchable.
+    assert all(len(r.match) == 1 for r in runner.policy.learned.rules)
+    assert any(t.state == TrialState.COMPLETE.value for t in trials)
