@@ -220,9 +220,11 @@ _PURPOSE_LABELS = {
 def _validated(request: Any, target: Any = None) -> Any:
     """`validate_request`, its errors in the words of this command's flags."""
     from autotuner.inputs import UserError
+    from autotuner.study.data_access import DataAccess
     from autotuner.study.operations import validate_request
 
     try:
-        return validate_request(request, target)
+        # `tune` runs as the user on their own machine: any path they can read is theirs.
+        return validate_request(request, target, data_access=DataAccess.anywhere())
     except UserError as exc:
         raise UserError(as_flags(str(exc))) from None
