@@ -7,6 +7,8 @@ import math
 import zlib
 from typing import Any
 
+from autotuner.executors.base import Completed, Executor
+from autotuner.executors.factory import DelayedExecutor
 from autotuner.executors.replay import Landscape, ReplayExecutor
 from autotuner.spec import FailureClass, Fingerprint, TrialConfig, TrialResult, TrialStatus
 
@@ -249,10 +251,16 @@ class FakeParityReplay(ReplayExecutor):
     provoked bad config the numerics check must catch. `parity` keeps the parity configs."""
 
     def __init__(
-        self, *args: Any, drifting: tuple[str, ...] = (), drift_rel: float = 0.1, **kw: Any
+        self,
+        *args: Any,
+        drifting: tuple[str, ...] = (),
+        drift_rel: float = 0.1,
+        parity_wall_s: float = 20.0,
+        **kw: Any,
     ) -> None:
         super().__init__(*args, **kw)
         self.drifting, self.drift_rel = set(drifting), drift_rel
+        self.parity_wall_s = parity_wall_s
         self.parity: list[TrialConfig] = []
 
     def _answer(self, config: TrialConfig) -> TrialResult:
@@ -265,8 +273,24 @@ class FakeParityReplay(ReplayExecutor):
         drift = self.drift_rel if precision in self.drifting else 0.0
         curve = parity_curve(steps, drift_rel=drift, jitter=0.0 if exact else 0.001)
         return measured(
-            1000.0, loss_curve=curve, loss_first=curve[0], loss_last=curve[-1], wall_s=20.0
+            1000.0,
+            loss_curve=curve,
+            loss_first=curve[0],
+            loss_last=curve[-1],
+            wall_s=self.parity_wall_s,
         )
+
+
+class PacedExecutor(DelayedExecutor):
+    """Wraps a replay executor so that each trial takes its recorded `wall_s` of real time:
+    a study with a time budget runs against the clock as it would on the GPU, where a trial
+    is minutes of compile and measurement."""
+
+    def __init__(self, inner: Executor) -> None:
+        super().__init__(inner, 0.0)
+
+    def _delay_s(self, completed: Completed) -> float:
+        return completed.result.wall_s or 0.0
 
 
 # --------------------------------------------------------------------------- headroom check

@@ -13,7 +13,7 @@ import logging
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -25,6 +25,7 @@ from autotuner.api.security import SecurityHeaders, TokenGate
 from autotuner.inputs import UserError
 from autotuner.storage.repository import StudyNotFound
 from autotuner.storage.session import Database, redact, upgrade_database
+from autotuner.study.data_access import DataAccess
 from autotuner.study.operations import Conflict, NotFound
 
 log = logging.getLogger("autotuner.service")
@@ -48,6 +49,9 @@ class ServiceSettings:
     lease_ttl_s: float = 60.0
     heartbeat_interval_s: float = 5.0
     poll_s: float = 0.5
+    # Where a request's `data` may be read (serve --data-dir / $AUTOTUNER_DATA_DIRS); by
+    # default nowhere: the service must not read its own files for whoever holds the token.
+    data_access: DataAccess = field(default_factory=DataAccess.nowhere)
 
     @property
     def coordinator_id(self) -> str:
@@ -147,10 +151,11 @@ def create_app(settings: ServiceSettings) -> FastAPI:
             scheduler.start()
         app.state.scheduler = scheduler
         log.info(
-            "serving; database %s, executor %s, coordinator %s, token %s",
+            "serving; database %s, executor %s, coordinator %s, user data %s, token %s",
             redact(db.url),
             settings.executor,
             settings.coordinator_id if scheduler else "off",
+            settings.data_access.describe(),
             (
                 ("required for changes; reads are public" if settings.public_reads else "required")
                 if settings.token

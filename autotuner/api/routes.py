@@ -77,7 +77,8 @@ def submit_study(body: StudyRequest, request: Request) -> dict[str, Any]:
     """Validate and queue a study; the coordinator starts it as soon as GPUs are free."""
     scheduler = request.app.state.scheduler
     target = scheduler.target() if scheduler is not None else None
-    view = studies.submit_study(_db(request), body, target)
+    data_access = request.app.state.settings.data_access  # the operator's --data-dir
+    view = studies.submit_study(_db(request), body, target, data_access=data_access)
     _wake(request)
     return view
 

@@ -180,7 +180,11 @@ class LocalClient:
             raise UserError(describe_validation_error(exc)) from None
         self.db.check()
         upgrade_database(self.db.url)
-        return studies.submit_study(self.db, request)
+        from autotuner.study.data_access import DataAccess
+
+        # A database opened here, as the user: the same trust as `tune` (the service's
+        # directories bound only what it reads for others).
+        return studies.submit_study(self.db, request, data_access=DataAccess.anywhere())
 
     def studies(self, status: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
         from autotuner.study import operations as studies

@@ -78,6 +78,8 @@ def best_table(view: dict[str, Any]) -> RenderableType:
         table.add_row("vs default", safe(expert["text"]))
     if rec.get("numerics"):
         table.add_row("numerics", rec["numerics"]["text"])
+    if rec.get("stopped"):  # why the search ended: converged, budget, time kept for the checks
+        table.add_row("search", safe(rec["stopped"]))
     if rec.get("input_pipeline"):
         style = "bold yellow" if rec["input_pipeline"]["bottleneck"] else ""
         table.add_row("input pipeline", Text(safe(rec["input_pipeline"]["text"]), style=style))

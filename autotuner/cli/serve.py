@@ -48,6 +48,18 @@ def serve(
             "still need the token. Default: with a token set, reads need it too.",
         ),
     ] = False,
+    data_dir: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--data-dir",
+            metavar="DIR",
+            help="Let studies read user data (`data`, --data) under DIR; repeat for several. "
+            "Also $AUTOTUNER_DATA_DIRS (DIR1:DIR2). Symlinks and '..' are resolved before "
+            "the check, and a path outside is refused without saying whether it exists. "
+            "Default: none, and every request naming data is refused.",
+            show_default=False,
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run the service: the JSON API (/api, OpenAPI at /docs) and the coordinator.
@@ -56,6 +68,10 @@ def serve(
     included (browsers sign in at /login), unless --public-reads. Listening
     beyond localhost needs the token. Studies left unfinished by a previous
     run are picked up again on start.
+
+    The service reads a study's own token data only under the directories
+    given with --data-dir or $AUTOTUNER_DATA_DIRS (none by default); `tune`
+    on your own machine reads any path you can.
     """
     import logging
     import os
@@ -69,6 +85,10 @@ def serve(
             "who reaches the port could submit and cancel studies; set it (export "
             "AUTOTUNER_TOKEN=$(openssl rand -hex 32)) or listen on 127.0.0.1"
         )
+
+    from autotuner.study.data_access import ENV_VAR, DataAccess
+
+    data_access = DataAccess.for_service(data_dir, os.environ.get(ENV_VAR))
 
     import uvicorn
 
@@ -97,6 +117,7 @@ def serve(
         migrate=migrate,
         lease_ttl_s=lease_ttl,
         heartbeat_interval_s=heartbeat_interval,
+        data_access=data_access,
     )
     uvicorn.run(
         create_app(settings),

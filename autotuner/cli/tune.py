@@ -208,6 +208,9 @@ class _TuneProgress:
             )
         elif event.kind == "lost":
             self.progress.console.print(f"trial #{event.trial_number} was lost; retrying once")
+        elif event.kind in ("search_over", "remeasure_cut"):
+            # The time budget's end is kept for the end checks (search/end_time.py).
+            self.progress.console.print(f"[yellow]{safe(event.message)}[/]", highlight=False)
 
 
 _PURPOSE_LABELS = {
@@ -222,9 +225,11 @@ _PURPOSE_LABELS = {
 def _validated(request: Any, target: Any = None) -> Any:
     """`validate_request`, its errors in the words of this command's flags."""
     from autotuner.inputs import UserError
+    from autotuner.study.data_access import DataAccess
     from autotuner.study.operations import validate_request
 
     try:
-        return validate_request(request, target)
+        # `tune` runs as the user on their own machine: any path they can read is theirs.
+        return validate_request(request, target, data_access=DataAccess.anywhere())
     except UserError as exc:
         raise UserError(as_flags(str(exc))) from None

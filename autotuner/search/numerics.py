@@ -324,7 +324,7 @@ def numerics_entry(
     elif check is None:
         text = (
             f"{precision} changes numerics and was not checked: the parity check runs at the "
-            "end of the study, within its trial budget"
+            "end of the study, within its budget of trials and time"
         )
         if skipped:
             text += f" (at most {MAX_CHECKED} candidates are checked)"

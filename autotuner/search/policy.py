@@ -28,8 +28,9 @@ from autotuner.search import evidence
 from autotuner.search.costmodel import CostModel
 from autotuner.search.costmodel.throughput import ThroughputModel
 from autotuner.search.early_stop import abandon_floor
+from autotuner.search.end_time import DueCheck, TimeLeft, TrialWalls, remeasure_cut, search_stop
 from autotuner.search.feedback import Feedback
-from autotuner.search.numerics import space_changes_numerics
+from autotuner.search.numerics import changes_numerics, space_changes_numerics
 from autotuner.search.objective import Objective, memory_violation
 from autotuner.search.progress import END_CHECKS, PROXY, Progress
 from autotuner.search.proposer import Params, Proposer
@@ -87,6 +88,11 @@ class SearchPolicy:
             headroom=options.headroom > 0,
         )
         self.feedback = Feedback(cost=self.cost, options=options, knobs=self.knobs)
+        # What each config's trial took: the end checks' time (end_time.py). Why the search or
+        # the re-measurements stopped for them, once they did (the study's events, `stopped`).
+        self.walls = TrialWalls()
+        self.time_stop: str | None = None
+        self.remeasure_note: str | None = None
         self.seed_keys: set[str] = set()
         self.throughput = ThroughputModel(model, target, max(gpus_per_trial, 1))
         self.proposer: Proposer | None = None
@@ -187,6 +193,7 @@ class SearchPolicy:
         if purpose in END_CHECKS:  # one GPU, or a parity run: nothing about the search's configs
             self.progress.observe(params, result, purpose)
             return
+        self.walls.observe(params, result, purpose)
         knobs = knobs or self.knobs(params)
         self._kinds_seen.add(_kind(knobs))
         self.cost.observe(knobs, result, fit=fit)
@@ -262,18 +269,51 @@ class SearchPolicy:
 
     # ------------------------------------------------------------------ finishing
 
-    def search_over(
-        self, launched: int, max_trials: int | None, elapsed_share: float | None
-    ) -> bool:
-        return self.remeasure.search_over(self.progress, launched, max_trials, elapsed_share)
+    def search_over(self, launched: int, max_trials: int | None, time: TimeLeft | None) -> bool:
+        """Whether the search is over: converged, the trial budget less the end's reserve
+        launched, or (`time`: a time budget) the time left is what the end needs. Once over
+        for time it stays over: a later estimate must not start the search again."""
+        if self.time_stop is not None:
+            return True
+        if self.remeasure.search_over(self.progress, launched, max_trials):
+            return True
+        if time is None:
+            return False
+        due = self._checks_due(max_trials)
+        self.time_stop = search_stop(
+            time, due, self.walls, reserves_share=self.remeasure.reserves_time
+        )
+        return self.time_stop is not None
 
-    def next_remeasure(self, max_trials: int | None) -> tuple[dict[str, Any], str] | None:
+    def next_remeasure(
+        self, max_trials: int | None, time: TimeLeft | None = None
+    ) -> tuple[dict[str, Any], str] | None:
         """The next (config, purpose) after the search: re-measurements A B A B, then (several
-        GPUs) the reference on one GPU; None when done."""
+        GPUs) the reference on one GPU; None when done. With a time budget, a re-measurement
+        that would leave the end checks too little time is not run, nor any after it."""
+        planned = self.remeasure.next(self.progress, max_trials)
+        if planned is None or planned[1] != "remeasure" or time is None:
+            return planned
+        rerun = self.walls.due([("remeasure", planned[0])])[0]
+        total = len(self.remeasure.plan(self.progress.values, max_trials))
+        why = remeasure_cut(
+            time, rerun, self._checks_due(max_trials), self.progress.remeasured, total
+        )
+        if why is None:
+            return planned
+        self.remeasure.cut, self.remeasure_note = True, why
         return self.remeasure.next(self.progress, max_trials)
 
+    def _checks_due(self, max_trials: int | None) -> list[DueCheck]:
+        due = self.remeasure.checks_due(
+            self.progress, max_trials, lambda params: changes_numerics(self.knobs(params))
+        )
+        return self.walls.due(due)
+
     def stop_reason(self, budget_spent: bool) -> str:
-        return stop_reason(self.progress, budget_spent)
+        """Why the search stopped, and why re-measuring did, if it was cut short."""
+        reason = self.time_stop or stop_reason(self.progress, budget_spent)
+        return f"{reason}; {self.remeasure_note}" if self.remeasure_note else reason
 
     def report(self, trials: list[Trial]) -> dict[str, Any]:
         """Evidence for the recommendation: cost-model accuracy, learned rules, pruning counts."""

@@ -1,7 +1,8 @@
 """The end of a study: when the search stops, and what is re-measured before recommending.
 
 The search stops once it has converged (progress.py), once the trial budget less the
-re-measure reserve is launched, or, with a time budget, at `SEARCH_TIME_SHARE` of it. The top
+re-measure reserve is launched, or, with a time budget, when the time left is what the end
+needs (end_time.py: the end checks' expected walls, or `SEARCH_TIME_SHARE` of it). The top
 candidates are then re-measured in fresh processes, interleaved A B A B, so a lucky first
 measurement does not win on noise. A multi-GPU study ends with one more trial, the reference:
 its best config on one GPU, so the recommendation can state its scaling efficiency. A space
@@ -14,14 +15,23 @@ a memory headroom (options.headroom > 0) keeps one more for the winner's headroo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from autotuner.search.numerics import PARITY_RESERVE
-from autotuner.search.progress import REFERENCE, Progress
+from autotuner.search.progress import (
+    HEADROOM_CHECK,
+    PARITY,
+    PARITY_REFERENCE,
+    REFERENCE,
+    Progress,
+)
 
 HEADROOM_RESERVE = 1  # one headroom check of the winner (search/headroom_check.py)
 REMEASURE_SHARE = 5  # at most 1/5 of a trial budget goes to re-measurement
-SEARCH_TIME_SHARE = 0.85  # with a time budget, the search stops here and re-measuring begins
+
+
+Params = dict[str, Any]
 
 
 class Remeasure:
@@ -40,6 +50,9 @@ class Remeasure:
         self.reference = reference  # end with the best config on one GPU (multi-GPU studies)
         self.parity = parity  # keep room for the numerics check (numerics-changing precisions)
         self.headroom = headroom  # keep room for the headroom check (options.headroom > 0)
+        # Set when the time left is the end checks' (end_time.remeasure_cut): no more
+        # re-measurements. Not stored: a restart decides again, on less time.
+        self.cut = False
 
     def reserve(self, max_trials: int | None) -> int:
         """Trials of the budget kept for the end: re-measurements, the reference, the numerics
@@ -88,27 +101,43 @@ class Remeasure:
         """The next (config, purpose) to run after the search, or None when done: each
         re-measurement ("remeasure"), then the reference ("reference") of the best config."""
         plan = self.plan(progress.values, max_trials)
-        if progress.remeasured < len(plan):
+        if progress.remeasured < len(plan) and not self.cut:
             return plan[progress.remeasured], "remeasure"
         if self._reference_reserve(max_trials) and not progress.referenced and progress.values:
             best = max(progress.values.values(), key=lambda pv: pv[1])[0]
             return best, REFERENCE
         return None
 
-    def search_over(
-        self,
-        progress: Progress,
-        launched: int,
-        max_trials: int | None,
-        elapsed_share: float | None,
-    ) -> bool:
-        """Whether the search is over and re-measuring (or the end) comes next."""
+    def checks_due(
+        self, progress: Progress, max_trials: int | None, changes_numerics: Callable[[Params], bool]
+    ) -> list[tuple[str, Params]]:
+        """The end checks the study would run after its re-measurements if the search ended
+        now, as (purpose, params), for its best config so far: the one-GPU reference, the
+        headroom check, and the two numerics parity trials where its precision changes
+        numerics (a second candidate's checks run only if the first fails: not counted)."""
+        if not progress.values:
+            return []
+        best = max(progress.values.values(), key=lambda pv: pv[1])[0]
+        due: list[tuple[str, Params]] = []
+        if self._reference_reserve(max_trials) and not progress.referenced:
+            due.append((REFERENCE, best))
+        if self._headroom_reserve(max_trials):
+            due.append((HEADROOM_CHECK, best))
+        if self._parity_reserve(max_trials) and changes_numerics(best):
+            due += [(PARITY_REFERENCE, best), (PARITY, best)]
+        return due
+
+    @property
+    def reserves_time(self) -> bool:
+        """Whether anything comes after the search (re-measurements or end checks)."""
+        return self._remeasure_reserve(None) > 0 or self.parity or self.headroom
+
+    def search_over(self, progress: Progress, launched: int, max_trials: int | None) -> bool:
+        """Whether the search is over by convergence or the trial budget (the time budget is
+        end_time.py's)."""
         if progress.converged():
             return True
-        if max_trials is not None and launched >= max_trials - self.reserve(max_trials):
-            return True
-        reserve_time = self._remeasure_reserve(None) > 0 or self.parity or self.headroom
-        return elapsed_share is not None and reserve_time and elapsed_share >= SEARCH_TIME_SHARE
+        return max_trials is not None and launched >= max_trials - self.reserve(max_trials)
 
 
 def stop_reason(progress: Progress, budget_spent: bool) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
+from autotuner.search.end_time import TimeLeft
+
 
 @dataclass(frozen=True)
 class Budget:
@@ -20,9 +22,11 @@ class Budget:
         started = started if started.tzinfo else started.replace(tzinfo=dt.UTC)
         return (dt.datetime.now(dt.UTC) - started).total_seconds()
 
-    def time_used(self) -> float | None:
-        """The fraction of `max_minutes` used; None without a time budget."""
-        return self.elapsed_s() / (self.max_minutes * 60) if self.max_minutes else None
+    def time_left(self) -> TimeLeft | None:
+        """Elapsed and budgeted seconds; None without a time budget."""
+        if self.max_minutes is None:
+            return None
+        return TimeLeft(self.elapsed_s(), self.max_minutes * 60)
 
     def spent(self, launched: int, retries_pending: bool) -> bool:
         if self.max_minutes is not None and self.elapsed_s() >= self.max_minutes * 60:

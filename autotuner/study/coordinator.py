@@ -432,9 +432,14 @@ class StudyRunner:
     # ------------------------------------------------------------------ budget and the end
 
     def _search_over(self) -> bool:
-        return self._search_exhausted or self.policy.search_over(
-            self.launched, self.max_trials, self.budget.time_used()
-        )
+        if self._search_exhausted:
+            return True
+        said = self.policy.time_stop
+        over = self.policy.search_over(self.launched, self.max_trials, self.budget.time_left())
+        if self.policy.time_stop is not None and said is None:
+            # Said once: the search ended before the budget to leave the end its time.
+            self.on_event(Event("search_over", message=self.policy.time_stop))
+        return over
 
     def _budget_spent(self) -> bool:
         return self.budget.spent(self.launched, bool(self.retry_queue))

@@ -44,6 +44,7 @@ from autotuner.spec import (
 from autotuner.storage.models import Trial, TrialState
 from autotuner.storage.repository import TrialRepo
 from autotuner.storage.session import Database
+from autotuner.study.budget import Budget
 from autotuner.study.events import Event
 from autotuner.study.recommend import ConfigMeasurements, group_measurements
 from autotuner.study.trials import InFlight, Outcome, TrialBook, reference_knobs, trial_config
@@ -63,6 +64,7 @@ class Runner(Protocol):
     max_trials: int | None
     options: StudyOptions
     policy: SearchPolicy
+    budget: Budget
     trials: TrialBook
     launched: int
     _exhausted: bool
@@ -89,7 +91,10 @@ def launch_remeasure(runner: Runner) -> bool:
     interleaved A B A B (the plan is autotuner/policy.py's); then the numerics check."""
     if runner.in_flight:
         return False  # the candidates are known once every search trial has reported
-    planned = runner.policy.next_remeasure(runner.max_trials)
+    said = runner.policy.remeasure_note
+    planned = runner.policy.next_remeasure(runner.max_trials, runner.budget.time_left())
+    if runner.policy.remeasure_note is not None and said is None:
+        runner.on_event(Event("remeasure_cut", message=runner.policy.remeasure_note))
     if planned is None:
         return launch_headroom(runner) or launch_parity(runner)
     params, purpose = planned

@@ -11,7 +11,9 @@ from typing import Any
 class Event:
     """Something a watcher (progress bar, log) may want to show."""
 
-    kind: str  # launched | finished | pruned | retry | lost | done
+    # launched | finished | pruned | retry | lost | done; search_over and remeasure_cut (the
+    # search or the re-measurements stopped to leave the end checks their time: `message`)
+    kind: str
     trial_number: int | None = None
     params: dict[str, Any] | None = None
     state: str | None = None

@@ -21,6 +21,7 @@ from autotuner.search.space import (
     spaces_dir,
 )
 from autotuner.spec import DataFile, MeasureSettings, ModelSpec
+from autotuner.study.data_access import DataAccess
 from autotuner.study.export import FORMATS as EXPORT_FORMATS
 from autotuner.study.request import StudyRequest
 
@@ -108,9 +109,11 @@ def _with_data(space: SearchSpace, data: DataFile) -> SearchSpace:
 
 
 def validate_request(
-    req: StudyRequest, target: Target | None = None
+    req: StudyRequest, target: Target | None = None, *, data_access: DataAccess
 ) -> tuple[ModelSpec, SearchSpace]:
-    """Everything a study needs, checked before anything is written."""
+    """Everything a study needs, checked before anything is written. `data_access` says
+    which data paths may be read: any for the local CLI, the operator's directories for the
+    service (a required argument, so no caller gets the permissive one by default)."""
     model = resolve_model(req.model)
     space = resolve_space(req.space)
     if req.global_batch_tokens is not None:
@@ -120,6 +123,8 @@ def validate_request(
     if space.measure.data is not None:
         from autotuner.datafiles import inspect
 
+        # Before anything opens the path: whether it may be read decides what may be said.
+        data_access.check(space.measure.data.path)
         inspect(space.measure.data, model)  # the file, its dtype, length and ids: DataError
     try:
         space.knobs_for(space.seed_params(), model, req.gpus_per_trial)
@@ -140,9 +145,11 @@ def validate_request(
     return model, space
 
 
-def submit_study(db: Database, req: StudyRequest, target: Target | None = None) -> dict[str, Any]:
+def submit_study(
+    db: Database, req: StudyRequest, target: Target | None = None, *, data_access: DataAccess
+) -> dict[str, Any]:
     """Validate and record a new queued study; a coordinator picks it up."""
-    model, space = validate_request(req, target)
+    model, space = validate_request(req, target, data_access=data_access)
     return get_study(db, create_requested(db, req, model, space))
 
 

@@ -74,7 +74,9 @@ class StudyRequest(_Strict):
         "(a nanoGPT-style uint16 token file; uint32 with dtype or a name saying uint32) or a "
         "datasets directory written by save_to_disk (column input_ids). The path is opened "
         "where the service runs (checked before the study starts) and on the worker machines "
-        "(read there): it must exist on both. Overrides the space's measure.data.",
+        "(read there): it must exist on both. The service reads data only under the "
+        "directories its operator allowed (`autotuner serve --data-dir DIR`); a path outside "
+        "them, symlinks and '..' resolved, is refused. Overrides the space's measure.data.",
     )
 
     @field_validator("gpus_per_trial")

@@ -135,3 +135,36 @@ def test_tune_a_user_factory_model(tmp_path: Path) -> None:
     assert result["param_count"] == 2 * (12 * d * d + 4 * d) + 2 * v * d + t * d + 2 * d
     hf = cli("export", study_id, "-f", "hf", "--db", db)
     assert hf.returncode == 0 and "training_args_kwargs" in hf.stdout, hf.stderr
+
+
+def test_tune_with_minutes_runs_its_end_checks_inside_them(tmp_path: Path) -> None:
+    """`--minutes`: the search stops early to leave the end checks their time (measured walls
+    of the configs they re-run), says so, and the headroom check runs inside the budget.
+    (At the old fixed 15%, four re-measurements came first and the check never ran.)"""
+    import datetime as dt
+
+    from autotuner.storage.repository import StudyRepo, TrialRepo
+    from autotuner.storage.session import Database
+
+    db = f"sqlite:///{tmp_path / 'm.db'}"
+    proc = cli("tune", "examples/tiny.yaml", "--space", "cpu-demo", "--minutes", "0.5", "--db", db)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = " ".join(proc.stderr.split())  # the progress console wraps lines
+    assert "search stopped at" in said and "the end checks" in said, said[-2000:]
+    study_id = proc.stderr.split("study ", 1)[1].split(":", 1)[0].strip()
+    with Database(db).read() as s:
+        study = StudyRepo(s).require(study_id)
+        trials = TrialRepo(s).list(study_id)
+    headroom = [t for t in trials if t.purpose == "headroom"]
+    assert len(headroom) == 1 and headroom[0].state == "complete", [t.purpose for t in trials]
+    assert study.recommendation is not None
+    assert study.recommendation["stopped"].startswith("search stopped at")
+
+    def utc(when: dt.datetime | None) -> dt.datetime:
+        assert when is not None
+        return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
+
+    # Inside the 30 s, with a few seconds for a trial that ran slower than its estimate on
+    # this shared machine (the old order overran by no more: it launched nothing after 30 s).
+    over_s = (utc(headroom[0].finished_at) - utc(study.started_at)).total_seconds() - 30
+    assert over_s <= 3, f"the headroom check ended {over_s:.1f} s after the budget"

@@ -13,6 +13,7 @@ import pytest
 
 from autotuner.datafiles import DataError, inspect
 from autotuner.spec import DataFile, ModelSpec
+from autotuner.study.data_access import DataAccess
 from autotuner.study.operations import validate_request
 from autotuner.study.request import StudyRequest
 
@@ -71,9 +72,11 @@ def test_a_request_with_bad_data_is_refused_before_anything_is_written(tmp_path:
     data = _bin(tmp_path / "wide.bin", np.full(200, 5000, dtype=np.uint16))
     request = StudyRequest(model="tiny", space="cpu-demo", max_trials=1, data=data)
     with pytest.raises(DataError, match="token id 5,000 is outside"):
-        validate_request(request)
+        validate_request(request, data_access=DataAccess.anywhere())
     good = _bin(tmp_path / "good.bin", np.arange(200, dtype=np.uint16))
-    _, space = validate_request(request.model_copy(update={"data": good}))
+    _, space = validate_request(
+        request.model_copy(update={"data": good}), data_access=DataAccess.anywhere()
+    )
     assert space.measure.data == good and space.measure.data_source == "file"
 
 

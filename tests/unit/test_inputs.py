@@ -191,13 +191,14 @@ def test_a_global_batch_is_held_exactly_never_rounded() -> None:
 
 
 def test_a_requested_global_batch_replaces_the_spaces(tmp_path) -> None:
+    from autotuner.study.data_access import DataAccess
     from autotuner.study.operations import validate_request
     from autotuner.study.request import StudyRequest
 
     req = StudyRequest(
         model={"preset": "tiny"}, space="cpu-demo", max_trials=2, global_batch_tokens=2048
     )
-    _, space = validate_request(req)
+    _, space = validate_request(req, data_access=DataAccess.nowhere())
     assert space.global_batch_tokens == 2048
     model = parse_model_spec({"preset": "tiny"})
     assert space.knobs_for({"micro_batch_size": 8}, model, 1).grad_accum == 4  # 8 x 64 x 4

@@ -1,0 +1,138 @@
+"""With a time budget, the end checks run inside it (issue 10, item 5).
+
+A study on a fake H200 (fp8 is GPU-only: tests/fakes.py) whose trials take their recorded walls
+of real time (`PacedExecutor`), long against the budget as a compiled Llama 3B trial is against
+8 minutes. The fp8 winner's numerics check must run before the budget ends: the search stops
+early for it and says so, and the re-measurements that would crowd it out are cut."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from autotuner.executors.base import Target
+from autotuner.executors.replay import Landscape
+from autotuner.search.space import parse_space
+from autotuner.spec import ModelSpec
+from autotuner.storage.models import TrialState
+from autotuner.storage.repository import StudyRepo, TrialRepo
+from autotuner.storage.session import Database
+from autotuner.study.coordinator import Event, StudyRunner, create_study
+from tests.fakes import FAKE_GPU, FakeParityReplay, PacedExecutor, measured
+
+pytestmark = pytest.mark.slow  # about 30 s of real time, nearly all of it waiting
+
+H200 = Target("cuda", 1, "replay", (9, 0), 80.0)
+KNOBS: dict[str, list[Any]] = {
+    "micro_batch_size": [2, 4, 8, 16, 32, 64],
+    "precision": ["bf16", "fp8-tensorwise"],
+    "checkpointing": ["none", "full"],
+}
+BUDGET_MIN = 0.5
+# Seconds per trial: fp8 compiles take longer, as on the H200 (80-190 s there, in minutes).
+WALL_S = {"bf16": 2.0, "fp8-tensorwise": 3.0}
+PARITY_WALL_S = 3.0
+
+
+def landscape() -> Landscape:
+    """fp8 is fastest; larger micro-batches a little faster; full checkpointing slower."""
+    entries = []
+    for mb in KNOBS["micro_batch_size"]:
+        for precision in KNOBS["precision"]:
+            for ckpt in KNOBS["checkpointing"]:
+                tps = 10_000.0 * (2.0 if precision == "bf16" else 2.4) * (1 + mb / 1000)
+                tps *= 0.75 if ckpt == "full" else 1.0
+                p = {"micro_batch_size": mb, "precision": precision, "checkpointing": ckpt}
+                result = measured(
+                    tps,
+                    peak_mem_gib=mb / 4,
+                    fingerprint=FAKE_GPU,
+                    wall_s=WALL_S[precision],
+                    step_time_s=0.01,
+                )
+                entries.append((p, result))
+    return Landscape(entries)
+
+
+def test_the_numerics_check_runs_inside_the_time_budget(sqlite_url: str) -> None:
+    db = Database(sqlite_url)
+    space = parse_space({"name": "timed", "knobs": KNOBS, "fixed": {"attention": "efficient"}})
+    study_id = create_study(
+        db,
+        model=ModelSpec.resolve({"preset": "tiny"}),
+        space=space,
+        max_minutes=BUDGET_MIN,
+    )
+    replay = FakeParityReplay(landscape(), list(KNOBS), target=H200, parity_wall_s=PARITY_WALL_S)
+    events: list[Event] = []
+    runner = StudyRunner(
+        db,
+        study_id,
+        PacedExecutor(replay),
+        poll_s=0.05,
+        heartbeat_interval_s=3600,
+        on_event=events.append,
+    )
+    runner.run()
+
+    with db.read() as s:
+        study = StudyRepo(s).require(study_id)
+        trials = TrialRepo(s).list(study_id)
+        rec = study.recommendation
+    assert rec is not None and study.status == "completed"
+    # The winner is fp8, and its numerics check ran: both parity trials, complete.
+    assert rec["knobs"]["precision"] == "fp8-tensorwise"
+    parity = [t for t in trials if t.purpose in ("parity-ref", "parity")]
+    assert [t.purpose for t in parity] == ["parity-ref", "parity"], [t.purpose for t in trials]
+    assert all(t.state == TrialState.COMPLETE for t in parity)
+    assert rec["numerics"]["checked"] and rec["numerics"]["passed"], rec["numerics"]["text"]
+    # ... inside the budget: every trial finished before it ended (a little slack for the
+    # coordinator's polling, none for another trial).
+    end = _utc(study.started_at) + dt.timedelta(minutes=BUDGET_MIN, seconds=0.5)
+    last = max(_utc(t.finished_at) for t in trials if t.finished_at is not None)
+    assert last <= end, f"the last trial ended {(last - end).total_seconds():.1f} s late"
+    # The search stopped early for it and said so, in the events and the evidence.
+    said = [e.message for e in events if e.kind == "search_over"]
+    assert len(said) == 1 and said[0] is not None
+    assert said[0].startswith("search stopped at") and "numerics check" in said[0]
+    assert "to leave time for the end checks" in said[0]
+    assert rec["stopped"].startswith(said[0])
+    stop_at = next(t.number for t in trials if t.purpose not in ("seed", "search"))
+    searched = [t for t in trials if t.purpose in ("seed", "search")]
+    assert all(t.number < stop_at for t in searched)
+    # The search ran until then, not only the seeds: the time was used.
+    assert len(searched) >= 4
+
+
+def test_without_a_numerics_change_the_search_keeps_its_time(sqlite_url: str) -> None:
+    """A bf16-only space has no numerics check due: only the headroom check is kept, so
+    the search runs longer than with fp8's three checks."""
+    db = Database(sqlite_url)
+    knobs = {**KNOBS, "precision": ["bf16"]}
+    space = parse_space({"name": "timed", "knobs": knobs, "fixed": {"attention": "efficient"}})
+    study_id = create_study(
+        db, model=ModelSpec.resolve({"preset": "tiny"}), space=space, max_minutes=0.25
+    )
+    replay = FakeParityReplay(landscape(), list(knobs), target=H200)
+    events: list[Event] = []
+    StudyRunner(
+        db, study_id, PacedExecutor(replay), poll_s=0.05, heartbeat_interval_s=3600,
+        on_event=events.append,
+    ).run()  # fmt: skip
+    with db.read() as s:
+        trials = TrialRepo(s).list(study_id)
+        study = StudyRepo(s).require(study_id)
+    assert not [t for t in trials if t.purpose in ("parity-ref", "parity")]
+    headroom = [t for t in trials if t.purpose == "headroom"]
+    assert len(headroom) == 1 and headroom[0].state == TrialState.COMPLETE
+    end = _utc(study.started_at) + dt.timedelta(minutes=0.25, seconds=0.5)
+    assert max(_utc(t.finished_at) for t in trials if t.finished_at) <= end
+    said = [e.message or "" for e in events if e.kind == "search_over"]
+    assert len(said) == 1 and "the headroom check" in said[0] and "numerics" not in said[0]
+
+
+def _utc(when: dt.datetime | None) -> dt.datetime:
+    assert when is not None
+    return when if when.tzinfo else when.replace(tzinfo=dt.UTC)

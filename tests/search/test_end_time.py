@@ -1,0 +1,92 @@
+"""The time the end of a study keeps (search/end_time.py): each end check expected to take the
+measured wall of the config it re-runs, compile included; the search stops when the time left
+is that plus one search trial; re-measurements never crowd out the checks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotuner.options import StudyOptions
+from autotuner.search.end_time import (
+    FLOOR_S,
+    MARGIN,
+    SEARCH_TIME_SHARE,
+    DueCheck,
+    TimeLeft,
+    TrialWalls,
+    remeasure_cut,
+    search_stop,
+)
+from autotuner.search.numerics import PARITY_STEPS
+from autotuner.search.objective import Objective
+from autotuner.search.progress import Progress
+from autotuner.search.remeasure import Remeasure
+from tests.fakes import measured
+
+BF16 = {"precision": "bf16", "micro_batch_size": 8}
+FP8 = {"precision": "fp8-tensorwise", "micro_batch_size": 8}
+
+
+def _walls(*trials: tuple[dict[str, Any], float, str]) -> TrialWalls:
+    walls = TrialWalls()
+    for params, wall_s, purpose in trials:
+        phases = {"build": 5.0, "first_step": wall_s - 25.0, "warmup": 8.0, "measure": 10.0}
+        walls.observe(
+            params, measured(1000.0, wall_s=wall_s, step_time_s=1.0, phases_s=phases), purpose
+        )
+    return walls
+
+
+def test_a_rerun_takes_its_configs_longest_wall_compile_included() -> None:
+    # The first fp8 trial compiled cold (190 s); a re-measurement hit the cache (90 s).
+    walls = _walls((BF16, 80.0, "seed"), (FP8, 190.0, "seed"), (FP8, 90.0, "remeasure"))
+    assert walls.rerun_s(FP8) == 190.0
+    assert walls.search_trial_s() == (80.0 + 190.0) / 2  # re-measurements are not searched
+    # Never seen: a search trial's length; nothing measured yet: the floor.
+    assert walls.rerun_s({"precision": "fp16", "micro_batch_size": 8}) == 135.0
+    assert TrialWalls().rerun_s(FP8) == FLOOR_S
+    # A parity trial: no warm-up, no timed repeats (18 s), PARITY_STEPS steps at 1 s each.
+    assert walls.parity_s(FP8) == 190.0 - 18.0 + PARITY_STEPS * 1.0
+    # End checks (a parity trial, a proxy) teach nothing about a config's trial.
+    walls.observe(FP8, measured(1.0, wall_s=999.0), "parity")
+    walls.observe(FP8, measured(1.0, wall_s=999.0), "proxy")
+    assert walls.rerun_s(FP8) == 190.0
+
+
+def test_the_search_stops_when_the_time_left_is_the_checks_and_one_trial() -> None:
+    walls = _walls((BF16, 60.0, "seed"), (FP8, 100.0, "seed"))
+    checks = walls.due([("headroom", FP8), ("parity-ref", FP8), ("parity", FP8)])
+    assert [c.expected_s for c in checks] == [100.0, 132.0, 132.0]
+    keep = MARGIN * 364.0 + 80.0  # the checks, then a search trial launched now
+    assert search_stop(TimeLeft(900 - keep - 1, 900), checks, walls, reserves_share=True) is None
+    why = search_stop(TimeLeft(900 - keep + 1, 900), checks, walls, reserves_share=True)
+    assert why is not None and why.startswith("search stopped at 6.4 min of 15.0 min")
+    assert "the headroom check 100 s, the numerics check's reference 2.2 min" in why
+    # Nothing due: the search runs to the share of the budget kept for re-measuring.
+    assert search_stop(TimeLeft(400, 480), [], walls, reserves_share=True) is None
+    late = search_stop(TimeLeft(480 * SEARCH_TIME_SHARE, 480), [], walls, reserves_share=True)
+    assert late is not None and "re-measuring the top candidates" in late
+    assert search_stop(TimeLeft(470, 480), [], walls, reserves_share=False) is None
+
+
+def test_a_remeasurement_runs_only_if_the_checks_still_fit_after_it() -> None:
+    rerun = DueCheck("remeasure", FP8, 100.0)
+    checks = [DueCheck("headroom", FP8, 100.0)]
+    assert remeasure_cut(TimeLeft(0, 100.0 + MARGIN * 100.0), rerun, checks, 1, 4) is None
+    why = remeasure_cut(TimeLeft(1, 100.0 + MARGIN * 100.0), rerun, checks, 1, 4)
+    assert why is not None and why.startswith("re-measurement stopped after 1 of 4")
+    assert remeasure_cut(TimeLeft(479, 480), rerun, [], 1, 4) is None  # no check to protect
+
+
+def test_the_checks_due_follow_the_best_config_so_far() -> None:
+    progress = Progress(objective=Objective.TOKENS_PER_S, gpus=1, options=StudyOptions())
+    remeasure = Remeasure(top=2, rounds=2, parity=True, headroom=True)
+    fp8 = lambda p: p["precision"] == "fp8-tensorwise"  # noqa: E731
+    assert remeasure.checks_due(progress, None, fp8) == []  # nothing measured: nothing to check
+    progress.observe(BF16, measured(1000.0), "seed")
+    assert remeasure.checks_due(progress, None, fp8) == [("headroom", BF16)]
+    progress.observe(FP8, measured(1500.0), "search")
+    due = remeasure.checks_due(progress, None, fp8)
+    assert due == [("headroom", FP8), ("parity-ref", FP8), ("parity", FP8)]
+    # A trial budget of four keeps none (they are for the search), as its trial reserve does.
+    assert remeasure.checks_due(progress, 4, fp8) == []
