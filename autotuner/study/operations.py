@@ -143,11 +143,20 @@ def validate_request(
 def submit_study(db: Database, req: StudyRequest, target: Target | None = None) -> dict[str, Any]:
     """Validate and record a new queued study; a coordinator picks it up."""
     model, space = validate_request(req, target)
-    return get_study(db, create_requested(db, req, model, space))
+    device = target.device_type if target is not None else None
+    return get_study(db, create_requested(db, req, model, space, device_type=device))
 
 
-def create_requested(db: Database, req: StudyRequest, model: ModelSpec, space: SearchSpace) -> str:
-    """Record the queued study a validated request asks for; returns its id."""
+def create_requested(
+    db: Database,
+    req: StudyRequest,
+    model: ModelSpec,
+    space: SearchSpace,
+    *,
+    device_type: str | None = None,
+) -> str:
+    """Record the queued study a validated request asks for; returns its id. `device_type`:
+    what the cluster runs trials on, when the caller knows its target."""
     from autotuner.study.coordinator import create_study
 
     return create_study(
@@ -162,6 +171,7 @@ def create_requested(db: Database, req: StudyRequest, model: ModelSpec, space: S
         sampler=req.sampler,
         seed=req.seed,
         options=req.options,
+        device_type=device_type,
     )
 
 
