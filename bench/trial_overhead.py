@@ -97,10 +97,8 @@ def run_arm(config: TrialConfig, env: dict[str, str]) -> TrialResult:
 def start_server(config: TrialConfig) -> float:
     """Start this node's pre-imported worker if none runs; the seconds until it answers."""
     env = _trial_env(config)
-    path = preload.socket_path(preload.server_key(sys.executable, env))
     t0 = time.monotonic()
-    if not path.exists():
-        preload._start_server(sys.executable, env, path)
+    path = preload.start_server(sys.executable, env)  # owned by this process
     while not path.exists():
         if time.monotonic() - t0 > 300:
             log = path.with_suffix(".log")

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from autotuner.spec import FailureClass, TrialConfig, TrialResult
-from workers import compile_cache, phases, preload
+from workers import compile_cache, phases, pidfile, preload
 
 HEARTBEAT_INTERVAL_S = 5.0
 KILL_GRACE_S = 3.0  # SIGTERM first so the CUDA context is torn down cleanly, then SIGKILL
@@ -138,6 +138,8 @@ def run_trial_process(
                     cwd=tmp,
                     start_new_session=True,  # its own process group: loader/compile workers too
                 )
+            # Which process is this trial: a forked one has its server's command line.
+            pidfile.write(tmpdir, proc.pid)
             timed_out = False
             while True:
                 remaining = limit - (time.monotonic() - start)

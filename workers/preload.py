@@ -19,10 +19,18 @@ The same guarantees as a fresh process (workers/launch.py):
   cache directories (per study) and NCCL's variables are read later, at first use.
 
 The server is single-threaded (a select loop), so forking it is safe; it listens on a Unix
-socket named by the key (the interpreter, this checkout's code, those variables) and exits
-after IDLE_EXIT_S without a trial. The first trial that finds none starts one in the
-background and runs in a fresh process itself. Multi-GPU trials always start fresh ranks.
-Off with AUTOTUNER_PRELOAD=0.
+socket named by the key (the interpreter, this checkout's code, those variables) and by its
+owner. The first trial that finds none starts one in the background and runs in a fresh
+process itself. Multi-GPU trials always start fresh ranks. Off with AUTOTUNER_PRELOAD=0.
+
+Nothing outlives its owner: the server belongs to the process that runs the node's trials,
+the Ray node (its raylet: `RAY_RAYLET_PID`, which Ray sets in every worker) under Ray, else
+the launcher (a test, a script calling run_trial_process), or AUTOTUNER_PRELOAD_OWNER when set.
+The launcher is no owner under Ray: a Ray worker runs one trial and exits (max_calls=1), and the
+server serves the next. The server watches its owner (a pidfd, readable once the process has
+exited; even while it is still importing torch) and exits with it, killing any trial it still
+runs, so when `serve` or `tune` stops its local Ray, the server goes too. It also exits after
+IDLE_EXIT_S without a trial.
 
 Protocol (one connection per trial): the launcher sends one JSON line {argv, env, cwd, stdout,
 stderr}; the server answers {"pid": ...} once forked and {"status": <wait status>} once it
@@ -41,12 +49,17 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 ENABLE_ENV = "AUTOTUNER_PRELOAD"
+OWNER_ENV = "AUTOTUNER_PRELOAD_OWNER"  # a pid: the server exits when this process does
+RAYLET_ENV = "RAY_RAYLET_PID"  # set by Ray in its workers (they fate-share with the raylet)
 IDLE_EXIT_S = 300.0
+OWNER_POLL_S = 0.2  # how often the owner is looked at where the kernel has no pidfd
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 # Environment read at interpreter start or torch's import: part of the server's key.
 _IMPORT_PREFIXES = (
@@ -89,9 +102,34 @@ def server_key(python: str, env: dict[str, str]) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
-def socket_path(key: str) -> Path:
-    # AF_UNIX paths are limited to ~107 bytes: a short name in the temp dir.
-    return Path(tempfile.gettempdir()) / f"autotuner-preload-{os.getuid()}-{key}.sock"
+def owner_pid(env: dict[str, str]) -> int:
+    """The process a server started for a launcher with environment `env` belongs to."""
+    for name in (OWNER_ENV, RAYLET_ENV):
+        value = env.get(name, "")
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return os.getpid()  # the launcher itself: a test, a script, a trial run by hand
+
+
+def socket_path(key: str, owner: int) -> Path:
+    # AF_UNIX paths are limited to ~107 bytes: a short name in the temp dir. The owner is in
+    # the name: two owners (two `tune` runs, each with its own local Ray) never share a server,
+    # so one ending never kills the other's trials.
+    return Path(tempfile.gettempdir()) / f"autotuner-preload-{os.getuid()}-{owner}-{key}.sock"
+
+
+def server_path(python: str, env: dict[str, str]) -> Path:
+    """The socket of the server that forks trials for a launcher with `python` and `env`."""
+    return socket_path(server_key(python, env), owner_pid(env))
+
+
+def start_server(python: str, env: dict[str, str]) -> Path:
+    """Start the server for `python` and `env` unless one runs or is starting; its socket
+    (which exists once it answers)."""
+    path = server_path(python, env)
+    if not path.exists():
+        _start_server(python, env, path, owner_pid(env))
+    return path
 
 
 # --------------------------------------------------------------------------- launcher side
@@ -129,7 +167,7 @@ def fork_trial(
 ) -> ForkedProcess | None:
     """Start a trial as a child of this node's server; None when no server answers (one is
     started in the background for the next trial: run this one in a fresh process)."""
-    path = socket_path(server_key(python, env))
+    path = server_path(python, env)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(str(path))
@@ -150,11 +188,11 @@ def fork_trial(
         return proc
     except (OSError, ValueError, KeyError):
         conn.close()
-        _start_server(python, env, path)
+        _start_server(python, env, path, owner_pid(env))
         return None
 
 
-def _start_server(python: str, env: dict[str, str], path: Path) -> None:
+def _start_server(python: str, env: dict[str, str], path: Path, owner: int) -> None:
     """Start a server for `path` unless one is starting already (a lock file names it)."""
     lock = path.with_suffix(".starting")
     with contextlib.suppress(OSError):
@@ -169,7 +207,7 @@ def _start_server(python: str, env: dict[str, str], path: Path) -> None:
     server_env = {k: v for k, v in env.items() if k not in _LAZY}
     with open(os.devnull, "rb") as null_in, open(path.with_suffix(".log"), "ab") as log:
         subprocess.Popen(
-            [python, "-m", "workers.preload", "--socket", str(path)],
+            [python, "-m", "workers.preload", "--socket", str(path), "--owner", str(owner)],
             stdin=null_in,
             stdout=log,
             stderr=log,
@@ -250,9 +288,79 @@ def _stop(signum: int, frame: object) -> None:
     raise SystemExit(0)  # through serve's finally: the socket goes with the server
 
 
-def serve(path: Path) -> None:
+class _Owner:
+    """The process the server belongs to. A pidfd where Linux has them (5.3+): it refers to
+    that very process (never to a later one given the same pid) and becomes readable when the
+    process exits, so the select loop wakes at once. Else its pid is polled."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.fd: int | None = None
+        self._gone = False
+        try:
+            self.fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            self._gone = True  # it exited before we started
+        except (OSError, AttributeError):
+            pass  # no pidfd on this kernel: poll
+
+    def gone(self) -> bool:
+        if not self._gone and self.fd is not None:
+            self._gone = bool(select.select([self.fd], [], [], 0)[0])
+        elif not self._gone:
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                self._gone = True
+            except PermissionError:
+                pass  # alive, someone else's: not ours to signal
+        return self._gone
+
+
+def _tidy(path: Path, *, starting: bool = False) -> None:
+    """What a server leaves in the temp dir when it ends: its log unless something was written
+    to it (each owner has its own: one per Ray node start), and, ended before it answered
+    (`starting`), the start lock it still holds."""
+    if starting:
+        with contextlib.suppress(OSError):
+            path.with_suffix(".starting").unlink()
+    log = path.with_suffix(".log")
+    with contextlib.suppress(OSError):
+        if log.stat().st_size == 0:
+            log.unlink()
+
+
+def _watch_while_importing(owner: _Owner, path: Path) -> Callable[[], None]:
+    """Exit as soon as the owner does, even in the middle of torch's import (seconds on a
+    loaded machine): a thread, which the returned function stops (and joins) before the server
+    forks anything."""
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(OWNER_POLL_S):
+            if owner.gone():
+                _tidy(path, starting=True)
+                os._exit(0)
+
+    thread = threading.Thread(target=watch, name="owner-watch", daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        done.set()
+        thread.join()
+
+    return stop
+
+
+def serve(path: Path, owner_pid: int) -> None:
     signal.signal(signal.SIGTERM, _stop)
+    owner = _Owner(owner_pid)
+    stop_watching = _watch_while_importing(owner, path)
     _preload()
+    stop_watching()  # single-threaded from here: forking is safe
+    if owner.gone():
+        _tidy(path, starting=True)
+        return
     import torch
 
     if torch.cuda.is_initialized():  # a child would inherit a CUDA context: never fork then
@@ -263,15 +371,21 @@ def serve(path: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         tmp.unlink()
     listener.bind(str(tmp))
+    # The socket file's inode (fstat of the listener gives the socket's own, never equal): at
+    # exit the path is removed only if it is still ours, not a newer server's.
+    ours = os.stat(tmp).st_ino
     listener.listen(16)
     os.replace(tmp, path)  # atomic: a launcher never connects to a half-started server
     with contextlib.suppress(FileNotFoundError):
         path.with_suffix(".starting").unlink()
     children: dict[socket.socket, int] = {}
     last = time.monotonic()
+    watched = [] if owner.fd is None else [owner.fd]
     try:
         while True:
-            ready, _, _ = select.select([listener, *children], [], [], 0.2)
+            ready, _, _ = select.select([listener, *children, *watched], [], [], OWNER_POLL_S)
+            if owner.gone():
+                return  # the owner's trials go with it (finally), then the server
             for s in ready:
                 if s is listener:
                     conn, _ = listener.accept()
@@ -289,9 +403,14 @@ def serve(path: Path) -> None:
                 return
     finally:
         with contextlib.suppress(FileNotFoundError):
-            if os.stat(path).st_ino == os.fstat(listener.fileno()).st_ino:
+            if os.stat(path).st_ino == ours:
                 path.unlink()
         listener.close()
+        # A trial still running (the owner went, or a SIGTERM): its whole group, not only the
+        # child the parent-death signal reaches (loader workers, inductor's compile pool).
+        for pid in children.values():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
 
 
 def _fork_one(
@@ -345,10 +464,14 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="workers.preload", description=__doc__.splitlines()[0])
     parser.add_argument("--socket", required=True, type=Path)
+    parser.add_argument("--owner", required=True, type=int, help="exit when this pid exits")
     args = parser.parse_args(argv)
     if os.fork() != 0:  # detach: the launcher that started us may exit (a Ray task does)
         return 0
-    serve(args.socket)
+    try:
+        serve(args.socket, args.owner)
+    finally:
+        _tidy(args.socket)
     return 0
 
 

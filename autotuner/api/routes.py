@@ -7,7 +7,7 @@ Handlers are plain functions (FastAPI runs them in its thread pool): each is one
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
@@ -15,11 +15,13 @@ from fastapi.responses import PlainTextResponse
 
 from autotuner.api.deps import require_token
 from autotuner.api.schemas import BestView, Health, SpaceInfo, StudyView, TrialDetail, TrialView
+from autotuner.spec import ModelFamily
 from autotuner.storage.models import StudyStatus
 from autotuner.study import operations as studies
 from autotuner.study.export import FORMATS as EXPORT_FORMATS
 from autotuner.study.export import FORMATS_TABLE
 from autotuner.study.request import StudyRequest
+from autotuner.study.study_query import MAX_TEXT, StudyQuery
 
 # Bodies are validated against their response models and written with only the keys the view
 # set (`exclude_unset`): the JSON is the view's, nulls included (see autotuner.api.schemas).
@@ -93,10 +95,22 @@ def list_studies(
     request: Request,
     status: Annotated[StudyStatus | None, Query(description="Only studies in this status")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    q: Annotated[
+        str | None,
+        Query(max_length=MAX_TEXT, description="Text in the name or the model's name, any case"),
+    ] = None,
+    family: Annotated[ModelFamily | None, Query(description="Only this model family")] = None,
+    device: Annotated[
+        Literal["cuda", "cpu"] | None, Query(description="Only studies whose trials run on it")
+    ] = None,
 ) -> Any:
-    return _json(
-        studies.list_studies(_db(request), status=status.value if status else None, limit=limit)
+    query = StudyQuery(
+        text=(q or "").strip(), family=family.value if family else None, device=device
     )
+    found = studies.list_studies(
+        _db(request), status=status.value if status else None, limit=limit, query=query
+    )
+    return _json(found)
 
 
 @router.get(

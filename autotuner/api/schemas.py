@@ -41,6 +41,10 @@ class StudyView(_View):
     space: str | None = Field(description="The search space's name")
     sampler: str
     gpus_per_trial: int
+    device_type: Literal["cuda", "cpu"] | None = Field(
+        description="What the trials run on: the cluster's hardware when the study was "
+        "submitted or last started; null until known (a study submitted to a bare database)"
+    )
     max_trials: int | None
     max_minutes: float | None
     trial_counts: dict[str, int] = Field(description="Trials per state (see TrialView.state)")

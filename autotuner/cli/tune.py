@@ -126,7 +126,9 @@ def tune(
     # Again with the cluster known: as the service does, refuse more GPUs per trial than it has.
     model, search_space = _validated(request, target)
     owner = default_owner()
-    study_id = create_requested(database, request, model, search_space)
+    study_id = create_requested(
+        database, request, model, search_space, device_type=target.device_type
+    )
     # Take the study's lease at once: a service sharing this database must not adopt the
     # queued study before this process starts running it.
     with database.session() as s:

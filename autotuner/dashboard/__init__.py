@@ -34,8 +34,9 @@ from autotuner.dashboard.charts import chart_data, progress_series
 from autotuner.storage.repository import StudyNotFound
 from autotuner.study import operations
 from autotuner.study.export import export_commands
-from autotuner.study.labels import trial_label
+from autotuner.study.labels import model_label, runs_on, trial_label
 from autotuner.study.operations import NotFound
+from autotuner.study.study_query import DEVICES, FAMILIES, STATUSES, parse_study_query
 from autotuner.study.trial_query import ERROR_CLASSES, STATES, InvalidQuery
 from autotuner.study.trials_csv import trials_csv
 
@@ -56,6 +57,7 @@ def _url_path(context: dict[str, Any], name: str, /, **params: Any) -> str:
 
 templates.env.globals["url_for"] = _url_path
 templates.env.globals["trial_label"] = trial_label  # `cancelled`, not a bare `failed`
+templates.env.globals.update(model_label=model_label, runs_on=runs_on)
 templates.env.globals["export_commands"] = export_commands  # the same lines `best` prints
 # Numbers as people read them (autotuner.numbers): 17,884 and 0.227 s, never 17884.0389 or None.
 templates.env.filters.update(
@@ -76,16 +78,36 @@ def _db(request: Request) -> Any:
     return request.app.state.db
 
 
-def _respond(request: Request, template: str, data: dict[str, Any]) -> Response:
+def _respond(
+    request: Request, template: str, data: dict[str, Any], status_code: int = 200
+) -> Response:
     if request.query_params.get("format") == "json":
-        return JSONResponse(data)
-    return templates.TemplateResponse(request, template, {"data": data})
+        return JSONResponse(data, status_code=status_code)
+    return templates.TemplateResponse(request, template, {"data": data}, status_code=status_code)
+
+
+STUDIES_SHOWN = 200  # the newest studies the list shows (after its filters)
 
 
 @router.get("/", response_class=HTMLResponse)
 def studies_page(request: Request) -> Response:
-    studies = operations.list_studies(_db(request), limit=200)
-    return _respond(request, "studies.html", {"studies": studies})
+    """The studies list, newest first. Filtered on the server by `status` (comma-separated for
+    several), `q` (text in the name or model), `family` and `device`, kept in the address so a
+    filtered view can be bookmarked; a bad filter is a 400 that lists the allowed values."""
+    choices = {"statuses": STATUSES, "families": FAMILIES, "devices": DEVICES}
+    try:
+        query = parse_study_query(request.query_params.multi_items(), ignore=("format",))
+    except InvalidQuery as exc:
+        if request.query_params.get("format") == "json":
+            return JSONResponse({"detail": str(exc)}, status_code=400)
+        # The page with its filter bar, cleared, and what was wrong: one click fixes it.
+        page: dict[str, Any] = {"studies": [], "filters": choices, "query": {}}
+        page.update(error=str(exc), limit=STUDIES_SHOWN)
+        return _respond(request, "studies.html", page, status_code=400)
+    studies = operations.list_studies(_db(request), limit=STUDIES_SHOWN, query=query)
+    data: dict[str, Any] = {"studies": studies, "filters": choices, "query": query.params()}
+    data["limit"] = STUDIES_SHOWN
+    return _respond(request, "studies.html", data)
 
 
 @router.get("/studies/{study_id}", response_class=HTMLResponse)

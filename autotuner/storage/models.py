@@ -157,6 +157,9 @@ class Study(Base):
     max_trials: Mapped[int | None] = mapped_column(Integer)
     max_minutes: Mapped[float | None] = mapped_column(Float)
     gpus_per_trial: Mapped[int] = mapped_column(Integer, default=1)
+    # What the trials run on, "cuda" or "cpu" (migration 0004): the cluster's hardware when the
+    # study was submitted, then when a coordinator started it; None until one of them knew.
+    device_type: Mapped[str | None] = mapped_column(String(8))
     sampler: Mapped[str] = mapped_column(String(32), default="tpe")
     seed: Mapped[int] = mapped_column(Integer, default=0)
     options: Mapped[StudyOptions] = mapped_column(OptionsJson, default=StudyOptions)

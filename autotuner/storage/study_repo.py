@@ -46,6 +46,7 @@ class StudyRepo:
         sampler: str = "tpe",
         seed: int = 0,
         options: StudyOptions | None = None,
+        device_type: str | None = None,
     ) -> Study:
         """A new queued study with a fresh id `st-xxxxxxxx`."""
         _fits("study name", name, 200, "use a shorter name")
@@ -59,6 +60,7 @@ class StudyRepo:
             max_trials=max_trials,
             max_minutes=max_minutes,
             gpus_per_trial=gpus_per_trial,
+            device_type=device_type,
             sampler=sampler,
             seed=seed,
             options=options or StudyOptions(),

@@ -133,6 +133,8 @@ class StudyRunner:
         self.started_at = study.started_at
         self.budget = Budget(self.max_trials, self.max_minutes, self.started_at)
         self.target = self.executor.target()
+        if study.device_type != self.target.device_type:  # submitted without a target, or moved
+            self.lease.record_device(self.target.device_type)
         too_big = self.target.device_type == "cuda" and self.gpus_per_trial > self.target.gpus_total
         if too_big:
             # It could never be scheduled: say so and stop, rather than wait forever for GPUs.

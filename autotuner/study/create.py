@@ -23,8 +23,10 @@ def create_study(
     sampler: str = "tpe",
     seed: int = 0,
     options: StudyOptions | None = None,
+    device_type: str | None = None,
 ) -> str:
-    """Record a new study (status queued) and return its id."""
+    """Record a new study (status queued) and return its id. `device_type`: what its trials
+    will run on (`cuda` or `cpu`) when the cluster is known at submit."""
     if max_trials is None and max_minutes is None:
         raise ValueError("a study needs a budget: give max_trials, max_minutes or both")
     with db.session() as s:
@@ -39,5 +41,6 @@ def create_study(
             sampler=sampler,
             seed=seed,
             options=options,
+            device_type=device_type,
         )
         return study.id

@@ -35,3 +35,22 @@ def unfinished_note(best: dict[str, Any]) -> str | None:
         f"study {best['study']} was {best['status']} after {done}{budget} trials: this is the "
         "best so far, not a finished search's recommendation"
     )
+
+
+def model_label(spec: dict[str, Any]) -> str:
+    """A study's model in a few words (its model spec as stored): the preset's name, else the
+    factory or the family with its depth and width ("llama, 8 × 1024")."""
+    name = spec.get("preset") or spec.get("factory")
+    if name:
+        return str(name)
+    sizes = f"{spec.get('n_layer', '?')} × {spec.get('d_model', '?')}"
+    return f"{spec.get('family', 'model')}, {sizes}"
+
+
+def runs_on(study: dict[str, Any]) -> str:
+    """What a study's trials run on, as the lists say it: `CPU`, `2 GPUs`, or `1 GPU` while
+    the study's device kind is not known yet (submitted to a database no cluster has seen)."""
+    if study.get("device_type") == "cpu":
+        return "CPU"
+    gpus = int(study.get("gpus_per_trial") or 1)
+    return f"{gpus} GPU{'s' if gpus != 1 else ''}"

@@ -53,6 +53,7 @@ class StudySettings:
     seed: int
     over: bool  # completed, cancelled or failed: nothing left to run
     started_at: dt.datetime
+    device_type: str | None  # what the trials were last known to run on: cuda, cpu
 
 
 class StudyLease:
@@ -106,6 +107,7 @@ class StudyLease:
                 seed=study.seed,
                 over=over,
                 started_at=study.started_at or dt.datetime.now(dt.UTC),
+                device_type=study.device_type,
             )
 
     def hold_space(self, space: SearchSpace) -> None:
@@ -117,6 +119,15 @@ class StudyLease:
             if study.owner != self.owner:
                 raise LeaseLost(f"study {self.study_id} is held by {study.owner}, not by us")
             study.space = space.model_dump(mode="json", by_alias=True)
+
+    def record_device(self, device_type: str) -> None:
+        """Store what the trials run on (`cuda` or `cpu`): the study page says "trials on the
+        CPU" or "N GPUs per trial" before any trial has reported, and the list filters on it."""
+        with self.db.session() as s:
+            study = StudyRepo(s).require(self.study_id)
+            if study.owner != self.owner:
+                raise LeaseLost(f"study {self.study_id} is held by {study.owner}, not by us")
+            study.device_type = device_type
 
     def keep_alive(self, running_trial_ids: list[int]) -> None:
         """At most once per heartbeat interval: beat the running trials, renew the lease."""

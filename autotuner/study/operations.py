@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from autotuner.executors.base import Target
     from autotuner.storage.models import Study, Trial
     from autotuner.storage.session import Database
+    from autotuner.study.study_query import StudyQuery
     from autotuner.study.views import TrialSummary
 
 FINISHED = ("completed", "cancelled", "failed")
@@ -150,11 +151,20 @@ def submit_study(
 ) -> dict[str, Any]:
     """Validate and record a new queued study; a coordinator picks it up."""
     model, space = validate_request(req, target, data_access=data_access)
-    return get_study(db, create_requested(db, req, model, space))
+    device = target.device_type if target is not None else None
+    return get_study(db, create_requested(db, req, model, space, device_type=device))
 
 
-def create_requested(db: Database, req: StudyRequest, model: ModelSpec, space: SearchSpace) -> str:
-    """Record the queued study a validated request asks for; returns its id."""
+def create_requested(
+    db: Database,
+    req: StudyRequest,
+    model: ModelSpec,
+    space: SearchSpace,
+    *,
+    device_type: str | None = None,
+) -> str:
+    """Record the queued study a validated request asks for; returns its id. `device_type`:
+    what the cluster runs trials on, when the caller knows its target."""
     from autotuner.study.coordinator import create_study
 
     return create_study(
@@ -169,6 +179,7 @@ def create_requested(db: Database, req: StudyRequest, model: ModelSpec, space: S
         sampler=req.sampler,
         seed=req.seed,
         options=req.options,
+        device_type=device_type,
     )
 
 
@@ -216,30 +227,40 @@ def _space_name() -> Any:
     return Study.space["name"].as_string()
 
 
-def list_studies(db: Database, *, status: str | None = None, limit: int = 100) -> list[dict]:
+def list_studies(
+    db: Database,
+    *,
+    status: str | None = None,
+    limit: int = 100,
+    query: StudyQuery | None = None,
+) -> list[dict]:
     """Studies newest first with their trial counts, progress and best value: two statements
     however many studies (the summaries are one grouped query, not a query per study), reading
-    only the columns the list shows."""
+    only the columns the list shows. `query`: the list's filters (study/study_query.py),
+    applied in the first statement."""
     from sqlalchemy import select
     from sqlalchemy.orm import defer
 
     from autotuner.storage.models import Study, StudyStatus
+    from autotuner.study import study_query
     from autotuner.study.views import study_view
 
     if status is not None and status not in {s.value for s in StudyStatus}:
         raise UserError(
             f"status {status!r}: choose one of {', '.join(s.value for s in StudyStatus)}"
         )
-    query = (
+    select_page = (
         select(Study, _space_name())
         .options(defer(Study.space), defer(Study.recommendation))
         .order_by(Study.created_at.desc(), Study.id.desc())
         .limit(limit)
     )
     if status is not None:
-        query = query.where(Study.status == status)
+        select_page = select_page.where(Study.status == status)
+    if query is not None:
+        select_page = study_query.apply(select_page, query)
     with db.read() as s:
-        rows = s.execute(query).all()
+        rows = s.execute(select_page).all()
         sums = summaries(s, [study.id for study, _ in rows])
         return [study_view(st, sums[st.id], space_name=name) for st, name in rows]
 

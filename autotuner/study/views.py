@@ -98,6 +98,7 @@ def study_view(study: Study, summary: TrialSummary, *, space_name: str | None) -
         "space": space_name,
         "sampler": study.sampler,
         "gpus_per_trial": study.gpus_per_trial,
+        "device_type": study.device_type,
         "max_trials": study.max_trials,
         "max_minutes": study.max_minutes,
         "trial_counts": summary.counts,

@@ -1,7 +1,8 @@
 """The studies list costs a constant number of SQL statements, however many studies there are.
 
 Counted on the real Postgres with a `before_cursor_execute` listener on the engine, for the
-dashboard's page (HTML and JSON) and `operations.list_studies`, which it and /api/studies call.
+dashboard's page (HTML and JSON, filtered or not) and `operations.list_studies`, which it and
+/api/studies call.
 """
 
 from __future__ import annotations
@@ -53,12 +54,17 @@ def _add_studies(db: Database, n: int) -> None:
                 )
 
 
+FILTERED = "/?status=queued,running&q=TIN&family=gpt2"  # _add_studies: queued, preset tiny
+
+
 def test_studies_list_runs_a_constant_number_of_statements(pg_url: str) -> None:
     db = Database(pg_url)
     client = TestClient(make_app(db))
     reads: dict[str, Callable[[], object]] = {
         "page": lambda: client.get("/").raise_for_status(),
         "page json": lambda: client.get("/?format=json").raise_for_status(),
+        # Every filter of the list, in the same statement (study/study_query.py).
+        "page filtered": lambda: client.get(FILTERED).raise_for_status(),
         "operation": lambda: operations.list_studies(db, limit=200),
     }
 
@@ -75,6 +81,7 @@ def test_studies_list_runs_a_constant_number_of_statements(pg_url: str) -> None:
     _add_studies(db, 29)
     thirty = count()
     assert len(client.get("/?format=json").json()["studies"]) == 30
+    assert len(client.get(FILTERED + "&format=json").json()["studies"]) == 30
     assert one == thirty, f"statements for 1 study: {one}, for 30: {thirty}"
     assert max(thirty.values()) <= 3, thirty
 

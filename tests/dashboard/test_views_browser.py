@@ -222,3 +222,97 @@ def test_trial_page_draws_telemetry_and_predictions(
         assert lengths == [SAMPLES] * 4
         assert "SwPowerCap" in b.eval("document.getElementById('throttle').textContent")
         assert _page_errors(b) == []
+
+
+# --------------------------------------------------------------------------- the studies list
+
+STUDY_ROWS = "[...document.querySelectorAll('#studies tbody tr')].map(r => r.dataset.id).sort()"
+LLAMA = {
+    "family": "llama",
+    "n_layer": 2,
+    "d_model": 128,
+    "n_head": 2,
+    "vocab_size": 512,
+    "seq_len": 64,
+}
+
+
+def _listed(db: Database, name: str, model: dict[str, object], device: str, status: str) -> str:
+    from autotuner.storage.models import StudyStatus
+    from autotuner.storage.repository import StudyRepo
+
+    study_id = create_study(
+        db,
+        model=ModelSpec.resolve(model),
+        space=parse_space({"name": "list", "knobs": KNOBS}),
+        name=name,
+        max_trials=8,
+        device_type=device,
+    )
+    with db.session() as s:
+        repo = StudyRepo(s)
+        repo.set_status(repo.require(study_id), StudyStatus(status))
+    return study_id
+
+
+def _list_drawn(b: Browser, search: str) -> list[str]:
+    b.wait_for(f"document.body.dataset.studiesView === {search!r}")
+    return list(b.eval(STUDY_ROWS))
+
+
+def test_the_studies_list_filters_on_the_server_and_keeps_them_live(sqlite_url: str) -> None:
+    db = Database(sqlite_url)
+    ids = {
+        "llama-run": _listed(db, "llama width", LLAMA, "cuda", "running"),
+        "llama-done": _listed(db, "llama depth", LLAMA, "cuda", "completed"),
+        "gpt-run": _listed(db, "gpt2 sweep", {"preset": "gpt2-124m"}, "cuda", "running"),
+        "cpu-done": _listed(db, "laptop demo", {"preset": "tiny"}, "cpu", "completed"),
+    }
+    for base in _serve(make_app(db)):
+        with Browser() as b:
+            b.open(f"{base}/", ready="document.body.dataset.studiesView !== undefined")
+            assert b.eval(STUDY_ROWS) == sorted(ids.values())
+            b.select("#study-filters select[name=status]", "running")
+            running = _list_drawn(b, "?status=running")
+            assert running == sorted([ids["llama-run"], ids["gpt-run"]])
+            assert b.eval("location.search") == "?status=running"  # a bookmark keeps it
+            # Typing searches once the typing pauses (the name or the model, any case).
+            b.eval(
+                "(() => { const q = document.querySelector('#study-filters [name=q]');"
+                " q.value = 'LLAMA'; q.dispatchEvent(new Event('input')); })()"
+            )
+            assert _list_drawn(b, "?q=LLAMA&status=running") == [ids["llama-run"]]
+            b.select("#study-filters select[name=device]", "cpu")
+            assert _list_drawn(b, "?q=LLAMA&status=running&device=cpu") == []
+            assert "No studies match" in b.eval("document.getElementById('no-match').textContent")
+            b.select("#study-filters select[name=device]", "")
+            _list_drawn(b, "?q=LLAMA&status=running")
+
+            # The live refresh (every 5 s) redraws the same filtered view: a new matching
+            # study appears, one that does not match stays out, the filters stay on.
+            new_llama = _listed(db, "llama again", LLAMA, "cuda", "running")
+            _listed(db, "gpt2 again", {"preset": "gpt2-124m"}, "cuda", "running")
+            b.wait_for(f"document.querySelector('tr[data-id={new_llama}]') !== null", 12)
+            assert b.eval(STUDY_ROWS) == sorted([ids["llama-run"], new_llama])
+            assert b.eval("location.search") == "?q=LLAMA&status=running"
+            assert b.eval("document.querySelector('#study-filters [name=q]').value") == "LLAMA"
+
+            b.click("#clear-filters")
+            assert len(_list_drawn(b, "")) == 6
+            assert _page_errors(b) == []
+
+            # A bookmarked filtered address opens on that view, its filter bar set.
+            ready = "document.body.dataset.studiesView"
+            b.open(f"{base}/?family=llama&status=completed", ready=ready)
+            assert b.eval(STUDY_ROWS) == [ids["llama-done"]]
+            assert b.eval("document.querySelector('#study-filters [name=family]').value") == "llama"
+            assert b.eval("document.querySelector('#study-filters [name=status]').value") == (
+                "completed"
+            )
+            assert b.eval("document.getElementById('clear-filters').hidden") is False
+            # A bad value in a hand-edited address: the page says what is allowed.
+            b.open(f"{base}/?device=tpu", ready=ready)
+            error = b.eval("document.getElementById('filter-error').textContent")
+            assert "choose one of cuda, cpu" in error
+            errors = _page_errors(b)
+            assert all("400" in e for e in errors), errors  # only the page's own status

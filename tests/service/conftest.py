@@ -210,10 +210,10 @@ def ray_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """
     port = free_port()
     log = tmp_path_factory.mktemp("ray") / "ray-head.log"
-    # Trials start fresh (not forked from the pre-imported worker, workers/preload.py): these
-    # tests find a trial's process by its command line, which a forked child does not have.
-    # The forked path's kill, hang and crash are tested in tests/workers/test_preload.py.
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "AUTOTUNER_PRELOAD": "0"}
+    # Trials run as they do for a user: the node's first one fresh, the later ones forked by
+    # its pre-imported worker (workers/preload.py), which ends with this Ray node. Tests find
+    # a trial's process by its pid file (tests/service/procs.py), whichever way it started.
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
     env.pop("RAY_ADDRESS", None)
     with open(log, "wb") as out:
         proc = subprocess.Popen(

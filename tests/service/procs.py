@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
+
+from workers import pidfile, preload
 
 
 def cmdline(pid: int) -> list[str]:
@@ -53,31 +54,27 @@ def ray_task_worker(study_id: str, number: int) -> int | None:
 
 
 def trial_process(study_id: str, number: int) -> int | None:
-    """The `python -m workers.trial --config FILE` process running that trial."""
-    for pid in pids():
-        args = cmdline(pid)
-        if "workers.trial" not in args or "--config" not in args:
-            continue
-        try:
-            config = json.loads(Path(args[args.index("--config") + 1]).read_text())
-        except (OSError, ValueError, IndexError):
-            continue
-        if config.get("study_id") == study_id and config.get("trial_number") == number:
-            return pid
+    """The process running that trial, fresh or forked by the pre-imported worker (whose
+    command line is its server's): found by the pid file its launcher writes."""
+    for trial in pidfile.running():
+        if trial.study_id == study_id and trial.trial_number == number:
+            return trial.pid
     return None
 
 
 def trial_processes(study_id: str) -> list[int]:
     """Every live trial process of the study."""
-    out = []
-    for pid in pids():
-        args = cmdline(pid)
-        if "workers.trial" not in args or "--config" not in args:
-            continue
-        try:
-            config = json.loads(Path(args[args.index("--config") + 1]).read_text())
-        except (OSError, ValueError, IndexError):
-            continue
-        if config.get("study_id") == study_id and alive(pid):
-            out.append(pid)
-    return out
+    return [t.pid for t in pidfile.running() if t.study_id == study_id]
+
+
+def forked(pid: int) -> bool:
+    """Whether `pid` is a trial forked by the pre-imported worker (it names itself so)."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == preload.TRIAL_NAME.decode()
+    except OSError:
+        return False
+
+
+def preload_servers(entry: str) -> list[int]:
+    """Live pre-imported workers (workers/preload.py) whose environment holds `entry`."""
+    return [p for p in with_env(entry) if "workers.preload" in cmdline(p)]

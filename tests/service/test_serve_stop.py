@@ -1,5 +1,6 @@
 """`autotuner serve` stops cleanly: SIGTERM takes down the local Ray cluster it started (no
-raylet, agent or idle worker lives on), with one line saying so and no stack dump.
+raylet, agent or idle worker lives on) and the pre-imported worker of its node with the trial
+it forked, with one line saying so and no stack dump.
 
 Each service here runs with a marker in its environment; every process it starts inherits the
 environment, so `procs.with_env(marker)` finds them all, even after they were re-parented.
@@ -45,11 +46,7 @@ def test_sigterm_takes_down_the_local_ray_it_started(
 ) -> None:
     marker = f"AUTOTUNER_TEST_SERVE={uuid.uuid4().hex}"
     name, value = marker.split("=")
-    # Without the pre-imported worker: its server is shared by the node's trials and outlives
-    # `serve` until it has been idle for workers.preload.IDLE_EXIT_S (a known gap).
-    service = start_service(
-        f"sqlite:///{tmp_path / 'fresh.db'}", env={name: value, "AUTOTUNER_PRELOAD": "0"}
-    )
+    service = start_service(f"sqlite:///{tmp_path / 'fresh.db'}", env={name: value})
     log = _stop_and_check_nothing_remains(service, marker)
     stopped = [line for line in log.splitlines() if "autotuner.service: stopped" in line]
     assert len(stopped) == 1, log
@@ -61,14 +58,19 @@ def test_sigterm_during_a_trial_leaves_no_trial_or_ray_process(
 ) -> None:
     marker = f"AUTOTUNER_TEST_SERVE={uuid.uuid4().hex}"
     name, value = marker.split("=")
-    # Without the pre-imported worker: its server is shared by the node's trials and outlives
-    # `serve` until it has been idle for workers.preload.IDLE_EXIT_S (a known gap).
-    service = start_service(
-        f"sqlite:///{tmp_path / 'fresh.db'}", env={name: value, "AUTOTUNER_PRELOAD": "0"}
-    )
+    service = start_service(f"sqlite:///{tmp_path / 'fresh.db'}", env={name: value})
     with service.client as client:
         reply = client.post("/api/studies", json=study_body(space=CPU_SPACE, max_trials=4))
         assert reply.status_code == 201, reply.text
         study_id = reply.json()["id"]
-    wait_for(lambda: procs.trial_processes(study_id), timeout_s=90, what="a running trial")
+    # The node's first trial runs fresh while its pre-imported worker starts; wait for a
+    # trial that worker forked, so the stop meets both the server and its child.
+    forked = wait_for(
+        lambda: [p for p in procs.trial_processes(study_id) if procs.forked(p)],
+        timeout_s=150,
+        what="a trial forked by the pre-imported worker",
+    )
+    assert procs.preload_servers(marker), "the node's pre-imported worker should be serving"
     _stop_and_check_nothing_remains(service, marker)
+    assert not procs.preload_servers(marker)
+    assert not [p for p in forked if procs.alive(p)]

@@ -244,3 +244,50 @@ def test_0003_backfills_the_global_batch_and_the_memory_columns(empty_url: str) 
         (None, None, None, None, None, None, None),
     ]
     assert _diff(empty_url) == []
+
+
+def test_0004_backfills_the_study_device_type_from_its_newest_trial(empty_url: str) -> None:
+    """A study written before 0004 gets the device kind its newest trial ran on (num_gpus 0:
+    a CPU-only cluster); one without trials, or whose config has no num_gpus, stays unknown."""
+    import datetime as dt
+    import json
+
+    from sqlalchemy import text
+
+    config = alembic_config(empty_url)
+    command.upgrade(config, "0003")
+    now = dt.datetime.now(dt.UTC)
+    trials = {
+        "st-cpu": [{"num_gpus": 0}],
+        "st-moved": [{"num_gpus": 0}, {"num_gpus": 2}],  # a GPU node joined: the newest counts
+        "st-none": [],
+        "st-odd": [{"num_gpus": "two"}, {}],
+    }
+    engine = create_engine(normalize_url(empty_url), poolclass=NullPool)
+    try:
+        with engine.begin() as c:
+            for study_id, configs in trials.items():
+                c.execute(
+                    text(
+                        "INSERT INTO studies (id, name, status, model_spec, space, objective, "
+                        "gpus_per_trial, sampler, seed, options, created_at) VALUES (:id, 's', "
+                        "'running', '{}', '{}', 'tokens_per_s', 1, 'tpe', 0, '{}', :now)"
+                    ),
+                    {"id": study_id, "now": now},
+                )
+                for number, stored in enumerate(configs):
+                    c.execute(
+                        text(
+                            "INSERT INTO trials (study_id, number, state, purpose, attempt, "
+                            "params, config, created_at, retried) VALUES (:id, :n, 'complete', "
+                            "'search', 1, '{}', :config, :now, false)"
+                        ),
+                        {"id": study_id, "n": number, "config": json.dumps(stored), "now": now},
+                    )
+        command.upgrade(config, "head")
+        with engine.connect() as c:
+            got = dict(c.execute(text("SELECT id, device_type FROM studies")).all())
+    finally:
+        engine.dispose()
+    assert got == {"st-cpu": "cpu", "st-moved": "cuda", "st-none": None, "st-odd": None}
+    assert _diff(empty_url) == []

@@ -78,8 +78,6 @@ def start_preload_server() -> Path:
     from workers.launch import _trial_env
 
     env = _trial_env(make_config())
-    path = preload.socket_path(preload.server_key(sys.executable, env))
-    if not path.exists():
-        preload._start_server(sys.executable, env, path)
+    path = preload.start_server(sys.executable, env)  # owned by this pytest process
     # torch's import on a loaded 2-core machine: up to half a minute.
     return wait_for(lambda: path if path.exists() else None, 180, "the server's socket")

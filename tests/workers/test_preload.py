@@ -1,6 +1,7 @@
 """The pre-imported worker (workers/preload.py), for real: trials forked from a server that
 imported torch keep a fresh process's guarantees (a crash, a kill -9, a hang, the launcher's
-death) and skip torch's import."""
+death) and skip torch's import; a forked trial is found by its pid file; the server ends with
+its owner, even while it is still importing torch."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from autotuner.spec import FailureClass, TrialStatus
-from workers import preload
-from workers.launch import run_trial_process
+from workers import pidfile, preload
+from workers.launch import _trial_env, run_trial_process
 
 from .conftest import make_config, start_preload_server, wait_for
 
@@ -103,7 +104,9 @@ def test_the_launcher_dying_kills_its_forked_trial(server: Path, tmp_path: Path)
         "from workers.launch import run_trial_process\n"
         "run_trial_process(make_config(fault='hang'))\n"
     )
-    launcher = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, env=os.environ.copy())
+    # Owned by this pytest process, as the module's server is: that server forks its trial.
+    env = {**os.environ, preload.OWNER_ENV: str(os.getpid())}
+    launcher = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, env=env)
     try:
         (pid,) = wait_for(lambda: _trials_of(server_pid), 60, "the forked trial")
     finally:
@@ -134,3 +137,105 @@ def test_off_switch_runs_fresh(monkeypatch: pytest.MonkeyPatch, server: Path) ->
     result = run_trial_process(make_config())
     assert result.status == TrialStatus.OK and result.process_start == "fresh"
     assert result.phases_s is not None and result.phases_s["imports"] > 1.0  # torch, again
+
+
+def test_a_forked_trial_is_found_by_its_pid_file(server: Path) -> None:
+    """A forked trial has its server's command line; its pid file says which trial it is."""
+    config = make_config(fault="hang").model_copy(
+        update={"study_id": "st-pidfile", "trial_number": 7}
+    )
+    results = []
+    launcher = threading.Thread(
+        target=lambda: results.append(run_trial_process(config, timeout_s=60)), daemon=True
+    )
+    launcher.start()
+
+    def found() -> list[pidfile.TrialProcess]:
+        return [p for p in pidfile.running() if p.study_id == "st-pidfile"]
+
+    (trial,) = wait_for(found, 60, "the forked trial's pid file")
+    assert trial.trial_number == 7
+    assert trial.pid in _trials_of(_server_pid(server))  # the forked child itself
+    assert b"workers.trial" not in Path(f"/proc/{trial.pid}/cmdline").read_bytes()
+    os.kill(trial.pid, signal.SIGKILL)
+    launcher.join(60)
+    (result,) = results
+    assert result.process_start == "forked" and "SIGKILL" in (result.error_message or "")
+    assert not found()  # over: its file went with its temp dir
+
+
+def _live_servers(path: Path) -> list[int]:
+    """The server for `path` once detached (not the short-lived parent that forks it)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if str(path).encode() in cmdline and ppid != os.getpid():
+            out.append(int(pid))
+    return out
+
+
+@pytest.fixture
+def owner(monkeypatch: pytest.MonkeyPatch) -> subprocess.Popen[bytes]:
+    """A process standing in for a Ray node: this test's trials' server belongs to it."""
+    proc = subprocess.Popen(["sleep", "600"])
+    monkeypatch.setenv(preload.OWNER_ENV, str(proc.pid))
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_the_server_exits_with_its_owner_and_takes_its_trials(
+    owner: subprocess.Popen[bytes],
+) -> None:
+    path = preload.start_server(sys.executable, _trial_env(make_config()))
+    assert f"-{owner.pid}-" in path.name  # its own server, not the module's
+    wait_for(lambda: path.exists(), 180, "the owned server's socket")
+    (server_pid,) = _live_servers(path)
+    results = []
+    config = make_config(fault="hang").model_copy(update={"study_id": "st-owner"})
+    launcher = threading.Thread(
+        target=lambda: results.append(run_trial_process(config, timeout_s=120)), daemon=True
+    )
+    launcher.start()
+    (trial,) = wait_for(
+        lambda: [p for p in pidfile.running() if p.study_id == "st-owner"], 60, "the trial"
+    )
+    assert trial.pid in _trials_of(server_pid)
+    owner.kill()
+    owner.wait()
+    wait_for(lambda: not pidfile._stat(server_pid), 5, "the server to exit with its owner")
+    wait_for(lambda: not pidfile._stat(trial.pid), 5, "its trial to die with it")
+    assert not path.exists()
+    launcher.join(30)
+    (result,) = results
+    assert result.failure_class == FailureClass.CRASH and "SIGKILL" in result.error_message
+
+
+def test_a_server_still_importing_torch_exits_with_its_owner(
+    owner: subprocess.Popen[bytes],
+) -> None:
+    path = preload.start_server(sys.executable, _trial_env(make_config()))
+    (server_pid,) = wait_for(lambda: _live_servers(path), 30, "the server process")
+    owner.kill()
+    owner.wait()
+    # torch's import alone takes seconds here; the server goes well before it could finish.
+    importing = not path.exists()
+    wait_for(lambda: not pidfile._stat(server_pid), 2, "the server to exit mid-import")
+    assert not path.exists() and not path.with_suffix(".starting").exists()
+    assert importing, "the server answered before its owner was killed: nothing was tested"
+
+
+def test_each_owner_gets_its_own_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = _trial_env(make_config())
+    assert preload.owner_pid({}) == os.getpid()  # no Ray, no owner named: the launcher
+    assert preload.owner_pid({preload.RAYLET_ENV: "4321"}) == 4321  # a Ray worker: its node
+    assert preload.owner_pid({preload.RAYLET_ENV: "4321", preload.OWNER_ENV: "99"}) == 99
+    ray_a = preload.server_path(sys.executable, {**env, preload.RAYLET_ENV: "4321"})
+    ray_b = preload.server_path(sys.executable, {**env, preload.RAYLET_ENV: "4322"})
+    assert ray_a != ray_b and ray_a.parent == ray_b.parent

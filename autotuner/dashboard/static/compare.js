@@ -22,6 +22,7 @@
     const budget = st.max_trials ? ` of ${st.max_trials}` : "";
     return `${st.trials_launched}${budget} launched (${counts || "none yet"})`;
   }
+  function devices(st) { return st.device_type === "cpu" ? "CPU" : `${st.gpus_per_trial} GPU${st.gpus_per_trial === 1 ? "" : "s"}`; }
   function status(st) { return node("span", { class: "state " + st.status }, st.status); }
 
   function drawTable() {
@@ -31,7 +32,7 @@
     const rows = [
       ["status", status(a.study), status(b.study)],
       ["model", model(a.study), model(b.study)],
-      ["space · GPUs per trial", `${a.study.space} · ${a.study.gpus_per_trial}`, `${b.study.space} · ${b.study.gpus_per_trial}`],
+      ["space · per trial", `${a.study.space} · ${devices(a.study)}`, `${b.study.space} · ${devices(b.study)}`],
       ["trials", trials(a.study), trials(b.study)],
       ["best tokens/s", node("b", { id: "best-a" }, a.best ? fmt.int(ba.tokens_per_s) : "–"),
         node("b", { id: "best-b" }, b.best ? fmt.int(bb.tokens_per_s) : "–")],

@@ -6,7 +6,8 @@
 // newest one seen) and sends `charts_at` (how many finished trials its charts show): the
 // server sends chart data only when more have finished. The table shows one page of trials,
 // newest first; older pages are fetched from /studies/{id}/trial-rows.
-// Studies list: the table is fetched again (as HTML, the server's own rendering) and swapped.
+// Studies list: the list is fetched again (as HTML, the server's own rendering of the page's
+// address, filters included) and swapped; the filter bar above it stays.
 (function () {
   "use strict";
   const el = document.getElementById("page-data");
@@ -361,8 +362,13 @@
   if (live(data.study.status)) setTimeout(poll, POLL_MS);
 
   // ------------------------------------------------------------------ the studies list
-  // The studies ticked for comparison survive the refresh; the button needs exactly two.
+  // The list is the server's rendering of this page's address (its filters included), fetched
+  // again every few seconds and whenever a filter changes; only #studies-list is swapped, so
+  // the filter bar (and a search being typed) stays. The filters live in the address
+  // (replaceState), so a filtered view can be bookmarked and survives the refresh. The studies
+  // ticked for comparison survive it too; the button needs exactly two.
   function liveStudiesList() {
+    const form = document.getElementById("study-filters");
     const ticked = () => [...document.querySelectorAll("input[name=pick]:checked")].map((e) => e.value);
     function drawCompare() {
       const button = document.getElementById("compare-button");
@@ -371,19 +377,48 @@
       button.disabled = n !== 2;
       document.getElementById("compare-hint").textContent = n === 2 ? "" : `tick two studies to compare them side by side (${n} ticked)`;
     }
-    document.addEventListener("change", (e) => { if (e.target.name === "pick") drawCompare(); });
-    drawCompare();
-    setInterval(async () => {
+    let asked = 0; // the newest fetch: an older answer that arrives late is dropped
+    async function refresh() {
+      const n = ++asked;
+      const search = window.location.search;
       try {
-        const resp = await fetch(window.location.pathname, { headers: { Accept: "text/html" } });
-        if (!resp.ok) return;
-        const fresh = new DOMParser().parseFromString(await resp.text(), "text/html").querySelector("main");
-        if (!fresh) return;
+        // A 400 (a bad filter in a hand-edited address) is drawn too: it says what was wrong.
+        const resp = await fetch(window.location.pathname + search, { headers: { Accept: "text/html" } });
+        const page = new DOMParser().parseFromString(await resp.text(), "text/html");
+        const fresh = page.getElementById("studies-list");
+        if (!fresh || n !== asked) return;
         const keep = new Set(ticked());
         for (const box of fresh.querySelectorAll("input[name=pick]")) box.checked = keep.has(box.value);
-        document.querySelector("main").replaceWith(fresh);
+        document.getElementById("studies-list").replaceWith(fresh);
         drawCompare();
-      } catch (e) { /* try again next tick */ }
-    }, POLL_MS);
+        document.body.dataset.studiesView = search; // for browser tests: what is drawn
+      } catch (e) { /* the service may be restarting: try again next tick */ }
+    }
+    function applyFilters() {
+      const p = new URLSearchParams();
+      for (const input of form.elements) {
+        const value = input.name ? input.value.trim() : "";
+        if (value) p.set(input.name, value);
+      }
+      const query = p.toString();
+      window.history.replaceState(null, "", window.location.pathname + (query ? "?" + query : ""));
+      document.getElementById("clear-filters").hidden = !query;
+      refresh();
+    }
+    if (form) {
+      form.addEventListener("change", applyFilters);
+      form.addEventListener("submit", (e) => { e.preventDefault(); applyFilters(); });
+      let typing = null; // search as one types, once a pause says the word is there
+      form.elements.q.addEventListener("input", () => { clearTimeout(typing); typing = setTimeout(applyFilters, 300); });
+      document.getElementById("clear-filters").addEventListener("click", (e) => {
+        e.preventDefault();
+        for (const input of form.elements) if (input.name) input.value = "";
+        applyFilters();
+      });
+    }
+    document.addEventListener("change", (e) => { if (e.target.name === "pick") drawCompare(); });
+    drawCompare();
+    document.body.dataset.studiesView = window.location.search;
+    setInterval(refresh, POLL_MS);
   }
 })();
