@@ -142,7 +142,8 @@ def list_trials(
 ) -> Any:
     """In number order. Page with `after` (the last number you have) and `limit`; poll for new
     trials with `after` alone."""
-    return _json(studies.list_trials(_db(request), study, after=after, limit=limit))
+    page = studies.trial_page_json(_db(request), study, after=after, limit=limit)
+    return Response(page, media_type="application/json")
 
 
 @router.get(

@@ -152,7 +152,7 @@ def trial_rows(
     after: Annotated[int | None, Query(ge=-1)] = None,
     offset: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = PAGE_SIZE,
-) -> JSONResponse:
+) -> Response:
     """A page of the trials table. With `after`: the trials numbered above it, at most `limit`
     (keyset paging in number order). Otherwise `limit` trials from `offset`, sorted and
     filtered by `sort`, `order`, `state`, `error_class` and `<knob>=<value>` (a bad one: 400,
@@ -160,8 +160,8 @@ def trial_rows(
     params = [(k, v) for k, v in request.query_params.multi_items() if k not in _PAGING]
     try:
         if after is not None and not params:
-            rows = operations.list_trials(_db(request), study_id, after=after, limit=limit)
-            return JSONResponse(rows)
+            body = operations.trial_page_json(_db(request), study_id, after=after, limit=limit)
+            return Response(body, media_type="application/json")
         page = operations.query_trials(_db(request), study_id, params, offset=offset, limit=limit)
     except StudyNotFound as exc:
         raise HTTPException(404, str(exc)) from None

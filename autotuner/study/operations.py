@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from autotuner.executors.base import Target
-    from autotuner.storage.models import Study, Trial
+    from autotuner.options import StudyOptions
+    from autotuner.storage.models import Study
     from autotuner.storage.session import Database
     from autotuner.study.study_query import StudyQuery
     from autotuner.study.views import TrialSummary
@@ -280,39 +281,37 @@ def get_study(db: Database, ref: str) -> dict[str, Any]:
         return study_view(study, summary, space_name=study.space.get("name"))
 
 
-def _trial_rows(s: Session, study_id: str, *, after: int | None, limit: int | None) -> list[Trial]:
-    """Trials in number order, keyset-paged, without their JSON records: lists show columns
-    (study/columns.py), the global batch and the memory record included."""
-    from sqlalchemy import select
-    from sqlalchemy.orm import defer
-
-    from autotuner.storage.models import Trial
-
-    query = (
-        select(Trial)
-        .options(defer(Trial.config), defer(Trial.result))
-        .where(Trial.study_id == study_id)
-    )
-    if after is not None:
-        query = query.where(Trial.number > after)
-    query = query.order_by(Trial.number)
-    if limit is not None:
-        query = query.limit(limit)
-    return list(s.scalars(query))
-
-
 def list_trials(
     db: Database, ref: str, *, after: int | None = None, limit: int | None = None
 ) -> list[dict[str, Any]]:
     """A study's trials in number order; `after` and `limit` page through them (keyset: the
     trials numbered above `after`, at most `limit`), reading only those rows."""
-    from autotuner.storage.repository import StudyRepo
-    from autotuner.study.views import trial_view
+    from autotuner.study import trial_list
 
     with db.read() as s:
-        study = StudyRepo(s).require(ref)
-        rows = _trial_rows(s, study.id, after=after, limit=limit)
-        return [trial_view(t, options=study.options) for t in rows]
+        study_id, options = _study_options(s, ref)
+        rows = trial_list.list_rows(s, study_id, after=after, limit=limit)
+    return trial_list.views(rows, options)
+
+
+def trial_page_json(
+    db: Database, ref: str, *, after: int | None = None, limit: int | None = None
+) -> bytes:
+    """`list_trials` as its JSON array, encoded once (what the API and the dashboard send)."""
+    from autotuner.study import trial_list
+
+    with db.read() as s:
+        study_id, options = _study_options(s, ref)
+        rows = trial_list.list_rows(s, study_id, after=after, limit=limit)
+    return trial_list.page_json(rows, options)
+
+
+def _study_options(s: Session, ref: str) -> tuple[str, StudyOptions]:
+    """The study `ref` names: its id and options, all a trial list needs of it."""
+    from autotuner.storage.repository import StudyRepo
+
+    study = StudyRepo(s).require(ref)
+    return study.id, study.options
 
 
 def knob_domains(study: Study) -> dict[str, Any]:
@@ -332,22 +331,21 @@ def query_trials(
     state, error_class, knob=value), `limit` of them from `offset`, and how many match in all:
     two statements, whatever the study's size (the filter and the order run in SQL)."""
     from sqlalchemy import func, select
-    from sqlalchemy.orm import defer
 
     from autotuner.storage.models import Trial
     from autotuner.storage.repository import StudyRepo
+    from autotuner.study import trial_list
     from autotuner.study.trial_query import apply, parse_trial_query
-    from autotuner.study.views import trial_view
 
     with db.read() as s:
         study = StudyRepo(s).require(ref)
         domains = knob_domains(study)
         q = parse_trial_query(params, domains)
-        rows_query = select(Trial).options(defer(Trial.result)).where(Trial.study_id == study.id)
+        rows_query = select(*trial_list.COLUMNS).where(Trial.study_id == study.id)
         query = apply(rows_query, q, domains).offset(offset)
         if limit is not None:
             query = query.limit(limit)
-        rows = [trial_view(t, options=study.options) for t in s.scalars(query)]
+        rows = trial_list.views(s.execute(query).all(), study.options)
         total = len(rows)
         if offset or (limit is not None and total == limit):  # a page of more: count them
             count = select(func.count()).select_from(Trial).where(Trial.study_id == study.id)
@@ -416,19 +414,20 @@ def get_study_detail(
     names, its best, a page of trials (the `last` newest, or with `after` the ones numbered
     above it: what a poll asks for) and the chart columns of every trial (`_chart_rows`),
     unless `charts_at` says the caller's charts already show every finished trial (None)."""
-    from autotuner.study.views import best_view, study_view, trial_view
+    from autotuner.study import trial_list
+    from autotuner.study.views import best_view, study_view
 
     with db.read() as s:
         study, summary = _study(s, ref)
         domains = knob_domains(study)
         knobs = list(domains)
         first = after if after is not None else summary.total - last - 1
-        trials = _trial_rows(s, study.id, after=first, limit=POLL_LIMIT)
+        trials = trial_list.list_rows(s, study.id, after=first, limit=POLL_LIMIT)
         detail = {
             "study": study_view(study, summary, space_name=study.space.get("name")),
             "knobs": knobs,
             "knob_domains": domains,
-            "trials": [trial_view(t, options=study.options) for t in trials],
+            "trials": trial_list.views(trials, study.options),
             "chart_rows": (
                 None if charts_at == summary.finished else _chart_rows(s, study.id, knobs)
             ),

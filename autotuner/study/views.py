@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotuner.options import StudyOptions
-from autotuner.search import headroom
 from autotuner.storage.models import Study, Trial, TrialState
 from autotuner.study.batch import of_trial
-from autotuner.study.columns import memory_record
+from autotuner.study.columns import MEMORY_FIELDS, memory_record
+from autotuner.study.trial_list import SHOWN, list_view
 
 
 def _iso(value: Any) -> str | None:
@@ -23,44 +23,16 @@ def _iso(value: Any) -> str | None:
 def trial_view(
     t: Trial, *, full: bool = False, options: StudyOptions | None = None
 ) -> dict[str, Any]:
-    """A trial as lists show it, from its columns (the config and result JSON are read for
-    `full`, one trial's page). With its study's `options`, whether it is `tight` (less than the
-    memory headroom free: search/headroom.py), which keeps it from being recommended."""
+    """A trial as lists show it (trial_list.list_view), from its columns, or from its loaded
+    JSON where a row built in memory has only that; the config and result JSON are added for
+    `full`, one trial's page. Lists read plain rows instead (trial_list.list_rows)."""
+    values = [getattr(t, name) for name in SHOWN]
+    values[SHOWN.index("global_batch_tokens")] = of_trial(t)
     record = memory_record(t)
-    need = headroom.need_gib(record) if record else None
-    limit = record.memory_limit_gib if record is not None else None
-    on_gpu = record is not None and record.memory_kind == "cuda"
-    out: dict[str, Any] = {
-        "number": t.number,
-        "state": t.state,
-        "purpose": t.purpose,
-        "attempt": t.attempt,
-        "retry_of": t.retry_of,
-        "params": t.params,
-        "tokens_per_s": t.tokens_per_s,
-        "tokens_per_s_min": t.tokens_per_s_min,
-        "tokens_per_s_max": t.tokens_per_s_max,
-        "tokens_per_s_per_gpu": t.tokens_per_s_per_gpu,
-        "mfu": t.mfu,
-        "peak_mem_gib": t.peak_mem_gib,
-        "compile_s": t.compile_s,
-        "wall_s": t.wall_s,
-        "global_batch_tokens": of_trial(t),
-        "memory_free_rel": headroom.free_rel(need, limit) if on_gpu else None,
-        "tight": bool(
-            options is not None
-            and record is not None
-            and t.state == TrialState.COMPLETE
-            and headroom.violation(record, options) > 0
-        ),
-        "objective_value": t.objective_value,
-        "error_class": t.error_class,
-        "error_message": t.error_message,
-        "worker": t.worker,
-        "fingerprint": t.fingerprint,
-        "started_at": _iso(t.started_at),
-        "finished_at": _iso(t.finished_at),
-    }
+    if record is not None:
+        for name in MEMORY_FIELDS:
+            values[SHOWN.index(name)] = getattr(record, name)
+    out = list_view(values, options, t.params)
     if full:
         out["config"] = t.config
         out["result"] = t.result

@@ -16,7 +16,7 @@ from sqlalchemy import event
 
 from autotuner.search.space import parse_space
 from autotuner.spec import FailureClass, ModelSpec, TrialResult
-from autotuner.storage.models import TrialState
+from autotuner.storage.models import Study, TrialState
 from autotuner.storage.repository import TrialRepo
 from autotuner.storage.session import Database
 from autotuner.study import operations
@@ -203,3 +203,31 @@ def test_a_studys_reads_run_a_constant_number_of_statements(pg_url: str) -> None
     final = operations.get_best(db, big)["best"]
     assert final["trial_number"] == rec["trial_number"] and "importance" in final
     assert final["rows"] == 504 and final["global_batch"] == rec["global_batch"]
+
+
+def test_trial_lists_read_rows_that_say_what_the_trials_say(pg_url: str) -> None:
+    """The lists read plain column rows (study/trial_list.py); each view equals the one built
+    from the ORM trial with its JSON loaded (views.trial_view): tight, free memory, global
+    batch and params included. The API's page is the same JSON, encoded once."""
+    import orjson
+
+    from autotuner.study.views import trial_view
+
+    db = Database(pg_url)
+    study_id = _study_of(db, 40)
+    listed = operations.list_trials(db, study_id)
+    with db.read() as s:
+        study = s.get(Study, study_id)
+        assert study is not None
+        trials = TrialRepo(s).list(study_id)
+        built = [trial_view(t, options=study.options) for t in trials]
+    assert listed == built
+    assert [t["number"] for t in listed] == sorted(t["number"] for t in listed)
+    # Every branch of the view ran: a tight trial, free memory on the GPU, none for a pruned one.
+    assert [t["number"] for t in listed if t["tight"]] == [
+        t.number for t in trials if t.params["micro_batch_size"] == 39
+    ]
+    assert any(t["memory_free_rel"] for t in listed)
+    assert all(t["memory_free_rel"] is None for t in listed if t["state"] == "pruned")
+    page = operations.trial_page_json(db, study_id, after=9, limit=5)
+    assert orjson.loads(page) == listed[10:15]
