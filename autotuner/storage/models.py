@@ -29,6 +29,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, validates
@@ -215,6 +216,9 @@ class Trial(Base):
     memory_kind: Mapped[str | None] = mapped_column(String(16))
     memory_limit_gib: Mapped[float | None] = mapped_column(Float)
     input_wait_share: Mapped[float | None] = mapped_column(Float)
+    # Whether it stopped after its first repeat(s) (search/early_stop.py): never a candidate
+    # of the recommendation, which finds such trials by this column (migration 0005).
+    stopped_early: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     compile_s: Mapped[float | None] = mapped_column(Float)
     objective_value: Mapped[float | None] = mapped_column(Float)
     error_class: Mapped[str | None] = mapped_column(String(32))

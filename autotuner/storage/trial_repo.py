@@ -299,6 +299,7 @@ def finished_columns(
         "error_class": error_class or data.get("failure_class"),
         "error_message": error_message or data.get("error_message"),
         "fingerprint": _fingerprint_key(data.get("fingerprint")),
+        "stopped_early": data.get("stopped_early") is True,
         "finished_at": utcnow(),
         **{name: _finite(data.get(name)) for name in _METRICS},
     }

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import or_, select, update
-from sqlalchemy.orm import Session, defer, undefer
+from sqlalchemy.orm import Session, defer
 
 from autotuner.options import StudyOptions
 from autotuner.search.objective import Objective
@@ -34,9 +34,9 @@ def recommendation_rows(s: Session, study_id: str) -> list[Trial]:
     running search trials cannot change it, so they are not loaded.
 
     Two statements however many trials: the rows without their JSON (the ranking, the global
-    batch, the memory and input-pipeline entries read columns: study/columns.py), then the JSON
-    of the few end checks, whose results and configs the checks read. The winner's JSON is read
-    by `recommend`, in one more."""
+    batch, the memory and input-pipeline entries and whether a trial stopped early read
+    columns: study/columns.py), then the JSON of the few end checks, whose results and configs
+    the checks read. The winner's JSON is read by `recommend`, in one more."""
     rows = list(
         s.scalars(
             select(Trial)
@@ -49,23 +49,7 @@ def recommendation_rows(s: Session, study_id: str) -> list[Trial]:
         )
     )
     load_json([t for t in rows if t.purpose in END_CHECKS])
-    load_stopped_early(s, study_id)
     return rows
-
-
-def load_stopped_early(s: Session, study_id: str) -> None:
-    """A trial that stopped early is no candidate (recommend.stopped_early reads its result):
-    those few results are loaded, found by the JSON flag, so the others stay deferred."""
-    s.scalars(
-        select(Trial)
-        .options(defer(Trial.config), undefer(Trial.result))
-        .where(
-            Trial.study_id == study_id,
-            Trial.state == TrialState.COMPLETE.value,
-            Trial.result["stopped_early"].as_boolean().is_(True),
-        )
-        .execution_options(populate_existing=True)
-    ).all()
 
 
 def end_of_study_rows(s: Session, study_id: str) -> list[Trial]:
@@ -89,7 +73,6 @@ def end_of_study_rows(s: Session, study_id: str) -> list[Trial]:
             if t.purpose in END_CHECKS or (t.error_class == oom and t.state != TrialState.PRUNED)
         ]
     )
-    load_stopped_early(s, study_id)
     return rows
 
 

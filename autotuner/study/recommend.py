@@ -34,7 +34,7 @@ from autotuner.search.progress import END_CHECKS
 from autotuner.spec import TrialResult, canonical_params, spread_rel
 from autotuner.storage.models import Trial, TrialState
 from autotuner.study.batch import global_batch_entry
-from autotuner.study.columns import load_json, loaded, measured, memory_record
+from autotuner.study.columns import load_json, measured, memory_record
 from autotuner.study.compile_time import compile_entry
 from autotuner.study.input_pipeline import input_pipeline_entry
 
@@ -45,11 +45,9 @@ _REPEATS = ("tokens_per_s", "tokens_per_s_min", "tokens_per_s_max")
 
 
 def stopped_early(t: Trial) -> bool:
-    """Whether a trial stopped after its first repeat(s) (search/early_stop.py). A row read
-    with its result deferred was filtered by its query already (live.recommendation_rows)."""
-    if not loaded(t, "result") or not t.result:
-        return False
-    return bool(t.result.get("stopped_early"))
+    """Whether a trial stopped after its first repeat(s) (search/early_stop.py): its column
+    (migration 0005), else its loaded result's flag (a row built in memory, not stored yet)."""
+    return bool(measured(t, "stopped_early"))
 
 
 @dataclass

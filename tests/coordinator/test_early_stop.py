@@ -104,9 +104,10 @@ def test_a_trial_that_stopped_early_is_never_the_recommendation(db: Database) ->
     # Contrived (a real floor lies below the incumbent): faster, but one repeat only.
     fast_partial = measured(5000.0, stopped_early=True)
     _finish(db, study_id, {"micro_batch_size": 16}, fast_partial)
-    live = live_best(db, study_id, Objective.TOKENS_PER_S)  # results deferred: the JSON filter
+    live = live_best(db, study_id, Objective.TOKENS_PER_S)  # results deferred: the column
     assert live is not None and live["trial_number"] == full
     with db.read() as s:
         trials = TrialRepo(s).list(study_id)  # results loaded
+    assert [t.stopped_early for t in trials] == [False, True]  # the column finish wrote
     final = recommend(trials, Objective.TOKENS_PER_S)
     assert final is not None and final["trial_number"] == full and final["runner_up"] is None

@@ -291,3 +291,51 @@ def test_0004_backfills_the_study_device_type_from_its_newest_trial(empty_url: s
         engine.dispose()
     assert got == {"st-cpu": "cpu", "st-moved": "cuda", "st-none": None, "st-odd": None}
     assert _diff(empty_url) == []
+
+
+def test_0005_backfills_stopped_early_from_the_result_json(empty_url: str) -> None:
+    """Trials written before 0005 get `stopped_early` from their result: true only where the
+    JSON holds the boolean true; a trial written after it without the column gets false."""
+    import datetime as dt
+    import json
+
+    from sqlalchemy import text
+
+    config = alembic_config(empty_url)
+    command.upgrade(config, "0004")
+    now = dt.datetime.now(dt.UTC)
+    results = [
+        {"status": "ok", "tokens_per_s": 10.0, "stopped_early": True},
+        {"status": "ok", "tokens_per_s": 20.0, "stopped_early": False},
+        {"status": "ok", "tokens_per_s": 30.0},  # written before the flag existed
+        {"status": "ok", "stopped_early": "true"},  # not a boolean: not stopped early
+        None,  # still running
+    ]
+    insert_trial = text(
+        "INSERT INTO trials (study_id, number, state, purpose, attempt, params, config, "
+        "result, created_at, retried) VALUES ('st-1', :n, 'complete', 'search', 1, '{}', '{}', "
+        ":result, :now, false)"
+    )
+    engine = create_engine(normalize_url(empty_url), poolclass=NullPool)
+    try:
+        with engine.begin() as c:
+            c.execute(
+                text(
+                    "INSERT INTO studies (id, name, status, model_spec, space, objective, "
+                    "gpus_per_trial, sampler, seed, options, created_at) VALUES ('st-1', 's', "
+                    "'running', '{}', '{}', 'tokens_per_s', 1, 'tpe', 0, '{}', :now)"
+                ),
+                {"now": now},
+            )
+            for number, stored in enumerate(results):
+                result = json.dumps(stored) if stored else None
+                c.execute(insert_trial, {"n": number, "result": result, "now": now})
+        command.upgrade(config, "head")
+        with engine.begin() as c:
+            c.execute(insert_trial, {"n": len(results), "result": None, "now": now})
+            got = c.execute(text("SELECT stopped_early FROM trials ORDER BY number")).scalars()
+            flags = list(got)
+    finally:
+        engine.dispose()
+    assert flags == [True, False, False, False, False, False]
+    assert _diff(empty_url) == []
