@@ -16,7 +16,9 @@ Each trial is read from its columns (storage/models.py: the metrics, peaks, memo
 failure class) where its result JSON was not loaded, and its knobs rebuilt from its params
 where its config was not; the result is read for out-of-memory trials, whose lower bound
 (required_mem_gib) is only in the JSON: the caller loads those (study/live.py,
-`end_of_study_rows`).
+`end_of_study_rows`). A config measured several times is rebuilt, estimated and featurised
+once, and the throughput predictions made between two refits are computed in one batch: at
+10,000 trials the replay is per-trial bookkeeping, and these cut it by a third.
 """
 
 from __future__ import annotations
@@ -24,8 +26,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from autotuner.flops import flops_per_token, param_count
 from autotuner.search.costmodel import CostModel, error_summary
+from autotuner.search.costmodel.memory import MemoryEstimate
 from autotuner.search.costmodel.throughput import ThroughputModel
 from autotuner.search.progress import END_CHECKS
 from autotuner.search.rules import LearnedRules
@@ -60,10 +65,11 @@ def report(
 ) -> dict[str, Any]:
     """Cost-model accuracy, learned rules and pruning counts of a study's trials."""
     measured = []
+    rebuild = _one_per_config(knobs)
     for t in sorted(trials, key=lambda t: t.number):
         if t.state == TrialState.PRUNED or (result := _result(t)) is None:
             continue
-        measured.append((t.number, _knobs(t, knobs), result))  # as it ran
+        measured.append((t.number, _knobs(t, rebuild), result))  # as it ran
     fresh = CostModel(model, num_gpus=cost.num_gpus, on_cuda=cost.on_cuda, limit_gib=cost.limit_gib)
     errors, memory_fits = _replay_memory(fresh, measured)
     searched = {t.number for t in trials if t.purpose not in END_CHECKS}
@@ -129,16 +135,44 @@ def _knobs(t: Trial, rebuild: Callable[[dict[str, Any]], Knobs]) -> Knobs:
     return rebuild(t.params)
 
 
+Rebuild = Callable[[dict[str, Any]], Knobs]  # a trial's knobs from its params
+
+
+def _one_per_config(rebuild: Rebuild) -> Rebuild:
+    """`rebuild`, once per distinct params (validating Knobs is most of a trial's cost here).
+    Trials with equal params share one Knobs object, so the replays below compute a config's
+    memory estimate and throughput features once, keyed by that object."""
+    built: dict[Any, Knobs] = {}
+
+    def knobs(params: dict[str, Any]) -> Knobs:
+        key = tuple(sorted(params.items()))
+        try:
+            found = built.get(key)
+        except TypeError:  # an unhashable value: build it every time
+            return rebuild(params)
+        if found is None:
+            found = built[key] = rebuild(params)
+        return found
+
+    return knobs
+
+
 class _Refits:
     """When the replay refits: after each point while the model has at most EXACT_REPLAY (as
     the search did: the fit starts from the previous one, so this is the same model), then
     before a prediction once its points grew by REFIT_GROWTH since the last refit."""
 
-    def __init__(self, points: Callable[[], int], refit: Callable[[], None]) -> None:
-        self.points, self.refit = points, refit
+    def __init__(
+        self,
+        points: Callable[[], int],
+        refit: Callable[[], None],
+        before_refit: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.points, self.refit, self.before_refit = points, refit, before_refit
         self.fitted, self.count = points(), 0  # a fresh model is fitted on its prior
 
     def _refit(self, n: int) -> None:
+        self.before_refit()
         self.refit()
         self.fitted, self.count = n, self.count + 1
 
@@ -155,17 +189,22 @@ def _replay_memory(cm: CostModel, measured: Sequence[Measured]) -> tuple[list[di
     """Each measured trial's memory as predicted before it ran (see the module docstring)."""
     refits = _Refits(lambda: len(cm.calibration.points), cm.calibration.refit)
     out = []
+    estimates: dict[int, tuple[MemoryEstimate, np.ndarray]] = {}  # by id(knobs): per config
     for number, knobs, result in measured:
         if not (result.peak_mem_gib and result.tokens_per_s):
             cm.observe(knobs, result, fit=False)  # an OOM's lower bound, or nothing
             refits.after_observe()
             continue
-        est = cm.estimate(knobs)  # once: for the prediction and for the calibration
+        # Once per config: for the prediction and for the calibration.
+        if (found := estimates.get(id(knobs))) is None:
+            est = cm.estimate(knobs)
+            found = estimates[id(knobs)] = (est, est.vector())
+        est, x = found
         refits.before_prediction()
         # The allocated peak as Calibration.predict computes it (x @ beta), without its
         # fragmentation and sd: that property takes a median over every trial seen, per
         # call (quadratic over a replay), and the error is of the allocated peak.
-        predicted = float(est.vector() @ cm.calibration.beta)
+        predicted = float(x @ cm.calibration.beta)
         out.append(
             {
                 "trial_number": number,
@@ -181,22 +220,38 @@ def _replay_memory(cm: CostModel, measured: Sequence[Measured]) -> tuple[list[di
 
 
 def _replay_throughput(tm: ThroughputModel, measured: Sequence[Measured]) -> tuple[list[dict], int]:
-    """Each measured search trial's tokens/s as predicted before it ran, with the sd claimed."""
-    refits = _Refits(lambda: tm.measured, tm.refit)
-    out = []
-    for number, knobs, result in measured:
-        if result.tokens_per_s and "predicted" not in result.notes:
-            refits.before_prediction()
-            pred = tm.predict(knobs)
+    """Each measured search trial's tokens/s as predicted before it ran, with the sd claimed.
+
+    Between two refits the model does not change, so the trials predicted in between are
+    predicted together (one `predict_many`), just before the next refit and at the end."""
+    out: list[dict] = []
+    pending: list[tuple[int, np.ndarray, float]] = []  # (trial number, features, tokens/s)
+
+    def predict_pending() -> None:
+        if not pending:
+            return
+        mean, sd = tm.predict_many(np.array([x for _, x, _ in pending]))
+        for (number, _, measured_tps), predicted, claimed in zip(pending, mean, sd, strict=True):
             out.append(
                 {
                     "trial_number": number,
-                    "predicted_tokens_per_s": round(pred.tokens_per_s, 1),
-                    "predicted_sd": round(pred.sd, 1),
-                    "measured_tokens_per_s": round(result.tokens_per_s, 1),
-                    "rel_error": round(pred.tokens_per_s / result.tokens_per_s - 1.0, 4),
+                    "predicted_tokens_per_s": round(float(predicted), 1),
+                    "predicted_sd": round(float(claimed), 1),
+                    "measured_tokens_per_s": round(measured_tps, 1),
+                    "rel_error": round(float(predicted) / measured_tps - 1.0, 4),
                 }
             )
-        tm.observe(knobs, result, fit=False)
+        pending.clear()
+
+    refits = _Refits(lambda: tm.measured, tm.refit, before_refit=predict_pending)
+    features: dict[int, np.ndarray] = {}  # by id(knobs): once per config, not twice per trial
+    for number, knobs, result in measured:
+        if (x := features.get(id(knobs))) is None:
+            x = features[id(knobs)] = tm.features(knobs)
+        if result.tokens_per_s and "predicted" not in result.notes:
+            refits.before_prediction()
+            pending.append((number, x, result.tokens_per_s))
+        tm.observe(knobs, result, fit=False, features=x)
         refits.after_observe()
+    predict_pending()
     return out, refits.count

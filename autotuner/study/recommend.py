@@ -202,8 +202,14 @@ def recommend_ranked(
     included), from which `knob_importance` computes the knob report (the coordinator
     computes it once the transaction that read the trials is over)."""
     options = options or StudyOptions()
-    keyed = _candidates(trials)
-    ranked = _ranked([(key, t) for key, t in keyed if not _over_memory(t, options)])
+    # One pass over the trials for both rankings (at 10,000 trials each pass keys every config
+    # and reads every memory record): the candidates, and the knob report's evidence, which
+    # also counts the trials that stopped early.
+    evidence = _candidates(trials, stopped_early_too=True)
+    stopped = {id(t) for _, t in evidence if stopped_early(t)}
+    keyed = [(key, t) for key, t in evidence if id(t) not in stopped]
+    fits = [(key, t) for key, t in evidence if not _over_memory(t, options)]
+    ranked = _ranked([(key, t) for key, t in fits if id(t) not in stopped])
     if not ranked:
         return None, ranked
     # A config whose headroom check failed is no candidate (headroom_check.py); if every one
@@ -264,9 +270,8 @@ def recommend_ranked(
     if (pipeline := input_pipeline_entry(best, ranked, _expert_default(ranked))) is not None:
         rec["input_pipeline"] = pipeline  # loader or file data: is the GPU waiting for it?
     # The knob report reads every measured config, early-stopped ones too (a config far below
-    # the best is exactly what shows a knob matters).
-    evidence = _candidates(trials, stopped_early_too=True)
-    return rec, _ranked([(key, t) for key, t in evidence if not _over_memory(t, options)])
+    # the best is exactly what shows a knob matters); without any, they are `ranked`.
+    return rec, (_ranked(fits) if stopped else ranked)
 
 
 def knob_importance(ranked: Sequence[ConfigMeasurements], noise_rel: float) -> list[dict[str, Any]]:

@@ -133,3 +133,36 @@ def test_the_report_from_columns_equals_the_one_from_json(sqlite_url: str) -> No
 
         load_json([t for t in rows if t.error_class == "oom"])
     assert _report(rows) == full
+
+
+def test_predicting_between_refits_together_gives_each_trials_own_prediction() -> None:
+    """The throughput replay predicts the trials between two refits in one batch: each entry
+    is what the model, as fitted then, predicts for that trial alone (the loop before)."""
+    trials = _trials(800, seed=2)
+    knobs = {t.number: SPACE.knobs_for(t.params, GPT2, 1) for t in trials}
+    measured = [
+        (t.number, knobs[t.number], TrialResult.model_validate(t.result))
+        for t in trials
+        if t.result and t.state == TrialState.COMPLETE
+    ]
+    batched, refits = evidence._replay_throughput(ThroughputModel(GPT2, H200, 1), measured)
+
+    one_by_one, tm = [], ThroughputModel(GPT2, H200, 1)
+    schedule = evidence._Refits(lambda: tm.measured, tm.refit)
+    for number, k, result in measured:
+        if result.tokens_per_s and "predicted" not in result.notes:
+            schedule.before_prediction()
+            pred = tm.predict(k)
+            one_by_one.append(
+                {
+                    "trial_number": number,
+                    "predicted_tokens_per_s": round(pred.tokens_per_s, 1),
+                    "predicted_sd": round(pred.sd, 1),
+                    "measured_tokens_per_s": round(result.tokens_per_s, 1),
+                    "rel_error": round(pred.tokens_per_s / result.tokens_per_s - 1.0, 4),
+                }
+            )
+        tm.observe(k, result, fit=False)
+        schedule.after_observe()
+    assert batched == one_by_one and len(batched) > 500
+    assert refits == schedule.count > evidence.EXACT_REPLAY  # batches past the exact part

@@ -259,15 +259,17 @@ class ThroughputModel:
         *,
         fit: bool = True,
         model: ModelSpec | None = None,
+        features: np.ndarray | None = None,
     ) -> None:
         """Learn from a measured trial (failed and predicted ones carry no throughput); `model`:
-        the one it ran, when not the study's (a proxy)."""
+        the one it ran, when not the study's (a proxy); `features`: its `features`, when the
+        caller has them already (the evidence's replay)."""
         per_gpu = result.tokens_per_s_per_gpu or (
             result.tokens_per_s / max(self.num_gpus, 1) if result.tokens_per_s else None
         )
         if not per_gpu or "predicted" in result.notes:
             return
-        self._x.append(self.features(knobs, model))
+        self._x.append(features if features is not None else self.features(knobs, model))
         self._y.append(1e6 / per_gpu)
         if fit:
             self._refit()
