@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import orjson
 from sqlalchemy import Engine, create_engine, event, exc, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
@@ -91,6 +92,10 @@ def _create_engine(url: str) -> Engine:
         engine = create_engine(
             url,
             json_serializer=json_dumps,
+            # orjson reads JSON 3-4x faster than the standard library (a study's 10,000 trials'
+            # params are read at its end); what the database holds is strict JSON (JSONB, and
+            # json_dumps, reject NaN), which both read alike.
+            json_deserializer=orjson.loads,
             # One shared connection for :memory: (each new connection would be a new database).
             poolclass=StaticPool if memory else None,
             connect_args={"check_same_thread": False},
@@ -108,7 +113,11 @@ def _create_engine(url: str) -> Engine:
                 f"-c idle_in_transaction_session_timeout={PG_IDLE_IN_TRANSACTION_TIMEOUT_MS}"
             )
     return create_engine(
-        url, json_serializer=json_dumps, pool_pre_ping=True, connect_args=connect_args
+        url,
+        json_serializer=json_dumps,
+        json_deserializer=orjson.loads,  # see the SQLite engine's
+        pool_pre_ping=True,
+        connect_args=connect_args,
     )
 
 
