@@ -26,6 +26,7 @@ from autotuner.storage.models import Study, StudyStatus, Trial, TrialState
 from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
 from autotuner.study.events import Event, OnEvent
+from autotuner.study.gc_pause import gc_paused
 from autotuner.study.live import end_of_study_rows, store_live_best
 from autotuner.study.recommend import knob_importance, recommend_ranked
 
@@ -172,13 +173,15 @@ class StudyLease:
         (`live.end_of_study_rows`), and the recommendation computed there (the winner's JSON
         is read on demand); its evidence (the knob report's permutations, the models' replay:
         seconds for a big study) is computed with no transaction open; the write is one short
-        transaction, fenced by the lease."""
-        with self.db.read() as s:
-            trials = end_of_study_rows(s, self.study_id)
-            rec, ranked = recommend_ranked(trials, objective, options=options)
-        if rec is not None:
-            rec["importance"] = knob_importance(ranked, rec["noise_rel"])
-            rec.update(evidence(trials))
+        transaction, fenced by the lease. All of it with the cyclic garbage collector paused
+        (study/gc_pause.py)."""
+        with gc_paused():
+            with self.db.read() as s:
+                trials = end_of_study_rows(s, self.study_id)
+                rec, ranked = recommend_ranked(trials, objective, options=options)
+            if rec is not None:
+                rec["importance"] = knob_importance(ranked, rec["noise_rel"])
+                rec.update(evidence(trials))
         with self.db.session() as s:
             studies = StudyRepo(s)
             study = studies.require(self.study_id)

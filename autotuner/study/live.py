@@ -25,6 +25,7 @@ from autotuner.spec import FailureClass
 from autotuner.storage.models import Study, StudyStatus, Trial, TrialState
 from autotuner.storage.session import Database
 from autotuner.study.columns import load_json
+from autotuner.study.gc_pause import gc_paused
 from autotuner.study.recommend import recommend
 
 
@@ -80,8 +81,9 @@ def live_best(
     db: Database, study_id: str, objective: Objective, options: StudyOptions | None = None
 ) -> dict[str, Any] | None:
     """The recommendation as the study's trials stand now (without the end-of-study evidence).
-    Computed in a read-only transaction (no lock; the deferred configs load on demand)."""
-    with db.read() as s:
+    Computed in a read-only transaction (no lock; the deferred configs load on demand), with
+    the cyclic garbage collector paused (study/gc_pause.py)."""
+    with gc_paused(), db.read() as s:
         return recommend(recommendation_rows(s, study_id), objective, options=options)
 
 
