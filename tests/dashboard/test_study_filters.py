@@ -22,6 +22,7 @@ from autotuner.storage.repository import StudyRepo
 from autotuner.storage.session import Database
 from autotuner.study import operations
 from autotuner.study.coordinator import StudyRunner, create_study
+from autotuner.study.data_access import DataAccess
 from autotuner.study.request import StudyRequest
 from tests.dashboard.conftest import KNOBS, make_app
 from tests.fakes import synthetic_landscape
@@ -179,11 +180,15 @@ def test_a_cpu_study_says_so_before_its_first_result(sqlite_url: str) -> None:
     db = Database(sqlite_url)
     client = TestClient(make_app(db))
     body = {"model": {"preset": "tiny"}, "space": SPACE, "max_trials": 4}
-    cpu = operations.submit_study(db, StudyRequest.model_validate(body), Target("cpu", 0))
+    cpu = operations.submit_study(
+        db, StudyRequest.model_validate(body), Target("cpu", 0), data_access=DataAccess.nowhere()
+    )
     assert cpu["device_type"] == "cpu" and cpu["trials_total"] == 0
     assert _header(client, cpu["id"]) == "trials on the CPU"
     on_gpus = StudyRequest.model_validate({**body, "gpus_per_trial": 2})
-    gpu = operations.submit_study(db, on_gpus, Target("cuda", 8, "H200", (9, 0), 141.0))
+    gpu = operations.submit_study(
+        db, on_gpus, Target("cuda", 8, "H200", (9, 0), 141.0), data_access=DataAccess.nowhere()
+    )
     assert gpu["device_type"] == "cuda"
     assert _header(client, gpu["id"]) == "2 GPUs per trial"
 
