@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
-# One `autotuner tune` on the lent H200, with its database, best and trials under $OUT.
+# One `autotuner tune` on the lent H200, with its database, best and trials under $RESULTS
+# (default $OUT).
 #   bash bench/tune_h200.sh MODEL SPACE MINUTES [extra tune flags...]
 # Run through the device tool (carry .whl); see bench/results/tune_llama_h200/README.md.
+# A tune longer than one device call: bench/tune_bg_h200.sh.
 set -euo pipefail
 model=$1 space=$2 minutes=$3
 shift 3
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-name=$(basename "$model" .yaml)
-db="sqlite:///$OUT/tune-$name.db"
+results=${RESULTS:-$OUT}
+mkdir -p "$results"
+[ -d /tmp/site/ray ] || python3 -m pip install -q --no-index --no-deps --no-compile \
+  --no-cache-dir --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-100}
+name=${NAME:-$(basename "$model" .yaml)}
+db="sqlite:///$results/tune-$name.db"
 python3 -m autotuner.cli tune "$model" --space "$space" --minutes "$minutes" --db "$db" "$@" \
-  2>&1 | tee "$OUT/tune-$name.log"
-study=$(grep -o 'study st-[0-9a-f]*' "$OUT/tune-$name.log" | head -1 | cut -d' ' -f2)
-python3 -m autotuner.cli best "$study" --db "$db" --json > "$OUT/best-$name.json"
-python3 -m autotuner.cli trials "$study" --db "$db" --all --json > "$OUT/trials-$name.json"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.csv"
+  2>&1 | tee "$results/tune-$name.log"
+study=$(grep -o 'study st-[0-9a-f]*' "$results/tune-$name.log" | head -1 | cut -d' ' -f2)
+python3 -m autotuner.cli best "$study" --db "$db" --json > "$results/best-$name.json"
+python3 -m autotuner.cli trials "$study" --db "$db" --all --json > "$results/trials-$name.json"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$results/gpu.csv"

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# A tune that outlasts one device call (10 minutes a command): started in its own process
+# session, which the device machine lets run on between calls while it stays warm (30 s), and
+# collected by the next call.
+#   bash bench/tune_bg_h200.sh start NAME WAIT_S MODEL SPACE MINUTES [tune flags...]
+#   bash bench/tune_bg_h200.sh wait NAME WAIT_S      # then copies its files to $OUT when done
+# Both wait up to WAIT_S seconds for the tune to end; `wait` must follow within the machine's
+# warm time, or the tune is lost with the machine.
+set -euo pipefail
+verb=$1 name=$2 wait_s=$3
+shift 3
+dir=/tmp/tune-bg-$name
+if [ "$verb" = start ]; then
+  mkdir -p "$dir"
+  [ -d /tmp/site/ray ] || python3 -m pip install -q --no-index --no-deps --no-compile \
+    --no-cache-dir --target /tmp/site .whl/*.whl
+  RESULTS=$dir NAME=$name setsid nohup bash bench/tune_h200.sh "$@" \
+    > "$dir/runner.log" 2>&1 < /dev/null &
+  echo $! > "$dir/pid"
+fi
+pid=$(cat "$dir/pid")
+end=$((SECONDS + wait_s))
+while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 2; done
+if kill -0 "$pid" 2>/dev/null; then
+  echo "tune $name still running after ${wait_s}s; collect it with: bench/tune_bg_h200.sh wait $name N"
+  tail -5 "$dir/tune-$name.log" 2>/dev/null || true
+  exit 0
+fi
+echo "tune $name ended"; tail -40 "$dir/runner.log"
+cp "$dir"/*.db "$dir"/*.json "$dir"/*.log "$dir"/*.csv "$OUT"/ 2>/dev/null || true
