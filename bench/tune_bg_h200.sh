@@ -12,8 +12,7 @@ shift 3
 dir=/tmp/tune-bg-$name
 if [ "$verb" = start ]; then
   mkdir -p "$dir"
-  [ -d /tmp/site/ray ] || python3 -m pip install -q --no-index --no-deps --no-compile \
-    --no-cache-dir --target /tmp/site .whl/*.whl
+  bash bench/install_wheels_h200.sh
   RESULTS=$dir NAME=$name setsid nohup bash bench/tune_h200.sh "$@" \
     > "$dir/runner.log" 2>&1 < /dev/null &
   echo $! > "$dir/pid"

@@ -9,8 +9,7 @@ model=$1 space=$2 minutes=$3
 shift 3
 results=${RESULTS:-$OUT}
 mkdir -p "$results"
-[ -d /tmp/site/ray ] || python3 -m pip install -q --no-index --no-deps --no-compile \
-  --no-cache-dir --target /tmp/site .whl/*.whl
+bash bench/install_wheels_h200.sh
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-100}
 name=${NAME:-$(basename "$model" .yaml)}
 db="sqlite:///$results/tune-$name.db"
