@@ -336,7 +336,7 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
     # Every rank takes part (a collective): the most-starved rank's share.
     input_wait = input_pipeline.wait_share(sum(timing.repeat_s), ranks)
     if m.headroom_check:
-        _headroom_check(step, device, info, group, rank)
+        _headroom_check(step, device, info, group)
 
     # --- sanity: the loss must fall (same fixed batches every step for synthetic data)
     reference = timing.loss_first
@@ -414,7 +414,7 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
     )
 
 
-def _headroom_check(step, device, info: dict[str, Any], group, rank: int) -> None:
+def _headroom_check(step, device, info: dict[str, Any], group) -> None:
     """After the timed repeats: an evaluation pass and a checkpoint save (workers/headroom.py),
     and the peaks over the whole trial with them. An OOM here is the trial's result (the
     config does not survive a real run's evaluation or checkpoint); with several ranks, all
@@ -423,7 +423,7 @@ def _headroom_check(step, device, info: dict[str, Any], group, rank: int) -> Non
 
     failure = None
     try:
-        size = headroom.eval_and_checkpoint(step, rank)
+        size = headroom.eval_and_checkpoint(step)
     except Exception as exc:
         if group is None:
             raise
@@ -437,7 +437,8 @@ def _headroom_check(step, device, info: dict[str, Any], group, rank: int) -> Non
     info["peak_reserved_with_eval_ckpt_gib"] = peak_reserved
     info["notes"].append(
         f"headroom check: one evaluation pass and a checkpoint save ({size / 2**20:,.1f} MiB, "
-        "deleted) after the timed repeats; peak_*_with_eval_ckpt_gib include them"
+        "serialized, not written to disk) after the timed repeats; peak_*_with_eval_ckpt_gib "
+        "include them"
     )
 
 

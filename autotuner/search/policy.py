@@ -262,6 +262,7 @@ class SearchPolicy:
             cost=self.cost,
             limit_gib=self.limit_gib,
             screen=self.screen,
+            predicted_speed=lambda knobs: self.throughput.predict(knobs).tokens_per_s,
         )
 
     def purpose(self, params: dict[str, Any]) -> str:

@@ -113,3 +113,28 @@ def test_seeds_cover_fp8_where_the_gpu_has_it() -> None:
     on_h200 = precisions(H200)
     assert on_h200[0] == "bf16" and "fp8-tensorwise" in on_h200  # the expert first, then fp8
     assert not [p for p in precisions(a100) if p.startswith("fp8")]  # cc 8.0: no fp8 kernels
+
+
+def test_the_alternatives_run_fastest_predicted_first() -> None:
+    """Llama 3B on the H200: fp8 is the alternative the throughput model's prior expects to be
+    fastest, so it runs right after the expert default, not last (a 10-minute study found its
+    fp8 winner only at 8.4 min, too late for its numerics check)."""
+    from autotuner.options import StudyOptions
+    from autotuner.search.objective import Objective
+    from autotuner.search.policy import SearchPolicy
+    from autotuner.search.space import load_space
+    from autotuner.spec import ModelSpec
+
+    policy = SearchPolicy(
+        space=load_space("single-gpu"),
+        model=ModelSpec.resolve({"preset": "llama-3b"}),
+        target=H200,
+        gpus_per_trial=1,
+        objective=Objective.TOKENS_PER_S,
+        options=StudyOptions(history_seeds=0),
+    )
+    seeds = policy.seeds(Database("sqlite://"))
+    assert seeds[0] == policy.expert_params()
+    assert seeds[1]["precision"] == "fp8-tensorwise"
+    speeds = [policy.throughput.predict(policy.knobs(p)).tokens_per_s for p in seeds[1:]]
+    assert speeds == sorted(speeds, reverse=True)

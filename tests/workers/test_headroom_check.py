@@ -1,10 +1,10 @@
 """The headroom check in a measured trial (MeasureSettings.headroom_check) on the real CPU torch:
 after the timed repeats, one evaluation pass and a checkpoint save in the same process, their
-peak reported, the checkpoint file gone; the timed measurement is unchanged by it."""
+peak reported, nothing written to disk; the timed measurement is unchanged by it."""
 
 from __future__ import annotations
 
-import glob
+import io
 import os
 import tempfile
 
@@ -23,13 +23,13 @@ from .conftest import FAST, make_config
 CHECK = FAST.model_copy(update={"headroom_check": True})
 
 
-def _leftovers() -> set[str]:
-    return set(glob.glob(os.path.join(tempfile.gettempdir(), "autotuner-ckpt-*")))
+def _files_in(path: str) -> set[str]:
+    return {os.path.join(d, f) for d, _, files in os.walk(path) for f in files}
 
 
 @pytest.mark.parametrize("knobs", [{}, {"checkpointing": "full", "grad_accum": 2}])
 def test_the_trial_reports_its_peak_with_eval_and_checkpoint(knobs: dict) -> None:
-    before = _leftovers()
+    before = _files_in(tempfile.gettempdir())
     result = run_trial(make_config(measure=CHECK, **knobs))
     assert result is not None and result.status == TrialStatus.OK, result
     assert result.memory_kind == "cpu_rss" and result.peak_mem_gib
@@ -39,7 +39,10 @@ def test_the_trial_reports_its_peak_with_eval_and_checkpoint(knobs: dict) -> Non
     assert result.peak_reserved_with_eval_ckpt_gib is None  # no allocator on the CPU
     assert any(n.startswith("headroom check: one evaluation pass") for n in result.notes)
     assert result.tokens_per_s and len(result.repeat_tokens_per_s) == FAST.repeats
-    assert _leftovers() == before  # the checkpoint is deleted
+    size = next(n for n in result.notes if n.startswith("headroom check"))
+    assert "serialized, not written to disk" in size
+    # The checkpoint (megabytes) was not written: no file of that size appeared.
+    assert not [f for f in _files_in(tempfile.gettempdir()) - before if os.path.getsize(f) > 2**20]
 
 
 def test_without_the_check_nothing_more_runs_or_is_reported() -> None:
@@ -67,8 +70,13 @@ def test_eval_runs_without_autograd_in_eval_mode_and_saves_a_loadable_state() ->
         cudagraphs=False,
     )
     step()  # one training step: the optimizer has its state
-    size = eval_and_checkpoint(step)
+    kept = io.BytesIO()
+    size = eval_and_checkpoint(step, kept)
     assert seen == [(True, True), (False, False)]  # train, then eval under no_grad
     assert model.training  # back to training
     params = sum(p.numel() for p in model.parameters())
-    assert size > params * 4 * 3  # fp32 weights and both Adam moments were written
+    assert size > params * 4 * 3  # fp32 weights and both Adam moments were serialized
+    assert size == len(kept.getvalue())
+    state = torch.load(io.BytesIO(kept.getvalue()), weights_only=True)  # a real checkpoint
+    assert set(state) == {"model", "optimizer"}
+    assert torch.equal(state["model"]["lm_head.weight"], model.state_dict()["lm_head.weight"])
