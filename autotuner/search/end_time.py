@@ -3,9 +3,18 @@
 With a time budget (`--minutes`), the end checks (the winner's headroom check, its numerics
 check: two parity trials, a multi-GPU study's one-GPU reference) must run inside it, after the
 search. Each re-runs a config the study measured, so each is expected to take what that
-config's trial took: its wall, process start and compile included, at least FLOOR_S. A parity
-trial trains PARITY_STEPS steps in place of the warm-up and the timed repeats, so its estimate
-swaps those phases for PARITY_STEPS x the config's step time.
+config's trial took, process start and build included, at least FLOOR_S, with two corrections
+the H200 showed:
+- a re-run compiles warm: the study's compile cache (workers/compile_cache.py) holds the graphs
+  its first trial compiled. Its compile is the cold one x the warm share the study measured
+  (the largest of its re-runs' warm/cold compile ratios), WARM_COMPILE_SHARE until it has one:
+  0.34 (Llama 3B fp8, 157 -> 53 s) and 0.42 (GPT-2 124M, 21 -> 8.8 s) on the H200;
+- the headroom check adds an evaluation pass, which recompiles a forward-only graph: the
+  longest such pass the study measured, else EVAL_COMPILE_SHARE x the cold compile (GPT-2 on the
+  H200: 11.6 s after a 21 s compile, its 2 GB checkpoint included).
+A parity trial trains PARITY_STEPS steps of one micro-batch each (study/endgame.py) in place of
+the warm-up and the timed repeats, so its estimate swaps those phases for PARITY_STEPS x the
+config's step time / its grad_accum.
 
 The search stops launching once the time left is under the checks' sum (x MARGIN, for the
 dispatch and the result between them) plus one search trial (a trial launched now delays the
@@ -16,7 +25,10 @@ did before, so the re-measurements have time too.
 
 Why the measured walls and not only a share of the budget: in an 8-minute Llama 3B study on
 the H200, trials took 80-190 s (compile 55-167 s); the last 15% (72 s) could hold none of them,
-and the fp8 winner's numerics check never ran (bench/results/tune_llama_h200/).
+and the fp8 winner's numerics check never ran (bench/results/tune_llama_h200/). Why not the
+cold walls alone: in a 10-minute one the checks were expected to take 12.1 min, and the
+headroom check took 206 s (53 s of warm compile, 141 s writing its checkpoint to disk, which
+it no longer does) against the 171 s expected (bench/results/h200_session_20261201/).
 """
 
 from __future__ import annotations
@@ -38,9 +50,12 @@ Params = dict[str, Any]
 # The least a trial costs: the fastest measured, a GPT-2 124M trial forked from the
 # pre-imported worker on the H200 (README, "Cheaper trials"), is 2 s.
 FLOOR_S = 2.0
+WARM_COMPILE_SHARE = 0.45  # a re-run's compile / its config's cold compile, until measured
+EVAL_COMPILE_SHARE = 0.35  # the headroom check's evaluation pass / the cold compile
 MARGIN = 1.2  # the checks' sum, plus dispatch, polling and storing between them
 SEARCH_TIME_SHARE = 0.85  # with no end check due, the search stops here and re-measuring begins
 _MEASURED = ("seed", "search", "remeasure")  # full trials of a candidate config
+_RERUNS = ("remeasure", HEADROOM_CHECK)  # the same config again: its compile is warm
 _REPLACED_BY_PARITY = ("warmup", "measure", "checks")  # phases a parity trial does not run
 
 
@@ -95,52 +110,91 @@ class TrialWalls:
 
     def __init__(self) -> None:
         self._longest: dict[str, TrialResult] = {}  # canonical params -> its longest trial
+        self._grad_accum: dict[str, int] = {}
         self._search_walls: list[float] = []
+        self._warm_shares: list[float] = []  # a re-run's compile / the config's cold one
+        self._eval_s: list[float] = []  # the headroom checks' evaluation pass and save
 
-    def observe(self, params: Params, result: TrialResult, purpose: str) -> None:
+    def observe(
+        self, params: Params, result: TrialResult, purpose: str, grad_accum: int = 1
+    ) -> None:
+        key = canonical_params(params)
+        known = self._longest.get(key)
+        if purpose in _RERUNS and known is not None:
+            self._learn_rerun(known, result, purpose)
         if purpose not in _MEASURED or not result.wall_s:
             return
         if purpose != "remeasure":
             self._search_walls.append(result.wall_s)
-        key = canonical_params(params)
-        known = self._longest.get(key)
+        self._grad_accum[key] = max(1, grad_accum)
         # The longest: the cold compile, not a re-run's warm one (an estimate may be long,
         # never short: a short one is a check that does not run).
         if known is None or result.wall_s > (known.wall_s or 0.0):
             self._longest[key] = result
+
+    def _learn_rerun(self, first: TrialResult, rerun: TrialResult, purpose: str) -> None:
+        if first.compile_s and rerun.compile_s is not None:
+            self._warm_shares.append(min(1.0, rerun.compile_s / first.compile_s))
+        if purpose == HEADROOM_CHECK:
+            extra = (rerun.phases_s or {}).get("checks")
+            if extra is not None:
+                self._eval_s.append(extra)
+
+    def warm_share(self) -> float:
+        """A re-run's compile over its config's cold one: the largest the study measured."""
+        return max(self._warm_shares) if self._warm_shares else WARM_COMPILE_SHARE
 
     def search_trial_s(self) -> float:
         """A search trial launched now: the median wall of the study's search trials."""
         return max(FLOOR_S, median(self._search_walls)) if self._search_walls else FLOOR_S
 
     def rerun_s(self, params: Params) -> float:
-        """A re-run of a measured config (re-measurement, headroom check, reference)."""
+        """A re-run of a measured config (re-measurement, reference): its longest wall with
+        the compile warm."""
         known = self._longest.get(canonical_params(params))
-        return max(FLOOR_S, known.wall_s or 0.0) if known is not None else self.search_trial_s()
+        if known is None:
+            return self.search_trial_s()
+        return max(FLOOR_S, (known.wall_s or 0.0) - self._compile_saved(known))
+
+    def headroom_s(self, params: Params) -> float:
+        """The headroom check: a re-run, then an evaluation pass and a checkpoint save."""
+        known = self._longest.get(canonical_params(params))
+        extra = (
+            max(self._eval_s)
+            if self._eval_s
+            else EVAL_COMPILE_SHARE * ((known.compile_s or 0.0) if known else 0.0)
+        )
+        return self.rerun_s(params) + extra
 
     def parity_s(self, params: Params) -> float:
         """A parity trial of the config (or of its knobs at the reference precision): its
-        start, build and compile as measured, then PARITY_STEPS steps at its step time."""
-        known = self._longest.get(canonical_params(params))
+        start, build and (warm) compile as measured, then PARITY_STEPS steps of one
+        micro-batch each."""
+        key = canonical_params(params)
+        known = self._longest.get(key)
         if known is None or not known.wall_s:
             return self.search_trial_s()
         phases = known.phases_s or {}
         skipped = sum(phases.get(p, 0.0) for p in _REPLACED_BY_PARITY)
-        steps = PARITY_STEPS * (known.step_time_s or 0.0)
-        return max(FLOOR_S, known.wall_s - skipped + steps)
+        steps = PARITY_STEPS * (known.step_time_s or 0.0) / self._grad_accum.get(key, 1)
+        return max(FLOOR_S, known.wall_s - self._compile_saved(known) - skipped + steps)
+
+    def _compile_saved(self, known: TrialResult) -> float:
+        return (known.compile_s or 0.0) * (1.0 - self.warm_share())
 
     def due(self, checks: list[tuple[str, Params]]) -> list[DueCheck]:
         """Each (purpose, params) with its expected seconds."""
         return [
-            DueCheck(
-                purpose,
-                params,
-                self.parity_s(params)
-                if purpose in (PARITY, PARITY_REFERENCE)
-                else self.rerun_s(params),
-            )
+            DueCheck(purpose, params, self._expected_s(purpose, params))
             for purpose, params in checks
         ]
+
+    def _expected_s(self, purpose: str, params: Params) -> float:
+        if purpose in (PARITY, PARITY_REFERENCE):
+            return self.parity_s(params)
+        if purpose == HEADROOM_CHECK:
+            return self.headroom_s(params)
+        return self.rerun_s(params)
 
 
 def needed_s(checks: list[DueCheck]) -> float:

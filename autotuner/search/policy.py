@@ -192,9 +192,10 @@ class SearchPolicy:
             return
         if purpose in END_CHECKS:  # one GPU, or a parity run: nothing about the search's configs
             self.progress.observe(params, result, purpose)
+            self.walls.observe(params, result, purpose)  # a headroom check's warm compile
             return
-        self.walls.observe(params, result, purpose)
         knobs = knobs or self.knobs(params)
+        self.walls.observe(params, result, purpose, knobs.grad_accum)
         self._kinds_seen.add(_kind(knobs))
         self.cost.observe(knobs, result, fit=fit)
         self.throughput.observe(knobs, result, fit=fit)

@@ -52,9 +52,11 @@ def run_study(
     *,
     drifting: tuple[str, ...] = (),
     max_trials: int = 20,
+    fixed: dict[str, Any] | None = None,
 ) -> tuple[list[Trial], dict[str, Any], FakeParityReplay]:
     db = Database(sqlite_url)
-    space = parse_space({"name": "numerics", "knobs": knobs, "fixed": {"attention": "efficient"}})
+    fixed = {"attention": "efficient", **(fixed or {})}
+    space = parse_space({"name": "numerics", "knobs": knobs, "fixed": fixed})
     model = ModelSpec.resolve({"preset": "tiny"})
     study_id = create_study(db, model=model, space=space, max_trials=max_trials)
     executor = FakeParityReplay(landscape(knobs), list(knobs), target=H200, drifting=drifting)
@@ -210,3 +212,20 @@ def test_a_parity_trial_lost_in_a_restart_runs_again(sqlite_url: str) -> None:
     assert len(by_purpose(trials, "parity-ref")) == 1  # the finished half is kept
     assert rec is not None and rec["numerics"]["passed"] is True
     assert rec["numerics"]["parity_trials"][1] == parity[1].number
+
+
+def test_parity_trials_run_one_micro_batch_per_step(sqlite_url: str) -> None:
+    """The study accumulates 4 micro-batches per step; its parity trials (the reference and the
+    candidate alike) run one, a quarter of the steps' time, at the same micro-batch."""
+    knobs = {"precision": ["bf16", "fp8-tensorwise"]}
+    trials, rec, _ = run_study(sqlite_url, knobs, fixed={"grad_accum": 4})
+    assert rec["knobs"]["precision"] == "fp8-tensorwise" and rec["numerics"]["passed"] is True
+    searched = [t for t in trials if t.purpose in ("seed", "search")]
+    assert searched and all(t.config["knobs"]["grad_accum"] == 4 for t in searched)
+    parity = by_purpose(trials, "parity-ref") + by_purpose(trials, "parity")
+    assert len(parity) == 2
+    for t in parity:
+        assert t.config["knobs"]["grad_accum"] == 1
+        assert (
+            t.config["knobs"]["micro_batch_size"] == searched[0].config["knobs"]["micro_batch_size"]
+        )

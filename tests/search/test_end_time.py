@@ -8,9 +8,11 @@ from typing import Any
 
 from autotuner.options import StudyOptions
 from autotuner.search.end_time import (
+    EVAL_COMPILE_SHARE,
     FLOOR_S,
     MARGIN,
     SEARCH_TIME_SHARE,
+    WARM_COMPILE_SHARE,
     DueCheck,
     TimeLeft,
     TrialWalls,
@@ -90,3 +92,40 @@ def test_the_checks_due_follow_the_best_config_so_far() -> None:
     assert due == [("headroom", FP8), ("parity-ref", FP8), ("parity", FP8)]
     # A trial budget of four keeps none (they are for the search), as its trial reserve does.
     assert remeasure.checks_due(progress, 4, fp8) == []
+
+
+def _llama_3b_fp8(**extra: Any) -> Any:
+    """The Llama 3B fp8 seed of the H200's 10-minute study: 170.7 s, 157.3 s of it compiling
+    cold, 8 micro-batches per step (bench/results/h200_session_20261201)."""
+    phases = {"build": 5.4, "warmup": 3.2, "first_step": 158.3, "measure": 3.2, "checks": 0.0}
+    return measured(
+        30_602.0, wall_s=170.7, compile_s=157.3, step_time_s=1.07, phases_s=phases, **extra
+    )
+
+
+def test_a_rerun_compiles_warm_as_the_study_measured_it() -> None:
+    walls = TrialWalls()
+    walls.observe(FP8, _llama_3b_fp8(), "seed", grad_accum=8)
+    # Before any re-run: the prior share of the cold compile.
+    assert walls.warm_share() == WARM_COMPILE_SHARE
+    assert walls.rerun_s(FP8) == 170.7 - 157.3 * (1 - WARM_COMPILE_SHARE)
+    expected_headroom = walls.rerun_s(FP8) + EVAL_COMPILE_SHARE * 157.3
+    assert walls.headroom_s(FP8) == expected_headroom
+    # Its headroom check: 53.2 s of warm compile, 141 s of evaluation and checkpoint.
+    check = measured(
+        30_616.0, wall_s=206.3, compile_s=53.2, phases_s={"checks": 141.0, "first_step": 54.2}
+    )
+    walls.observe(FP8, check, "headroom")
+    share = 53.2 / 157.3
+    assert walls.warm_share() == share
+    assert walls.rerun_s(FP8) == 170.7 - 157.3 * (1 - share)
+    assert walls.headroom_s(FP8) == walls.rerun_s(FP8) + 141.0
+    # A parity trial: warm, no warm-up or timed repeats, 50 steps of one micro-batch.
+    parity = 170.7 - 157.3 * (1 - share) - (3.2 + 3.2 + 0.0) + PARITY_STEPS * 1.07 / 8
+    assert walls.parity_s(FP8) == parity
+    due = walls.due([("headroom", FP8), ("parity-ref", FP8), ("parity", FP8)])
+    # 12.1 min was expected with cold walls; 7.3 min is what these checks take now.
+    assert sum(c.expected_s for c in due) < 0.65 * (170.7 + 2 * (170.7 - 6.4 + 50 * 1.07))
+    # The longest wall stays the cold one: a warm re-run does not shorten the next estimate.
+    walls.observe(FP8, measured(30_600.0, wall_s=60.0, compile_s=50.0), "remeasure")
+    assert walls.rerun_s(FP8) == 170.7 - 157.3 * (1 - share)
