@@ -28,7 +28,15 @@ from autotuner.search import evidence
 from autotuner.search.costmodel import CostModel
 from autotuner.search.costmodel.throughput import ThroughputModel
 from autotuner.search.early_stop import abandon_floor
-from autotuner.search.end_time import DueCheck, TimeLeft, TrialWalls, remeasure_cut, search_stop
+from autotuner.search.end_time import (
+    DueCheck,
+    TimeLeft,
+    TrialWalls,
+    duration,
+    needed_s,
+    remeasure_cut,
+    search_stop,
+)
 from autotuner.search.feedback import Feedback
 from autotuner.search.numerics import changes_numerics, space_changes_numerics
 from autotuner.search.objective import Objective, memory_violation
@@ -39,7 +47,15 @@ from autotuner.search.sampler import Observation
 from autotuner.search.screen import DOMINATED, Z_PRUNE, Prune, Screen
 from autotuner.search.seeding import Seeder
 from autotuner.search.space import SearchSpace
-from autotuner.spec import Knobs, ModelFamily, ModelSpec, TrialResult, canonical_params
+from autotuner.search.trial_cost import TrialCosts
+from autotuner.spec import (
+    CompileMode,
+    Knobs,
+    ModelFamily,
+    ModelSpec,
+    TrialResult,
+    canonical_params,
+)
 from autotuner.storage.models import Trial, TrialState
 from autotuner.storage.session import Database
 
@@ -91,8 +107,11 @@ class SearchPolicy:
         # What each config's trial took: the end checks' time (end_time.py). Why the search or
         # the re-measurements stopped for them, once they did (the study's events, `stopped`).
         self.walls = TrialWalls()
+        self.costs = TrialCosts()  # what a proposal's trial is expected to take
         self.time_stop: str | None = None
         self.remeasure_note: str | None = None
+        self.late = 0  # proposals not launched for time (too_late), and why the first was not
+        self._first_late: str | None = None
         self.seed_keys: set[str] = set()
         self.throughput = ThroughputModel(model, target, max(gpus_per_trial, 1))
         self.proposer: Proposer | None = None
@@ -117,6 +136,7 @@ class SearchPolicy:
                 throughput=self.throughput,
                 memory=self.cost,
                 screen=screen or self.screen,
+                costs=self.costs,
                 seed=seed,
                 candidates=candidates,
             )
@@ -199,8 +219,7 @@ class SearchPolicy:
         self._kinds_seen.add(_kind(knobs))
         self.cost.observe(knobs, result, fit=fit)
         self.throughput.observe(knobs, result, fit=fit)
-        if self.proposer is not None:
-            self.proposer.costs.observe(knobs, result)
+        self.costs.observe(knobs, result)
         over_ceiling = memory_violation(result, self.options) > 0
         tokens_per_s = None if over_ceiling else result.tokens_per_s
         if tokens_per_s and (self._incumbent is None or tokens_per_s > self._incumbent[0]):
@@ -287,6 +306,35 @@ class SearchPolicy:
         )
         return self.time_stop is not None
 
+    def too_late(self, knobs: Knobs, max_trials: int | None, time: TimeLeft | None) -> str | None:
+        """Why not to launch this trial now: with a time budget, it is expected to end, with
+        the end checks due after it, past the budget (search/trial_cost.py). None: launch it.
+        A cheaper proposal may still fit; the search ends when none does."""
+        if time is None:
+            return None
+        trial_s = self.costs.expected_s(knobs)
+        keep_s = needed_s(self._checks_due(max_trials))
+        if time.remaining_s >= trial_s + keep_s:
+            return None
+        mode = knobs.compile_mode
+        kind = "eager" if mode == CompileMode.NONE else f"compile {mode.value}"
+        why = (
+            f"{knobs.precision.value} {kind} trial expected to take "
+            f"{duration(trial_s)}"
+            + (f", then {duration(keep_s)} for the end checks" if keep_s else "")
+            + f", with {duration(time.remaining_s)} left at {time.at()}"
+        )
+        self.late += 1
+        self._first_late = self._first_late or why
+        return why
+
+    @property
+    def late_note(self) -> str | None:
+        """What the search left out for time: how many proposals, and the first."""
+        if not self.late:
+            return None
+        return f"{self.late} proposal(s) not launched for time, the first a {self._first_late}"
+
     def next_remeasure(
         self, max_trials: int | None, time: TimeLeft | None = None
     ) -> tuple[dict[str, Any], str] | None:
@@ -315,7 +363,8 @@ class SearchPolicy:
     def stop_reason(self, budget_spent: bool) -> str:
         """Why the search stopped, and why re-measuring did, if it was cut short."""
         reason = self.time_stop or stop_reason(self.progress, budget_spent)
-        return f"{reason}; {self.remeasure_note}" if self.remeasure_note else reason
+        notes = [n for n in (self.late_note, self.remeasure_note) if n]
+        return "; ".join([reason, *notes])
 
     def report(self, trials: list[Trial]) -> dict[str, Any]:
         """Evidence for the recommendation: cost-model accuracy, learned rules, pruning counts."""

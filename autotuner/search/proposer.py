@@ -7,7 +7,7 @@ tokens/s with an uncertainty, fitted to the study's own trials. This module scor
 
     expected improvement over the best measured tokens/s      (normal predictive, closed form)
     x probability the config fits in memory                   (the calibrated memory model)
-    / the trial's expected GPU-seconds                        (measured walls, compile charged)
+    / the trial's expected GPU-seconds                        (search/trial_cost.py)
 
 and proposes the best one that passes the policy's screen. Nothing is pruned here: the
 candidates it does not pick stay for Optuna's sampler, which proposes whenever this module has
@@ -25,7 +25,6 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from statistics import median
 from typing import Any
 
 import numpy as np
@@ -33,7 +32,8 @@ import numpy as np
 from autotuner.search.costmodel import CostModel
 from autotuner.search.costmodel.throughput import ThroughputModel
 from autotuner.search.space import IntRange, SearchSpace
-from autotuner.spec import CompileMode, Knobs, ModelSpec, TrialResult, canonical_params
+from autotuner.search.trial_cost import TrialCosts
+from autotuner.spec import Knobs, ModelSpec, canonical_params
 
 Params = dict[str, Any]
 MAX_ENUMERATED = 6000
@@ -50,33 +50,6 @@ class _Candidate:
     memory: np.ndarray
 
 
-class TrialCosts:
-    """Expected GPU-seconds of a trial, from the walls the study measured (compile included):
-    by whether it compiles and whether it is fp8 (whose compiles take longer), else scaled
-    from the overall median."""
-
-    def __init__(self) -> None:
-        self._walls: dict[tuple[bool, bool], list[float]] = {}
-
-    @staticmethod
-    def group(knobs: Knobs) -> tuple[bool, bool]:
-        return (knobs.compile_mode != CompileMode.NONE, knobs.precision.is_fp8)
-
-    def observe(self, knobs: Knobs, result: TrialResult) -> None:
-        if result.wall_s:
-            self._walls.setdefault(self.group(knobs), []).append(result.wall_s)
-
-    def expected_s(self, knobs: Knobs) -> float:
-        group = self.group(knobs)
-        if group in self._walls:
-            return median(self._walls[group])
-        walls = [w for ws in self._walls.values() for w in ws]
-        if not walls:
-            return 1.0
-        compiled, fp8 = group
-        return median(walls) * (3.0 if compiled else 1.0) * (1.5 if fp8 and compiled else 1.0)
-
-
 class Proposer:
     """Proposes by expected improvement per GPU-second (see the module docstring)."""
 
@@ -89,12 +62,13 @@ class Proposer:
         throughput: ThroughputModel,
         memory: CostModel,
         screen: Callable[[Params, Knobs], object | None],
+        costs: TrialCosts,
         seed: int = 0,
         candidates: Callable[[], list[Params]] | None = None,
     ) -> None:
         self.space, self.model, self.gpus = space, model, gpus
         self.throughput, self.memory, self.screen = throughput, memory, screen
-        self.costs = TrialCosts()
+        self.costs = costs
         self._rng = random.Random(seed)
         self._supplied = candidates
         self._pool: dict[str, _Candidate] = {}

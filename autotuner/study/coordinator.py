@@ -108,6 +108,7 @@ class StudyRunner:
         # Every candidate config ever dispatched, failed ones too: the throughput model must
         # not propose again a config whose trial (and its retry) failed.
         self.attempted: set[str] = set()
+        self._late: set[str] = set()  # proposals not launched: no time left for them
         self.done = False
         self._idle_proposals = 0
         self._exhausted = False
@@ -282,7 +283,7 @@ class StudyRunner:
                 tell(self.optuna, ask, self.measured[key])  # a repeat: no GPU time spent
                 self._idle_proposals += 1
                 continue
-            if retry_of is None and key in self.attempted:
+            if retry_of is None and (key in self.attempted or key in self._late):
                 # Run before and failed (its one retry is the retry queue's), or running now:
                 # samplers ignore failed trials and would propose it again and again.
                 self.optuna.tell(ask, state=OptunaState.FAIL)
@@ -291,6 +292,13 @@ class StudyRunner:
             prune = self._screen_proposal(params, knobs) if retry_of is None else None
             if prune is not None:
                 self._record_pruned(ask, params, knobs, prune)
+                self._idle_proposals += 1
+                continue
+            if retry_of is None and self._too_late(knobs):
+                # Not a property of the config (no row, nothing infeasible told): it does not
+                # fit in the time left; a cheaper proposal may.
+                self._late.add(key)
+                self.optuna.tell(ask, state=OptunaState.FAIL)
                 self._idle_proposals += 1
                 continue
             try:
@@ -341,9 +349,16 @@ class StudyRunner:
             self.optuna.enqueue_trial(params, skip_if_exists=False)
 
     def _taken(self) -> set[str]:
-        """Configs the throughput model must not propose: measured, pruned, failed or running."""
+        """Configs the throughput model must not propose: measured, pruned, failed, running,
+        or left out for time."""
         running = {canonical_params(f.params) for f in self.in_flight.values()}
-        return set(self.measured) | self.attempted | running
+        return set(self.measured) | self.attempted | running | self._late
+
+    def _too_late(self, knobs: Knobs) -> bool:
+        why = self.policy.too_late(knobs, self.max_trials, self.budget.time_left())
+        if why is not None and self.policy.late == 1:
+            self.on_event(Event("search_over", message=f"not launched for time: a {why}"))
+        return why is not None
 
     def _screen_proposal(self, params: Params, knobs: Knobs) -> Prune | None:
         prune = self._screen(params, knobs) if self._screen is not None else None

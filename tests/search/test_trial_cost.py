@@ -1,0 +1,79 @@
+"""What a trial is expected to take before it runs (search/trial_cost.py), and the launch gate
+it feeds (SearchPolicy.too_late): a trial that would end past the time budget with the end
+checks after it is not launched."""
+
+from __future__ import annotations
+
+from autotuner.options import StudyOptions
+from autotuner.search.end_time import TimeLeft
+from autotuner.search.objective import Objective
+from autotuner.search.policy import SearchPolicy
+from autotuner.search.trial_cost import COMPILE_FACTOR, FP8_COMPILE_FACTOR, TrialCosts
+from autotuner.spec import CompileMode, Knobs, Precision
+from tests.fakes import measured
+from tests.search.conftest import GPT2, H200, gpt2_space
+
+DEFAULT = Knobs(compile_mode=CompileMode.DEFAULT)
+EAGER = Knobs(compile_mode=CompileMode.NONE)
+AUTOTUNE = Knobs(compile_mode=CompileMode.MAX_AUTOTUNE_NO_CUDAGRAPHS)
+FP8 = Knobs(compile_mode=CompileMode.DEFAULT, precision=Precision.FP8_TENSORWISE)
+
+
+def test_a_measured_kind_takes_its_median_wall() -> None:
+    costs = TrialCosts()
+    for wall in (30.0, 34.0, 90.0):
+        costs.observe(DEFAULT, measured(1.0, wall_s=wall, compile_s=wall - 8.0))
+    assert costs.expected_s(DEFAULT) == 34.0
+
+
+def test_an_unmeasured_kind_scales_the_measured_compiles() -> None:
+    costs = TrialCosts()
+    assert costs.expected_s(DEFAULT) == 1.0  # nothing measured: the proposer has no scale yet
+    costs.observe(EAGER, measured(1.0, wall_s=8.0))
+    # Nothing compiled yet: twice the non-compile time for the compile.
+    assert costs.expected_s(DEFAULT) == 8.0 + 2 * 8.0
+    # GPT-2 on the H200: a default compile of 25 s in a 33 s trial.
+    costs.observe(DEFAULT, measured(1.0, wall_s=33.0, compile_s=25.0))
+    rest = 8.0  # the median of both trials' time besides compiling
+    autotune = costs.expected_s(AUTOTUNE)
+    assert autotune == rest + 25.0 * COMPILE_FACTOR[CompileMode.MAX_AUTOTUNE_NO_CUDAGRAPHS]
+    assert autotune >= 240.0  # that mode was still compiling after 240 s there
+    assert costs.expected_s(FP8) == rest + 25.0 * FP8_COMPILE_FACTOR
+    # Once measured, a kind's own walls decide.
+    costs.observe(AUTOTUNE, measured(1.0, wall_s=400.0, compile_s=390.0))
+    assert costs.expected_s(AUTOTUNE) == 400.0
+
+
+def _policy() -> SearchPolicy:
+    space = gpt2_space(
+        {"micro_batch_size": [8, 16], "compile_mode": ["default", "max-autotune-no-cudagraphs"]}
+    )
+    return SearchPolicy(
+        space=space,
+        model=GPT2,
+        target=H200,
+        gpus_per_trial=1,
+        objective=Objective.TOKENS_PER_S,
+        options=StudyOptions(headroom=0),
+    )
+
+
+def test_a_trial_that_would_end_past_the_budget_is_not_launched() -> None:
+    policy = _policy()
+    params = {"micro_batch_size": 8, "compile_mode": "default"}
+    policy.observe(0, params, measured(1000.0, wall_s=33.0, compile_s=25.0), "seed")
+    autotune = policy.knobs({"micro_batch_size": 8, "compile_mode": "max-autotune-no-cudagraphs"})
+    default = policy.knobs({"micro_batch_size": 16, "compile_mode": "default"})
+    # No time budget: anything may run.
+    assert policy.too_late(autotune, None, None) is None
+    # 3 minutes left: a default compile fits, a max-autotune compile (about 4.3 min) does not.
+    left = TimeLeft(elapsed_s=420.0, budget_s=600.0)
+    assert policy.too_late(default, None, left) is None
+    why = policy.too_late(autotune, None, left)
+    assert why is not None and why.startswith("bf16 compile max-autotune-no-cudagraphs trial")
+    assert "expected to take 4.3 min, with 3.0 min left at 7.0 min of 10.0 min" in why
+    assert policy.late == 1 and policy.late_note is not None
+    assert policy.late_note.startswith("1 proposal(s) not launched for time, the first a bf16")
+    assert policy.late_note in policy.stop_reason(budget_spent=False)
+    # Early in the budget it runs.
+    assert policy.too_late(autotune, None, TimeLeft(elapsed_s=60.0, budget_s=600.0)) is None
