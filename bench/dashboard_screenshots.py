@@ -13,11 +13,22 @@ tokens/s and filtered to the failures, the compare page and the best trial's pag
 Prints the page errors Chromium reported (none expected).
 
     python bench/dashboard_screenshots.py [--out docs/screenshots] [--trials 40]
+
+With `--real DIR`, no replay: the SQLite databases of real studies in DIR (`tune-*.db`, as
+`bench/tune_h200.sh` leaves them) are copied into one database in a temp dir (the committed
+files are only read) and the dashboard is served over it: the studies list, the study page of
+the study with the most trials, its per-knob strips and trials table, its best trial's page,
+and the page of the study whose best is furthest above its expert default, each saved as
+`h200-*.png`.
+
+    python bench/dashboard_screenshots.py --real bench/results/h200_session_20261201
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
+import sqlite3
 import sys
 import tempfile
 from pathlib import Path
@@ -86,12 +97,94 @@ def replay_study(
     return study_id
 
 
+def merge_databases(sources: list[Path], target: Path) -> None:
+    """One SQLite database at `target` holding every study of `sources` (same schema), made
+    from copies in `target`'s folder: SQLite writes beside a WAL database it opens, even to
+    read it, and the sources stay untouched. Trial row ids are renumbered (study ids are
+    unique)."""
+    copies = []
+    for i, src in enumerate(sources):
+        copies.append(target.parent / f"source-{i}.db")
+        shutil.copyfile(src, copies[-1])
+    shutil.move(copies[0], target)
+    with sqlite3.connect(target) as dst:
+        for copy in copies[1:]:
+            dst.execute("ATTACH DATABASE ? AS src", (str(copy),))
+            cols = [r[1] for r in dst.execute("PRAGMA src.table_info(trials)") if r[1] != "id"]
+            names = ", ".join(cols)
+            dst.execute("INSERT INTO studies SELECT * FROM src.studies")
+            dst.execute(f"INSERT INTO trials ({names}) SELECT {names} FROM src.trials")
+            dst.commit()
+            dst.execute("DETACH DATABASE src")
+
+
+def vs_default(db: Database, study_id: str) -> float:
+    """How many times its expert default's tokens/s the study's best reached (0 if unknown)."""
+    best = operations.get_best(db, study_id)["best"] or {}
+    ratio = (best.get("vs_expert_default") or {}).get("speedup")
+    return float(ratio or 0.0)
+
+
+def real_screenshots(source: Path, out: Path) -> None:
+    sources = sorted(source.glob("tune-*.db"))
+    if not sources:
+        raise SystemExit(f"no tune-*.db in {source}")
+    target = Path(tempfile.mkdtemp(prefix="screens-real-")) / "real.db"
+    merge_databases(sources, target)
+    url = f"sqlite:///{target}"
+    upgrade_database(url)  # a no-op at the current head; older recordings are brought up to it
+    db = Database(url)
+    studies = operations.list_studies(db, limit=50)
+    biggest = max(studies, key=lambda s: s["trials_total"])["id"]
+    fastest = max((s["id"] for s in studies if s["id"] != biggest), key=lambda i: vs_default(db, i))
+    best = operations.get_best(db, biggest)["best"]
+    charts = "document.body.dataset.charts"
+    sorted_view = "document.body.dataset.tableView?.startsWith('sort=tokens_per_s')"
+    # (file, address, ready when, viewport height, element scrolled to the top or None)
+    shots = [
+        ("h200-studies.png", "/", "document.getElementById('compare-button') !== null", 330, None),
+        ("h200-study.png", f"/studies/{biggest}", charts, 1560, None),
+        ("h200-study-strips.png", f"/studies/{biggest}", charts, 900, "effects"),
+        (
+            "h200-study-trials.png",
+            f"/studies/{biggest}?sort=tokens_per_s&order=desc",
+            sorted_view,
+            900,
+            "trials",
+        ),
+        (
+            "h200-trial.png",
+            f"/studies/{biggest}/trials/{best['trial_number']}",
+            "document.body.dataset.trialCharts",
+            1160,
+            None,
+        ),
+        ("h200-study-llama.png", f"/studies/{fastest}", charts, 1000, None),
+    ]
+    errors: list[str] = []
+    for base in _serve(make_app(db)):
+        for name, path, ready, height, scroll_to in shots:
+            with Browser(width=1400, height=height) as b:
+                b.open(base + path, ready=ready)
+                if scroll_to == "effects":  # the card around the strips, its heading in view
+                    b.eval("document.getElementById('effects').parentElement.scrollIntoView()")
+                elif scroll_to:
+                    b.eval(f"document.getElementById('{scroll_to}').scrollIntoView()")
+                b.screenshot(out / name, full_page=False)
+                errors += [e for e in b.errors if "favicon.ico" not in e]
+    print(f"screenshots in {out}; studies {biggest}, {fastest}; page errors: {errors}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "docs/screenshots"))
     ap.add_argument("--trials", type=int, default=40)
+    ap.add_argument("--real", metavar="DIR", help="screenshot the real studies in DIR/tune-*.db")
     args = ap.parse_args()
     out = Path(args.out)
+    if args.real:
+        real_screenshots(Path(args.real), out)
+        return
     url = f"sqlite:///{tempfile.mkdtemp(prefix='screens-')}/dash.db"
     upgrade_database(url)
     db = Database(url)

@@ -59,6 +59,11 @@ class StudyView(_View):
     best_value: float | None = Field(
         description="The highest objective value a search trial measured so far"
     )
+    recommended_value: float | None = Field(
+        description="The recommendation's objective value (the median over the recommended "
+        "config's measurements), kept up to date; best_value can be higher: a trial the "
+        "recommendation passed over (memory headroom, numerics)",
+    )
     best_trial_number: int | None = Field(description="The recommended trial, kept up to date")
     error_message: str | None = Field(description="Why a failed study failed")
     created_at: str = Field(description=_ISO)

@@ -251,7 +251,7 @@ def list_studies(
             f"status {status!r}: choose one of {', '.join(s.value for s in StudyStatus)}"
         )
     select_page = (
-        select(Study, _space_name())
+        select(Study, _space_name(), Study.recommendation["objective_value"].as_float())
         .options(defer(Study.space), defer(Study.recommendation))
         .order_by(Study.created_at.desc(), Study.id.desc())
         .limit(limit)
@@ -262,8 +262,11 @@ def list_studies(
         select_page = study_query.apply(select_page, query)
     with db.read() as s:
         rows = s.execute(select_page).all()
-        sums = summaries(s, [study.id for study, _ in rows])
-        return [study_view(st, sums[st.id], space_name=name) for st, name in rows]
+        sums = summaries(s, [study.id for study, _, _ in rows])
+        return [
+            study_view(st, sums[st.id], space_name=name, recommended_value=value)
+            for st, name, value in rows
+        ]
 
 
 def _study(s: Session, ref: str) -> tuple[Study, TrialSummary]:

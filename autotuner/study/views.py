@@ -7,6 +7,7 @@ database and the CLI against the service print the same thing.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import EllipsisType
 from typing import Any
 
 from autotuner.options import StudyOptions
@@ -56,8 +57,18 @@ class TrialSummary:
         return self.total - self.counts.get(TrialState.RUNNING.value, 0)
 
 
-def study_view(study: Study, summary: TrialSummary, *, space_name: str | None) -> dict[str, Any]:
-    """A study's summary and its progress against its trial budget."""
+def study_view(
+    study: Study,
+    summary: TrialSummary,
+    *,
+    space_name: str | None,
+    recommended_value: float | EllipsisType | None = ...,
+) -> dict[str, Any]:
+    """A study's summary and its progress against its trial budget. `recommended_value`: the
+    stored recommendation's objective value, where the caller read only that of it (a list,
+    the recommendation itself deferred); by default taken from the study's recommendation."""
+    if isinstance(recommended_value, EllipsisType):
+        recommended_value = (study.recommendation or {}).get("objective_value")
     progress = None
     if study.max_trials:
         progress = min(summary.launched / study.max_trials, 1.0)
@@ -79,6 +90,9 @@ def study_view(study: Study, summary: TrialSummary, *, space_name: str | None) -
         "trials_launched": summary.launched,
         "progress": progress,
         "best_value": summary.best_value,
+        # What the recommendation stands on (a median over its measurements): the fastest
+        # measured trial (best_value) may be one it passed over (tight memory, failed numerics).
+        "recommended_value": recommended_value,
         "best_trial_number": study.best_trial_number,
         "error_message": study.error_message,
         "created_at": _iso(study.created_at),
@@ -98,8 +112,33 @@ def best_view(
         "completed_trials": summary.counts.get(TrialState.COMPLETE.value, 0),
         "total_trials": summary.total,
         "max_trials": study.max_trials,
-        "best": recommendation,
+        "best": _as_of_status(study.status, recommendation),
     }
+
+
+ENDED = ("completed", "cancelled", "failed")
+
+
+def _as_of_status(status: str, rec: dict[str, Any] | None) -> dict[str, Any] | None:
+    """`rec` as true for a study in `status`. A numerics-changing winner whose parity check
+    never started reads "the check runs at the end of the study" while the study runs; once
+    it has ended, the check did not run, and the recommendation says so (a recorded one too)."""
+    numerics = (rec or {}).get("numerics") or {}
+    unchecked = (
+        status in ENDED
+        and numerics.get("checked") is False
+        and not numerics.get("parity_trials")
+        and numerics.get("state") is None
+        and "changes numerics" in (numerics.get("text") or "")
+    )
+    if rec is None or not unchecked:
+        return rec
+    precision = numerics.get("precision")
+    text = (
+        f"{precision} changes numerics and was not checked: the study ended before its parity "
+        "check against bf16 ran; compare its loss with bf16's before training with it"
+    )
+    return {**rec, "numerics": {**numerics, "text": text, "ended_unchecked": True}}
 
 
 def predictions_view(recommendation: dict[str, Any] | None, number: int) -> dict[str, Any]:

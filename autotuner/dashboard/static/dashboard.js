@@ -25,7 +25,7 @@
   let pageIndex = 0; // 0: the newest page
   let olderRows = null; // the rows of an older page, when one is shown
 
-  const { fmt, node, label } = window.autotuner;
+  const { fmt, node, label, missing } = window.autotuner;
 
   // ------------------------------------------------------------------ status and progress
   function drawStatus(st) {
@@ -36,7 +36,11 @@
     const counts = Object.entries(st.trial_counts).sort().map(([k, n]) => `${n} ${k}`).join(", ");
     if (st.progress !== null && st.progress !== undefined) bar.value = st.progress; else bar.remove();
     const budget = st.max_trials ? ` of ${st.max_trials}` : "";
-    const best = st.best_value ? ` · best so far ${fmt.int(st.best_value)} ${st.objective === "tokens_per_s" ? "tokens/s" : st.objective}` : "";
+    // The recommendation's value, as the card below shows it: the fastest measured trial
+    // (best_value) can be one it passed over for memory headroom or numerics.
+    const value = st.recommended_value ?? st.best_value;
+    const unit = st.objective === "tokens_per_s" ? "tokens/s" : st.objective;
+    const best = value ? ` · best so far ${fmt.int(value)} ${unit}${missing(st.best_trial_number) ? "" : ` (trial #${st.best_trial_number})`}` : "";
     document.getElementById("progress-text").textContent =
       `${st.trials_launched}${budget} trials launched (${counts || "none yet"})${best}`;
   }
@@ -190,7 +194,8 @@
       node("td", { class: "num" }, spread),
       node("td", { class: "num" }, t.mfu === null ? "" : fmt.pct(t.mfu)),
       node("td", { class: "num" }, t.peak_mem_gib === null ? "" : fmt.fixed(t.peak_mem_gib, 2)),
-      node("td", { class: "num" }, t.compile_s ? fmt.fixed(t.compile_s, 1) : ""),
+      // No compile time for a measured trial: it ran eager (as the trial page says).
+      node("td", { class: "num" }, t.compile_s ? fmt.fixed(t.compile_s, 1) : t.state === "complete" && t.tokens_per_s ? node("small", { class: "muted" }, "eager") : ""),
       node("td", { class: "num" }, t.global_batch_tokens ? fmt.int(t.global_batch_tokens) : ""),
       ...data.knobs.map((k) => node("td", {}, t.params[k] === undefined ? "" : t.params[k])),
       errorCell(t),

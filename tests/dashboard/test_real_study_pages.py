@@ -1,0 +1,129 @@
+"""What the pages said wrongly of the real H200 studies (bench/results/h200_session_20261201),
+each shape rebuilt here: the list and the progress line quoted a faster trial the
+recommendation had passed over for memory headroom as the study's best; a finished study's
+fp8 winner said its parity check "runs at the end of the study" after the study had ended
+without it; a time-only budget read "∞ trials / 10.0 min"; an eager trial's compile cell was
+blank."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import update
+
+from autotuner.search.objective import Objective
+from autotuner.storage.models import Study
+from autotuner.storage.session import Database
+from autotuner.study import operations
+from autotuner.study.live import store_live_best
+from tests.browser import Browser
+from tests.dashboard.conftest import make_app
+from tests.dashboard.test_dashboard_browser import _serve
+from tests.dashboard.test_queries import _study_of
+
+
+@pytest.fixture
+def passed_over(sqlite_url: str) -> tuple[Database, str]:
+    """A study whose fastest search trial is tight (less than the 10% headroom free), so the
+    recommendation is a slower one, as in the 33-trial GPT-2 study (#7 tight, #2 recommended)."""
+    db = Database(sqlite_url)
+    study_id = _study_of(db, 20)
+    store_live_best(db, study_id, Objective.TOKENS_PER_S)
+    return db, study_id
+
+
+def test_the_list_shows_the_recommended_value_not_a_passed_over_trial(
+    passed_over: tuple[Database, str],
+) -> None:
+    db, study_id = passed_over
+    best = operations.get_best(db, study_id)["best"]
+    study = operations.get_study(db, study_id)
+    assert best["headroom"]["passed_over"], "the fastest trial was passed over"
+    assert study["best_value"] > best["objective_value"]  # the tight trial's value
+    assert study["recommended_value"] == best["objective_value"]
+    listed = operations.list_studies(db)[0]
+    assert listed["recommended_value"] == best["objective_value"]
+    page = TestClient(make_app(db)).get("/").text
+    cell = re.search(r'<td class="num best-value">([^<]*)</td>', page)
+    assert cell and cell.group(1) == f"{best['objective_value']:,.0f}"
+
+
+def _finish_with_unchecked_fp8(db: Database, study_id: str, status: str) -> None:
+    rec = dict(operations.get_best(db, study_id)["best"])
+    rec["numerics"] = {  # the entry the real Llama 3B study stored (search/numerics.py)
+        "checked": False,
+        "passed": None,
+        "precision": "fp8-tensorwise",
+        "parity_trials": [],
+        "skipped": [],
+        "text": "fp8-tensorwise changes numerics and was not checked: the parity check runs "
+        "at the end of the study, within its budget of trials and time",
+    }
+    with db.session() as s:
+        s.execute(
+            update(Study).where(Study.id == study_id).values(recommendation=rec, status=status)
+        )
+
+
+def test_an_ended_studys_unchecked_winner_says_its_check_did_not_run(
+    passed_over: tuple[Database, str],
+) -> None:
+    db, study_id = passed_over
+    _finish_with_unchecked_fp8(db, study_id, "running")
+    running = operations.get_best(db, study_id)["best"]["numerics"]["text"]
+    assert "runs at the end of the study" in running  # true while it runs
+    _finish_with_unchecked_fp8(db, study_id, "completed")
+    numerics = operations.get_best(db, study_id)["best"]["numerics"]
+    assert "runs at the end" not in numerics["text"]
+    assert "the study ended before its parity check against bf16 ran" in numerics["text"]
+    assert numerics["ended_unchecked"] is True
+    page = TestClient(make_app(db)).get(f"/studies/{study_id}?format=json").json()
+    assert page["best"]["numerics"]["text"] == numerics["text"]
+
+
+def test_a_time_only_budget_reads_as_minutes(passed_over: tuple[Database, str]) -> None:
+    db, study_id = passed_over
+    with db.session() as s:
+        s.execute(update(Study).where(Study.id == study_id).values(max_trials=None, max_minutes=10))
+    page = TestClient(make_app(db)).get(f"/studies/{study_id}").text
+    assert '<span id="budget">10 min</span>' in page
+    assert "∞" not in page
+
+
+@pytest.fixture
+def page(passed_over: tuple[Database, str]) -> Iterator[tuple[Browser, str, dict]]:
+    db, study_id = passed_over
+    best = operations.get_best(db, study_id)["best"]
+    for base in _serve(make_app(db)):
+        with Browser(width=1400, height=900) as b:
+            b.open(f"{base}/studies/{study_id}", ready="document.body.dataset.charts")
+            yield b, study_id, best
+            assert b.errors == [] or all("favicon.ico" in e for e in b.errors), b.errors
+
+
+@pytest.mark.browser
+def test_the_progress_line_quotes_the_recommendation(page: tuple[Browser, str, dict]) -> None:
+    b, _, best = page
+    text = b.eval("document.getElementById('progress-text').textContent")
+    value = f"{round(best['objective_value']):,}"
+    assert f"best so far {value} tokens/s (trial #{best['trial_number']})" in text, text
+    assert b.eval("document.getElementById('best-tps').textContent") == value
+
+
+@pytest.mark.browser
+def test_a_measured_trial_without_compile_time_reads_eager(
+    page: tuple[Browser, str, dict],
+) -> None:
+    b, _, _ = page
+    column = b.eval(
+        "[...document.querySelectorAll('#trials thead th')].findIndex(th => "
+        "th.dataset.sort === 'compile_s')"
+    )
+    cells = b.eval(
+        "[...document.querySelectorAll('#trials tbody tr.complete')].map(tr => "
+        f"tr.children[{column}].textContent)"
+    )
+    assert cells and set(cells) == {"eager"}, cells
