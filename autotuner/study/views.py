@@ -136,7 +136,8 @@ def _as_of_status(status: str, rec: dict[str, Any] | None) -> dict[str, Any] | N
     precision = numerics.get("precision")
     text = (
         f"{precision} changes numerics and was not checked: the study ended before its parity "
-        "check against bf16 ran; compare its loss with bf16's before training with it"
+        "check against the reference precision ran; compare its loss with bf16 (or fp32) before "
+        "training with it"
     )
     return {**rec, "numerics": {**numerics, "text": text, "ended_unchecked": True}}
 
