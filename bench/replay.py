@@ -32,14 +32,15 @@ import shlex
 import shutil
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autotuner.executors.replay import Landscape
-from autotuner.search.space import load_space
-from autotuner.spec import TrialStatus
+from autotuner.search.space import SearchSpace, load_space, parse_space
+from autotuner.spec import ModelSpec, TrialStatus, canonical_params
 from autotuner.storage.session import dispose_engines, upgrade_database
 from bench.replay_lib.report import acceptance, markdown, notes
 from bench.replay_lib.run import STRATEGIES, run_once
@@ -62,14 +63,32 @@ def run_benchmark(
     progress: Any = None,
     drop_best: int = 0,
     extra_notes: list[str] | None = None,
+    global_batch: int | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark; write replay_<name>.json/.md under out_dir when given.
 
     drop_best=N removes the N best recorded configs first: a stress test of the search when
-    the expert default's neighbourhood does not hold the optimum."""
+    the expert default's neighbourhood does not hold the optimum.
+
+    global_batch=N keeps only the configs that ran N tokens per optimizer step and holds it
+    (the auto space derives grad_accum, as `tune --global-batch N` does): configs at other
+    global batches are other training runs. Without it a landscape that mixes global batches
+    is replayed as recorded, and the report says so."""
     landscape = Landscape.load(landscape_path)
-    space = auto_space(landscape) if space_ref == "auto" else load_space(space_ref)
     spec = landscape_model(landscape, model)
+    batches = global_batches(landscape, spec)
+    if global_batch is not None:
+        if global_batch not in batches.values():
+            raise SystemExit(
+                f"no recorded config ran a global batch of {global_batch:,} tokens; the "
+                f"landscape's: {sorted(set(batches.values()))}"
+            )
+        landscape = Landscape(
+            [e for e in landscape.entries if batches[id(e)] == global_batch], landscape.meta
+        )
+    space = auto_space(landscape) if space_ref == "auto" else load_space(space_ref)
+    if global_batch is not None and space_ref == "auto":
+        space = hold_global_batch(space, global_batch)
     target = landscape.target()
     if drop_best:
         ranked = sorted(
@@ -85,6 +104,8 @@ def run_benchmark(
     if not table:
         raise SystemExit("no recorded config lies inside the space; check --space")
     oks = {k: r for k, r in table.items() if r.status == TrialStatus.OK and r.tokens_per_s}
+    if len(table) < 2 or not oks:
+        raise SystemExit(f"{len(table)} recorded config(s), {len(oks)} measured: nothing to search")
     best_key = max(oks, key=lambda k: oks[k].tokens_per_s or 0)
     best = oks[best_key].tokens_per_s or 0.0
     budget = budget or len(table)
@@ -101,6 +122,10 @@ def run_benchmark(
         "space": space.model_dump(mode="json", by_alias=True),
         "grid_size": grid_size(space),
         "universe_size": len(table),
+        "global_batch": global_batch,
+        "global_batches": _counts(
+            batches[id(e)] for e in landscape.entries if _key(e, space) in table
+        ),
         "best": {"params": json.loads(best_key), "tokens_per_s": best},
         "seeds": seeds,
         "budget": budget,
@@ -136,6 +161,18 @@ def run_benchmark(
     doc["cost_model_offline"] = cost_model_offline(table, space, spec, target)
     doc["acceptance"] = acceptance(doc)
     doc["notes"] = notes(doc, table) + list(extra_notes or [])
+    mixed = {k: v for k, v in doc["global_batches"].items() if k != "unknown"}
+    if global_batch is not None:
+        doc["notes"].append(
+            f"Global batch held at {global_batch:,} tokens per optimizer step: only the "
+            "configs recorded at it are searched, grad_accum follows from the micro-batch."
+        )
+    elif len(mixed) > 1:
+        doc["notes"].append(
+            "The recorded configs ran different global batches (tokens per optimizer step: "
+            f"configs) {mixed}: they are different training runs, compared here on tokens/s "
+            "alone; --global-batch N replays one of them."
+        )
     if drop_best:
         doc["notes"].append(
             f"Stress test: the {drop_best} best recorded config(s) were removed before the run, "
@@ -145,11 +182,49 @@ def run_benchmark(
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         stem = "replay_" + Path(landscape_path).stem.removeprefix("landscape_")
+        stem += f"_gb{global_batch}" if global_batch is not None else ""
         stem += f"_dropbest{drop_best}" if drop_best else ""
         (out / f"{stem}.json").write_text(json.dumps(doc, indent=1, default=str))
         (out / f"{stem}.md").write_text(markdown(doc))
         doc["written"] = [str(out / f"{stem}.json"), str(out / f"{stem}.md")]
     return doc
+
+
+def global_batches(landscape: Landscape, model: ModelSpec) -> dict[int, int | None]:
+    """Each entry's tokens per optimizer step (by id of the entry): its recorded
+    `global_batch_tokens`, else micro-batch x grad_accum x seq_len (one GPU), else None."""
+    out: dict[int, int | None] = {}
+    for e in landscape.entries:
+        params, result = e
+        gb = params.get("global_batch_tokens") or result.tokens_per_step
+        if gb is None and "micro_batch_size" in params:
+            gb = int(params["micro_batch_size"]) * int(params.get("grad_accum", 1)) * model.seq_len
+        out[id(e)] = int(gb) if gb else None
+    return out
+
+
+def hold_global_batch(space: SearchSpace, tokens: int) -> SearchSpace:
+    """The space with its global batch held at `tokens`: grad_accum derived, not searched."""
+    data = space.model_dump(mode="json", by_alias=True)
+    data["knobs"].pop("grad_accum", None)
+    data["fixed"].pop("grad_accum", None)
+    data["global_batch_tokens"] = tokens
+    data["name"] = f"{space.name}-gb{tokens}"
+    return parse_space(data, source="landscape")
+
+
+def _key(entry: tuple[dict[str, Any], Any], space: SearchSpace) -> str | None:
+    params = entry[0]
+    if not all(k in params for k in space.knobs):
+        return None
+    return canonical_params({k: params[k] for k in space.knobs})
+
+
+def _counts(values: Any) -> dict[str, int]:
+    c = Counter("unknown" if v is None else str(v) for v in values)
+    return {
+        k: c[k] for k in sorted(c, key=lambda k: (k == "unknown", int(k) if k.isdigit() else 0))
+    }
 
 
 def _hardware(landscape: Landscape) -> str:
@@ -173,6 +248,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="write replay_*.json/.md here")
     ap.add_argument("--drop-best", type=int, default=0, help="remove the N best configs first")
     ap.add_argument("--note", action="append", default=[], help="a note for the report")
+    ap.add_argument(
+        "--global-batch",
+        type=int,
+        default=None,
+        help="keep and hold one global batch (tokens per optimizer step)",
+    )
     args = ap.parse_args(argv)
     doc = run_benchmark(
         args.landscape,
@@ -184,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         out_dir=args.out,
         drop_best=args.drop_best,
         extra_notes=args.note,
+        global_batch=args.global_batch,
         command="python bench/replay.py " + shlex.join(argv or sys.argv[1:]),
     )
     print(markdown(doc))

@@ -58,6 +58,14 @@ def replay(
     drop_best: Annotated[
         int, typer.Option(min=0, help="Stress test: remove the N best recorded configs first.")
     ] = 0,
+    global_batch: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Keep only the configs recorded at this global batch (tokens per optimizer "
+            "step) and hold it; default: every config, mixed global batches noted.",
+        ),
+    ] = None,
     note: Annotated[list[str] | None, typer.Option(help="A note for the report.")] = None,
     out: Annotated[
         Path | None,
@@ -89,6 +97,7 @@ def replay(
         command=command,
         drop_best=drop_best,
         extra_notes=note,
+        global_batch=global_batch,
     )
     typer.echo(bench.markdown(doc))
     for path in doc.get("written", []):

@@ -38,6 +38,10 @@ def auto_space(landscape: Landscape) -> SearchSpace:
             knobs[name] = sorted(values) if all(isinstance(v, int) for v in values) else values
         else:
             fixed[name] = values[0]
+    if not knobs:
+        raise SystemExit(
+            f"{len(landscape.entries)} recorded config(s), no knob varies: nothing to search"
+        )
     return parse_space(
         {
             "name": "replay-auto",

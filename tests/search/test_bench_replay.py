@@ -85,3 +85,103 @@ def test_a_sparse_recording_is_the_universe_every_strategy_searches(tmp_path: Pa
     for run in doc["runs"]:
         assert run["pruned_not_recorded"] == 0, run  # every proposal snapped to a recording
         assert run["trials_to_2pct"] is not None
+
+
+def _bench():
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import replay as bench  # bench/replay.py
+
+    return bench
+
+
+def test_every_strategy_can_search_every_recorded_config_of_a_small_landscape(
+    tmp_path: Path,
+) -> None:
+    # A study keeps part of its trial budget for the end (headroom check, re-measurements,
+    # numerics parity): with max_trials = the 6 recorded configs, random search saw only 5.
+    _bench()
+    from autotuner.storage.session import dispose_engines, upgrade_database
+    from bench.replay_lib.run import run_once
+    from bench.replay_lib.universe import auto_space, universe
+
+    landscape = gpt2_landscape({"micro_batch_size": [16, 64, 256], "attention": ["flash", "math"]})
+    space = auto_space(landscape)
+    table = universe(landscape, space)
+    template = tmp_path / "template.db"
+    upgrade_database(f"sqlite:///{template}")
+    dispose_engines()
+    for strategy in ("random", "grid"):
+        trace: list[dict] = []
+        run_once(
+            template,
+            tmp_path,
+            strategy=strategy,
+            seed=0,
+            landscape=landscape,
+            table=table,
+            space=space,
+            model=GPT2,
+            target=landscape.target(),
+            budget=len(table),
+            best=max(r.tokens_per_s or 0 for r in table.values()),
+            trace=trace,
+        )
+        searched = {
+            json.dumps(t["params"], sort_keys=True) for t in trace if t["purpose"] == "search"
+        }
+        assert len(searched) == len(table) == 6, (strategy, trace)
+        assert any(t["purpose"] == "headroom" for t in trace)  # the end still ran
+
+
+def test_mixed_global_batches_are_said_or_held(tmp_path: Path) -> None:
+    from autotuner.executors.replay import Landscape
+
+    bench = _bench()
+    knobs = {
+        "micro_batch_size": [8, 16, 32],
+        "grad_accum": [1, 2, 4],
+        "attention": ["flash", "math"],
+    }
+    dense = gpt2_landscape(knobs)
+    entries = []
+    for p, r in dense.entries:
+        gb = p["micro_batch_size"] * p["grad_accum"] * GPT2.seq_len
+        entries.append(({**p, "global_batch_tokens": gb}, r))
+    path = tmp_path / "landscape_mixed.json"
+    Landscape(entries, {"model": GPT2.preset}).dump(path)
+
+    mixed = bench.run_benchmark(str(path), seeds=1, strategies=["random"])
+    assert len(mixed["global_batches"]) == 5  # 8k .. 128k tokens
+    assert any("different global batches" in n for n in mixed["notes"])
+
+    held = 32 * GPT2.seq_len
+    doc = bench.run_benchmark(
+        str(path), seeds=2, strategies=["ours", "random"], global_batch=held, out_dir=tmp_path
+    )
+    assert doc["global_batches"] == {str(held): 6}  # (8,4) (16,2) (32,1) x 2 attentions
+    assert doc["universe_size"] == 6
+    assert "grad_accum" not in doc["space"]["knobs"]
+    assert doc["space"]["global_batch_tokens"] == held
+    assert any(f"held at {held:,}" in n for n in doc["notes"])
+    for run in doc["runs"]:
+        assert run["pruned_not_recorded"] == 0 and run["trials_to_2pct"] is not None, run
+    assert (tmp_path / f"replay_mixed_gb{held}.json").exists()
+
+    result = CliRunner().invoke(
+        app, ["bench", "replay", "--landscape", str(path), "--seeds", "1", "--global-batch", "7"]
+    )
+    assert result.exit_code != 0 and "global batch of 7" in str(result.exception)
+
+
+def test_a_landscape_of_one_config_is_refused_plainly(tmp_path: Path) -> None:
+    bench = _bench()
+    landscape = gpt2_landscape({"micro_batch_size": [16]})
+    landscape.meta = {"model": GPT2.preset}
+    path = tmp_path / "landscape_one.json"
+    landscape.dump(path)
+    import pytest
+
+    with pytest.raises(SystemExit, match="nothing to search"):
+        bench.run_benchmark(str(path), seeds=1, strategies=["random"])

@@ -1,0 +1,131 @@
+"""bench/assemble_landscape.py: a landscape from trials already run, on small fake exports."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import assemble_landscape as asm  # bench/assemble_landscape.py
+
+from autotuner.executors.replay import Landscape
+from autotuner.spec import Knobs, ModelSpec
+from tests.fakes import FAKE_H200
+
+LLAMA = ModelSpec.resolve({"preset": "llama-1b"})
+STUDY_KNOBS = {**Knobs().model_dump(mode="json"), "loader_workers": 4, "vocab_pad_multiple": 64}
+
+
+def _row(n: int, purpose: str = "seed", tps: float | None = 50_000.0, **kw: Any) -> dict:
+    params = {"micro_batch_size": 8, "attention": "flash", **kw.pop("params", {})}
+    row = {
+        "number": n,
+        "state": "complete" if tps else "failed",
+        "purpose": purpose,
+        "attempt": 1,
+        "params": params,
+        "tokens_per_s": tps,
+        "tokens_per_s_min": tps and tps * 0.99,
+        "tokens_per_s_max": tps and tps * 1.01,
+        "tokens_per_s_per_gpu": tps,
+        "mfu": 0.5 if tps else None,
+        "peak_mem_gib": 60.0 if tps else None,
+        "compile_s": 30.0,
+        "error_class": None if tps else "compile_error",
+        "error_message": None if tps else "CUDA graphs cannot run this config",
+        "fingerprint": FAKE_H200.key,
+        "started_at": f"2026-12-01T04:{n:02d}:00+00:00",
+        "finished_at": f"2026-12-01T04:{n:02d}:50+00:00",
+        "wall_s": None,
+        "global_batch_tokens": 16384,
+    }
+    row.update(kw)
+    return row
+
+
+def _export(tmp: Path, name: str, rows: list[dict]) -> Path:
+    path = tmp / f"trials-{name}.json"
+    path.write_text(json.dumps(rows))
+    best = {
+        "model": LLAMA.model_dump(mode="json"),
+        "knobs": STUDY_KNOBS,
+        "fingerprint": FAKE_H200.model_dump(mode="json"),
+    }
+    (tmp / f"best-{name}.json").write_text(json.dumps({"best": best}))
+    return path
+
+
+def test_assembles_merges_and_excludes_honestly(tmp_path: Path) -> None:
+    rows = [
+        _row(0, tps=50_000.0, wall_s=80.0),
+        _row(1, "proxy", tps=150_000.0),  # a 2-layer model: never in a full-depth landscape
+        _row(2, "remeasure", tps=52_000.0, wall_s=20.0),  # warm compile cache
+        _row(3, "headroom", tps=51_000.0, wall_s=200.0),
+        _row(4, "search", tps=None, params={"attention": "cudnn"}),  # a failure: kept
+        _row(5, "search", tps=None, state="pruned", error_class="unsupported"),
+        _row(6, "search", tps=40_000.0, params={"micro_batch_size": 4}, global_batch_tokens=None),
+        _row(7, "search", tps=45_000.0, params={"micro_batch_size": 4, "grad_accum": 4}),
+    ]
+    src = _export(tmp_path, "a", rows)
+    out = tmp_path / "landscape.json"
+    assert asm.main(["--model", "llama-1b", "--out", str(out), str(src), str(src)]) == 0
+    doc = json.loads(out.read_text())
+
+    assert doc["duplicates_dropped"] == len(rows) - 1  # the second copy of the file (not pruned)
+    assert any("proxy" in k for k in doc["excluded"])
+    assert any("headroom" in k for k in doc["excluded"])
+    assert any("pruned" in k for k in doc["excluded"])
+    by = {
+        (e["params"]["micro_batch_size"], e["params"]["grad_accum"], e["params"]["attention"]): e
+        for e in doc["entries"]
+    }
+    assert set(by) == {(8, 1, "flash"), (8, 1, "cudnn"), (4, 1, "flash"), (4, 4, "flash")}
+    merged = by[(8, 1, "flash")]
+    assert merged["result"]["tokens_per_s"] == 51_000.0  # median of 50k and 52k
+    assert merged["result"]["tokens_per_s_min"] == 50_000.0 * 0.99
+    assert merged["result"]["tokens_per_s_max"] == 52_000.0 * 1.01
+    assert merged["result"]["wall_s"] == 80.0  # the first visit's, not the warm re-measurement
+    assert len(merged["measurements"]) == 2
+    failed = by[(8, 1, "cudnn")]["result"]
+    assert failed["status"] == "failed" and failed["failure_class"] == "compile_error"
+    assert failed["wall_s"] == 50.0  # finished_at - started_at when the row has no wall_s
+    # The global batch is recorded on every entry, and counted.
+    assert by[(4, 4, "flash")]["params"]["global_batch_tokens"] == 4 * 4 * 2048
+    assert by[(4, 1, "flash")]["params"]["global_batch_tokens"] == 4 * 2048
+    assert doc["global_batches"] == {"8192": 1, "16384": 2, "32768": 1}
+    # Inactive knobs (the study's loader_workers 4) are at their defaults.
+    assert {e["params"]["loader_workers"] for e in doc["entries"]} == {2}
+    # The replay reads it.
+    landscape = Landscape.load(out)
+    assert len(landscape.entries) == 4
+    assert landscape.target().device_name == FAKE_H200.device_name
+
+
+def test_a_held_global_batch_derives_grad_accum_and_successes_define_a_config(
+    tmp_path: Path,
+) -> None:
+    held = 65536
+    rows = [
+        _row(0, tps=None, params={"micro_batch_size": 8}, global_batch_tokens=held),
+        _row(1, tps=None, params={"micro_batch_size": 16}, global_batch_tokens=held),
+    ]
+    later = [_row(9, tps=30_000.0, params={"micro_batch_size": 8}, global_batch_tokens=held)]
+    a, b = _export(tmp_path, "old", rows), _export(tmp_path, "new", later)
+    doc = asm.assemble([a, b], "llama-1b")
+    by = {e["params"]["micro_batch_size"]: e for e in doc["entries"]}
+    assert by[8]["params"]["grad_accum"] == 4 and by[16]["params"]["grad_accum"] == 2
+    # One failed, one ran the same config: the success defines it, the failure is listed.
+    assert by[8]["result"]["status"] == "ok"
+    assert [m["status"] for m in by[8]["measurements"]] == ["failed", "ok"]
+    assert by[16]["result"]["status"] == "failed"
+
+
+def test_another_model_is_refused(tmp_path: Path) -> None:
+    src = _export(tmp_path, "a", [_row(0)])
+    with pytest.raises(SystemExit, match="no comparable trial of llama-3b"):
+        asm.assemble([src], "llama-3b")
