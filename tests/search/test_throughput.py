@@ -16,6 +16,7 @@ from autotuner.search.costmodel import CostModel
 from autotuner.search.costmodel.throughput import ThroughputModel
 from autotuner.search.proposer import Proposer
 from autotuner.search.space import parse_space
+from autotuner.search.trial_cost import TrialCosts
 from autotuner.spec import FailureClass, Knobs, TrialResult, canonical_params
 from tests.search.conftest import GPT2, H200, gpt2_landscape
 
@@ -100,7 +101,13 @@ def _proposer(screen=lambda params, knobs: None) -> tuple[Proposer, ThroughputMo
     tm = ThroughputModel(GPT2, H200, 1)
     memory = CostModel(GPT2, num_gpus=1, on_cuda=True, limit_gib=H200.memory_gib)
     return Proposer(
-        space=SPACE, model=GPT2, gpus=1, throughput=tm, memory=memory, screen=screen
+        space=SPACE,
+        model=GPT2,
+        gpus=1,
+        throughput=tm,
+        memory=memory,
+        screen=screen,
+        costs=TrialCosts(),
     ), tm
 
 
