@@ -351,3 +351,19 @@ def numerics_entry(
     out.pop("state", None)
     out["text"] = text
     return out
+
+
+def as_ended(entry: dict[str, Any]) -> dict[str, Any]:
+    """The `numerics` entry once the study has ended: a numerics-changing winner whose parity
+    check never started did not get one, though its live text says the check is still to come
+    (a 10-minute Llama 3B study on the H200 ended so: its budget was spent before the check)."""
+    never_started = entry.get("checked") is False and not entry.get("parity_trials")
+    changing = entry.get("precision") in {p.value for p in CHANGES_NUMERICS}
+    if not (never_started and changing) or entry.get("ended_unchecked"):
+        return entry
+    text = (
+        f"{entry['precision']} changes numerics and was not checked: the study ended before its "
+        "parity check against the reference precision ran; compare its loss with bf16's (or "
+        "fp32's) before training with it"
+    )
+    return {**entry, "text": text, "ended_unchecked": True}

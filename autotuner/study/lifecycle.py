@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotuner.options import StudyOptions
+from autotuner.search.numerics import as_ended
 from autotuner.search.objective import Objective
 from autotuner.search.space import SearchSpace
 from autotuner.spec import ModelSpec
@@ -182,6 +183,8 @@ class StudyLease:
             if rec is not None:
                 rec["importance"] = knob_importance(ranked, rec["noise_rel"])
                 rec.update(evidence(trials))
+                if rec.get("numerics"):  # a check still to come, as the study ends, never runs
+                    rec["numerics"] = as_ended(rec["numerics"])
         with self.db.session() as s:
             studies = StudyRepo(s)
             study = studies.require(self.study_id)

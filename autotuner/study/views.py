@@ -11,6 +11,7 @@ from types import EllipsisType
 from typing import Any
 
 from autotuner.options import StudyOptions
+from autotuner.search.numerics import as_ended
 from autotuner.storage.models import Study, Trial, TrialState
 from autotuner.study.batch import of_trial
 from autotuner.study.columns import MEMORY_FIELDS, memory_record
@@ -120,26 +121,11 @@ ENDED = ("completed", "cancelled", "failed")
 
 
 def _as_of_status(status: str, rec: dict[str, Any] | None) -> dict[str, Any] | None:
-    """`rec` as true for a study in `status`. A numerics-changing winner whose parity check
-    never started reads "the check runs at the end of the study" while the study runs; once
-    it has ended, the check did not run, and the recommendation says so (a recorded one too)."""
-    numerics = (rec or {}).get("numerics") or {}
-    unchecked = (
-        status in ENDED
-        and numerics.get("checked") is False
-        and not numerics.get("parity_trials")
-        and numerics.get("state") is None
-        and "changes numerics" in (numerics.get("text") or "")
-    )
-    if rec is None or not unchecked:
+    """`rec` as true for a study in `status`: once it has ended, a numerics check that never
+    started did not run (the end of a study stores it so; this reads a study recorded before)."""
+    if rec is None or status not in ENDED or not rec.get("numerics"):
         return rec
-    precision = numerics.get("precision")
-    text = (
-        f"{precision} changes numerics and was not checked: the study ended before its parity "
-        "check against the reference precision ran; compare its loss with bf16 (or fp32) before "
-        "training with it"
-    )
-    return {**rec, "numerics": {**numerics, "text": text, "ended_unchecked": True}}
+    return {**rec, "numerics": as_ended(rec["numerics"])}
 
 
 def predictions_view(recommendation: dict[str, Any] | None, number: int) -> dict[str, Any]:

@@ -149,6 +149,9 @@ def test_without_budget_the_winner_is_reported_unchecked(sqlite_url: str) -> Non
     assert not executor.parity
     assert rec["knobs"]["precision"] == "fp8-tensorwise"
     assert rec["numerics"]["checked"] is False and "not checked" in rec["numerics"]["text"]
+    # Stored as the study ended: the check did not run, not "runs at the end of the study".
+    assert rec["numerics"]["ended_unchecked"] is True
+    assert "the study ended before its parity check" in rec["numerics"]["text"]
 
 
 def test_the_check_needs_a_numerics_changing_precision_the_target_runs() -> None:
