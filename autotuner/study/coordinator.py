@@ -23,6 +23,7 @@ from optuna.samplers import BaseSampler
 from optuna.trial import TrialState as OptunaState
 
 from autotuner.executors.base import Completed, Executor
+from autotuner.search.end_time import duration
 from autotuner.search.policy import Prune, SearchPolicy
 from autotuner.search.progress import (
     END_CHECKS,
@@ -49,6 +50,7 @@ __all__ = ["MAX_IDLE_PROPOSALS", "Event", "StudyRunner", "create_study", "defaul
 # How many proposals in a row may be ruled out or repeat a measured config before we conclude
 # the sampler has nothing new to offer (a small space fully explored).
 MAX_IDLE_PROPOSALS = 200
+OVERRUN_SAID_S = 5.0  # a study that ran this far past its --minutes says so in `stopped`
 
 Params = dict[str, Any]
 
@@ -476,4 +478,11 @@ class StudyRunner:
     def _evidence(self, trials: list[Trial]) -> dict[str, Any]:
         evidence = self.policy.report(trials)
         evidence["stopped"] = self.policy.stop_reason(self._budget_spent())
+        time = self.budget.time_left()
+        if time is not None and time.elapsed_s > time.budget_s + OVERRUN_SAID_S:
+            # `--minutes` stops launching; what was launched before it ends runs to its end.
+            evidence["stopped"] += (
+                f"; the study ran {duration(time.elapsed_s)} of its {duration(time.budget_s)}: "
+                "trials launched before the budget ended ran past it"
+            )
         return evidence

@@ -192,3 +192,26 @@ def test_a_trial_that_would_compile_past_the_budget_is_not_launched(sqlite_url: 
     assert any(m.startswith("not launched for time: a bf16 compile max-autotune") for m in said)
     assert study.recommendation is not None
     assert "not launched for time" in study.recommendation["stopped"]
+
+
+def test_a_study_that_ran_past_its_budget_says_so(sqlite_url: str) -> None:
+    """`--minutes` stops launching; a trial launched before the end runs to its end. A study
+    that ended well past its budget says by how much (the H200's 10-minute Llama 3B study
+    ended at 11.9 minutes without saying so)."""
+    db = Database(sqlite_url)
+    knobs: dict[str, list[Any]] = {"micro_batch_size": [8]}
+    space = parse_space({"name": "timed", "knobs": knobs, "fixed": {"attention": "efficient"}})
+    study_id = create_study(
+        db, model=ModelSpec.resolve({"preset": "tiny"}), space=space, max_minutes=0.05
+    )
+    result = measured(1000.0, peak_mem_gib=1.0, fingerprint=FAKE_GPU, wall_s=9.0)
+    replay = FakeParityReplay(
+        Landscape([({"micro_batch_size": 8}, result)]), list(knobs), target=H200
+    )
+    StudyRunner(db, study_id, PacedExecutor(replay), poll_s=0.05, heartbeat_interval_s=3600).run()
+    with db.read() as s:
+        rec = StudyRepo(s).require(study_id).recommendation
+    assert rec is not None
+    assert (
+        "; the study ran 9 s of its 3 s: trials launched before the budget ended" in rec["stopped"]
+    )
