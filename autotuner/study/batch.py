@@ -63,7 +63,8 @@ def global_batch_entry(
     if expert_tokens == tokens:
         out["text"] = (
             f"{tokens:,} tokens per optimizer step, as the expert default's (trial "
-            f"#{expert.number}); other trials ran {len(sizes) - 1} other global batch(es)"
+            f"#{expert.number}); other trials ran {len(sizes) - 1} other global "
+            + ("batch" if len(sizes) == 2 else "batches")
         )
         return out
     ratio = tokens / expert_tokens
