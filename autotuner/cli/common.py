@@ -66,7 +66,15 @@ TrialsOption = Annotated[
     int | None, typer.Option("--trials", "-n", min=1, help="Stop after this many trials.")
 ]
 MinutesOption = Annotated[
-    float | None, typer.Option("--minutes", "-m", min=0.1, help="Stop launching after this.")
+    float | None,
+    typer.Option(
+        "--minutes",
+        "-m",
+        min=0.1,
+        help="Time budget: nothing is launched after this many minutes. The search stops "
+        "early enough for the winner's end checks (headroom, numerics) to fit, and a trial "
+        "expected to end past the budget is not started; a trial already running finishes.",
+    ),
 ]
 SamplerOption = Annotated[str, typer.Option(help="tpe (default), random, grid or gp.")]
 SeedOption = Annotated[int, typer.Option(help="Sampler seed (same seed, same proposals).")]
