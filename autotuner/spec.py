@@ -430,9 +430,16 @@ class MeasureSettings(_Record):
             )
         return self
 
+    # The longest a compiled trial's first step (torch.compile's tracing, codegen and, in the
+    # max-autotune modes, kernel autotuning) may take: past it the trial stops itself and
+    # reports `compile_error` ("compile budget"), a property of the config under this budget,
+    # never retried, instead of running into timeout_s and being retried as a timeout (two
+    # timeouts of a max-autotune trial cost 2 x timeout_s). With a time budget the coordinator
+    # lowers it to the study's time left (workers/compile_budget.py). None: no budget.
+    compile_budget_s: float | None = Field(default=None, gt=0, le=86400)
     # The headroom check of a recommendation (autotuner/search/headroom.py): after the timed
     # repeats, one evaluation forward pass (model.eval(), torch.no_grad()) and a save of the
-    # model and optimizer state dicts to a temporary file (deleted after), so the result's
+    # model and optimizer state dicts (serialized, not written to disk), so the result's
     # peak_*_with_eval_ckpt_gib show what a real run that evaluates and checkpoints needs.
     headroom_check: bool = False
     # Stop a search trial early (MEASUREMENT.md "Noise"): when its first timed repeat runs

@@ -36,7 +36,7 @@ from autotuner.spec import (  # noqa: E402
     TrialStatus,
     process_env,
 )
-from workers import phases  # noqa: E402
+from workers import compile_budget, phases  # noqa: E402
 
 # A rank that stopped because another rank failed exits with this status and writes nothing;
 # the launcher (workers/launch_ranks.py) reports the rank that failed first.
@@ -301,7 +301,8 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
     else:
         sync = lambda: None  # noqa: E731
     t_warm = time.perf_counter()
-    timing = measure.warm_up(step, sync, m, ranks)
+    with compile_budget.watch(config, compiles=k.compile_mode != CompileMode.NONE):
+        timing = measure.warm_up(step, sync, m, ranks)
     info.update(
         first_step_s=timing.first_step_s,
         warmup_steps=len(timing.warmup_step_s),
@@ -517,6 +518,7 @@ def main(argv: list[str] | None = None) -> int:
     from workers.errors import PeerFailed
 
     distributed = "WORLD_SIZE" in os.environ
+    compile_budget.arm(lambda result: _write_result(result, args.result))
     try:
         result = run_trial(config)
     except PeerFailed as exc:

@@ -29,6 +29,7 @@ from autotuner.search.costmodel import CostModel
 from autotuner.search.costmodel.throughput import ThroughputModel
 from autotuner.search.early_stop import abandon_floor
 from autotuner.search.end_time import (
+    FLOOR_S,
     DueCheck,
     TimeLeft,
     TrialWalls,
@@ -327,6 +328,16 @@ class SearchPolicy:
         self.late += 1
         self._first_late = self._first_late or why
         return why
+
+    def compile_budget_s(self, max_trials: int | None, time: TimeLeft | None) -> float | None:
+        """The longest a trial launched now may compile (MeasureSettings.compile_budget_s):
+        the time left less the end checks due; None without a time budget. A trial still
+        compiling then could not end inside the budget (too_late let it start on its expected
+        wall: an estimate, this is the limit)."""
+        if time is None:
+            return None
+        keep_s = needed_s(self._checks_due(max_trials))
+        return max(FLOOR_S, time.remaining_s - keep_s)
 
     @property
     def late_note(self) -> str | None:

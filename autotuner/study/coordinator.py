@@ -403,13 +403,23 @@ class StudyRunner:
         purpose = purpose or self.policy.purpose(params)
         # Only a search trial may stop early: seeds are the comparison, end checks run in full.
         floor = self.policy.abandon_floor() if purpose == "search" else None
-        flight = self.trials.dispatch(
-            ask,
-            params,
-            lambda n: self._config(knobs, n, model, floor),
-            retry_of=retry_of,
-            purpose=purpose,
+        # A search trial (or seed) may compile only while the study has time for it; an end
+        # check runs to its end.
+        budget = (
+            self.policy.compile_budget_s(self.max_trials, self.budget.time_left())
+            if purpose in ("seed", "search")
+            else None
         )
+
+        def config_for(number: int) -> TrialConfig:
+            config = self._config(knobs, number, model, floor)
+            tighter = config.measure.compile_budget_s  # the space's own, if it is tighter
+            if budget is None or (tighter is not None and tighter <= budget):
+                return config
+            measure = config.measure.model_copy(update={"compile_budget_s": budget})
+            return config.model_copy(update={"measure": measure})
+
+        flight = self.trials.dispatch(ask, params, config_for, retry_of=retry_of, purpose=purpose)
         if retry_of is None:
             self.launched += 1
         if purpose not in END_CHECKS:

@@ -185,6 +185,13 @@ def test_a_trial_that_would_compile_past_the_budget_is_not_launched(sqlite_url: 
     last = max(_utc(t.finished_at) for t in trials if t.finished_at is not None)
     assert last <= end, f"the last trial ended {(last - end).total_seconds():.1f} s late"
     ran = [t.params for t in trials if t.purpose in ("seed", "search")]
+    # Each search trial could compile only while the study had time left for it, the end
+    # checks kept; the end checks themselves run to their end.
+    budgets = [t.config["measure"]["compile_budget_s"] for t in trials if t.purpose == "search"]
+    assert budgets and all(0 < b <= budget_min * 60 for b in budgets), budgets
+    assert budgets == sorted(budgets, reverse=True)  # less and less time left
+    checks = [t for t in trials if t.purpose == "headroom"]
+    assert checks and all(t.config["measure"].get("compile_budget_s") is None for t in checks)
     assert seeds[1] in ran  # early on, it ran
     assert seeds[-1] not in ran  # late, it did not
     assert runner.policy.late >= 1
