@@ -2,8 +2,8 @@
 
 torch.compile does its tracing, code generation and (max-autotune modes) kernel autotuning in
 the first step, inside C++ and worker subprocesses that cannot be interrupted cleanly. So a
-watchdog thread, armed around the warm-up when the trial compiles, waits out the budget and, if
-the warm-up is still running, writes the trial's result (`compile_error`: still compiling after
+watchdog thread, armed when a compiled trial's warm-up starts, waits out the budget and, if the
+first step is still running, writes the trial's result (`compile_error`: still compiling after
 N s, `compile_s` that lower bound) and ends the process; the launcher then kills what is left
 of its process group (inductor's compile workers included), as for any trial.
 
@@ -44,13 +44,13 @@ def expired(config: TrialConfig, budget_s: float) -> TrialResult:
 
 
 @contextmanager
-def watch(config: TrialConfig, compiles: bool) -> Iterator[None]:
-    """Around the warm-up: end the process with a compile-budget result if it outlasts the
-    budget."""
+def watch(config: TrialConfig, compiles: bool) -> Iterator[Callable[[], None]]:
+    """Around the warm-up: end the process with a compile-budget result if the first step
+    outlasts the budget. Yields the call that says the first step is done."""
     budget = config.measure.compile_budget_s
     write = _write
     if budget is None or not compiles or write is None or "WORLD_SIZE" in os.environ:
-        yield
+        yield lambda: None
         return
     done = threading.Event()
 
@@ -65,6 +65,6 @@ def watch(config: TrialConfig, compiles: bool) -> Iterator[None]:
     thread = threading.Thread(target=fire, name="compile-budget", daemon=True)
     thread.start()
     try:
-        yield
+        yield done.set
     finally:
         done.set()

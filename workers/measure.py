@@ -76,11 +76,16 @@ def warm_up(
     sync: Callable[[], None],
     s: MeasureSettings,
     ranks: OneProcess = ONE_PROCESS,
+    after_first: Callable[[], None] | None = None,
 ) -> Timing:
+    """The first step (where torch.compile compiles; `after_first` is called once it is done),
+    then steps until their times settle."""
     sync()
     t0 = time.perf_counter()
     loss = step()
     sync()
+    if after_first is not None:
+        after_first()
     first = ranks.slowest(time.perf_counter() - t0)
     loss_initial = check_finite(ranks.mean(loss), "the first step")
     times: list[float] = []

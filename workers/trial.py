@@ -301,8 +301,8 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
     else:
         sync = lambda: None  # noqa: E731
     t_warm = time.perf_counter()
-    with compile_budget.watch(config, compiles=k.compile_mode != CompileMode.NONE):
-        timing = measure.warm_up(step, sync, m, ranks)
+    with compile_budget.watch(config, compiles=k.compile_mode != CompileMode.NONE) as compiled:
+        timing = measure.warm_up(step, sync, m, ranks, after_first=compiled)
     info.update(
         first_step_s=timing.first_step_s,
         warmup_steps=len(timing.warmup_step_s),
