@@ -162,18 +162,10 @@ def trials_table(study: dict[str, Any], views: list[dict[str, Any]]) -> Renderab
         collapse_padding=True,
     )
     has = {key: any(v.get(key) is not None for v in views) for key in ("mfu", "peak_mem_gib")}
-    table.add_column("#", justify="right")
-    table.add_column("state", no_wrap=True)
-    table.add_column("config", no_wrap=True)
-    table.add_column("tok/s", justify="right", no_wrap=True)
-    table.add_column("±", justify="right", no_wrap=True)
-    if any(v.get("global_batch_tokens") for v in views):
-        # Tokens per optimizer step: trials that differ here are different training runs.
-        table.add_column("batch", justify="right", no_wrap=True)
-    if has["mfu"]:
-        table.add_column("MFU", justify="right", no_wrap=True)
-    if has["peak_mem_gib"]:
-        table.add_column("GiB", justify="right", no_wrap=True)
+    batch = any(v.get("global_batch_tokens") for v in views)
+    columns = ["#", "state", "config", "tok/s", "±"]
+    columns += ["batch"] * batch + ["MFU"] * has["mfu"] + ["GiB"] * has["peak_mem_gib"]
+    rows: list[list[str]] = []
     notes: dict[str, list[int]] = {}
     for v in views:
         tps = v["tokens_per_s"]
@@ -191,12 +183,24 @@ def trials_table(study: dict[str, Any], views: list[dict[str, Any]]) -> Renderab
             f"{tps:,.0f}" if tps else "",
             spread,
         ]
-        if any(x.get("global_batch_tokens") for x in views):
+        if batch:
+            # Tokens per optimizer step: trials that differ here are different training runs.
             row.append(short_tokens(v.get("global_batch_tokens")))
         if has["mfu"]:
             row.append(f"{v['mfu']:.1%}" if v["mfu"] is not None else "")
         if has["peak_mem_gib"]:
             row.append(f"{v['peak_mem_gib']:.2f}" if v["peak_mem_gib"] is not None else "")
+        rows.append(row)
+    for i, name in enumerate(columns):
+        if name == "config":  # the one column that folds onto a second line when space is short
+            table.add_column(name, overflow="fold")
+            continue
+        # Numbers and states are never cut: `24,9…` tok/s is no number at all.
+        width = max([len(name), *(len(r[i]) for r in rows)])
+        table.add_column(
+            name, justify="left" if name == "state" else "right", no_wrap=True, min_width=width
+        )
+    for row in rows:
         table.add_row(*row)
     lines = [
         Text.from_markup(f"[bold]{_numbers(numbers)}[/] {safe(note)}")

@@ -108,3 +108,22 @@ def test_the_dashboard_labels_the_trial_the_cancel_stopped(
     last = client.get(f"/studies/{study_id}?format=json").json()["trials"][-1]["number"]
     page = client.get(f"/studies/{study_id}/trials/{last}").text
     assert '<span class="state cancelled">cancelled</span>' in page
+
+
+def test_long_configs_fold_and_numbers_are_never_cut(tmp_path: Path) -> None:
+    """The H200's Llama 3B study at 80 columns: its configs (`mb=4 bf16
+    compile:reduce-overhead flash`) are too long for one line beside the numbers. The config
+    folds onto a second line; before, every number was cut (`24,9…` tok/s, `comple…`)."""
+    import shutil
+
+    recorded = Path(__file__).resolve().parents[2] / "bench/results/h200_session_20261201"
+    db = tmp_path / "llama-3b.db"
+    shutil.copy(recorded / "tune-llama-3b.db", db)
+    db.chmod(0o644)
+    proc = run_cli("trials", "st-9c62f86a", "--db", f"sqlite:///{db}", env={"COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    assert max(len(line) for line in proc.stdout.splitlines()) <= 80, proc.stdout
+    assert "…" not in proc.stdout, proc.stdout
+    for number in ("24,916", "30,602", "complete", "66.2%", "106.07"):
+        assert number in proc.stdout, proc.stdout
+    assert "compile:reduce-overhead" in proc.stdout  # the config, whole, over two lines
