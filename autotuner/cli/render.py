@@ -139,8 +139,9 @@ def memory_rows(hr: dict[str, Any]) -> list[tuple[str, str]]:
     check = hr.get("check")
     if check:
         rows.append(("headroom check", check["text"]))
-    for p in hr.get("passed_over") or []:
-        rows.append(("passed over", f"trial #{p['trial_number']} was faster but {p['why']}"))
+    from autotuner.search.headroom_check import passed_over_text
+
+    rows += [("passed over", line) for line in passed_over_text(hr.get("passed_over") or [])]
     return rows
 
 

@@ -158,11 +158,11 @@ def headroom_entry(
         text += f"; checked: {check.text}"
     elif options.headroom > 0:
         text += "; not checked yet with an evaluation pass and a checkpoint save"
-    out["text"] = "; ".join([*_passed_over_text(passed_over), text])
+    out["text"] = "; ".join([*passed_over_text(passed_over), text])
     return out
 
 
-def _passed_over_text(passed_over: list[dict[str, Any]]) -> list[str]:
+def passed_over_text(passed_over: list[dict[str, Any]]) -> list[str]:
     """`trial #7 was faster but leaves 7.7% free, ...`, one clause per reason: trials passed
     over for the same reason are named together (a GPT-2 study on the H200 passed over three
     micro-batch-128 trials, each leaving 7.7% free, and said so three times)."""

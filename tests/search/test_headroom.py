@@ -190,13 +190,13 @@ def _render(renderable: Any) -> str:
 def test_trials_passed_over_for_one_reason_are_named_together() -> None:
     """A GPT-2 study on the H200 passed over three micro-batch-128 trials, each leaving 7.7%
     free, and its text said so three times; one reason, one clause, in the given order."""
-    from autotuner.search.headroom_check import _passed_over_text
+    from autotuner.search.headroom_check import passed_over_text
 
     why = "leaves 7.7% free, less than the 10% headroom"
     passed = [{"trial_number": n, "why": why} for n in (7, 10, 6)]
     passed.append({"trial_number": 3, "why": "failed its headroom check"})
-    assert _passed_over_text(passed) == [
+    assert passed_over_text(passed) == [
         f"trials #7, #10 and #6 were faster but each {why}",
         "trial #3 was faster but failed its headroom check",
     ]
-    assert _passed_over_text(passed[:1]) == [f"trial #7 was faster but {why}"]
+    assert passed_over_text(passed[:1]) == [f"trial #7 was faster but {why}"]
