@@ -292,18 +292,33 @@ def _varying_knobs(views: list[dict[str, Any]]) -> set[str] | None:
 
 
 def studies_table(views: list[dict[str, Any]]) -> Table:
-    """One row per study: its state, trial counts by state and best trial."""
-    table = Table(title="Studies")
-    for col in ("id", "name", "status", "trials", "best #", "created"):
-        table.add_column(col)
+    """One row per study: its state, trial counts by state, and what it recommends so far
+    (the objective's value and the trial), when it was created (to the minute)."""
+    from rich import box
+
+    table = Table(title="Studies", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    # The id is what every other verb takes: never cut. The name and the counts wrap.
+    width = max([2, *(len(safe(v["id"])) for v in views)])
+    table.add_column("id", no_wrap=True, min_width=width)
+    table.add_column("name")
+    table.add_column("status", no_wrap=True)
+    table.add_column("trials")
+    table.add_column("best", justify="right", no_wrap=True)
+    table.add_column("created", no_wrap=True)
     for v in views:
         counts = ", ".join(f"{n} {k}" for k, n in sorted(v["trial_counts"].items()))
+        value = v.get("recommended_value")
+        value = v.get("best_value") if value is None else value
+        number = v["best_trial_number"]
+        best = "-" if number is None else f"#{number}"
+        if number is not None and value:
+            best = f"{value:,.0f} {best}"
         table.add_row(
             safe(v["id"]),
             safe(v["name"]),
             safe(v["status"]),
             safe(counts) or "-",
-            str(v["best_trial_number"] if v["best_trial_number"] is not None else "-"),
-            safe((v["created_at"] or "")[:19]),
+            best,
+            safe((v["created_at"] or "")[:16].replace("T", " ")),
         )
     return table

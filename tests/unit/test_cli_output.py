@@ -127,3 +127,20 @@ def test_long_configs_fold_and_numbers_are_never_cut(tmp_path: Path) -> None:
     for number in ("24,916", "30,602", "complete", "66.2%", "106.07"):
         assert number in proc.stdout, proc.stdout
     assert "compile:reduce-overhead" in proc.stdout  # the config, whole, over two lines
+
+
+def test_status_at_80_columns_keeps_the_id_whole_and_shows_the_best(tmp_path: Path) -> None:
+    """The study id is what every other verb takes: at 80 columns it was cut (`st-d8904…`).
+    The list also says what each study recommends so far (value and trial), not only its #."""
+    import shutil
+
+    recorded = Path(__file__).resolve().parents[2] / "bench/results/h200_session_20261201"
+    db = tmp_path / "gpt2-eager.db"
+    shutil.copy(recorded / "tune-gpt2-eager.db", db)
+    db.chmod(0o644)
+    proc = run_cli("status", "--db", f"sqlite:///{db}", env={"COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    assert max(len(line) for line in proc.stdout.splitlines()) <= 80, proc.stdout
+    assert "…" not in proc.stdout, proc.stdout
+    assert "st-d890417c" in proc.stdout and "381,892 #2" in proc.stdout, proc.stdout
+    assert "2026-12-01 20:49" in proc.stdout, proc.stdout
