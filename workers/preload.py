@@ -26,11 +26,11 @@ process itself. Multi-GPU trials always start fresh ranks. Off with AUTOTUNER_PR
 Nothing outlives its owner: the server belongs to the process that runs the node's trials,
 the Ray node (its raylet: `RAY_RAYLET_PID`, which Ray sets in every worker) under Ray, else
 the launcher (a test, a script calling run_trial_process), or AUTOTUNER_PRELOAD_OWNER when set.
-The launcher is no owner under Ray: a Ray worker runs one trial and exits (max_calls=1), and the
-server serves the next. The server watches its owner (a pidfd, readable once the process has
-exited; even while it is still importing torch) and exits with it, killing any trial it still
-runs, so when `serve` or `tune` stops its local Ray, the server goes too. It also exits after
-IDLE_EXIT_S without a trial.
+The launcher is no owner under Ray: the Ray worker that runs a trial can be replaced between
+trials, and the server serves the next. The server watches its owner (a pidfd, readable once
+the process has exited; even while it is still importing torch) and exits with it, killing any
+trial it still runs, so when `serve` or `tune` stops its local Ray, the server goes too. It
+also exits after IDLE_EXIT_S without a trial.
 
 Protocol (one connection per trial): the launcher sends one JSON line {argv, env, cwd, stdout,
 stderr}; the server answers {"pid": ...} once forked and {"status": <wait status>} once it

@@ -1,9 +1,14 @@
-"""Run each trial as a Ray task in a fresh worker process.
+"""Run each trial as a Ray task that supervises the trial's own process.
 
-`max_calls=1` makes Ray retire the worker process after one trial, and the task itself runs the
-trial in a further subprocess (`workers.launch.run_trial_process`), so CUDA contexts, compile
-caches, leaked memory and process-level settings (NCCL env, allocator) never leak between
-trials, and a hung or crashed trial is killed and classified by process id.
+The task runs the trial in a further subprocess (`workers.launch.run_trial_process`), so CUDA
+contexts, compile caches, leaked memory and process-level settings (NCCL env, allocator) never
+leak between trials, and a hung or crashed trial is killed and classified by process id. The
+Ray worker itself never imports torch or touches a GPU, so it is reused (`max_calls=0`; Ray's
+default for a GPU task is 1): Ray sets CUDA_VISIBLE_DEVICES (and OMP_NUM_THREADS) for each task
+it runs and restores them after. A fresh Ray worker per trial cost 0.17-0.23 s per trial on a
+2-core CPU (0.007 s reused, `tune examples/tiny.yaml --space cpu-demo --trials 8`) and about
+1.0 s per trial on the H200 (16% of a 33-trial eager GPT-2 study's wall, before this change:
+bench/results/h200_session_20261201/). Multi-GPU node tasks (placement.py) keep max_calls=1.
 
 Concurrency comes from the cluster: one trial per `gpus_per_trial` free GPUs. On a CPU-only
 cluster trials run one at a time, because two trials sharing cores would measure each other.
@@ -99,7 +104,7 @@ class RayExecutor:
                 address = "local"
                 kwargs.update(num_cpus=num_cpus or os.cpu_count(), num_gpus=num_gpus)
             ray.init(address=address, **kwargs)
-        self._task = ray.remote(max_calls=1, max_retries=0)(_run_trial_task)
+        self._task = ray.remote(max_calls=0, max_retries=0)(_run_trial_task)
         self._placer = Placer(ray, placement_strategy)
         self._running: dict[str, _Running] = {}
         self._counter = 0
