@@ -374,6 +374,9 @@ class SearchPolicy:
     def stop_reason(self, budget_spent: bool) -> str:
         """Why the search stopped, and why re-measuring did, if it was cut short."""
         reason = self.time_stop or stop_reason(self.progress, budget_spent)
+        if self.late and reason == "search space exhausted":
+            # The proposals ran out because none fitted in the time left, not the space.
+            reason = "no proposal fitted in the time left"
         notes = [n for n in (self.late_note, self.remeasure_note) if n]
         return "; ".join([reason, *notes])
 

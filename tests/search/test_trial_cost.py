@@ -75,5 +75,7 @@ def test_a_trial_that_would_end_past_the_budget_is_not_launched() -> None:
     assert policy.late == 1 and policy.late_note is not None
     assert policy.late_note.startswith("1 proposal(s) not launched for time, the first a bf16")
     assert policy.late_note in policy.stop_reason(budget_spent=False)
+    # Proposals that ran out because none fitted are not an exhausted space.
+    assert policy.stop_reason(budget_spent=False).startswith("no proposal fitted in the time")
     # Early in the budget it runs.
     assert policy.too_late(autotune, None, TimeLeft(elapsed_s=60.0, budget_s=600.0)) is None
