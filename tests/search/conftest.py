@@ -11,6 +11,8 @@ import pytest
 from autotuner.executors.base import Target
 from autotuner.executors.replay import Landscape, ReplayExecutor
 from autotuner.options import StudyOptions
+from autotuner.search.objective import Objective
+from autotuner.search.policy import SearchPolicy
 from autotuner.search.space import SearchSpace, parse_space
 from autotuner.spec import ModelSpec
 from autotuner.storage.models import Trial
@@ -29,6 +31,25 @@ KNOBS = {
     "checkpointing": ["none", "full"],
 }
 FIXED = {"vocab_pad_multiple": 64}
+
+
+def make_policy(
+    space: SearchSpace,
+    *,
+    model: ModelSpec = GPT2,
+    target: Target = H200,
+    gpus: int = 1,
+    **options: Any,
+) -> SearchPolicy:
+    """A study's SearchPolicy for tokens/s, with these StudyOptions (no database needed)."""
+    return SearchPolicy(
+        space=space,
+        model=model,
+        target=target,
+        gpus_per_trial=gpus,
+        objective=Objective.TOKENS_PER_S,
+        options=StudyOptions(**options),
+    )
 
 
 def gpt2_space(knobs: dict[str, list[Any]] | None = None, **extra: Any) -> SearchSpace:

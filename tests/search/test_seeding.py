@@ -9,7 +9,7 @@ from autotuner.executors.base import Target
 from autotuner.search.costmodel import CostModel
 from autotuner.spec import Knobs
 from autotuner.storage.session import Database
-from tests.search.conftest import GPT2, H200, gpt2_space
+from tests.search.conftest import GPT2, H200, gpt2_space, make_policy
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -86,9 +86,6 @@ def test_winners_from_another_gpu_or_family_are_not_used(any_db, run_study) -> N
 
 
 def test_seeds_cover_fp8_where_the_gpu_has_it() -> None:
-    from autotuner.options import StudyOptions
-    from autotuner.search.objective import Objective
-    from autotuner.search.policy import SearchPolicy
 
     space = gpt2_space(
         {
@@ -100,14 +97,7 @@ def test_seeds_cover_fp8_where_the_gpu_has_it() -> None:
     a100 = Target("cuda", 1, "NVIDIA A100-SXM4-80GB", (8, 0), 80.0)
 
     def precisions(target: Target) -> list[str]:
-        policy = SearchPolicy(
-            space=space,
-            model=GPT2,
-            target=target,
-            gpus_per_trial=1,
-            objective=Objective.TOKENS_PER_S,
-            options=StudyOptions(history_seeds=0),
-        )
+        policy = make_policy(space, target=target, history_seeds=0)
         return [p["precision"] for p in policy.seeds(Database("sqlite://"))]
 
     on_h200 = precisions(H200)
@@ -119,20 +109,11 @@ def test_the_alternatives_run_fastest_predicted_first() -> None:
     """Llama 3B on the H200: fp8 is the alternative the throughput model's prior expects to be
     fastest, so it runs right after the expert default, not last (a 10-minute study found its
     fp8 winner only at 8.4 min, too late for its numerics check)."""
-    from autotuner.options import StudyOptions
-    from autotuner.search.objective import Objective
-    from autotuner.search.policy import SearchPolicy
     from autotuner.search.space import load_space
     from autotuner.spec import ModelSpec
 
-    policy = SearchPolicy(
-        space=load_space("single-gpu"),
-        model=ModelSpec.resolve({"preset": "llama-3b"}),
-        target=H200,
-        gpus_per_trial=1,
-        objective=Objective.TOKENS_PER_S,
-        options=StudyOptions(history_seeds=0),
-    )
+    llama = ModelSpec.resolve({"preset": "llama-3b"})
+    policy = make_policy(load_space("single-gpu"), model=llama, history_seeds=0)
     seeds = policy.seeds(Database("sqlite://"))
     assert seeds[0] == policy.expert_params()
     assert seeds[1]["precision"] == "fp8-tensorwise"

@@ -7,11 +7,8 @@ from pathlib import Path
 import pytest
 
 from autotuner.executors.base import Target
-from autotuner.options import StudyOptions
-from autotuner.search.objective import Objective
-from autotuner.search.policy import SearchPolicy
 from autotuner.search.space import SpaceError, builtin_space_names, load_space
-from tests.search.conftest import GPT2, H200
+from tests.search.conftest import H200, make_policy
 
 
 @pytest.mark.parametrize("name", ["single-gpu", "single-gpu-quick", "multi-gpu", "cpu-demo"])
@@ -20,14 +17,7 @@ def test_builtin_spaces_load_and_seed_a_runnable_expert_default(name: str) -> No
     space = load_space(name)
     target = Target("cpu", 0) if name == "cpu-demo" else H200
     gpus = 2 if name == "multi-gpu" else 1
-    policy = SearchPolicy(
-        space=space,
-        model=GPT2,
-        target=target,
-        gpus_per_trial=gpus,
-        objective=Objective.TOKENS_PER_S,
-        options=StudyOptions(),
-    )
+    policy = make_policy(space, target=target, gpus=gpus)
     expert = policy.expert_params()
     assert set(expert) == set(space.knobs)
     assert policy.screen(expert, policy.knobs(expert)) is None, expert

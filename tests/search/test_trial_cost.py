@@ -4,14 +4,12 @@ checks after it is not launched."""
 
 from __future__ import annotations
 
-from autotuner.options import StudyOptions
 from autotuner.search.end_time import TimeLeft
-from autotuner.search.objective import Objective
 from autotuner.search.policy import SearchPolicy
 from autotuner.search.trial_cost import COMPILE_FACTOR, FP8_COMPILE_FACTOR, TrialCosts
 from autotuner.spec import CompileMode, Knobs, Precision
 from tests.fakes import measured
-from tests.search.conftest import GPT2, H200, gpt2_space
+from tests.search.conftest import gpt2_space, make_policy
 
 DEFAULT = Knobs(compile_mode=CompileMode.DEFAULT)
 EAGER = Knobs(compile_mode=CompileMode.NONE)
@@ -48,14 +46,7 @@ def _policy() -> SearchPolicy:
     space = gpt2_space(
         {"micro_batch_size": [8, 16], "compile_mode": ["default", "max-autotune-no-cudagraphs"]}
     )
-    return SearchPolicy(
-        space=space,
-        model=GPT2,
-        target=H200,
-        gpus_per_trial=1,
-        objective=Objective.TOKENS_PER_S,
-        options=StudyOptions(headroom=0),
-    )
+    return make_policy(space, headroom=0)
 
 
 def test_a_trial_that_would_end_past_the_budget_is_not_launched() -> None:
