@@ -184,7 +184,7 @@ def launch_parity(runner: Runner) -> bool:
     # One micro-batch per optimizer step, for the reference and the candidate alike: the
     # precision's numerics (overflow, underflow, fp8 scaling) show in every micro-step's
     # forward and backward, and the check costs 1/grad_accum of the steps' time (a Llama 3B
-    # parity step at the held global batch is 8 micro-steps, about 1 s on the H200).
+    # parity step at the held global batch is 4 micro-steps, about 1 s on the H200).
     knobs = knobs.model_copy(update={"grad_accum": 1})
     config_for = _with_measure(runner, knobs, parity_steps=PARITY_STEPS)
     _dispatch_check(runner, group.first.params, purpose, config_for)

@@ -12,7 +12,7 @@ from typing import Any
 
 from autotuner.options import StudyOptions
 from autotuner.search.numerics import as_ended
-from autotuner.storage.models import Study, Trial, TrialState
+from autotuner.storage.models import Study, StudyStatus, Trial, TrialState
 from autotuner.study.batch import of_trial
 from autotuner.study.columns import MEMORY_FIELDS, memory_record
 from autotuner.study.trial_list import SHOWN, list_view
@@ -117,7 +117,7 @@ def best_view(
     }
 
 
-ENDED = ("completed", "cancelled", "failed")
+ENDED = frozenset({StudyStatus.COMPLETED, StudyStatus.CANCELLED, StudyStatus.FAILED})
 
 
 def _as_of_status(status: str, rec: dict[str, Any] | None) -> dict[str, Any] | None:
