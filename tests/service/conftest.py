@@ -271,3 +271,21 @@ def db_counts(db_url: str) -> tuple[int, int]:
             return studies, trials
     finally:
         engine.dispose()
+
+
+def running_trial_numbers(db_url: str, study_id: str) -> list[int]:
+    """The study's trials in state running, read directly from the database: what a dead
+    service left (nothing else writes trials, so the answer holds until it restarts)."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.pool import NullPool
+
+    engine = create_engine(db_url, poolclass=NullPool)
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(
+                text("SELECT number FROM trials WHERE study_id = :sid AND state = 'running'"),
+                {"sid": study_id},
+            )
+            return sorted(row[0] for row in rows)
+    finally:
+        engine.dispose()

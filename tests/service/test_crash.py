@@ -28,7 +28,7 @@ import pytest
 from tests.pgserver import PrivatePostgres
 from tests.polling import wait_for
 from tests.service import procs
-from tests.service.conftest import CPU_SPACE, Service, study_body
+from tests.service.conftest import CPU_SPACE, Service, running_trial_numbers, study_body
 
 pytestmark = [pytest.mark.postgres]  # the restart test brings its own (private_postgres)
 
@@ -80,8 +80,11 @@ def test_service_killed_mid_study_resumes_and_loses_nothing(
 
     before = wait_for(mid_study, 120, "2 completed trials and 1 running", every_s=0.1)
     completed_before = {t["number"]: t for t in before if t["state"] == "complete"}
-    running_at_kill = sorted(t["number"] for t in before if t["state"] == "running")
     svc.kill9()
+    # Read after the kill, from the database: a trial can start between the API snapshot
+    # above and the kill (the Ray workers are reused, so a launch takes milliseconds).
+    running_at_kill = running_trial_numbers(pg_url, sid)
+    assert running_at_kill, "the study had a running trial when the service was killed"
     orphans = procs.trial_processes(sid)  # trial processes the dead service left behind
 
     svc.restart()
