@@ -34,7 +34,7 @@ from autotuner.dashboard.charts import chart_data, progress_series
 from autotuner.storage.repository import StudyNotFound
 from autotuner.study import operations
 from autotuner.study.export import export_commands
-from autotuner.study.labels import model_label, runs_on, trial_label
+from autotuner.study.labels import model_label, runs_on, trial_label, unfinished_note
 from autotuner.study.operations import NotFound
 from autotuner.study.study_query import DEVICES, FAMILIES, STATUSES, parse_study_query
 from autotuner.study.trial_query import ERROR_CLASSES, STATES, InvalidQuery
@@ -129,6 +129,8 @@ def study_page(
     data = {
         "study": detail["study"],
         "best": detail["best"]["best"],
+        # For a cancelled or failed study: how far it got (None otherwise; study/labels.py).
+        "unfinished": unfinished_note(detail["best"]),
         "trials": detail["trials"],
         "knobs": detail["knobs"],
         "page_size": PAGE_SIZE,

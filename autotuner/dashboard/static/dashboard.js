@@ -46,9 +46,15 @@
   }
 
   // ------------------------------------------------------------------ the recommendation
-  function drawBest(b) {
+  function drawBest(b, unfinished) {
     const box = document.getElementById("best-body");
     box.replaceChildren();
+    // A cancelled or failed study: its best so far, said so (the CLI's `best` says the same).
+    document.getElementById("best-title").textContent = unfinished ? "Best so far (not a recommendation)" : "Recommendation";
+    if (unfinished) {
+      box.append(node("p", { class: "warn", id: "best-unfinished" }, unfinished));
+      document.getElementById("apply")?.remove(); // nothing to apply to a trainer
+    }
     if (!b) { box.append(node("p", { class: "muted" }, "No completed trial yet.")); return; }
     const hr = b.headroom || {};
     box.append(node("div", { class: "metrics" },
@@ -326,7 +332,7 @@
 
   // ------------------------------------------------------------------ live
   function drawAll() {
-    drawStatus(data.study); drawBest(data.best); drawTable();
+    drawStatus(data.study); drawBest(data.best, data.unfinished); drawTable();
     if (data.charts) drawCharts(data.charts);
     document.body.dataset.trials = String(data.study.trials_total); // for browser tests
   }
@@ -356,7 +362,7 @@
         const keep = [...known.keys()].sort((a, b) => b - a).slice(data.page_size);
         for (const n of keep) if (known.get(n).state !== "running") known.delete(n);
         const news = d.study.trials_total !== data.study.trials_total || d.study.trials_finished !== data.study.trials_finished;
-        data.study = d.study; data.best = d.best;
+        data.study = d.study; data.best = d.best; data.unfinished = d.unfinished;
         if (d.charts) { data.charts = d.charts; data.charts_at = d.charts_at; }
         drawAll();
         if (news && !livePage()) fetchPage();
