@@ -30,7 +30,7 @@ def test_read_verbs_strip_control_bytes_and_rich_markup(finished_study: tuple[st
     assert missing.returncode == 2 and "\x1b" not in missing.stderr and "\x07" not in missing.stderr
 
 
-def _clean(text: str) -> bool:
+def no_escapes(text: str) -> bool:
     """No byte that starts or ends a terminal escape sequence (ESC, BEL, C1 CSI)."""
     return not any(c in text for c in "\x1b\x07\x9b")
 
@@ -43,7 +43,7 @@ def test_a_new_name_with_control_bytes_is_refused_in_one_clean_line(
     proc = run_cli(verb, "examples/tiny.yaml", "--name", EVIL, "--db", f"sqlite:///{db}")
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("error: --name: contains the control character"), proc.stderr
-    assert len(proc.stderr.splitlines()) == 1 and _clean(proc.stdout + proc.stderr), proc.stderr
+    assert len(proc.stderr.splitlines()) == 1 and no_escapes(proc.stdout + proc.stderr), proc.stderr
     assert not db.exists()  # refused before anything is written
 
 
@@ -54,7 +54,7 @@ def test_submit_shows_a_markup_name_as_text(sqlite_url: str) -> None:
     assert proc.returncode == 0, proc.stderr
     # Rich would eat the tags and keep `x click`: the name must read as it was given.
     assert f"({'[bold red]x[/] click'})" in " ".join(proc.stderr.split()), proc.stderr
-    assert _clean(proc.stdout + proc.stderr), proc.stderr
+    assert no_escapes(proc.stdout + proc.stderr), proc.stderr
 
 
 def test_cancel_by_a_hostile_name(sqlite_url: str) -> None:
@@ -72,7 +72,7 @@ def test_cancel_by_a_hostile_name(sqlite_url: str) -> None:
     missing = run_cli("cancel", EVIL + "-nope", "--db", sqlite_url)
     assert missing.returncode == 2 and "[bold red]x[/]" in missing.stderr, missing.stderr
     for proc in (cancelled, again, missing):
-        assert _clean(proc.stdout + proc.stderr), proc.stdout + proc.stderr
+        assert no_escapes(proc.stdout + proc.stderr), proc.stdout + proc.stderr
 
 
 def test_best_watch_draws_hostile_texts_as_text(finished_study: tuple[str, str]) -> None:
@@ -91,7 +91,7 @@ def test_best_watch_draws_hostile_texts_as_text(finished_study: tuple[str, str])
     assert proc.returncode == 0, proc.stderr
     assert f"Recommended config: study {study_id}" in proc.stdout, proc.stdout  # found by name
     assert "measured of" in proc.stdout, proc.stdout  # the watch frame's own line
-    assert _clean(proc.stdout + proc.stderr), proc.stdout
+    assert no_escapes(proc.stdout + proc.stderr), proc.stdout
     rows = {line.split("│")[1].strip(): line for line in proc.stdout.splitlines() if "│" in line}
     for row in ("numerics", "search"):
         assert "[bold red]x[/]" in rows[row], proc.stdout  # markup shown, not obeyed
