@@ -77,7 +77,8 @@ def best_table(view: dict[str, Any]) -> RenderableType:
     if (expert := rec.get("vs_expert_default")) and expert.get("text"):
         table.add_row("vs default", safe(expert["text"]))
     if rec.get("numerics"):
-        table.add_row("numerics", rec["numerics"]["text"])
+        # It quotes a failed parity trial's error message: text from the worker.
+        table.add_row("numerics", safe(rec["numerics"]["text"]))
     if rec.get("stopped"):  # why the search ended: converged, budget, time kept for the checks
         table.add_row("search", safe(rec["stopped"]))
     if rec.get("input_pipeline"):

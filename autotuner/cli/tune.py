@@ -199,7 +199,10 @@ class _TuneProgress:
                 line = f"#{event.trial_number} {label}{event.tokens_per_s:,.0f} tok/s  {params}"
             else:
                 line = f"#{event.trial_number} {event.state}: {safe(event.message)}  {params}"
-            if event.state != "failed":  # a failed trial is retried: it does not advance
+            # One step per trial of the budget (`max_trials`), as the result counts them: a
+            # failed trial that is retried advances when its retry ends; one that is not (an end
+            # check, a re-measurement, a second attempt) advances now, or the bar stops short.
+            if not event.retried:
                 self.progress.advance(self.task)
             self.progress.console.print(line, highlight=False, soft_wrap=True)
             self.progress.update(self.task, description=f"best {self.best:,.0f} tok/s")

@@ -442,7 +442,14 @@ class StudyRunner:
         elif flight.purpose == HEADROOM_CHECK:
             out = endgame.headroom_outcome(out)
         self.trials.finish(
-            flight, out.state, result, out.error_class, out.message, out.value, completed.worker
+            flight,
+            out.state,
+            result,
+            out.error_class,
+            out.message,
+            out.value,
+            completed.worker,
+            retried=out.retry,
         )
         # Only once the result is stored: a failed write leaves the trial in flight, to be
         # recorded by a later call with the same result.

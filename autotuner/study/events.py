@@ -20,6 +20,9 @@ class Event:
     tokens_per_s: float | None = None
     message: str | None = None
     purpose: str | None = None  # a finished trial's: seed, search, remeasure, proxy, an end check
+    # A finished trial that failed and runs once more: its retry is the same trial of the budget
+    # (`max_trials` counts it once), so a watcher counts the retry's end, not this one.
+    retried: bool = False
 
 
 OnEvent = Callable[[Event], None]

@@ -304,8 +304,11 @@ class TrialBook:
         message: str | None,
         value: float | None = None,
         worker: str | None = None,
+        *,
+        retried: bool = False,
     ) -> None:
-        """Store a trial's end (one transaction); it stays in `in_flight` for the caller."""
+        """Store a trial's end (one transaction); it stays in `in_flight` for the caller.
+        `retried`: it failed and is to run once more (said in its event)."""
         try:
             with self.db.session() as s:
                 trials = TrialRepo(s)
@@ -339,6 +342,7 @@ class TrialBook:
                 result.tokens_per_s if result else None,
                 message,
                 flight.purpose,
+                retried,
             )
         )
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
+
+import pytest
 
 from tests.unit.test_cli_errors import run_cli
 
@@ -25,3 +28,70 @@ def test_read_verbs_strip_control_bytes_and_rich_markup(finished_study: tuple[st
             assert "[bold red]x[/]" in text, (args, text)  # markup shown, not obeyed
     missing = run_cli("best", EVIL + "-nope", "--db", url)
     assert missing.returncode == 2 and "\x1b" not in missing.stderr and "\x07" not in missing.stderr
+
+
+def no_escapes(text: str) -> bool:
+    """No byte that starts or ends a terminal escape sequence (ESC, BEL, C1 CSI)."""
+    return not any(c in text for c in "\x1b\x07\x9b")
+
+
+@pytest.mark.parametrize("verb", ["tune", "submit"])
+def test_a_new_name_with_control_bytes_is_refused_in_one_clean_line(
+    verb: str, tmp_path: Path
+) -> None:
+    db = tmp_path / "new.db"
+    proc = run_cli(verb, "examples/tiny.yaml", "--name", EVIL, "--db", f"sqlite:///{db}")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error: --name: contains the control character"), proc.stderr
+    assert len(proc.stderr.splitlines()) == 1 and no_escapes(proc.stdout + proc.stderr), proc.stderr
+    assert not db.exists()  # refused before anything is written
+
+
+def test_submit_shows_a_markup_name_as_text(sqlite_url: str) -> None:
+    proc = run_cli(
+        "submit", "examples/tiny.yaml", "--name", "[bold red]x[/] click", "--db", sqlite_url
+    )
+    assert proc.returncode == 0, proc.stderr
+    # Rich would eat the tags and keep `x click`: the name must read as it was given.
+    assert f"({'[bold red]x[/] click'})" in " ".join(proc.stderr.split()), proc.stderr
+    assert no_escapes(proc.stdout + proc.stderr), proc.stderr
+
+
+def test_cancel_by_a_hostile_name(sqlite_url: str) -> None:
+    queued = run_cli("submit", "examples/tiny.yaml", "--db", sqlite_url)
+    assert queued.returncode == 0, queued.stderr
+    study_id = queued.stdout.strip()
+    # Written past the request checks, as in the read verbs' test above.
+    with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as conn:
+        conn.execute("UPDATE studies SET name = ?", (EVIL,))
+    cancelled = run_cli("cancel", EVIL, "--db", sqlite_url)  # the name is how it is found
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert cancelled.stdout == f"study {study_id} cancelled\n", cancelled.stdout
+    again = run_cli("cancel", EVIL, "--db", sqlite_url)
+    assert again.returncode == 2 and "already cancelled" in again.stderr, again.stderr
+    missing = run_cli("cancel", EVIL + "-nope", "--db", sqlite_url)
+    assert missing.returncode == 2 and "[bold red]x[/]" in missing.stderr, missing.stderr
+    for proc in (cancelled, again, missing):
+        assert no_escapes(proc.stdout + proc.stderr), proc.stdout + proc.stderr
+
+
+def test_best_watch_draws_hostile_texts_as_text(finished_study: tuple[str, str]) -> None:
+    """One frame of `best --watch` (the study has ended, so it draws once and exits). The
+    recommendation quotes other texts: the numerics entry a failed parity trial's error."""
+    url, study_id = finished_study
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+        conn.execute(
+            "UPDATE studies SET name = ?, recommendation = json_set(recommendation, "
+            "'$.numerics.text', ?, '$.stopped', ?)",
+            (EVIL, f"bf16: not checked: its parity trial #3 failed (crash: {EVIL})", EVIL),
+        )
+    proc = run_cli(
+        "best", EVIL, "--watch", "--interval", "0.2", "--db", url, env={"COLUMNS": "200"}
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"Recommended config: study {study_id}" in proc.stdout, proc.stdout  # found by name
+    assert "measured of" in proc.stdout, proc.stdout  # the watch frame's own line
+    assert no_escapes(proc.stdout + proc.stderr), proc.stdout
+    rows = {line.split("│")[1].strip(): line for line in proc.stdout.splitlines() if "│" in line}
+    for row in ("numerics", "search"):
+        assert "[bold red]x[/]" in rows[row], proc.stdout  # markup shown, not obeyed

@@ -23,3 +23,47 @@ def test_a_proxy_is_labelled_and_never_the_best(monkeypatch) -> None:
     text = out.getvalue()
     assert "#1 proxy (shallow model): 153,902 tok/s" in text
     assert "#2 headroom check: 51,298 tok/s" in text
+
+
+def test_the_bar_counts_each_trial_of_the_budget_once(monkeypatch) -> None:
+    """The bar's count is `max_trials`' count: a failed trial that is retried is one trial
+    with its retry, and one that is not retried (an end check, a re-measurement, the retry
+    itself) still ended; a pruned proposal is no trial of the budget at all. Before, every
+    failed trial was taken as retried, so the bar stopped short of the trials run."""
+    monkeypatch.setattr(tune, "err", Console(file=io.StringIO(), width=80, force_terminal=False))
+    progress = tune._TuneProgress(4, quiet=False)
+    params = {"micro_batch_size": 8}
+    with progress:
+        for event in (
+            Event("finished", 0, params, "complete", 20_000.0, purpose="seed"),
+            Event("finished", 1, params, "failed", message="crash", purpose="search", retried=True),
+            Event("pruned", 2, params, "pruned", message="dominated"),
+            Event("finished", 3, params, "failed", message="crash", purpose="search"),  # #1's retry
+            Event("finished", 4, params, "failed", message="timeout", purpose="remeasure"),
+        ):
+            progress.on_event(event)
+    assert progress.progress.tasks[0].completed == 3  # #0, #1 with its retry #3, #4
+
+
+def test_the_bar_ends_at_the_trials_the_study_counts(monkeypatch, sqlite_url: str) -> None:
+    """A replayed study whose recording lacks two micro-batches: their trials fail for infra,
+    are retried once and fail again. The bar ends at the trials the budget counted."""
+    from autotuner.executors.replay import Landscape
+    from autotuner.storage.models import TrialState
+    from autotuner.storage.repository import TrialRepo
+    from autotuner.storage.session import Database
+    from tests.fakes import synthetic_landscape
+    from tests.unit.conftest import KNOBS, replay_study
+
+    monkeypatch.setattr(tune, "err", Console(file=io.StringIO(), width=80, force_terminal=False))
+    full = synthetic_landscape(KNOBS)
+    holes = Landscape((p, r) for p, r in full.entries if p["micro_batch_size"] not in (16, 32))
+    progress = tune._TuneProgress(10, quiet=False)
+    with progress:
+        study_id = replay_study(sqlite_url, holes, progress.on_event)
+    with Database(sqlite_url).read() as s:
+        trials = TrialRepo(s).list(study_id)
+    retries = [t for t in trials if t.retry_of is not None]
+    assert any(t.state == TrialState.FAILED for t in retries), trials  # the case under test
+    counted = [t for t in trials if t.state != TrialState.PRUNED and t.retry_of is None]
+    assert progress.progress.tasks[0].completed == len(counted)
