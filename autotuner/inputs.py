@@ -98,3 +98,16 @@ def _with_factory_file(spec: ModelSpec, spec_path: Path) -> ModelSpec:
             "path is read from the spec file's folder"
         )
     return spec.model_copy(update={"factory": f"{file}:{function}"})
+
+
+def check_printable(text: str) -> None:
+    """Refuse control and format characters (ESC, BEL, bidi overrides...): names (a study's, a
+    search space's) are printed in other users' terminals and pages."""
+    import unicodedata
+
+    for i, ch in enumerate(text):
+        if unicodedata.category(ch).startswith("C"):
+            raise ValueError(
+                f"contains the control character U+{ord(ch):04X} at position {i}; "
+                "use printable text only"
+            )

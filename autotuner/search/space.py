@@ -37,7 +37,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from autotuner.inputs import UserError, describe_validation_error, read_structured_file
+from autotuner.inputs import (
+    UserError,
+    check_printable,
+    describe_validation_error,
+    read_structured_file,
+)
 from autotuner.spec import Knobs, MeasureSettings, ModelSpec
 
 
@@ -101,6 +106,12 @@ class SearchSpace(BaseModel):
     global_batch_from_expert: int | None = Field(default=None, ge=1, le=1024)
     rules: list[Rule] = Field(default_factory=list)
     measure: MeasureSettings = Field(default_factory=MeasureSettings)
+
+    @field_validator("name")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        check_printable(value)  # shown in the CLI and the dashboard, to other users too
+        return value
 
     @field_validator("knobs", mode="before")
     @classmethod

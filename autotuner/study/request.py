@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from autotuner.inputs import check_printable
 from autotuner.options import StudyOptions
 from autotuner.search.objective import Objective, check_options
 from autotuner.spec import DataFile
@@ -122,19 +123,6 @@ def _is_name(value: str) -> bool:
     import re
 
     return re.fullmatch(NAME_PATTERN, value) is not None
-
-
-def check_printable(text: str) -> None:
-    """Refuse control and format characters (ESC, BEL, bidi overrides...): a study name is
-    printed in other users' terminals and pages."""
-    import unicodedata
-
-    for i, ch in enumerate(text):
-        if unicodedata.category(ch).startswith("C"):
-            raise ValueError(
-                f"contains the control character U+{ord(ch):04X} at position {i}; "
-                "use printable text only"
-            )
 
 
 def model_scale_problem(value: dict[str, Any] | str) -> str | None:

@@ -45,6 +45,8 @@ def test_builtin_spaces_load_and_seed_a_runnable_expert_default(name: str) -> No
             "measure.repeats",
         ),
         ("name: s\nknobs:\n  grad_accum: [1, 2]\nfixed:\n  grad_accum: 2\n", 3, "knobs.grad_accum"),
+        # A name is printed in other users' terminals: no escape sequences in it.
+        ('name: "a\\e]8;;http://evil\\e\\\\b"\nknobs:\n  grad_accum: [1, 2]\n', 1, "name"),
     ],
 )
 def test_a_bad_space_names_the_file_line_and_field(
