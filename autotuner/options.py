@@ -80,6 +80,11 @@ class StudyOptions(BaseModel):
         default=True,
         description="Propose by the throughput model's expected improvement per GPU-second.",
     )
+    numerics_check: bool = Field(
+        default=True,
+        description="Check a numerics-changing winner's loss against the reference precision "
+        "(off: recording a landscape, where no recommendation is used).",
+    )
 
     def stored(self) -> dict[str, Any]:
         """The JSON kept in the database: only what differs from the defaults, so a default

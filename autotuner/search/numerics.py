@@ -287,9 +287,10 @@ def next_parity(
 
 
 def numerics_entry(
-    ranked: Sequence[Candidate], chosen: int, checks: dict[str, Check]
+    ranked: Sequence[Candidate], chosen: int, checks: dict[str, Check], *, enabled: bool = True
 ) -> dict[str, Any]:
-    """The recommendation's `numerics` entry for ranked[chosen]."""
+    """The recommendation's `numerics` entry for ranked[chosen]; `enabled`: the study runs the
+    check (StudyOptions.numerics_check)."""
     g = ranked[chosen]
     knobs = candidate_knobs(g)
     precision = knobs.precision.value
@@ -321,6 +322,12 @@ def numerics_entry(
             if knobs.precision == Precision.BF16
             else f"{precision}: full precision, no check needed"
         )
+    elif not enabled:
+        text = (
+            f"{precision} changes numerics and was not checked: this study turned the check off "
+            "(options.numerics_check); compare its loss with bf16's before training with it"
+        )
+        out["ended_unchecked"] = True  # final as it is: no check is to come
     elif check is None:
         text = (
             f"{precision} changes numerics and was not checked: the parity check runs at the "

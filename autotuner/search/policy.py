@@ -101,7 +101,7 @@ class SearchPolicy:
             top=options.remeasure_top,
             rounds=options.remeasure_rounds,
             reference=gpus_per_trial > 1,
-            parity=space_changes_numerics(space, target),
+            parity=options.numerics_check and space_changes_numerics(space, target),
             headroom=options.headroom > 0,
         )
         self.feedback = Feedback(cost=self.cost, options=options, knobs=self.knobs)

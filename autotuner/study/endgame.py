@@ -169,7 +169,7 @@ def launch_parity(runner: Runner) -> bool:
     precision changes numerics (search/numerics.py), one parity trial at a time: the
     reference precision first, then the candidate. The trial rows are the plan's state."""
     trials, candidates = _candidates(runner)
-    planned = next_parity(candidates, trials)
+    planned = next_parity(candidates, trials) if runner.options.numerics_check else None
     if planned is None:
         runner._exhausted = True
         return False

@@ -255,7 +255,9 @@ def recommend_ranked(
         "measured_trials": [t.number for t in best.trials],
         "noise_rel": round(study_noise_rel(ranked), 4),
         "runner_up": None,
-        "numerics": numerics_entry(eligible, eligible.index(best), checks),
+        "numerics": numerics_entry(
+            eligible, eligible.index(best), checks, enabled=options.numerics_check
+        ),
         "headroom": headroom_check.headroom_entry(
             best, room, _passed_over_for_memory(best, ranked, keyed, room, options), options
         ),

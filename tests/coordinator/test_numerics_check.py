@@ -13,9 +13,11 @@ from autotuner.api.schemas import Recommendation
 from autotuner.cli.render import best_table
 from autotuner.executors.base import Target
 from autotuner.executors.replay import Landscape
+from autotuner.options import StudyOptions
 from autotuner.search.numerics import (
     PARITY_STEPS,
     TOLERANCE_REL,
+    as_ended,
     compare_curves,
     space_changes_numerics,
 )
@@ -53,12 +55,13 @@ def run_study(
     drifting: tuple[str, ...] = (),
     max_trials: int = 20,
     fixed: dict[str, Any] | None = None,
+    options: StudyOptions | None = None,
 ) -> tuple[list[Trial], dict[str, Any], FakeParityReplay]:
     db = Database(sqlite_url)
     fixed = {"attention": "efficient", **(fixed or {})}
     space = parse_space({"name": "numerics", "knobs": knobs, "fixed": fixed})
     model = ModelSpec.resolve({"preset": "tiny"})
-    study_id = create_study(db, model=model, space=space, max_trials=max_trials)
+    study_id = create_study(db, model=model, space=space, max_trials=max_trials, options=options)
     executor = FakeParityReplay(landscape(knobs), list(knobs), target=H200, drifting=drifting)
     StudyRunner(db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600).run()
     with db.read() as s:
@@ -152,6 +155,22 @@ def test_without_budget_the_winner_is_reported_unchecked(sqlite_url: str) -> Non
     # Stored as the study ended: the check did not run, not "runs at the end of the study".
     assert rec["numerics"]["ended_unchecked"] is True
     assert "the study ended before its parity check" in rec["numerics"]["text"]
+
+
+def test_a_study_can_turn_the_check_off_and_says_so(sqlite_url: str) -> None:
+    """Recording a landscape (bench/record_landscape_h200.sh) spends no GPU time on it; the
+    recommendation says the check was off, not that it is still to come."""
+    options = StudyOptions(numerics_check=False)
+    trials, rec, executor = run_study(
+        sqlite_url, {"precision": ["bf16", "fp8-tensorwise"]}, options=options
+    )
+    assert not executor.parity and not by_purpose(trials, "parity-ref")
+    assert not by_purpose(trials, "parity")
+    assert rec["knobs"]["precision"] == "fp8-tensorwise"
+    num = rec["numerics"]
+    assert num["checked"] is False and num["ended_unchecked"] is True
+    assert "turned the check off" in num["text"]
+    assert as_ended(num) == num  # final as stored: not rewritten as "the study ended before"
 
 
 def test_the_check_needs_a_numerics_changing_precision_the_target_runs() -> None:
