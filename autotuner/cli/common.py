@@ -124,6 +124,27 @@ ProxyLayersOption = Annotated[
         show_default=False,
     ),
 ]
+# The study options with a flag of their own (`--headroom`...): `--option` refuses them, so
+# each option has one spelling.
+FLAGGED_OPTIONS = (
+    "usd_per_gpu_hour",
+    "planned_tokens",
+    "planned_hours",
+    "max_mem_gib",
+    "headroom",
+    "proxy_layers",
+)
+OptionPairs = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--option",
+        metavar="KEY=VALUE",
+        help="Any other study option, repeatable: e.g. remeasure_top=0 (no re-measurement), "
+        "early_stop_patience=20, history_seeds=0, numerics_check=false. An unknown KEY lists "
+        "them all.",
+        show_default=False,
+    ),
+]
 GlobalBatchOption = Annotated[
     int | None,
     typer.Option(
@@ -285,7 +306,40 @@ def study_request(**fields: Any) -> StudyRequest:
         raise UserError(as_flags(message)) from None
 
 
-def study_options(**values: float | None) -> StudyOptions:
+def option_pairs(pairs: list[str] | None) -> dict[str, Any]:
+    """`--option KEY=VALUE` as study options: each KEY a StudyOptions field without a flag
+    of its own, given once; each VALUE read as a YAML scalar (0, 0.5, false) and checked with
+    the rest of the options (study_options, study_request)."""
+    import yaml
+    from pydantic import ValidationError
+
+    from autotuner.inputs import UserError
+    from autotuner.options import StudyOptions
+
+    known = [k for k in StudyOptions.model_fields if k not in FLAGGED_OPTIONS]
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, value = (part.strip() for part in pair.partition("="))
+        if not sep or not key or not value:
+            raise UserError(f"--option {pair!r}: give KEY=VALUE, e.g. --option remeasure_top=0")
+        if key in FLAGGED_OPTIONS:
+            raise UserError(f"--option {key}: it has a flag of its own, --{key.replace('_', '-')}")
+        if key not in known:
+            raise UserError(f"--option {key}: no such option; the options are {', '.join(known)}")
+        if key in out:
+            raise UserError(f"--option {key}: given twice")
+        try:
+            out[key] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            out[key] = value  # not a scalar YAML reads: the option's own check says what is wrong
+        try:
+            StudyOptions.model_validate({key: out[key]})
+        except ValidationError as exc:
+            raise UserError(f"--option {key}={value}: {exc.errors()[0]['msg']}") from None
+    return out
+
+
+def study_options(**values: Any) -> StudyOptions:
     """The options a command's flags set, validated; errors name the flag (`--max-mem-gib`)."""
     from pydantic import ValidationError
 

@@ -25,6 +25,7 @@ from autotuner.cli.common import (
     MinutesOption,
     NameOption,
     ObjectiveOption,
+    OptionPairs,
     PlannedHoursOption,
     PlannedTokensOption,
     ProxyLayersOption,
@@ -41,6 +42,7 @@ from autotuner.cli.common import (
     data_request,
     err,
     friendly_errors,
+    option_pairs,
     out,
     safe,
     study_options,
@@ -82,6 +84,7 @@ def submit(
     tokenizer: TokenizerOption = None,
     sampler: SamplerOption = "tpe",
     seed: SeedOption = 0,
+    option: OptionPairs = None,
     name: NameOption = None,
     server: ServerOption = None,
     db: DbOption = None,
@@ -109,6 +112,7 @@ def submit(
     if data is not None or tokenizer is not None:
         body["data"] = data_request(data, tokenizer)
     options = study_options(
+        **option_pairs(option),
         usd_per_gpu_hour=usd_per_gpu_hour,
         planned_tokens=planned_tokens,
         planned_hours=planned_hours,

@@ -18,6 +18,7 @@ from autotuner.cli.common import (
     MinutesOption,
     NameOption,
     ObjectiveOption,
+    OptionPairs,
     PlannedHoursOption,
     PlannedTokensOption,
     ProxyLayersOption,
@@ -33,6 +34,7 @@ from autotuner.cli.common import (
     err,
     friendly_errors,
     open_db_for_writing,
+    option_pairs,
     safe,
     study_request,
 )
@@ -67,6 +69,7 @@ def tune(
     tokenizer: TokenizerOption = None,
     sampler: SamplerOption = "tpe",
     seed: SeedOption = 0,
+    option: OptionPairs = None,
     name: NameOption = None,
     ray_address: RayAddressOption = None,
     db: DbOption = None,
@@ -85,6 +88,7 @@ def tune(
     model = load_model_spec(spec)
     chosen = load_space(space) if space is not None else None
     options = {
+        **option_pairs(option),
         "usd_per_gpu_hour": usd_per_gpu_hour,
         "planned_tokens": planned_tokens,
         "planned_hours": planned_hours,

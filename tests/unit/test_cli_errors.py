@@ -54,6 +54,19 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
             ["m.yaml", "--objective", "mtokens_per_usd"],
             "--usd-per-gpu-hour",
         ),
+        ({"m.yaml": "preset: tiny\n"}, ["m.yaml", "--option", "remeasure_top"], "KEY=VALUE"),
+        ({"m.yaml": "preset: tiny\n"}, ["m.yaml", "--option", "nope=1"], "no such option"),
+        ({"m.yaml": "preset: tiny\n"}, ["m.yaml", "--option", "headroom=0"], "--headroom"),
+        (
+            {"m.yaml": "preset: tiny\n"},
+            ["m.yaml", "--option", "remeasure_top=1", "--option", "remeasure_top=2"],
+            "given twice",
+        ),
+        (
+            {"m.yaml": "preset: tiny\n"},
+            ["m.yaml", "--option", "numerics_check=maybe"],
+            "--option numerics_check=maybe: Input should be a valid boolean",
+        ),
         (  # tiny: seq_len 64; cpu-demo's micro-batches are 1..32: none divides 1000 tokens
             {"m.yaml": "preset: tiny\n"},
             ["m.yaml", "--space", "cpu-demo", "--global-batch", "1000"],
@@ -148,3 +161,19 @@ def test_reading_an_older_schema_says_how_to_upgrade(tmp_path: Path) -> None:
     proc = run_cli("status", "--db", url)
     assert proc.returncode == 2
     assert "schema revision 0000_older" in proc.stderr and "upgrade head" in proc.stderr
+
+
+def test_submit_stores_what_option_sets(tmp_path: Path) -> None:
+    """`--option KEY=VALUE` reaches the stored study, typed (YAML scalars), beside the flags."""
+    import json
+    import sqlite3
+
+    db_file = tmp_path / "results.db"
+    proc = run_cli(
+        "submit", "examples/tiny.yaml", "--space", "cpu-demo", "--db", f"sqlite:///{db_file}",
+        "--option", "remeasure_top=0", "--option", "numerics_check=false", "--headroom", "0.2",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    with sqlite3.connect(db_file) as conn:
+        (stored,) = conn.execute("SELECT options FROM studies").fetchone()
+    assert json.loads(stored) == {"remeasure_top": 0, "numerics_check": False, "headroom": 0.2}
