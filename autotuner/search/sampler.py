@@ -79,6 +79,18 @@ class _AskTellGridSampler(optuna.samplers.GridSampler):
         return None
 
 
+def grid_exhausted(study: optuna.Study) -> bool:
+    """A grid sampler has proposed every grid point and each has finished: asking again only
+    repeats one (with a warning from Optuna each time). False for any other sampler, and
+    while a proposal of the study's own is waiting (an enqueued config is no grid point)."""
+    sampler = study.sampler
+    if not isinstance(sampler, optuna.samplers.GridSampler):
+        return False
+    if study.get_trials(deepcopy=False, states=(OptunaState.WAITING,)):
+        return False
+    return sampler.is_exhausted(study)
+
+
 def new_study(space: SearchSpace, sampler: str, seed: int) -> optuna.Study:
     return optuna.create_study(direction="maximize", sampler=make_sampler(sampler, space, seed))
 

@@ -32,7 +32,14 @@ from autotuner.search.progress import (
     PARITY_REFERENCE,
     PROXY,
 )
-from autotuner.search.sampler import Observation, distributions, new_study, replay, tell
+from autotuner.search.sampler import (
+    Observation,
+    distributions,
+    grid_exhausted,
+    new_study,
+    replay,
+    tell,
+)
 from autotuner.search.space import SearchSpace
 from autotuner.spec import Knobs, ModelSpec, TrialConfig, canonical_params
 from autotuner.storage.models import StudyStatus, Trial, TrialState
@@ -277,6 +284,8 @@ class StudyRunner:
                 self.optuna.enqueue_trial(params, skip_if_exists=False)
             else:
                 self._enqueue_guided()
+                if grid_exhausted(self.optuna):
+                    break  # every grid point proposed and finished: the search is over
             ask = self.optuna.ask(self.distributions)
             params = dict(ask.params)
             key = canonical_params(params)

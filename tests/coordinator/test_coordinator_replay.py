@@ -203,3 +203,27 @@ def test_hooks_change_the_seeds_the_screen_and_the_sampler(db: Database, guided:
     assert first.params["optimizer"] == "adamw-foreach"
     if not guided:  # the sampler proposes fp32 and the hook prunes it
         assert any(t.error_message == "no fp32 here" for t in trials)
+
+
+def test_a_grid_study_ends_when_its_grid_is_visited(
+    sqlite_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every grid point proposed once (measured or pruned), then the search is over: no grid
+    point asked for again, so Optuna never warns that it re-evaluates one."""
+    db = Database(sqlite_url)
+    study_id = create_study(
+        db, model=MODEL, space=SPACE, max_trials=500, sampler="grid", seed=3,
+        options=StudyOptions(expert_seed=False, neighbour_seeds=False, guided=False),
+    )  # fmt: skip
+    runner = StudyRunner(db, study_id, ReplayExecutor(synthetic_landscape(KNOBS), list(KNOBS)))
+    with caplog.at_level("WARNING", logger="optuna"):
+        runner.run()
+    with db.read() as s:
+        study = StudyRepo(s).require(study_id)
+        trials = TrialRepo(s).list(study_id)
+    grid = 6 * 2 * 2 * 2
+    searched = [t for t in trials if t.purpose in ("search", "seed") and t.retry_of is None]
+    assert len({tuple(sorted(t.params.items())) for t in searched}) == len(searched) == grid
+    assert study.status == StudyStatus.COMPLETED
+    assert "search space exhausted" in (study.recommendation or {}).get("stopped", "")
+    assert not [r for r in caplog.records if "re-evaluating" in r.getMessage()]
