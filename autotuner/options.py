@@ -80,6 +80,12 @@ class StudyOptions(BaseModel):
         default=True,
         description="Propose by the throughput model's expected improvement per GPU-second.",
     )
+    stop_slow_trials: bool = Field(
+        default=True,
+        description="Stop a search trial after its first repeat when it runs far below the "
+        "best so far (search/early_stop.py; off: every trial measured in full, as a recorded "
+        "landscape needs).",
+    )
     numerics_check: bool = Field(
         default=True,
         description="Check a numerics-changing winner's loss against the reference precision "

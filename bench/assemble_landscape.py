@@ -212,7 +212,9 @@ def read_trials_export(path: Path, rows: list[dict[str, Any]]) -> list[Measureme
 
 
 def read_db(path: Path) -> list[Measurement]:
-    con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    # Read-only, but not `immutable`: that skips the write-ahead log, where a study that just
+    # ended (a recording session) may still hold its last trials.
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     con.row_factory = sqlite3.Row
     out = []
     try:
@@ -275,7 +277,7 @@ def why_excluded(m: Measurement, model: ModelSpec, fingerprint: str | None) -> s
     if m.model.get("preset") != model.preset or any(got[k] != want[k] for k in SHAPE):
         diff = {k: got[k] for k in SHAPE if got[k] != want[k]}
         return f"another model ({m.model.get('preset')}, {diff})" if diff else "another preset"
-    if m.num_gpus != 1:
+    if m.num_gpus > 1:  # 0: one process on the CPU (a CPU recording's trials)
         return f"{m.num_gpus} GPUs"
     if m.data_source != "synthetic":
         return f"data source {m.data_source}"

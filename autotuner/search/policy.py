@@ -185,6 +185,8 @@ class SearchPolicy:
     def abandon_floor(self) -> float | None:
         """The tokens/s below which a search trial stops after its first repeat
         (search/early_stop.py): far below the incumbent, beyond the study's noise."""
+        if not self.options.stop_slow_trials:
+            return None
         best = self._incumbent[0] if self._incumbent else None
         return abandon_floor(self.objective, best, self.progress.noise_rel())
 

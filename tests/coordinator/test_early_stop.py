@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from autotuner.executors.replay import ReplayExecutor
+from autotuner.options import StudyOptions
 from autotuner.search.early_stop import abandon_floor
 from autotuner.search.objective import Objective
 from autotuner.search.progress import END_CHECKS
@@ -41,6 +42,21 @@ def test_the_floor_is_far_below_the_incumbent_and_only_for_tokens_objectives() -
     assert abandon_floor(Objective.TOKENS_PER_S, None, 0.01) is None  # nothing measured yet
     # Compile time is charged: a slower config that compiles faster can win.
     assert abandon_floor(Objective.TIME_TO_TRAIN, 1000.0, 0.01) is None
+
+
+def test_a_study_can_measure_every_trial_in_full(sqlite_url: str) -> None:
+    """options.stop_slow_trials off (a landscape recording): no trial gets a floor, none stops
+    early, though the same study with it on stops some (the test below)."""
+    db = Database(sqlite_url)
+    options = StudyOptions(stop_slow_trials=False)
+    study_id = create_study(db, model=MODEL, space=SPACE, max_trials=14, seed=1, options=options)
+    StudyRunner(db, study_id, ReplayExecutor(synthetic_landscape(KNOBS), list(KNOBS))).run()
+    with db.read() as s:
+        trials = [t for t in TrialRepo(s).list(study_id) if t.state != TrialState.PRUNED]
+    assert len(trials) >= 10  # the search's trials and the end checks, all in full
+    for t in trials:
+        assert TrialConfig.model_validate(t.config).measure.abandon_below_tokens_per_s is None
+        assert not TrialResult.model_validate(t.result).stopped_early, t.number
 
 
 def test_search_trials_get_the_floor_seeds_and_end_checks_never(db: Database) -> None:

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# One landscape-recording session on the lent GPU machine (bench/record_landscape.py): the
+# committed recording of MODEL is copied in, a session of MINUTES is added on every GPU of the
+# machine (one trial per GPU at a time), and the database comes back in $OUT: commit it over
+# bench/results/landscape_recording/MODEL.db.
+#   bash bench/record_landscape_h200.sh MODEL GLOBAL_BATCH MINUTES   # carry .whl
+# Keep MINUTES under the device call's limit with room for Ray's start and the last trial
+# (9 for a 10-minute call), or run it through bench/tune_bg_h200.sh's pattern.
+set -euo pipefail
+model=$1 global_batch=$2 minutes=$3
+bash bench/install_wheels_h200.sh
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-100}
+# The lent multi-GPU machines need NVLink multicast off in every process (shared/device/README).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+committed=bench/results/landscape_recording/$model.db
+db=$OUT/$model.db
+if [ -f "$committed" ]; then cp "$committed" "$db"; fi
+python3 bench/record_landscape.py "$model" --global-batch "$global_batch" --minutes "$minutes" \
+  --db "$db" 2>&1 | tee "$OUT/record-$model.log"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.csv"

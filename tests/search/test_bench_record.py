@@ -1,0 +1,55 @@
+"""bench/record_landscape.py on the CPU: two recording sessions into one database, each a real
+`tune` (local Ray, tiny model) that runs nothing but grid points, in orders of their own, each
+measured in full; the recording assembles into a landscape the replay reads."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from autotuner.executors.replay import Landscape
+from autotuner.spec import TrialResult
+from bench.assemble_landscape import assemble
+from bench.record_landscape import main as record
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+
+def test_two_sessions_record_different_grid_points_in_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "tiny.db"
+    monkeypatch.setenv("COLUMNS", "100")
+    for _ in range(2):
+        assert (
+            record(["examples/tiny.yaml", "--space", "cpu-demo", "--trials", "3", "--db", str(db)])
+            == 0
+        )
+    with sqlite3.connect(db) as conn:
+        studies = conn.execute("SELECT id, name, seed FROM studies ORDER BY created_at").fetchall()
+        rows = conn.execute(
+            "SELECT study_id, state, purpose, params, result FROM trials"
+        ).fetchall()
+    assert [(name, seed) for _, name, seed in studies] == [
+        ("landscape-tiny-0", 0),
+        ("landscape-tiny-1", 1),
+    ]
+    ran = {sid: [] for sid, _, _ in studies}
+    for sid, state, purpose, params, result in rows:
+        if state == "pruned":
+            continue
+        # Grid points only: no seed, re-measurement or end check; every one measured in full.
+        assert purpose == "search", purpose
+        assert not TrialResult.model_validate_json(result).stopped_early
+        ran[sid].append(json.dumps(json.loads(params), sort_keys=True))
+    first, second = ran.values()
+    assert len(first) == len(second) == 3
+    assert not set(first) & set(second)  # the second session's grid order is its own
+
+    landscape = assemble([db], "tiny")
+    assert len(landscape["entries"]) == 6
+    (tmp_path / "landscape.json").write_text(json.dumps(landscape))
+    assert len(Landscape.load(tmp_path / "landscape.json").entries) == 6  # as the replay reads it
