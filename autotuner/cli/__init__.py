@@ -15,6 +15,7 @@ from __future__ import annotations
 import typer
 
 from autotuner.cli import bench, serve, spaces, studies, tune
+from autotuner.cli.help_names import HelpNamedCommand
 
 app = typer.Typer(
     name="autotuner",
@@ -33,15 +34,15 @@ app = typer.Typer(
 )
 
 # In the order `autotuner --help` lists them.
-app.command()(tune.tune)
-app.command()(studies.submit)
-app.command()(studies.best)
-app.command()(studies.trials)
-app.command()(studies.status)
-app.command()(studies.cancel)
-app.command()(studies.export)
-app.command()(serve.serve)
-app.command()(spaces.spaces)
+app.command(cls=HelpNamedCommand)(tune.tune)
+app.command(cls=HelpNamedCommand)(studies.submit)
+app.command(cls=HelpNamedCommand)(studies.best)
+app.command(cls=HelpNamedCommand)(studies.trials)
+app.command(cls=HelpNamedCommand)(studies.status)
+app.command(cls=HelpNamedCommand)(studies.cancel)
+app.command(cls=HelpNamedCommand)(studies.export)
+app.command(cls=HelpNamedCommand)(serve.serve)
+app.command(cls=HelpNamedCommand)(spaces.spaces)
 app.add_typer(bench.app, name="bench")
 
 

@@ -17,6 +17,8 @@ from typing import Annotated
 
 import typer
 
+from autotuner.cli.help_names import HelpNamedCommand
+
 app = typer.Typer(
     name="bench",
     help="Benchmarks of the search (replay a recorded landscape through the real coordinator).",
@@ -37,7 +39,7 @@ def _bench_module(name: str) -> ModuleType:
     return module
 
 
-@app.command()
+@app.command(cls=HelpNamedCommand)
 def replay(
     landscape: Annotated[
         Path, typer.Option(help="Recorded landscape (JSON; docs/landscape-format.md).")

@@ -138,7 +138,6 @@ OptionPairs = Annotated[
     list[str] | None,
     typer.Option(
         "--option",
-        metavar="KEY=VALUE",
         help="Any other study option, repeatable: e.g. remeasure_top=0 (no re-measurement), "
         "early_stop_patience=20, history_seeds=0, numerics_check=false. An unknown KEY lists "
         "them all.",

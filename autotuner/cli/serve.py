@@ -52,7 +52,6 @@ def serve(
         list[str] | None,
         typer.Option(
             "--data-dir",
-            metavar="DIR",
             help="Let studies read user data (`data`, --data) under DIR; repeat for several. "
             "Also $AUTOTUNER_DATA_DIRS (DIR1:DIR2). Symlinks and '..' are resolved before "
             "the check, and a path outside is refused without saying whether it exists. "
