@@ -91,6 +91,7 @@ def summary(db: Path) -> str:
         states = Counter(state for sid, state, _ in rows if sid == study_id)
         counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
         lines.append(f"  {study_id} {name}: {counts or 'no trials'}")
+
     def configs(*states: str) -> set[str]:
         return {json.dumps(json.loads(p), sort_keys=True) for _, st, p in rows if st in states}
 
