@@ -15,10 +15,11 @@ from __future__ import annotations
 import typer
 
 from autotuner.cli import bench, serve, spaces, studies, tune
-from autotuner.cli.help_names import HelpNamedCommand
+from autotuner.cli.help_names import HelpNamedCommand, HelpNamedGroup
 
 app = typer.Typer(
     name="autotuner",
+    cls=HelpNamedGroup,
     help=(
         "Find the fastest way to train your LLM on your GPUs.\n\n"
         "Searches micro-batch, accumulation, precision, torch.compile, attention backend, "

@@ -17,10 +17,11 @@ from typing import Annotated
 
 import typer
 
-from autotuner.cli.help_names import HelpNamedCommand
+from autotuner.cli.help_names import HelpNamedCommand, HelpNamedGroup
 
 app = typer.Typer(
     name="bench",
+    cls=HelpNamedGroup,
     help="Benchmarks of the search (replay a recorded landscape through the real coordinator).",
     no_args_is_help=True,
 )

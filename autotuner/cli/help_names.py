@@ -3,7 +3,8 @@
 flag (Typer 0.2x labels a flag `<bool>`). Those labels filled the middle column of every help
 panel, so at 80 columns the help text had 25 characters a line; with these it has 35.
 
-Every command is registered with `cls=HelpNamedCommand`; `tests/unit/test_cli_help.py` checks
+Every command is registered with `cls=HelpNamedCommand`, every group made with
+`cls=HelpNamedGroup`; `tests/unit/test_cli_help.py` checks
 that every option that takes a value has a name here, so a new one gets one.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from typer.core import TyperCommand, TyperOption
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
 # By the option's parameter name.
 VALUE_NAMES = {
@@ -60,7 +61,8 @@ VALUE_NAMES = {
 
 
 def name_values(params: list[Any]) -> list[Any]:
-    """`params` with their help names set (options only; arguments keep their own)."""
+    """`params` with their help names set: an option the name of its value, a flag none
+    (arguments keep Typer's display)."""
     for param in params:
         if isinstance(param, TyperOption) and param.metavar is None:
             param.metavar = "" if param.is_flag else VALUE_NAMES.get(param.name or "")
@@ -69,6 +71,13 @@ def name_values(params: list[Any]) -> list[Any]:
 
 class HelpNamedCommand(TyperCommand):
     """A Typer command whose options show the names above in its help."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return name_values(super().get_params(ctx))
+
+
+class HelpNamedGroup(TyperGroup):
+    """The same for a group's own options (`autotuner --help`)."""
 
     def get_params(self, ctx: Any) -> list[Any]:
         return name_values(super().get_params(ctx))

@@ -17,13 +17,11 @@ from tests.unit.test_cli_errors import run_cli
 
 
 def _commands(command: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
-    if hasattr(command, "commands"):
-        return [
-            found
-            for name, sub in command.commands.items()
-            for found in _commands(sub, (*path, name))
-        ]
-    return [(path, command)]
+    """Every command and group, by its path of names (the top-level group's is empty)."""
+    found = [(path, command)]
+    for name, sub in getattr(command, "commands", {}).items():
+        found += _commands(sub, (*path, name))
+    return found
 
 
 COMMANDS = _commands(typer.main.get_command(app))
@@ -32,7 +30,7 @@ COMMANDS = _commands(typer.main.get_command(app))
 def test_every_option_has_a_value_name_and_every_name_is_used() -> None:
     used = set()
     for path, command in COMMANDS:
-        ctx = command.make_context(path[-1], ["--help"], resilient_parsing=True)
+        ctx = command.make_context(path[-1] if path else "autotuner", [], resilient_parsing=True)
         for param in command.get_params(ctx):
             if not isinstance(param, TyperOption):
                 continue
@@ -45,7 +43,7 @@ def test_every_option_has_a_value_name_and_every_name_is_used() -> None:
     assert set(VALUE_NAMES) <= used, f"names of no option: {set(VALUE_NAMES) - used}"
 
 
-@pytest.mark.parametrize("path", [path for path, _ in COMMANDS], ids=" ".join)
+@pytest.mark.parametrize("path", [path for path, _ in COMMANDS], ids=lambda p: " ".join(p) or "-")
 def test_help_at_80_columns_names_values_not_types(path: tuple[str, ...]) -> None:
     proc = run_cli(*path, "--help", env={"COLUMNS": "80"})
     assert proc.returncode == 0, proc.stderr
