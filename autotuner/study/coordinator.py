@@ -343,8 +343,13 @@ class StudyRunner:
         ):
             return False
         params = self.policy.suggest(self._taken())
-        proxy = self.policy.proxy_for(params) if params is not None else None
-        if params is None or proxy is None:
+        if params is None:
+            return False
+        proxy = self.policy.proxy_for(params)
+        if proxy is None:
+            # Its kind is known: it runs at full depth, asked for next (queued here, so the
+            # guided proposal is not computed a second time).
+            self.optuna.enqueue_trial(params, skip_if_exists=False)
             return False
         knobs = self.space.knobs_for(params, proxy, self.gpus_per_trial)
         self._dispatch(None, params, knobs, None, purpose=PROXY, model=proxy)
