@@ -33,7 +33,7 @@ DbOption = Annotated[
     typer.Option(
         "--db",
         envvar="AUTOTUNER_DATABASE_URL",
-        help="Database URL (postgresql+psycopg://user@host/db or sqlite:///path). "
+        help="Database URL: postgresql://user@host/db, sqlite:///path or a file path. "
         "Default: a SQLite file in your user data folder.",
         show_default=False,
     ),

@@ -16,16 +16,22 @@ def serve(
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8000,
     db: DbOption = None,
     ray_address: RayAddressOption = None,
-    migrate: Annotated[
+    # One-sided flags (the defaults need no flag of their own): a --migrate/--no-migrate pair
+    # takes a column of its own in --help, which at 80 columns left the help text 18 a line.
+    no_migrate: Annotated[
         bool,
         typer.Option(
-            help="Bring the schema to the latest revision on start (--no-migrate when a "
-            "separate step runs `alembic upgrade head`)."
+            "--no-migrate",
+            help="Leave the schema as it is on start (a separate step runs `alembic upgrade "
+            "head`). Default: bring it to the latest revision.",
         ),
-    ] = True,
-    coordinator: Annotated[
-        bool, typer.Option(help="Run studies in this process (--no-coordinator: API only).")
-    ] = True,
+    ] = False,
+    no_coordinator: Annotated[
+        bool,
+        typer.Option(
+            "--no-coordinator", help="Serve the API only; run no studies in this process."
+        ),
+    ] = False,
     coordinator_id: Annotated[
         str | None,
         typer.Option(
@@ -112,8 +118,8 @@ def serve(
         ray_address=ray_address,
         owner=coordinator_id,
         port=port,
-        coordinator=coordinator,
-        migrate=migrate,
+        coordinator=not no_coordinator,
+        migrate=not no_migrate,
         lease_ttl_s=lease_ttl,
         heartbeat_interval_s=heartbeat_interval,
         data_access=data_access,

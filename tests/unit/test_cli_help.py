@@ -49,5 +49,6 @@ def test_help_at_80_columns_names_values_not_types(path: tuple[str, ...]) -> Non
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert max(len(line) for line in lines) <= 80, proc.stdout
+    assert "…" not in proc.stdout, proc.stdout  # no help text cut to fit
     panel = "\n".join(lines[next(i for i, x in enumerate(lines) if "Options" in x) :])
     assert not re.search(r"<(str|bool|int|float|path)[^>]*>", panel), panel
