@@ -11,6 +11,7 @@ real Ray cluster (`ray_address`, started here with declared logical GPUs) where 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -258,34 +259,38 @@ def study_body(**overrides: Any) -> dict[str, Any]:
     return body
 
 
-def db_counts(db_url: str) -> tuple[int, int]:
-    """(studies, trials) rows in the database, read directly."""
-    from sqlalchemy import create_engine, text
+@contextlib.contextmanager
+def direct_connection(db_url: str) -> Iterator[Any]:
+    """A connection of the test's own to the service's database (no pool left behind)."""
+    from sqlalchemy import create_engine
     from sqlalchemy.pool import NullPool
 
     engine = create_engine(db_url, poolclass=NullPool)
     try:
         with engine.connect() as connection:
-            studies = connection.execute(text("SELECT count(*) FROM studies")).scalar_one()
-            trials = connection.execute(text("SELECT count(*) FROM trials")).scalar_one()
-            return studies, trials
+            yield connection
     finally:
         engine.dispose()
+
+
+def db_counts(db_url: str) -> tuple[int, int]:
+    """(studies, trials) rows in the database, read directly."""
+    from sqlalchemy import text
+
+    with direct_connection(db_url) as connection:
+        studies = connection.execute(text("SELECT count(*) FROM studies")).scalar_one()
+        trials = connection.execute(text("SELECT count(*) FROM trials")).scalar_one()
+        return studies, trials
 
 
 def running_trial_numbers(db_url: str, study_id: str) -> list[int]:
     """The study's trials in state running, read directly from the database: what a dead
     service left (nothing else writes trials, so the answer holds until it restarts)."""
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.pool import NullPool
+    from sqlalchemy import text
 
-    engine = create_engine(db_url, poolclass=NullPool)
-    try:
-        with engine.connect() as connection:
-            rows = connection.execute(
-                text("SELECT number FROM trials WHERE study_id = :sid AND state = 'running'"),
-                {"sid": study_id},
-            )
-            return sorted(row[0] for row in rows)
-    finally:
-        engine.dispose()
+    with direct_connection(db_url) as connection:
+        rows = connection.execute(
+            text("SELECT number FROM trials WHERE study_id = :sid AND state = 'running'"),
+            {"sid": study_id},
+        )
+        return sorted(row[0] for row in rows)
