@@ -54,7 +54,13 @@ class StudyView(_View):
         description="Trials that count against max_trials: not pruned, not retries"
     )
     progress: float | None = Field(
-        description="trials_launched / max_trials, 0..1; null with a time budget only"
+        description="The budget spent, 0..1: trials_launched / max_trials or minutes_used / "
+        "max_minutes, whichever is larger (the study ends at the first budget spent); null "
+        "with no budget to measure against yet (a time budget only, not started)"
+    )
+    minutes_used: float | None = Field(
+        description="Minutes from the study's start to its end, or to now while it runs; null "
+        "before it starts. Can pass max_minutes: trials launched in time run to their end"
     )
     best_value: float | None = Field(
         description="The highest objective value a search trial measured so far"

@@ -12,7 +12,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 
 from autotuner.cli.common import out, safe
-from autotuner.study.labels import trial_label, unfinished_note
+from autotuner.study.labels import budget_used, trial_label, unfinished_note
 
 
 def print_json(view: Any) -> None:
@@ -292,34 +292,41 @@ def _varying_knobs(views: list[dict[str, Any]]) -> set[str] | None:
     return varying or None
 
 
+def _best_cell(v: dict[str, Any]) -> str:
+    """What a study recommends so far: its value and trial (`381,892 #2`), `-` before any."""
+    value = v.get("recommended_value")
+    value = v.get("best_value") if value is None else value
+    number = v["best_trial_number"]
+    if number is None:
+        return "-"
+    return f"{value:,.0f} #{number}" if value else f"#{number}"
+
+
 def studies_table(views: list[dict[str, Any]]) -> Table:
-    """One row per study: its state, trial counts by state, and what it recommends so far
-    (the objective's value and the trial), when it was created (to the minute)."""
+    """One row per study: its state, trial counts by state with the budget spent under them,
+    and what it recommends so far (the objective's value and the trial), when it was created
+    (to the minute)."""
     from rich import box
+    from rich.text import Text
 
     table = Table(title="Studies", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    # The id is what every other verb takes: never cut. The name and the counts wrap.
-    width = max([2, *(len(safe(v["id"])) for v in views)])
-    table.add_column("id", no_wrap=True, min_width=width)
-    table.add_column("name")
+    # The id is what every other verb takes: never cut; its creation time under it.
+    width = max([16, *(len(safe(v["id"])) for v in views)])
+    table.add_column("id, created", no_wrap=True, min_width=width)
+    table.add_column("name", overflow="fold")  # a long word folds, never cut
     table.add_column("status", no_wrap=True)
-    table.add_column("trials")
-    table.add_column("best", justify="right", no_wrap=True)
-    table.add_column("created", no_wrap=True)
-    for v in views:
-        counts = ", ".join(f"{n} {k}" for k, n in sorted(v["trial_counts"].items()))
-        value = v.get("recommended_value")
-        value = v.get("best_value") if value is None else value
-        number = v["best_trial_number"]
-        best = "-" if number is None else f"#{number}"
-        if number is not None and value:
-            best = f"{value:,.0f} {best}"
+    # One line per state and one for the budget: never cut, so the name is what wraps.
+    table.add_column("trials, budget", no_wrap=True)
+    bests = [_best_cell(v) for v in views]
+    table.add_column("best", justify="right", no_wrap=True, min_width=max([4, *map(len, bests)]))
+    for v, best in zip(views, bests, strict=True):
+        counts = "\n".join(f"{n} {k}" for k, n in sorted(v["trial_counts"].items()))
+        created = safe((v["created_at"] or "")[:16].replace("T", " "))
         table.add_row(
-            safe(v["id"]),
+            Text.assemble(safe(v["id"]), "\n", (created, "dim")),
             safe(v["name"]),
             safe(v["status"]),
-            safe(counts) or "-",
+            Text.assemble(safe(counts) or "-", "\n", (budget_used(v), "dim")),
             best,
-            safe((v["created_at"] or "")[:16].replace("T", " ")),
         )
     return table

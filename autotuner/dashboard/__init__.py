@@ -34,7 +34,13 @@ from autotuner.dashboard.charts import chart_data, progress_series
 from autotuner.storage.repository import StudyNotFound
 from autotuner.study import operations
 from autotuner.study.export import export_commands
-from autotuner.study.labels import model_label, runs_on, trial_label, unfinished_note
+from autotuner.study.labels import (
+    budget_used,
+    model_label,
+    runs_on,
+    trial_label,
+    unfinished_note,
+)
 from autotuner.study.operations import NotFound
 from autotuner.study.study_query import DEVICES, FAMILIES, STATUSES, parse_study_query
 from autotuner.study.trial_query import ERROR_CLASSES, STATES, InvalidQuery
@@ -57,7 +63,7 @@ def _url_path(context: dict[str, Any], name: str, /, **params: Any) -> str:
 
 templates.env.globals["url_for"] = _url_path
 templates.env.globals["trial_label"] = trial_label  # `cancelled`, not a bare `failed`
-templates.env.globals.update(model_label=model_label, runs_on=runs_on)
+templates.env.globals.update(model_label=model_label, runs_on=runs_on, budget_used=budget_used)
 templates.env.globals["export_commands"] = export_commands  # the same lines `best` prints
 # Numbers as people read them (autotuner.numbers): 17,884 and 0.227 s, never 17884.0389 or None.
 templates.env.filters.update(

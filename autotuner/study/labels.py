@@ -54,3 +54,15 @@ def runs_on(study: dict[str, Any]) -> str:
         return "CPU"
     gpus = int(study.get("gpus_per_trial") or 1)
     return f"{gpus} GPU{'s' if gpus != 1 else ''}"
+
+
+def budget_used(study: dict[str, Any]) -> str:
+    """How much of its budget a study (its view) has spent, as the lists say it: `33/80`
+    trials launched, with `4.3/6 min` beside when it has a time budget too (`6 launched ·
+    11.9/10 min` with that alone)."""
+    launched, max_trials = study.get("trials_launched") or 0, study.get("max_trials")
+    parts = [f"{launched}/{max_trials}" if max_trials else f"{launched} launched"]
+    used, max_minutes = study.get("minutes_used"), study.get("max_minutes")
+    if max_minutes and used is not None:
+        parts.append(f"{used:.1f}/{max_minutes:g} min")
+    return " · ".join(parts)

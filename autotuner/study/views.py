@@ -6,6 +6,7 @@ database and the CLI against the service print the same thing.
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
 from types import EllipsisType
 from typing import Any
@@ -58,6 +59,18 @@ class TrialSummary:
         return self.total - self.counts.get(TrialState.RUNNING.value, 0)
 
 
+def _minutes_used(study: Study) -> float | None:
+    """Minutes from the study's start to its end (or to now while it runs); None before it
+    started. Against max_minutes, what `--minutes` has spent."""
+    if study.started_at is None:
+        return None
+    end = study.finished_at or dt.datetime.now(dt.UTC)
+    start = study.started_at
+    # SQLite hands back naive datetimes; they are UTC (storage/models.py stores UTC).
+    start, end = (x if x.tzinfo else x.replace(tzinfo=dt.UTC) for x in (start, end))
+    return round(max((end - start).total_seconds(), 0.0) / 60.0, 2)
+
+
 def study_view(
     study: Study,
     summary: TrialSummary,
@@ -70,9 +83,14 @@ def study_view(
     the recommendation itself deferred); by default taken from the study's recommendation."""
     if isinstance(recommended_value, EllipsisType):
         recommended_value = (study.recommendation or {}).get("objective_value")
+    minutes_used = _minutes_used(study)
     progress = None
     if study.max_trials:
         progress = min(summary.launched / study.max_trials, 1.0)
+    if study.max_minutes and minutes_used is not None:
+        # The study ends at whichever budget is spent first: the bar shows the fuller one.
+        by_time = min(minutes_used / study.max_minutes, 1.0)
+        progress = by_time if progress is None else max(progress, by_time)
     return {
         "id": study.id,
         "name": study.name,
@@ -90,6 +108,7 @@ def study_view(
         "trials_finished": summary.finished,
         "trials_launched": summary.launched,
         "progress": progress,
+        "minutes_used": minutes_used,
         "best_value": summary.best_value,
         # What the recommendation stands on (a median over its measurements): the fastest
         # measured trial (best_value) may be one it passed over (tight memory, failed numerics).

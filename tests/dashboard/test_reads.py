@@ -63,3 +63,38 @@ def test_trial_lists_show_columns_equal_to_the_result(study: tuple[Database, str
             result = trial.result or {}
             for name in ("tokens_per_s_min", "tokens_per_s_max", "wall_s"):
                 assert rows[trial.number][name] == result.get(name), (trial.number, name)
+
+
+def test_a_time_budget_shows_as_minutes_spent(sqlite_url: str) -> None:
+    """A study with --minutes: its progress is the fuller of its two budgets, the minutes
+    spent are in the view, and the lists say both (study/labels.budget_used)."""
+    import datetime as dt
+
+    from autotuner.search.space import parse_space
+    from autotuner.spec import ModelSpec
+    from autotuner.storage.models import Study
+    from autotuner.study.coordinator import create_study
+    from autotuner.study.labels import budget_used
+
+    db = Database(sqlite_url)
+    study_id = create_study(
+        db,
+        model=ModelSpec.resolve({"preset": "tiny"}),
+        space=parse_space({"name": "s", "knobs": {"micro_batch_size": [4, 8]}}),
+        max_trials=80,
+        max_minutes=6,
+    )
+    assert operations.get_study(db, study_id)["minutes_used"] is None  # not started
+    started = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=3)
+    with db.session() as s:
+        s.get(Study, study_id).started_at = started  # type: ignore[union-attr]
+    view = operations.get_study(db, study_id)
+    assert 2.9 < view["minutes_used"] < 3.5
+    assert view["progress"] == view["minutes_used"] / 6  # time is the fuller budget: 0 of 80 trials
+    assert budget_used(view) == f"0/80 · {view['minutes_used']:.1f}/6 min"
+
+    with db.session() as s:  # ended past its budget (a trial launched in time ran on)
+        s.get(Study, study_id).finished_at = started + dt.timedelta(minutes=7.1)  # type: ignore[union-attr]
+    view = operations.get_study(db, study_id)
+    assert view["minutes_used"] == 7.1 and view["progress"] == 1.0
+    assert budget_used({**view, "max_trials": None}) == "0 launched · 7.1/6 min"

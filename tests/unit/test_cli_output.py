@@ -131,16 +131,20 @@ def test_long_configs_fold_and_numbers_are_never_cut(tmp_path: Path) -> None:
 
 def test_status_at_80_columns_keeps_the_id_whole_and_shows_the_best(tmp_path: Path) -> None:
     """The study id is what every other verb takes: at 80 columns it was cut (`st-d8904…`).
-    The list also says what each study recommends so far (value and trial), not only its #."""
-    import shutil
+    The list also says what each study recommends so far (value and trial), not only its #,
+    and how much of its budget it spent (trials, minutes: the 10-minute one ran 11.9)."""
+    from bench.dashboard_screenshots import merge_databases
 
     recorded = Path(__file__).resolve().parents[2] / "bench/results/h200_session_20261201"
-    db = tmp_path / "gpt2-eager.db"
-    shutil.copy(recorded / "tune-gpt2-eager.db", db)
-    db.chmod(0o644)
+    db = tmp_path / "h200.db"
+    merge_databases(sorted(recorded.glob("tune-*.db")), db)  # the three H200 studies
     proc = run_cli("status", "--db", f"sqlite:///{db}", env={"COLUMNS": "80"})
     assert proc.returncode == 0, proc.stderr
     assert max(len(line) for line in proc.stdout.splitlines()) <= 80, proc.stdout
     assert "…" not in proc.stdout, proc.stdout
-    assert "st-d890417c" in proc.stdout and "381,892 #2" in proc.stdout, proc.stdout
-    assert "2026-12-01 20:49" in proc.stdout, proc.stdout
+    for shown in (
+        "st-d890417c", "381,892 #2", "2026-12-01 20:49", "33/80 · 4.3/6 min",
+        "st-9c62f86a", "30,602 #4", "6 launched · 11.9/10 min",
+        "530,225 #1", "11/45 · 6.5/7 min",
+    ):  # fmt: skip
+        assert shown in proc.stdout, (shown, proc.stdout)

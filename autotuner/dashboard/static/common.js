@@ -22,11 +22,15 @@
     if (t.tight) return "tight";
     return t.state;
   }
+  function minutes(st) { // the time budget spent, as study/labels.py budget_used says it
+    if (!st.max_minutes || missing(st.minutes_used)) return "";
+    return ` · ${st.minutes_used.toFixed(1)} of ${st.max_minutes} min`;
+  }
   const colors = {
     ok: "rgba(37, 99, 235, 0.75)", okFaint: "rgba(37, 99, 235, 0.35)",
     front: "rgba(220, 38, 38, 0.95)", bad: "rgba(185, 28, 28, 0.9)",
     other: "rgba(217, 119, 6, 0.85)", otherFaint: "rgba(217, 119, 6, 0.35)",
     ink: "rgba(17, 24, 39, 0.9)", muted: "rgba(107, 114, 128, 0.8)",
   };
-  window.autotuner = { fmt, node, label, colors, missing };
+  window.autotuner = { fmt, node, label, minutes, colors, missing };
 })();

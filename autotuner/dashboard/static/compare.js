@@ -20,7 +20,7 @@
   function trials(st) {
     const counts = Object.entries(st.trial_counts).sort().map(([k, n]) => `${n} ${k}`).join(", ");
     const budget = st.max_trials ? ` of ${st.max_trials}` : "";
-    return `${st.trials_launched}${budget} launched (${counts || "none yet"})`;
+    return `${st.trials_launched}${budget} launched (${counts || "none yet"})${window.autotuner.minutes(st)}`;
   }
   function devices(st) { return st.device_type === "cpu" ? "CPU" : `${st.gpus_per_trial} GPU${st.gpus_per_trial === 1 ? "" : "s"}`; }
   function status(st) { return node("span", { class: "state " + st.status }, st.status); }

@@ -42,7 +42,7 @@
     const unit = st.objective === "tokens_per_s" ? "tokens/s" : st.objective;
     const best = value ? ` · best so far ${fmt.int(value)} ${unit}${missing(st.best_trial_number) ? "" : ` (trial #${st.best_trial_number})`}` : "";
     document.getElementById("progress-text").textContent =
-      `${st.trials_launched}${budget} trials launched (${counts || "none yet"})${best}`;
+      `${st.trials_launched}${budget} trials launched (${counts || "none yet"})${window.autotuner.minutes(st)}${best}`;
   }
 
   // ------------------------------------------------------------------ the recommendation
