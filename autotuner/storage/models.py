@@ -133,6 +133,22 @@ class StudyStatus(StrEnum):
     FAILED = "failed"  # the study itself could not run (e.g. every trial failed for infra)
 
 
+# A trial's measurement as columns of its own, copied out of its result when it finishes
+# (storage/trial_repo.py) and read by every list (study/trial_list.py): what lists, charts and
+# sorts show without decoding the result JSON. In this order: list_view unpacks a row by position
+# (tests/dashboard/test_reads.py checks each column against the result).
+MEASUREMENT_COLUMNS = (
+    "tokens_per_s",
+    "tokens_per_s_min",
+    "tokens_per_s_max",
+    "tokens_per_s_per_gpu",
+    "mfu",
+    "peak_mem_gib",
+    "compile_s",
+    "wall_s",
+)
+
+
 class TrialState(StrEnum):
     RUNNING = "running"  # dispatched; heartbeat_at moves while it runs
     COMPLETE = "complete"  # measured

@@ -26,20 +26,13 @@ from autotuner.storage.common import (
     _set,
     db_now,
 )
-from autotuner.storage.models import Study, Trial, TrialState, utcnow
+from autotuner.storage.models import MEASUREMENT_COLUMNS, Study, Trial, TrialState, utcnow
 
 log = logging.getLogger(__name__)
 
 # Copied out of the result into columns of their own: what lists, charts and sorts read.
 _METRICS = (
-    "tokens_per_s",
-    "tokens_per_s_min",
-    "tokens_per_s_max",
-    "tokens_per_s_per_gpu",
-    "mfu",
-    "peak_mem_gib",
-    "compile_s",
-    "wall_s",
+    *MEASUREMENT_COLUMNS,
     # The memory record (whether a trial is tight) and the input wait (migration 0003).
     "peak_reserved_gib",
     "peak_mem_with_eval_ckpt_gib",

@@ -18,7 +18,7 @@ from sqlalchemy import Row, Text, cast, select
 
 from autotuner.options import StudyOptions
 from autotuner.search import headroom
-from autotuner.storage.models import Trial, TrialState
+from autotuner.storage.models import MEASUREMENT_COLUMNS, Trial, TrialState
 from autotuner.study.columns import MemoryRecord
 
 if TYPE_CHECKING:
@@ -32,14 +32,7 @@ SHOWN = (
     "purpose",
     "attempt",
     "retry_of",
-    "tokens_per_s",
-    "tokens_per_s_min",
-    "tokens_per_s_max",
-    "tokens_per_s_per_gpu",
-    "mfu",
-    "peak_mem_gib",
-    "compile_s",
-    "wall_s",
+    *MEASUREMENT_COLUMNS,
     "global_batch_tokens",
     "objective_value",
     "error_class",
