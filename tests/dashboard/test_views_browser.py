@@ -130,6 +130,18 @@ def test_headers_sort_and_the_filter_bar_filters(served: tuple[Database, str, st
         assert [int(r["number"]) for r in table] == failed
         assert {r["state"] for r in table} == {"infeasible"}
 
+        # The failure class filters too, and the JSON download is the same filtered table.
+        b.select("#filters select[name=error_class]", "oom")
+        _view_drawn(b, "sort=tokens_per_s&order=asc&state=infeasible&error_class=oom&page=0")
+        query = [("state", "infeasible"), ("error_class", "oom"), ("sort", "tokens_per_s")]
+        ooms = _expected(db, study_id, query)
+        assert ooms and b.eval(ROWS) == ooms
+        rows = b.eval("fetch(document.getElementById('download-json').href).then(r => r.json())")
+        assert [r["number"] for r in rows] == ooms
+        assert {r["error_class"] for r in rows} == {"oom"}
+        b.select("#filters select[name=error_class]", "")
+        _view_drawn(b, "sort=tokens_per_s&order=asc&state=infeasible&page=0")
+
         b.select("#filters select[name=micro_batch_size]", "8")  # nothing at 8 fails
         _view_drawn(b, "sort=tokens_per_s&order=asc&state=infeasible&micro_batch_size=8&page=0")
         assert b.eval(ROWS) == []
