@@ -13,14 +13,14 @@ import random
 import time
 
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.pool import NullPool
+from sqlalchemy import text
 
 from autotuner.storage.session import Database
 from bench.reads_lib.seed import seed_study
 from tests.browser import Browser
 from tests.dashboard.conftest import make_app
 from tests.dashboard.test_dashboard_browser import _serve
+from tests.direct_db import direct_connection
 
 pytestmark = [pytest.mark.browser, pytest.mark.postgres, pytest.mark.slow]
 TRIALS = 10_000
@@ -30,13 +30,10 @@ PAGE_LIMIT_MS = 2_000.0
 def _analyze(url: str) -> None:
     """What autovacuum does after a bulk load (the test server runs with it off): without
     statistics the planner scans and sorts every trial for a page."""
-    engine = create_engine(url, poolclass=NullPool, isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as connection:
-            connection.execute(text("ANALYZE trials"))
-            connection.execute(text("ANALYZE studies"))
-    finally:
-        engine.dispose()
+    with direct_connection(url) as connection:
+        connection.execute(text("ANALYZE trials"))
+        connection.execute(text("ANALYZE studies"))
+        connection.commit()
 
 
 def test_a_10000_trial_study_page_loads_in_under_2_s(pg_url: str) -> None:

@@ -11,7 +11,6 @@ real Ray cluster (`ray_address`, started here with declared logical GPUs) where 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -27,6 +26,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.direct_db import direct_connection
 from tests.fakes import synthetic_landscape
 from tests.polling import wait_for  # noqa: F401 (re-exported: older imports find it here)
 
@@ -257,20 +257,6 @@ def study_body(**overrides: Any) -> dict[str, Any]:
     body: dict[str, Any] = {"model": {"preset": "tiny"}, "space": REPLAY_SPACE, "max_trials": 8}
     body.update(overrides)
     return body
-
-
-@contextlib.contextmanager
-def direct_connection(db_url: str) -> Iterator[Any]:
-    """A connection of the test's own to the service's database (no pool left behind)."""
-    from sqlalchemy import create_engine
-    from sqlalchemy.pool import NullPool
-
-    engine = create_engine(db_url, poolclass=NullPool)
-    try:
-        with engine.connect() as connection:
-            yield connection
-    finally:
-        engine.dispose()
 
 
 def db_counts(db_url: str) -> tuple[int, int]:
