@@ -44,13 +44,19 @@ class SyntheticBatches:
         tokens = torch.randint(
             0, vocab, (accum, micro_batch, seq_len + 1), device=device, generator=gen
         )
-        self._x = tokens[..., :-1].contiguous()
-        self._y = tokens[..., 1:].contiguous()
+        # Each micro-batch a tensor of its own, not a view into one (accum, ...) block: a view
+        # is another graph input to torch.compile (its storage is the whole block), so a
+        # config measured with accumulation compiled graphs that a re-run at another
+        # grad_accum (the numerics check runs one micro-batch a step) could not take from the
+        # study's cache: on the H200 an fp8 parity trial compiled ~140 s where its warm
+        # headroom check took 59 s (bench/results/h200_session_20261202).
+        self._x = [t[:, :-1].clone() for t in tokens.unbind(0)]
+        self._y = [t[:, 1:].clone() for t in tokens.unbind(0)]
         self._i = 0
 
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
         i = self._i
-        self._i = (i + 1) % self._x.shape[0]
+        self._i = (i + 1) % len(self._x)
         return self._x[i], self._y[i]
 
     def close(self) -> None:

@@ -282,7 +282,7 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
     clock: phases.Clock = info["_clock"]
     clock.mark("setup")
     t_build = time.perf_counter()
-    cache_before = compile_cache.counters()
+    cache_before = info["_cache_before"] = compile_cache.counters()
     step = build_step(config, device, info, group)
     info["build_s"] = time.perf_counter() - t_build
     clock.mark("build")
@@ -423,8 +423,10 @@ def _headroom_check(step, device, info: dict[str, Any], group) -> None:
     from workers import headroom, memory
 
     failure = None
+    clock: phases.Clock = info["_clock"]
+    clock.mark("checks")  # what came before (the peaks of the timed steps) is the checks'
     try:
-        size = headroom.eval_and_checkpoint(step)
+        size = headroom.eval_and_checkpoint(step, mark=clock.mark)
     except Exception as exc:
         if group is None:
             raise
@@ -448,16 +450,29 @@ def _run_parity(
 ) -> TrialResult | None:
     """A loss-parity trial: `parity_steps` optimizer steps on the parity stream, every step's
     loss recorded (read on the host each step: this trial measures numerics, not time)."""
-    from workers import measure
+    from workers import compile_cache, measure
 
     m = config.measure
     steps = m.parity_steps or 0
     curve: list[float] = []
+    step_s: list[float] = []  # each step's wall, the loss read back (a host sync) included
     t0 = time.perf_counter()
     for i in range(steps):
+        t_step = time.perf_counter()
         curve.append(measure.check_finite(ranks.mean(step()), f"parity step {i + 1}"))
+        step_s.append(time.perf_counter() - t_step)
     elapsed = time.perf_counter() - t0
-    info["_clock"].mark("measure")
+    clock: phases.Clock = info["_clock"]
+    clock.mark("measure")
+    if step_s:
+        clock.split("measure", "first_step", step_s[0])
+    if config.knobs.compile_mode != CompileMode.NONE and len(step_s) > 1:
+        # As in a measured trial: the first step's excess over a steady step is the compile,
+        # and whether it hit the study's cache says if a re-run's compile was warm.
+        info["compile_s"] = max(0.0, step_s[0] - statistics.median(step_s[1:]))
+        info["compile_cache_hits"], info["compile_cache_misses"] = compile_cache.delta(
+            info["_cache_before"]
+        )
     info["notes"].append(
         f"parity trial: {steps} steps from seed {m.seed} on the learnable parity stream; "
         "tokens/s counts every step, the first (compiling) one too: not a measurement"

@@ -93,3 +93,34 @@ def test_a_winner_measured_only_warm_says_so(sqlite_url: str) -> None:
     assert rec is not None and rec["compile_s"] is None  # no cold compile was measured
     assert rec["compile"]["cache"] == "warm"
     assert rec["compile"]["text"].startswith("not measured cold")
+
+
+@pytest.mark.slow  # two compiles
+def test_a_parity_trial_reports_its_compile_and_finds_the_measured_configs_graphs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On the H200 the fp8 winner's parity trial spent ~140 s in its first step where the
+    # headroom check of the same config compiled warm in 59 s; parity trials recorded neither
+    # their compile nor the cache's hits, so a study could not tell (h200_session_20261202).
+    monkeypatch.setenv(compile_cache.ROOT_ENV, str(tmp_path / "cache"))
+    # Measured with gradient accumulation, checked with one micro-batch a step, as the
+    # endgame runs them (study/endgame.py launch_parity).
+    measured_config = _compiled("st-par", 0)
+    measured_config = measured_config.model_copy(
+        update={"knobs": measured_config.knobs.model_copy(update={"grad_accum": 2})}
+    )
+    measured = run_trial_process(measured_config)
+    parity_config = _compiled("st-par", 1)
+    parity_config = parity_config.model_copy(
+        update={
+            "measure": parity_config.measure.model_copy(update={"parity_steps": 6}),
+            "knobs": parity_config.knobs.model_copy(update={"grad_accum": 1}),
+        }
+    )
+    parity = run_trial_process(parity_config)
+    assert measured.status == parity.status == TrialStatus.OK, parity.error_message
+    assert parity.loss_curve is not None and len(parity.loss_curve) == 6
+    assert parity.compile_s is not None and parity.compile_s > 0
+    assert parity.phases_s is not None and parity.phases_s["first_step"] >= parity.compile_s
+    # The graphs the measured trial compiled serve the parity trial: its compile is warm.
+    assert parity.compile_cache == "warm", (parity.compile_cache_hits, parity.compile_cache_misses)

@@ -24,6 +24,10 @@ def curve(**knobs) -> list[float]:
     assert result.loss_curve is not None and len(result.loss_curve) == STEPS
     assert result.repeat_tokens_per_s == []  # no timing protocol
     assert any("parity trial" in n for n in result.notes)
+    # Its first step (a compile, when compiled) apart from the rest (workers/phases.py).
+    assert result.phases_s is not None and result.phases_s["first_step"] > 0
+    assert result.phases_s["measure"] > 0
+    assert result.compile_s is None  # eager: nothing compiled
     return result.loss_curve
 
 
