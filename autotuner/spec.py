@@ -669,8 +669,10 @@ class TrialResult(_Record):
     wall_s: float | None = None
     # Where the wall time went (workers/phases.py), seconds per phase in order: start (spawn
     # to the trial's first line), imports, setup, build, first_step (compile included),
-    # warmup, measure, checks, exit (result written to the process gone). overhead_s: wall_s
-    # less the measured repeats and compile_s: the time a cheaper trial could save.
+    # warmup, measure, checks, eval and checkpoint (a headroom check's), exit (result written
+    # to the process gone); a parity trial's first_step and measure are its parity steps.
+    # overhead_s: wall_s less the measured repeats and compile_s: the time a cheaper trial
+    # could save.
     phases_s: dict[str, float] | None = None
     overhead_s: float | None = None
     # How the trial's process started: `fresh` (a new interpreter) or `forked` (a child of

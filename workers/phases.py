@@ -7,7 +7,9 @@
     first_step  the first optimizer step: torch.compile's tracing and codegen happen here
     warmup      the rest of the warm-up
     measure     the timed repeats (the only phase counted in throughput)
-    checks      after the repeats: memory peaks, the headroom check, the result
+    checks      after the repeats: memory peaks, the result
+    eval        the headroom check's evaluation pass (a forward-only recompile under compile)
+    checkpoint  the headroom check's checkpoint save (serialized off the GPU, not to disk)
     exit        result written -> the process gone (interpreter teardown), from the launcher
 
 `overhead_s` = wall_s - measure - compile_s: what is neither measurement nor compile, the part

@@ -56,7 +56,11 @@ MARGIN = 1.2  # the checks' sum, plus dispatch, polling and storing between them
 SEARCH_TIME_SHARE = 0.85  # with no end check due, the search stops here and re-measuring begins
 _MEASURED = ("seed", "search", "remeasure")  # full trials of a candidate config
 _RERUNS = ("remeasure", HEADROOM_CHECK)  # the same config again: its compile is warm
-_REPLACED_BY_PARITY = ("warmup", "measure", "checks")  # phases a parity trial does not run
+# What the headroom check adds to a re-run (workers/phases.py): its evaluation pass and its
+# checkpoint save, apart since 2026-12-02; before, both were in `checks`.
+_HEADROOM_PHASES = ("checks", "eval", "checkpoint")
+# Phases a parity trial does not run.
+_REPLACED_BY_PARITY = ("warmup", "measure", *_HEADROOM_PHASES)
 
 
 @dataclass(frozen=True)
@@ -136,9 +140,9 @@ class TrialWalls:
         if first.compile_s and rerun.compile_s is not None:
             self._warm_shares.append(min(1.0, rerun.compile_s / first.compile_s))
         if purpose == HEADROOM_CHECK:
-            extra = (rerun.phases_s or {}).get("checks")
-            if extra is not None:
-                self._eval_s.append(extra)
+            phases = rerun.phases_s or {}
+            if any(p in phases for p in _HEADROOM_PHASES):
+                self._eval_s.append(sum(phases.get(p, 0.0) for p in _HEADROOM_PHASES))
 
     def warm_share(self) -> float:
         """A re-run's compile over its config's cold one: the largest the study measured."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from autotuner.options import StudyOptions
 from autotuner.search.end_time import (
     EVAL_COMPILE_SHARE,
@@ -129,3 +131,18 @@ def test_a_rerun_compiles_warm_as_the_study_measured_it() -> None:
     # The longest wall stays the cold one: a warm re-run does not shorten the next estimate.
     walls.observe(FP8, measured(30_600.0, wall_s=60.0, compile_s=50.0), "remeasure")
     assert walls.rerun_s(FP8) == 170.7 - 157.3 * (1 - share)
+
+
+def test_a_headroom_check_adds_its_evaluation_and_checkpoint_phases() -> None:
+    """Since 2026-12-02 the worker times the headroom check's evaluation pass and its save as
+    phases of their own (`eval`, `checkpoint`), beside what is left of `checks`: the extra a
+    headroom check costs is their sum (the Llama 3B check of that day: 112 s in all)."""
+    walls = TrialWalls()
+    walls.observe(FP8, _llama_3b_fp8(), "seed", grad_accum=4)
+    phases = {"first_step": 59.5, "checks": 0.4, "eval": 64.0, "checkpoint": 47.5}
+    walls.observe(
+        FP8, measured(29_925.0, wall_s=181.9, compile_s=58.4, phases_s=phases), "headroom"
+    )
+    assert walls.headroom_s(FP8) == pytest.approx(walls.rerun_s(FP8) + 111.9)
+    # A parity trial runs none of them: its estimate is the same whichever phases were split.
+    assert walls.parity_s(FP8) > 0

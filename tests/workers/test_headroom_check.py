@@ -39,6 +39,9 @@ def test_the_trial_reports_its_peak_with_eval_and_checkpoint(knobs: dict) -> Non
     assert result.peak_reserved_with_eval_ckpt_gib is None  # no allocator on the CPU
     assert any(n.startswith("headroom check: one evaluation pass") for n in result.notes)
     assert result.tokens_per_s and len(result.repeat_tokens_per_s) == FAST.repeats
+    # The evaluation pass and the save are timed apart (workers/phases.py).
+    assert result.phases_s is not None
+    assert result.phases_s["eval"] > 0 and result.phases_s["checkpoint"] > 0
     size = next(n for n in result.notes if n.startswith("headroom check"))
     assert "serialized, not written to disk" in size
     # The checkpoint (megabytes) was not written: no file of that size appeared.
@@ -52,7 +55,9 @@ def test_without_the_check_nothing_more_runs_or_is_reported() -> None:
     assert not any(n.startswith("headroom check") for n in result.notes)
 
 
-def test_eval_runs_without_autograd_in_eval_mode_and_saves_a_loadable_state() -> None:
+def test_eval_runs_without_autograd_in_eval_mode_and_saves_a_loadable_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     config = make_config()
     cpu = torch.device("cpu")
     model = build_model(config.model, config.knobs)
@@ -71,7 +76,19 @@ def test_eval_runs_without_autograd_in_eval_mode_and_saves_a_loadable_state() ->
     )
     step()  # one training step: the optimizer has its state
     kept = io.BytesIO()
+    crc_before = torch.serialization.get_crc32_options()
+    crc_in_save: list[bool] = []
+    real_save = torch.save
+
+    def save(*args, **kwargs):
+        crc_in_save.append(torch.serialization.get_crc32_options())
+        return real_save(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", save)
     size = eval_and_checkpoint(step, kept)
+    # The counted save skips the checksums (time, no memory) and leaves torch's setting be.
+    assert crc_in_save == [False]
+    assert torch.serialization.get_crc32_options() == crc_before
     assert seen == [(True, True), (False, False)]  # train, then eval under no_grad
     assert model.training  # back to training
     params = sum(p.numel() for p in model.parameters())
