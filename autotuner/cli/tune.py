@@ -192,12 +192,23 @@ class _TuneProgress:
     def on_event(self, event: Any) -> None:
         if self.quiet:
             return
-        params = safe(compact_params(event.params or {}))  # `mb=32 bf16 flash compile`
+        # `mb=32 bf16 flash compile`: what ran (a numerics reference runs the candidate's
+        # knobs at the reference precision; its row names the candidate's).
+        params = safe(compact_params({**(event.params or {}), **event.ran}))
         if event.kind == "finished":
             # Proxies (a shallower model) and end checks are not measurements of a candidate:
             # labelled, and never the progress bar's best.
             label = _PURPOSE_LABELS.get(event.purpose or "", "")
-            if event.tokens_per_s:
+            if event.loss_curve:
+                # A parity trial: its loss is what it measured; its tokens/s counts its compile.
+                curve = event.loss_curve
+                line = (
+                    f"#{event.trial_number} {label}{len(curve)} steps, loss "
+                    f"{curve[0]:.3g} -> {curve[-1]:.3g}  {params}"
+                )
+                if event.message:
+                    line += f"\n  {safe(event.message)}"
+            elif event.tokens_per_s:
                 if not label:
                     self.best = max(self.best, event.tokens_per_s)
                 line = f"#{event.trial_number} {label}{event.tokens_per_s:,.0f} tok/s  {params}"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -23,6 +23,10 @@ class Event:
     # A finished trial that failed and runs once more: its retry is the same trial of the budget
     # (`max_trials` counts it once), so a watcher counts the retry's end, not this one.
     retried: bool = False
+    # A finished trial's knobs that ran where they differ from `params` (InFlight.ran), and a
+    # parity trial's loss per step: what an end check did, which its tokens/s does not say.
+    ran: dict[str, Any] = field(default_factory=dict)
+    loss_curve: list[float] | None = None
 
 
 OnEvent = Callable[[Event], None]

@@ -60,6 +60,16 @@ class InFlight:
     purpose: str = "search"
     heartbeat_at: float = field(default_factory=time.monotonic)
     retry_of: int | None = None
+    # The knobs that ran where they differ from `params`: an end check's row carries the
+    # params of the candidate it checks while its config runs others (a numerics reference
+    # at bf16, a multi-GPU study's reference on one GPU). What a watcher shows as run.
+    ran: dict[str, Any] = field(default_factory=dict)
+
+
+def knobs_that_differ(params: dict[str, Any], config: TrialConfig) -> dict[str, Any]:
+    """The config's knob values where they differ from the params named in the row."""
+    knobs = config.knobs.model_dump(mode="json")
+    return {k: knobs[k] for k in params if k in knobs and knobs[k] != params[k]}
 
 
 def retried_once(purpose: str, attempt: int) -> bool:
@@ -245,7 +255,16 @@ class TrialBook:
             trial_id, number = row.id, row.number
         # Only now, with the row committed: a crash from here on leaves a row to reconcile.
         handle = self.executor.submit(config)
-        flight = InFlight(trial_id, number, ask, params, attempt, purpose, retry_of=retry_of)
+        flight = InFlight(
+            trial_id,
+            number,
+            ask,
+            params,
+            attempt,
+            purpose,
+            retry_of=retry_of,
+            ran=knobs_that_differ(params, config),
+        )
         self.in_flight[handle] = flight
         self._maybe_orphaned = orphans_before
         return flight
@@ -265,7 +284,8 @@ class TrialBook:
             orphans = [t for t in running if t.id not in known]
         out = []
         for row in orphans:
-            handle = self.executor.submit(TrialConfig.model_validate(row.config))
+            config = TrialConfig.model_validate(row.config)
+            handle = self.executor.submit(config)
             flight = InFlight(
                 row.id,
                 row.number,
@@ -274,6 +294,7 @@ class TrialBook:
                 row.attempt,
                 row.purpose,
                 retry_of=row.retry_of,
+                ran=knobs_that_differ(row.params, config),
             )
             self.in_flight[handle] = flight
             out.append(flight)
@@ -343,6 +364,8 @@ class TrialBook:
                 message,
                 flight.purpose,
                 retried,
+                ran=flight.ran,
+                loss_curve=list(result.loss_curve) if result and result.loss_curve else None,
             )
         )
 

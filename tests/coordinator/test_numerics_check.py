@@ -251,3 +251,27 @@ def test_parity_trials_run_one_micro_batch_per_step(sqlite_url: str) -> None:
         assert (
             t.config["knobs"]["micro_batch_size"] == searched[0].config["knobs"]["micro_batch_size"]
         )
+
+
+def test_the_parity_trials_events_say_what_ran_and_their_loss(sqlite_url: str) -> None:
+    """A parity-ref row carries the candidate's params; its event carries the knobs that ran
+    (the reference precision) and the loss curve, which `tune` prints (cli/tune.py)."""
+    db = Database(sqlite_url)
+    knobs = {"precision": ["bf16", "fp8-tensorwise"]}
+    space = parse_space({"name": "numerics", "knobs": knobs, "fixed": {"attention": "efficient"}})
+    model = ModelSpec.resolve({"preset": "tiny"})
+    study_id = create_study(db, model=model, space=space, max_trials=20)
+    executor = FakeParityReplay(landscape(knobs), list(knobs), target=H200)
+    events: list[Any] = []
+    StudyRunner(
+        db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600, on_event=events.append
+    ).run()
+    done = {e.purpose: e for e in events if e.kind == "finished"}
+    ref, cand = done["parity-ref"], done["parity"]
+    assert ref.params["precision"] == "fp8-tensorwise"  # the row names the candidate
+    assert ref.ran == {"precision": "bf16"}  # what ran
+    assert cand.ran == {} and cand.params["precision"] == "fp8-tensorwise"
+    assert ref.loss_curve is not None and len(ref.loss_curve) == PARITY_STEPS
+    assert cand.loss_curve is not None and len(cand.loss_curve) == PARITY_STEPS
+    # A measured trial ran what its row names.
+    assert all(e.ran == {} for e in events if e.kind == "finished" and e.purpose == "seed")

@@ -67,3 +67,35 @@ def test_the_bar_ends_at_the_trials_the_study_counts(monkeypatch, sqlite_url: st
     assert any(t.state == TrialState.FAILED for t in retries), trials  # the case under test
     counted = [t for t in trials if t.state != TrialState.PRUNED and t.retry_of is None]
     assert progress.progress.tasks[0].completed == len(counted)
+
+
+def test_a_numerics_check_shows_what_ran_and_its_loss(monkeypatch) -> None:
+    """A parity trial's row names the candidate it checks, but the reference ran the
+    reference precision, and a parity trial's tokens/s counts its compile: the line says what
+    ran and the loss it measured. On the H200 it read `numerics reference: 6,140 tok/s ...
+    fp8-tensorwise` for a bf16 run (bench/results/h200_session_20261202)."""
+    out = io.StringIO()
+    monkeypatch.setattr(tune, "err", Console(file=out, width=80, force_terminal=False))
+    progress = tune._TuneProgress(3, quiet=False)
+    fp8 = {"micro_batch_size": 4, "precision": "fp8-tensorwise"}
+    curve = [11.76, 9.1, 6.02, 5.213]
+    with progress:
+        progress.on_event(Event("finished", 0, fp8, "complete", 29_958.0, purpose="seed"))
+        progress.on_event(
+            Event(
+                "finished", 1, fp8, "complete", 6_140.0, purpose="parity-ref",
+                ran={"precision": "bf16"}, loss_curve=curve,
+            )
+        )  # fmt: skip
+        progress.on_event(
+            Event(
+                "finished", 2, fp8, "infeasible", 2_616.0, "numerics check: 9.1% apart",
+                purpose="parity", loss_curve=[11.76, 10.0, 8.0, 7.5],
+            )
+        )  # fmt: skip
+    assert progress.best == 29_958.0
+    text = out.getvalue()
+    assert "#1 numerics reference: 4 steps, loss 11.8 -> 5.21  mb=4 bf16" in text
+    assert "6,140" not in text and "2,616" not in text
+    assert "#2 numerics check: 4 steps, loss 11.8 -> 7.5  mb=4 fp8-tensorwise" in text
+    assert "numerics check: 9.1% apart" in text
