@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The wheelhouse (.whl) the lent H200 machine needs, sized to travel: the tree and `.whl`
+# together must stay under the device tool's 64 MiB.
+#   bash bench/wheelhouse.sh            # from the repo root, on this machine (PyPI reachable)
+# On top of ../shared/device/make-wheelhouse.sh: orjson (storage/session.py imports it), minus
+# what the machine's image has already (shared/device/README.md, KINDS.md's package list), and
+# Ray repacked without what neither a trial nor the coordinator imports (its dashboard's web
+# client, Ray Data, Ray LLM, Tune's examples): 52 MB where the script alone gives 58 MB,
+# which with the tree was over the limit on 2026-12-02.
+set -euo pipefail
+dest=.whl
+grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo /.whl/ >> .git/info/exclude
+../shared/device/make-wheelhouse.sh "$dest"
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+  --platform manylinux2014_x86_64 -d "$dest" orjson
+# On the machine already (its image): never installed over it.
+for name in httpx httpcore h11 anyio sniffio jinja2 markupsafe rich typer shellingham psutil; do
+  rm -f "$dest"/"$name"-*.whl
+done
+strip='^ray/(dashboard/client|llm|data|tune/examples)/'
+for w in "$dest"/ray-*.whl; do
+  w=$(cd "$(dirname "$w")" && pwd)/$(basename "$w")
+  # grep reads the whole listing (no -q): an early exit would fail the pipe under pipefail.
+  unzip -Z1 "$w" | grep -E "$strip" > /dev/null || continue
+  tmp=$(mktemp -d)
+  (cd "$tmp" && unzip -q "$w" && rm -rf ray/dashboard/client ray/llm ray/data ray/tune/examples \
+    && grep -vE "$strip" ray-*.dist-info/RECORD > RECORD.new \
+    && mv RECORD.new ray-*.dist-info/RECORD && rm -f "$w" \
+    && python3 -m zipfile -c "$w" ray ray-*.dist-info)
+  rm -rf "$tmp"
+done
+du -sh "$dest"
