@@ -98,6 +98,14 @@ def notes(doc: dict[str, Any], table: dict[str, TrialResult]) -> list[str]:
     return out
 
 
+# Issue 10's targets, with and without --drop-best: within 2% of the best in a median of at most
+# 6 full-size trials, at no more than 1/4 of random search's GPU-seconds (compile charged).
+# Until 2026-12-02 this report checked an earlier issue's 8 trials and 1/3, and said PASS
+# where issue 10 does not (GPT-2 with --drop-best 1: 0.27 of random's GPU-seconds).
+TRIALS_TARGET = 6
+GPU_S_SHARE_TARGET = 0.25
+
+
 def acceptance(doc: dict[str, Any]) -> list[tuple[str, bool]]:
     ours, rnd = doc["strategies"].get("ours"), doc["strategies"].get("random")
     out = []
@@ -105,8 +113,8 @@ def acceptance(doc: dict[str, Any]) -> list[tuple[str, bool]]:
         med = ours["trials_to_2pct"]["median"]
         out.append(
             (
-                f"ours: median trials to within 2% = {_fmt(med)} (target <= 8)",
-                med is not None and med <= 8,
+                f"ours: median trials to within 2% = {_fmt(med)} (target <= {TRIALS_TARGET})",
+                med is not None and med <= TRIALS_TARGET,
             )
         )
         out.append(
@@ -118,8 +126,15 @@ def acceptance(doc: dict[str, Any]) -> list[tuple[str, bool]]:
         )
     if ours and rnd:
         a, b = ours["gpu_s_to_2pct"]["median"], rnd["gpu_s_to_2pct"]["median"]
-        ok = a is not None and (b is None or a <= b / 3)
-        out.append((f"ours: median GPU-s {_fmt(a)} vs random {_fmt(b)} (target <= 1/3)", ok))
+        ok = a is not None and (b is None or a <= b * GPU_S_SHARE_TARGET)
+        share = "n/a" if a is None or not b else f"{a / b:.2f}"
+        out.append(
+            (
+                f"ours: median GPU-s {_fmt(a)} vs random {_fmt(b)}, {share} of it "
+                f"(target <= {GPU_S_SHARE_TARGET:g})",
+                ok,
+            )
+        )
     out.append(
         (f"landscape has >= 60 configs ({doc['universe_size']})", doc["universe_size"] >= 60)
     )

@@ -8,6 +8,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from autotuner.cli import app
+from bench.replay_lib.report import acceptance
 from tests.search.conftest import GPT2, gpt2_landscape
 
 
@@ -185,3 +186,32 @@ def test_a_landscape_of_one_config_is_refused_plainly(tmp_path: Path) -> None:
 
     with pytest.raises(SystemExit, match="nothing to search"):
         bench.run_benchmark(str(path), seeds=1, strategies=["random"])
+
+
+def _doc(ours_trials: float, ours_gpu_s: float, random_gpu_s: float) -> dict:
+    def strategy(trials: float, gpu_s: float) -> dict:
+        return {
+            "trials_to_2pct": {"median": trials},
+            "gpu_s_to_2pct": {"median": gpu_s},
+            "impossible_launched_total": 0,
+        }
+
+    return {
+        "strategies": {
+            "ours": strategy(ours_trials, ours_gpu_s),
+            "random": strategy(28.5, random_gpu_s),
+        },
+        "universe_size": 60,
+    }
+
+
+def test_the_acceptance_is_issue_10s_six_trials_and_a_quarter_of_random() -> None:
+    passed = dict(acceptance(_doc(6, 100.0, 400.0)))
+    assert all(passed.values()), passed
+    # The GPT-2 landscape with its best removed: 5 trials but 0.27 of random's GPU-seconds
+    # (bench/results/replay_gpt2_124m_h200_dropbest1.md), which a 1/3 target called a pass.
+    checks = acceptance(_doc(5, 115.0, 422.0))
+    gpu = next((text, ok) for text, ok in checks if "GPU-s" in text)
+    assert gpu == ("ours: median GPU-s 115 vs random 422, 0.27 of it (target <= 0.25)", False)
+    trials = next((text, ok) for text, ok in acceptance(_doc(7, 50.0, 400.0)) if "trials" in text)
+    assert trials == ("ours: median trials to within 2% = 7 (target <= 6)", False)
