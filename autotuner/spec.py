@@ -403,7 +403,9 @@ class MeasureSettings(_Record):
     # optimizer steps from `seed` on a learnable token stream (workers/data.py ParityBatches:
     # the same tokens for every config of one model and batch shape), records every step's
     # loss in TrialResult.loss_curve and skips warm-up and the timed repeats; its tokens/s
-    # counts the first (compiling) step too and is no measurement.
+    # counts the first (compiling) step too and is no measurement. With `headroom_check` the
+    # N steps (one micro-batch each) come first and the trial then runs as measured: the
+    # numerics check's candidate run and the headroom check in one process and one compile.
     parity_steps: int | None = Field(default=None, ge=2, le=100_000)
     # The measurement's input: synthetic tokens (default), the generated loader file, or the
     # user's own tokens (`data`; giving `data` alone implies data_source `file`).

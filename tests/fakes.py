@@ -272,6 +272,10 @@ class FakeParityReplay(ReplayExecutor):
         exact = precision in ("bf16", "fp32")
         drift = self.drift_rel if precision in self.drifting else 0.0
         curve = parity_curve(steps, drift_rel=drift, jitter=0.0 if exact else 0.001)
+        if config.measure.headroom_check:
+            # A headroom check that runs the candidate's parity steps first: the recorded
+            # trial, with the curve its parity steps trained.
+            return super()._answer(config).model_copy(update={"loss_curve": curve})
         return measured(
             1000.0,
             loss_curve=curve,

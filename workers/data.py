@@ -230,7 +230,9 @@ def make_batches(
     """The batches `measure` asks for: the parity stream, synthetic tokens, or a real DataLoader
     over the generated file or the user's data (fault slow_input slows the loader's reads)."""
     vocab, seq_len = spec.vocab_size, spec.seq_len
-    if measure.parity_steps is not None:
+    if measure.parity_steps is not None and not measure.headroom_check:
+        # A parity trial; with the headroom check the parity steps are a prelude on a stream
+        # of their own (workers/trial.py) and these are the measured steps' batches.
         return ParityBatches(vocab, knobs.micro_batch_size, seq_len, device, seed)
     if measure.data_source == DataSource.SYNTHETIC:
         return SyntheticBatches(

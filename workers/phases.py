@@ -4,6 +4,8 @@
     imports     torch, torch._dynamo, the models (a forked trial has them already)
     setup       device, fingerprint, process group, threads, memory cap
     build       support checks, model, optimizer, compile wrapper, data
+    parity      a headroom check's numerics parity steps, before its warm-up (their first
+                step compiles, then first_step does not)
     first_step  the first optimizer step: torch.compile's tracing and codegen happen here
     warmup      the rest of the warm-up
     measure     the timed repeats (the only phase counted in throughput)

@@ -9,7 +9,7 @@ step, and that cost is real, so it is measured.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn as nn
@@ -103,6 +103,18 @@ class TrainStep:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss_sum
+
+    @contextlib.contextmanager
+    def one_micro_batch_per_step(self, batches) -> Iterator[None]:
+        """Steps of one micro-batch each from `batches` (the parity stream of a headroom
+        check that also checks numerics: workers/trial.py), then back to this step's own
+        accumulation and batches. The model, optimizer and compiled graphs are the same."""
+        saved = (self.grad_accum, self.batches, self.accumulate_outside_graphs)
+        self.grad_accum, self.batches, self.accumulate_outside_graphs = 1, batches, False
+        try:
+            yield
+        finally:
+            self.grad_accum, self.batches, self.accumulate_outside_graphs = saved
 
     def _take_grads(self, *, first: bool) -> None:
         """Move this micro-step's gradients (graph memory) into our buffers; the parameters'

@@ -290,8 +290,15 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
         faults.before_training(config.fault)
 
     ranks = measure.ONE_PROCESS if group is None else group
-    if m.parity_steps is not None:
+    if m.parity_steps is not None and not m.headroom_check:
         return _run_parity(config, step, ranks, rank, info)
+    parity_curve, parity_compile_s = None, 0.0
+    if m.parity_steps is not None:
+        # A headroom check that is also the numerics check's candidate run: its parity steps
+        # first, from the seed's weights, one micro-batch each on the parity stream (as the
+        # reference ran), then the trial as measured, with its accumulation and its batches,
+        # and the headroom check. One process and one compile for both checks.
+        parity_curve, parity_compile_s = _parity_prelude(config, step, ranks, rank, device, info)
 
     # --- measure (with several ranks: barriers at the edges, the slowest rank's times)
     if group is not None:
@@ -313,7 +320,8 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
     if k.compile_mode != CompileMode.NONE:
         # Compilation happens inside the first step (forward and backward graphs); a steady
         # step's own work is subtracted so compile_s is the compile overhead alone.
-        info["compile_s"] = max(0.0, timing.first_step_s - timing.step_time_s)
+        # A parity prelude compiled the graphs already (its first step): its compile counts.
+        info["compile_s"] = max(0.0, timing.first_step_s - timing.step_time_s) + parity_compile_s
         # Every compile of the trial is done by now (recompiles happen in warm-up too).
         info["compile_cache_hits"], info["compile_cache_misses"] = compile_cache.delta(cache_before)
     if not timing.warmup_stable:
@@ -403,6 +411,7 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
         memory_kind=memory_kind,
         loss_first=timing.loss_first,
         loss_last=timing.loss_last,
+        loss_curve=parity_curve,
         telemetry=sampler.result,
         input_wait_share=input_wait,
         gpu_idle_share=telemetry.idle_share(sampler.result),
@@ -445,41 +454,59 @@ def _headroom_check(step, device, info: dict[str, Any], group) -> None:
     )
 
 
+def _parity_loop(config: TrialConfig, step, ranks, done=lambda: None):
+    """`parity_steps` optimizer steps, every step's loss read back on the host (a sync: these
+    steps measure numerics, not time); returns (loss curve, each step's wall). `done` is
+    called after the first step (the compile budget's watch)."""
+    from workers import measure
+
+    curve: list[float] = []
+    step_s: list[float] = []
+    for i in range(config.measure.parity_steps or 0):
+        t_step = time.perf_counter()
+        curve.append(measure.check_finite(ranks.mean(step()), f"parity step {i + 1}"))
+        step_s.append(time.perf_counter() - t_step)
+        if i == 0:
+            done()
+    return curve, step_s
+
+
+def _parity_compile_s(config: TrialConfig, step_s: list[float]) -> float | None:
+    """As in a measured trial: the first step's excess over a steady step is the compile."""
+    if config.knobs.compile_mode == CompileMode.NONE or len(step_s) < 2:
+        return None
+    return max(0.0, step_s[0] - statistics.median(step_s[1:]))
+
+
 def _run_parity(
     config: TrialConfig, step, ranks, rank: int, info: dict[str, Any]
 ) -> TrialResult | None:
     """A loss-parity trial: `parity_steps` optimizer steps on the parity stream, every step's
     loss recorded (read on the host each step: this trial measures numerics, not time)."""
-    from workers import compile_cache, measure
+    from workers import compile_cache
 
     m = config.measure
-    steps = m.parity_steps or 0
-    curve: list[float] = []
-    step_s: list[float] = []  # each step's wall, the loss read back (a host sync) included
     t0 = time.perf_counter()
-    for i in range(steps):
-        t_step = time.perf_counter()
-        curve.append(measure.check_finite(ranks.mean(step()), f"parity step {i + 1}"))
-        step_s.append(time.perf_counter() - t_step)
+    curve, step_s = _parity_loop(config, step, ranks)
     elapsed = time.perf_counter() - t0
     clock: phases.Clock = info["_clock"]
     clock.mark("measure")
     if step_s:
         clock.split("measure", "first_step", step_s[0])
-    if config.knobs.compile_mode != CompileMode.NONE and len(step_s) > 1:
-        # As in a measured trial: the first step's excess over a steady step is the compile,
-        # and whether it hit the study's cache says if a re-run's compile was warm.
-        info["compile_s"] = max(0.0, step_s[0] - statistics.median(step_s[1:]))
+    compile_s = _parity_compile_s(config, step_s)
+    if compile_s is not None:
+        # Whether it hit the study's cache says if a re-run's compile was warm.
+        info["compile_s"] = compile_s
         info["compile_cache_hits"], info["compile_cache_misses"] = compile_cache.delta(
             info["_cache_before"]
         )
     info["notes"].append(
-        f"parity trial: {steps} steps from seed {m.seed} on the learnable parity stream; "
-        "tokens/s counts every step, the first (compiling) one too: not a measurement"
+        f"parity trial: {m.parity_steps} steps from seed {m.seed} on the learnable parity "
+        "stream; tokens/s counts every step, the first (compiling) one too: not a measurement"
     )
     if rank != 0:
         return None  # rank 0 reports for every rank (the losses are the ranks' mean)
-    tokens = info["tokens_per_step"] * steps
+    tokens = info["tokens_per_step"] * len(curve)
     return TrialResult(
         status=TrialStatus.OK,
         tokens_per_s=tokens / max(elapsed, 1e-9),
@@ -489,6 +516,30 @@ def _run_parity(
         wall_s=time.perf_counter() - _PROCESS_START,
         **_public(info),
     )
+
+
+def _parity_prelude(
+    config: TrialConfig, step, ranks, rank: int, device, info: dict[str, Any]
+) -> tuple[list[float], float]:
+    """A headroom check's parity steps before its warm-up (the numerics check's candidate
+    run, search/numerics.py): one micro-batch a step on this rank's parity stream, under the
+    compile budget like a warm-up. Returns (loss curve, the compile they did); phase `parity`."""
+    from workers.data import ParityBatches
+
+    k, m, spec = config.knobs, config.measure, config.model
+    stream = ParityBatches(spec.vocab_size, k.micro_batch_size, spec.seq_len, device, m.seed + rank)
+    compiles = k.compile_mode != CompileMode.NONE
+    with (
+        compile_budget.watch(config, compiles=compiles) as compiled,
+        step.one_micro_batch_per_step(stream),
+    ):
+        curve, step_s = _parity_loop(config, step, ranks, done=compiled)
+    info["_clock"].mark("parity")
+    info["notes"].append(
+        f"numerics: {m.parity_steps} parity steps of one micro-batch from seed {m.seed} on the "
+        "learnable parity stream before the warm-up (loss_curve), then the trial as measured"
+    )
+    return curve, _parity_compile_s(config, step_s) or 0.0
 
 
 # --------------------------------------------------------------------------- CLI

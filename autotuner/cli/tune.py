@@ -199,7 +199,15 @@ class _TuneProgress:
             # Proxies (a shallower model) and end checks are not measurements of a candidate:
             # labelled, and never the progress bar's best.
             label = _PURPOSE_LABELS.get(event.purpose or "", "")
-            if event.loss_curve:
+            if event.loss_curve and event.tokens_per_s and event.purpose == "headroom":
+                # A headroom check that ran the numerics check's candidate steps first.
+                curve = event.loss_curve
+                line = (
+                    f"#{event.trial_number} headroom and numerics check: "
+                    f"{event.tokens_per_s:,.0f} tok/s, {len(curve)} parity steps, loss "
+                    f"{curve[0]:.3g} -> {curve[-1]:.3g}  {params}"
+                )
+            elif event.loss_curve:
                 # A parity trial: its loss is what it measured; its tokens/s counts its compile.
                 curve = event.loss_curve
                 line = (

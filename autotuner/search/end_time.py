@@ -39,6 +39,7 @@ from typing import Any
 
 from autotuner.search.numerics import PARITY_STEPS
 from autotuner.search.progress import (
+    HEADROOM_AND_PARITY,
     HEADROOM_CHECK,
     PARITY,
     PARITY_REFERENCE,
@@ -99,6 +100,7 @@ class DueCheck:
 _NAMES = {
     REFERENCE: "the one-GPU reference",
     HEADROOM_CHECK: "the headroom check",
+    HEADROOM_AND_PARITY: "the headroom and numerics check",
     PARITY_REFERENCE: "the numerics check's reference",
     PARITY: "the numerics check",
 }
@@ -183,6 +185,18 @@ class TrialWalls:
         steps = PARITY_STEPS * (known.step_time_s or 0.0) / self._grad_accum.get(key, 1)
         return max(FLOOR_S, known.wall_s - self._compile_saved(known) - skipped + steps)
 
+    def headroom_and_parity_s(self, params: Params) -> float:
+        """A headroom check that runs the numerics check's candidate steps first: the check,
+        plus PARITY_STEPS steps of one micro-batch (its compile is the check's, counted once)."""
+        key = canonical_params(params)
+        known = self._longest.get(key)
+        steps = (
+            PARITY_STEPS * (known.step_time_s or 0.0) / self._grad_accum.get(key, 1)
+            if known is not None
+            else 0.0
+        )
+        return self.headroom_s(params) + steps
+
     def _compile_saved(self, known: TrialResult) -> float:
         return (known.compile_s or 0.0) * (1.0 - self.warm_share())
 
@@ -198,6 +212,8 @@ class TrialWalls:
             return self.parity_s(params)
         if purpose == HEADROOM_CHECK:
             return self.headroom_s(params)
+        if purpose == HEADROOM_AND_PARITY:
+            return self.headroom_and_parity_s(params)
         return self.rerun_s(params)
 
 

@@ -9,7 +9,9 @@ save of the model and optimizer state dicts, in the same process, and the peak o
 eligible one is, and the recommendation says why. The next one is checked in turn, at most
 MAX_CHECKED per study, within the trial budget (one trial is reserved: search/remeasure.py).
 
-The coordinator runs it after the re-measurements and before the numerics check (endgame.py).
+The coordinator runs it after the re-measurements (endgame.py). For a config that changes
+numerics it runs after the numerics check's reference and trains the candidate's parity steps
+first (numerics.headroom_plan): its row then also holds the candidate's loss curve.
 Like the parity trials (numerics.py), a headroom trial's row carries the params of the config
 it checks, is never told to the sampler and is never a candidate (END_CHECKS); the trial rows
 are the state, so a restarted coordinator carries on, and a check lost or failed for infra

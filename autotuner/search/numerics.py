@@ -2,10 +2,13 @@
 
 A winner whose precision changes the numerics (fp16, tf32, fp8-tensorwise, fp8-rowwise) is only
 recommended once a short loss-parity check agrees with the reference precision: bf16 where the
-hardware runs it, else fp32. The check is two parity trials (`MeasureSettings.parity_steps`):
-the reference first (purpose `parity-ref`: the same knobs at the reference precision), then the
-candidate itself (purpose `parity`). Both train PARITY_STEPS steps from the same seed on the same
-learnable token stream, so their loss curves compare step by step.
+hardware runs it, else fp32. The check is two parity runs (`MeasureSettings.parity_steps`): the
+reference first (purpose `parity-ref`: the same knobs at the reference precision), then the
+candidate itself: inside its headroom check (a `headroom` row whose config has parity_steps: the
+steps before its warm-up, one process and one compile for both checks; `headroom_plan`), or, with
+no headroom check, a trial of its own (purpose `parity`). Both train PARITY_STEPS steps of one
+micro-batch from the same seed on the same learnable token stream, so their loss curves compare
+step by step.
 
 The measure: the mean absolute difference of the two curves over their last TAIL_SHARE of
 steps, relative to the reference's mean loss there. The tolerance is TOLERANCE_REL (2%):
@@ -36,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from autotuner.executors.base import Target
-from autotuner.search.progress import PARITY, PARITY_REFERENCE
+from autotuner.search.progress import HEADROOM_CHECK, PARITY, PARITY_REFERENCE
 from autotuner.search.rules import incompatibility
 from autotuner.search.space import SearchSpace
 from autotuner.spec import (
@@ -153,10 +156,21 @@ class Check:
 PARITY_ATTEMPTS = 2  # a parity trial lost or failed for infra reasons runs once more
 
 
+def runs_parity_steps(t: Trial) -> bool:
+    """A headroom check that is also the candidate's parity run (its measure.parity_steps)."""
+    return t.purpose == HEADROOM_CHECK and bool((t.config.get("measure") or {}).get("parity_steps"))
+
+
+def _is_candidate_run(t: Trial) -> bool:
+    return t.purpose == PARITY or runs_parity_steps(t)
+
+
 def last_row(trials: Sequence[Trial], key: str, purpose: str) -> Trial | None:
     """The parity row of this purpose for `key` that counts; None when it is (again) to run:
-    never run, or failed for infra reasons (lost, crash, timeout) with an attempt left."""
-    rows = [t for t in trials if t.purpose == purpose and canonical_params(t.params) == key]
+    never run, or failed for infra reasons (lost, crash, timeout) with an attempt left.
+    PARITY also finds a headroom check that ran the candidate's parity steps."""
+    match = _is_candidate_run if purpose == PARITY else (lambda t: t.purpose == purpose)
+    rows = [t for t in trials if match(t) and canonical_params(t.params) == key]
     if not rows:
         return None
     infra = TrialState(rows[-1].state) in (TrialState.FAILED, TrialState.LOST)
@@ -240,7 +254,7 @@ def check_of(key: str, trials: Sequence[Trial]) -> Check | None:
 def checks_of(ranked: Sequence[Candidate], trials: Sequence[Trial]) -> dict[str, Check]:
     # Only parity rows make a check: filter once, not once per candidate (8,000 candidates in
     # a 10,000-trial study scanned every trial each, 60 s, before this).
-    trials = [t for t in trials if t.purpose in (PARITY, PARITY_REFERENCE)]
+    trials = [t for t in trials if t.purpose == PARITY_REFERENCE or _is_candidate_run(t)]
     out = {}
     for g in ranked:
         check = check_of(g.key, trials)
@@ -284,6 +298,25 @@ def next_parity(
         started = sum(1 for c in checks.values() if c.trials)
         return (g, PARITY_REFERENCE) if started < MAX_CHECKED else None
     return (g, check.next) if check.next else None
+
+
+Plan = Literal["alone", "reference first", "with parity"]
+
+
+def headroom_plan(
+    group: Candidate, ranked: Sequence[Candidate], trials: Sequence[Trial], *, room: int | None
+) -> Plan:
+    """How the headroom check of `group` runs, by the numerics check that config is due:
+    `with parity` (the reference is done: the check runs the candidate's parity steps first,
+    one process and one compile for both checks), `reference first` (the reference is not run
+    yet: it goes first), or `alone` (no numerics check is due for it, or only one trial is
+    left in the budget, `room`: the headroom check takes it, as before the checks merged)."""
+    planned = next_parity(ranked, trials)
+    if planned is None or planned[0].key != group.key:
+        return "alone"
+    if planned[1] == PARITY:
+        return "with parity"
+    return "reference first" if room is None or room >= 2 else "alone"
 
 
 def numerics_entry(

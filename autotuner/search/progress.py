@@ -24,6 +24,10 @@ PARITY_REFERENCE = "parity-ref"
 # The headroom check of the winner (search/headroom_check.py): the config once more, with an
 # evaluation pass and a checkpoint save after the timed repeats, for its real peak.
 HEADROOM_CHECK = "headroom"
+# In the end-time plan only (search/end_time.py), never a row's purpose: a headroom check that
+# also runs the numerics check's candidate steps (a `headroom` row whose config has
+# measure.parity_steps), one process and one compile for both (search/numerics.py).
+HEADROOM_AND_PARITY = "headroom+parity"
 # A proxy trial (options.proxy_layers): a candidate's knobs on a shallower model of the same
 # width, run to teach the throughput and memory models about a kind of config (its precision,
 # compile mode, attention, checkpointing) before a full-depth trial is spent on it.

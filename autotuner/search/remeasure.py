@@ -20,6 +20,7 @@ from typing import Any
 
 from autotuner.search.numerics import PARITY_RESERVE
 from autotuner.search.progress import (
+    HEADROOM_AND_PARITY,
     HEADROOM_CHECK,
     PARITY,
     PARITY_REFERENCE,
@@ -69,8 +70,11 @@ class Remeasure:
         return HEADROOM_RESERVE if self.headroom and (max_trials is None or max_trials > 4) else 0
 
     def _parity_reserve(self, max_trials: int | None) -> int:
-        # Not in a budget of four or fewer trials: those are for the search.
-        return PARITY_RESERVE if self.parity and (max_trials is None or max_trials > 4) else 0
+        # Not in a budget of four or fewer trials: those are for the search. With a headroom
+        # check the candidate's parity steps run inside it: only the reference is a trial more.
+        if not self.parity or (max_trials is not None and max_trials <= 4):
+            return 0
+        return PARITY_RESERVE - 1 if self._headroom_reserve(max_trials) else PARITY_RESERVE
 
     def _remeasure_reserve(self, max_trials: int | None) -> int:
         want = self.top * self.rounds
@@ -121,10 +125,14 @@ class Remeasure:
         due: list[tuple[str, Params]] = []
         if self._reference_reserve(max_trials) and not progress.referenced:
             due.append((REFERENCE, best))
-        if self._headroom_reserve(max_trials):
-            due.append((HEADROOM_CHECK, best))
+        headroom = bool(self._headroom_reserve(max_trials))
         if self._parity_reserve(max_trials) and changes_numerics(best):
-            due += [(PARITY_REFERENCE, best), (PARITY, best)]
+            # The reference first, then the candidate's parity steps: inside its headroom check
+            # when there is one (study/endgame.py), else a parity trial of their own.
+            due.append((PARITY_REFERENCE, best))
+            due.append((HEADROOM_AND_PARITY, best) if headroom else (PARITY, best))
+        elif headroom:
+            due.append((HEADROOM_CHECK, best))
         return due
 
     @property

@@ -455,6 +455,8 @@ class StudyRunner:
             out = endgame.parity_outcome(self, flight, result, out)
         elif flight.purpose == HEADROOM_CHECK:
             out = endgame.headroom_outcome(out)
+            if result.loss_curve:  # it ran the numerics check's candidate steps too
+                out = endgame.parity_outcome(self, flight, result, out)
         self.trials.finish(
             flight,
             out.state,

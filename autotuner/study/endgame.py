@@ -4,10 +4,13 @@ One trial at a time, in this order: the re-measurement of the top candidates in 
 (interleaved A B A B, the plan is search/policy.py's), with a multi-GPU study's one-GPU
 `reference` trial among them; then the `headroom` check of the config the recommendation would
 pick (search/headroom_check.py: an evaluation pass and a checkpoint save for its real peak);
-then the numerics `parity` trials of that config (search/numerics.py). A config that fails
-either check is passed over, and the next one is checked in turn. These are functions of the
-runner (`coordinator.StudyRunner`), which `Runner` types by what they use of it, and its state
-(`launched`, the exhausted flag) stays the runner's.
+and its numerics check (search/numerics.py). Where that config changes numerics, the `parity-ref`
+trial (its knobs at the reference precision) runs first, then the headroom check runs the
+candidate's parity steps before its warm-up: both checks in one process and one compile. With
+no headroom check (options.headroom 0) the candidate's steps are a `parity` trial of their own.
+A config that fails either check is passed over, and the next one is checked in turn. These
+are functions of the runner (`coordinator.StudyRunner`), which `Runner` types by what they use
+of it, and its state (`launched`, the exhausted flag) stays the runner's.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from autotuner.search import headroom_check
 from autotuner.search.numerics import (
     PARITY_STEPS,
     candidate_knobs,
+    headroom_plan,
     next_parity,
     parity_reference_knobs,
     verdict,
@@ -151,15 +155,31 @@ def _candidates(runner: Runner) -> tuple[list[Trial], list[ConfigMeasurements]]:
 def launch_headroom(runner: Runner) -> bool:
     """The headroom check of the config the recommendation would pick: once more, with an
     evaluation pass and a checkpoint save after the timed repeats (search/headroom_check.py).
-    False when no check is due."""
+    Where that config is due a numerics check, the reference parity trial goes first and this
+    check then runs the candidate's parity steps too (numerics.headroom_plan). False when no
+    check is due now."""
     with runner.db.read() as s:
         trials = TrialRepo(s).list(runner.study_id)
     ranked = group_measurements(trials, runner.options)
     group = headroom_check.next_check(ranked, trials, runner.options)
     if group is None:
         return False
-    knobs = candidate_knobs(group)
-    config_for = _with_measure(runner, knobs, headroom_check=True)
+    plan = "alone"
+    if runner.options.numerics_check:
+        alive = headroom_check.surviving(
+            ranked, headroom_check.checks_of(ranked, trials, runner.options)
+        )
+        room = None if runner.max_trials is None else runner.max_trials - runner.launched
+        plan = headroom_plan(group, alive, trials, room=room)
+    if plan == "reference first":
+        return False  # launch_parity runs the numerics reference; this check follows it
+    measure: dict[str, Any] = {"headroom_check": True}
+    if plan == "with parity":
+        # The numerics check's candidate run too: its parity steps before the warm-up, in the
+        # same process and compile (a Llama 3B fp8 check's own process, build and warm compile
+        # were ~65 s of a 10-minute study on the H200: bench/results/h200_session_20261202).
+        measure["parity_steps"] = PARITY_STEPS
+    config_for = _with_measure(runner, candidate_knobs(group), **measure)
     _dispatch_check(runner, group.first.params, HEADROOM_CHECK, config_for)
     return True
 
@@ -199,9 +219,10 @@ def headroom_outcome(out: Outcome) -> Outcome:
 
 def parity_outcome(runner: Runner, flight: InFlight, result: TrialResult, out: Outcome) -> Outcome:
     """A parity trial has no objective value; a candidate whose curve leaves the
-    reference's is stored infeasible, class numerics, with the measured difference."""
+    reference's is stored infeasible, class numerics, with the measured difference (a
+    headroom check that ran the candidate's parity steps too, as a parity trial would be)."""
     out = dataclasses.replace(out, value=None)
-    if flight.purpose != PARITY or result.status != TrialStatus.OK:
+    if flight.purpose not in (PARITY, HEADROOM_CHECK) or result.status != TrialStatus.OK:
         return out
     key = canonical_params(flight.params)
     with runner.db.read() as s:

@@ -75,10 +75,21 @@ def by_purpose(trials: list[Trial], purpose: str) -> list[Trial]:
     return [t for t in trials if t.purpose == purpose]
 
 
+def candidate_runs(trials: list[Trial]) -> list[Trial]:
+    """The numerics check's candidate runs: a headroom check that ran the parity steps (with
+    the headroom check on, the default), else a parity trial of their own."""
+    return [
+        t
+        for t in trials
+        if t.purpose == "parity"
+        or (t.purpose == "headroom" and t.config["measure"].get("parity_steps"))
+    ]
+
+
 def test_a_matching_fp8_winner_is_checked_and_recommended(sqlite_url: str) -> None:
     trials, rec, _ = run_study(sqlite_url, {"precision": ["bf16", "fp8-tensorwise"]})
     assert rec["knobs"]["precision"] == "fp8-tensorwise"
-    ref, cand = by_purpose(trials, "parity-ref"), by_purpose(trials, "parity")
+    ref, cand = by_purpose(trials, "parity-ref"), candidate_runs(trials)
     assert len(ref) == 1 and len(cand) == 1 and ref[0].number < cand[0].number
     assert ref[0].config["knobs"]["precision"] == "bf16"
     assert cand[0].config["knobs"]["precision"] == "fp8-tensorwise"
@@ -102,7 +113,7 @@ def test_a_drifting_winner_is_marked_numerics_and_the_runner_up_recommended(
     trials, rec, _ = run_study(
         sqlite_url, {"precision": ["bf16", "fp16", "fp8-tensorwise"]}, drifting=("fp8-tensorwise",)
     )
-    fp8 = [t for t in by_purpose(trials, "parity") if t.params["precision"] == "fp8-tensorwise"]
+    fp8 = [t for t in candidate_runs(trials) if t.params["precision"] == "fp8-tensorwise"]
     assert len(fp8) == 1
     assert fp8[0].state == TrialState.INFEASIBLE and fp8[0].error_class == "numerics"
     assert "beyond the tolerance" in (fp8[0].error_message or "")
@@ -113,7 +124,7 @@ def test_a_drifting_winner_is_marked_numerics_and_the_runner_up_recommended(
     assert [s["precision"] for s in num["skipped"]] == ["fp8-tensorwise"]
     assert num["skipped"][0]["state"] == "failed" and num["skipped"][0]["diff_rel"] > 0.05
     assert "failed the numerics check" in num["text"]
-    assert len(by_purpose(trials, "parity")) == 2 and len(by_purpose(trials, "parity-ref")) == 2
+    assert len(candidate_runs(trials)) == 2 and len(by_purpose(trials, "parity-ref")) == 2
     # The failed config is no runner-up either, nor on the Pareto front.
     assert rec["runner_up"]["params"]["precision"] == "bf16"
     assert all(p["params"]["precision"] != "fp8-tensorwise" for p in rec["pareto"])
@@ -131,7 +142,7 @@ def test_at_most_two_candidates_are_checked(sqlite_url: str) -> None:
     passed over for the best bf16 one, rather than recommended unchecked."""
     knobs = {"micro_batch_size": [8, 16], "precision": ["bf16", "fp16", "fp8-tensorwise"]}
     trials, rec, _ = run_study(sqlite_url, knobs, drifting=("fp8-tensorwise", "fp16"))
-    parity = by_purpose(trials, "parity")
+    parity = candidate_runs(trials)
     assert len(parity) == 2 and all(t.error_class == "numerics" for t in parity)
     assert rec["knobs"]["precision"] == "bf16" and rec["params"]["micro_batch_size"] == 16
     assert rec["numerics"]["checked"] is False and len(rec["numerics"]["skipped"]) == 2
@@ -165,7 +176,7 @@ def test_a_study_can_turn_the_check_off_and_says_so(sqlite_url: str) -> None:
         sqlite_url, {"precision": ["bf16", "fp8-tensorwise"]}, options=options
     )
     assert not executor.parity and not by_purpose(trials, "parity-ref")
-    assert not by_purpose(trials, "parity")
+    assert not candidate_runs(trials)
     assert rec["knobs"]["precision"] == "fp8-tensorwise"
     num = rec["numerics"]
     assert num["checked"] is False and num["ended_unchecked"] is True
@@ -218,7 +229,8 @@ def test_a_parity_trial_lost_in_a_restart_runs_again(sqlite_url: str) -> None:
     executor = FakeParityReplay(landscape(knobs), list(knobs), target=H200)
     runner = StudyRunner(db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600)
     runner.start()
-    while not any(f.purpose == "parity" for f in runner.in_flight.values()):
+    # The candidate's parity steps run inside its headroom check, after the reference.
+    while not any(f.purpose == "headroom" for f in runner.in_flight.values()):
         assert not runner.done, "the study should reach its numerics check"
         runner.step()
     lost = next(iter(runner.in_flight.values())).number
@@ -228,7 +240,7 @@ def test_a_parity_trial_lost_in_a_restart_runs_again(sqlite_url: str) -> None:
     with db.read() as s:
         trials = TrialRepo(s).list(study_id)
         rec = StudyRepo(s).require(study_id).recommendation
-    parity = by_purpose(trials, "parity")
+    parity = candidate_runs(trials)
     assert [t.state for t in parity] == [TrialState.LOST, TrialState.COMPLETE]
     assert parity[0].number == lost and not [t for t in trials if t.retry_of == lost]
     assert len(by_purpose(trials, "parity-ref")) == 1  # the finished half is kept
@@ -237,17 +249,22 @@ def test_a_parity_trial_lost_in_a_restart_runs_again(sqlite_url: str) -> None:
 
 
 def test_parity_trials_run_one_micro_batch_per_step(sqlite_url: str) -> None:
-    """The study accumulates 4 micro-batches per step; its parity trials (the reference and the
-    candidate alike) run one, a quarter of the steps' time, at the same micro-batch."""
+    """The study accumulates 4 micro-batches per step; the parity steps (the reference's and
+    the candidate's alike) run one, a quarter of the steps' time, at the same micro-batch. The
+    reference is a parity trial at grad_accum 1; the candidate's steps run inside its headroom
+    check, whose config keeps the study's accumulation for its timed steps (the worker runs
+    the parity steps one micro-batch each: tests/workers/test_parity.py)."""
     knobs = {"precision": ["bf16", "fp8-tensorwise"]}
     trials, rec, _ = run_study(sqlite_url, knobs, fixed={"grad_accum": 4})
     assert rec["knobs"]["precision"] == "fp8-tensorwise" and rec["numerics"]["passed"] is True
     searched = [t for t in trials if t.purpose in ("seed", "search")]
     assert searched and all(t.config["knobs"]["grad_accum"] == 4 for t in searched)
-    parity = by_purpose(trials, "parity-ref") + by_purpose(trials, "parity")
-    assert len(parity) == 2
-    for t in parity:
-        assert t.config["knobs"]["grad_accum"] == 1
+    (ref,) = by_purpose(trials, "parity-ref")
+    (cand,) = candidate_runs(trials)
+    assert ref.config["knobs"]["grad_accum"] == 1 and cand.purpose == "headroom"
+    assert cand.config["knobs"]["grad_accum"] == 4
+    assert cand.config["measure"]["parity_steps"] == PARITY_STEPS
+    for t in (ref, cand):
         assert (
             t.config["knobs"]["micro_batch_size"] == searched[0].config["knobs"]["micro_batch_size"]
         )
@@ -267,11 +284,51 @@ def test_the_parity_trials_events_say_what_ran_and_their_loss(sqlite_url: str) -
         db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600, on_event=events.append
     ).run()
     done = {e.purpose: e for e in events if e.kind == "finished"}
-    ref, cand = done["parity-ref"], done["parity"]
+    ref, cand = done["parity-ref"], done["headroom"]  # the candidate's steps: in its check
     assert ref.params["precision"] == "fp8-tensorwise"  # the row names the candidate
     assert ref.ran == {"precision": "bf16"}  # what ran
     assert cand.ran == {} and cand.params["precision"] == "fp8-tensorwise"
+    assert cand.tokens_per_s  # a measured trial too
     assert ref.loss_curve is not None and len(ref.loss_curve) == PARITY_STEPS
     assert cand.loss_curve is not None and len(cand.loss_curve) == PARITY_STEPS
     # A measured trial ran what its row names.
     assert all(e.ran == {} for e in events if e.kind == "finished" and e.purpose == "seed")
+
+
+def test_without_a_headroom_check_the_candidate_runs_a_parity_trial(sqlite_url: str) -> None:
+    """With the headroom check off (options.headroom 0) the candidate's parity steps run in a
+    parity trial of their own, after the reference, as before the checks merged."""
+    options = StudyOptions(headroom=0)
+    trials, rec, _ = run_study(
+        sqlite_url, {"precision": ["bf16", "fp8-tensorwise"]}, options=options
+    )
+    assert not by_purpose(trials, "headroom")
+    ref, cand = by_purpose(trials, "parity-ref"), by_purpose(trials, "parity")
+    assert len(ref) == 1 and len(cand) == 1 and ref[0].number < cand[0].number
+    assert cand[0].config["knobs"]["grad_accum"] == 1
+    assert rec["numerics"]["passed"] is True
+    assert rec["numerics"]["parity_trials"] == [ref[0].number, cand[0].number]
+
+
+def test_one_trial_left_goes_to_the_headroom_check_alone(sqlite_url: str) -> None:
+    """The reference goes first only with two trials left for both checks; with one, the
+    headroom check takes it (and runs no parity steps: no reference to compare with)."""
+    from autotuner.search.numerics import headroom_plan
+    from autotuner.study.recommend import group_measurements
+
+    trials, _, _ = run_study(sqlite_url, {"precision": ["bf16", "fp8-tensorwise"]})
+    measured = [t for t in trials if t.purpose in ("seed", "search")]
+    ranked = group_measurements(measured, StudyOptions())
+    best = ranked[0]
+    assert candidate_knobs_precision(best) == "fp8-tensorwise"
+    assert headroom_plan(best, ranked, measured, room=2) == "reference first"
+    assert headroom_plan(best, ranked, measured, room=None) == "reference first"
+    assert headroom_plan(best, ranked, measured, room=1) == "alone"
+    ref = by_purpose(trials, "parity-ref")
+    assert headroom_plan(best, ranked, measured + ref, room=1) == "with parity"
+
+
+def candidate_knobs_precision(group: Any) -> str:
+    from autotuner.search.numerics import candidate_knobs
+
+    return candidate_knobs(group).precision.value

@@ -91,7 +91,14 @@ def test_the_checks_due_follow_the_best_config_so_far() -> None:
     assert remeasure.checks_due(progress, None, fp8) == [("headroom", BF16)]
     progress.observe(FP8, measured(1500.0), "search")
     due = remeasure.checks_due(progress, None, fp8)
-    assert due == [("headroom", FP8), ("parity-ref", FP8), ("parity", FP8)]
+    # The reference, then the headroom check that runs the candidate's parity steps too.
+    assert due == [("parity-ref", FP8), ("headroom+parity", FP8)]
+    # Without a headroom check the candidate's steps are a parity trial of their own.
+    alone = Remeasure(top=2, rounds=2, parity=True, headroom=False)
+    assert alone.checks_due(progress, None, fp8) == [("parity-ref", FP8), ("parity", FP8)]
+    # The same trials kept for the end: the headroom check and the reference, or the two
+    # parity trials (and the four re-measurements either way).
+    assert remeasure.reserve(None) == alone.reserve(None) == 4 + 2
     # A trial budget of four keeps none (they are for the search), as its trial reserve does.
     assert remeasure.checks_due(progress, 4, fp8) == []
 
@@ -146,3 +153,9 @@ def test_a_headroom_check_adds_its_evaluation_and_checkpoint_phases() -> None:
     assert walls.headroom_s(FP8) == pytest.approx(walls.rerun_s(FP8) + 111.9)
     # A parity trial runs none of them: its estimate is the same whichever phases were split.
     assert walls.parity_s(FP8) > 0
+    # The headroom check that runs the candidate's parity steps first: 50 steps of one
+    # micro-batch more (the seed's step of 4 took 1.07 s), its compile counted once.
+    assert walls.headroom_and_parity_s(FP8) == pytest.approx(
+        walls.headroom_s(FP8) + PARITY_STEPS * 1.07 / 4
+    )
+    assert walls.due([("headroom+parity", FP8)])[0].expected_s == walls.headroom_and_parity_s(FP8)

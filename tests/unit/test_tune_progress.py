@@ -99,3 +99,23 @@ def test_a_numerics_check_shows_what_ran_and_its_loss(monkeypatch) -> None:
     assert "6,140" not in text and "2,616" not in text
     assert "#2 numerics check: 4 steps, loss 11.8 -> 7.5  mb=4 fp8-tensorwise" in text
     assert "numerics check: 9.1% apart" in text
+
+
+def test_a_headroom_check_with_the_candidates_parity_steps_says_both(monkeypatch) -> None:
+    out = io.StringIO()
+    monkeypatch.setattr(tune, "err", Console(file=out, width=100, force_terminal=False))
+    progress = tune._TuneProgress(2, quiet=False)
+    fp8 = {"micro_batch_size": 4, "precision": "fp8-tensorwise"}
+    with progress:
+        progress.on_event(Event("finished", 0, fp8, "complete", 29_958.0, purpose="seed"))
+        progress.on_event(
+            Event(
+                "finished", 1, fp8, "complete", 29_925.0, purpose="headroom",
+                loss_curve=[11.76, 9.0, 5.213],
+            )
+        )  # fmt: skip
+    assert progress.best == 29_958.0  # a check is never the bar's best
+    assert (
+        "#1 headroom and numerics check: 29,925 tok/s, 3 parity steps, loss 11.8 -> 5.21  "
+        "mb=4 fp8-tensorwise" in out.getvalue()
+    )

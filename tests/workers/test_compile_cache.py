@@ -124,3 +124,31 @@ def test_a_parity_trial_reports_its_compile_and_finds_the_measured_configs_graph
     assert parity.phases_s is not None and parity.phases_s["first_step"] >= parity.compile_s
     # The graphs the measured trial compiled serve the parity trial: its compile is warm.
     assert parity.compile_cache == "warm", (parity.compile_cache_hits, parity.compile_cache_misses)
+
+
+@pytest.mark.slow  # two compiles
+def test_a_headroom_check_with_parity_steps_compiles_once_for_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The numerics check's candidate steps inside the headroom check: the prelude's first
+    step compiles (warm, from the measured trial's graphs); the timed steps at the knobs'
+    accumulation reuse those graphs, and the trial's compile_s is the prelude's."""
+    monkeypatch.setenv(compile_cache.ROOT_ENV, str(tmp_path / "cache"))
+
+    def at_accumulation(number: int, **measure):
+        config = _compiled("st-both", number)
+        return config.model_copy(
+            update={
+                "knobs": config.knobs.model_copy(update={"grad_accum": 2}),
+                "measure": config.measure.model_copy(update=measure),
+            }
+        )
+
+    measured = run_trial_process(at_accumulation(0))
+    both = run_trial_process(at_accumulation(1, parity_steps=6, headroom_check=True))
+    assert measured.status == both.status == TrialStatus.OK, both.error_message
+    assert both.loss_curve is not None and len(both.loss_curve) == 6
+    assert both.peak_mem_with_eval_ckpt_gib is not None and both.repeat_tokens_per_s
+    assert both.compile_cache == "warm", (both.compile_cache_hits, both.compile_cache_misses)
+    phases = both.phases_s or {}
+    assert both.compile_s is not None and phases["parity"] >= both.compile_s > 0

@@ -63,3 +63,22 @@ def test_the_parity_stream_is_the_same_on_every_device_and_precision() -> None:
         assert torch.equal(xa, xb) and torch.equal(ya, yb)
         assert torch.equal(xa[:, 1:], ya[:, :-1])  # y is x shifted by one
     assert len(torch.unique(xa)) <= 64  # a small alphabet: learnable
+
+
+def test_a_headroom_check_with_parity_steps_is_both_checks_in_one_trial(reference) -> None:
+    """The numerics check's candidate run inside the headroom check (search/numerics.py): the
+    parity steps first, from the seed's weights, one micro-batch each: the same curve as a
+    parity trial of the same config; then the trial as measured (its own accumulation and
+    batches), the evaluation pass and the checkpoint save."""
+    both = FAST.model_copy(update={"parity_steps": STEPS, "headroom_check": True})
+    config = make_config(measure=both, grad_accum=2)
+    result = run_trial(config)
+    assert result is not None and result.status == TrialStatus.OK, result
+    assert result.loss_curve == reference  # step for step what the parity trial trained
+    assert result.tokens_per_s and len(result.repeat_tokens_per_s) == FAST.repeats
+    # The timed steps ran the knobs' accumulation, not the parity steps' one micro-batch.
+    assert result.tokens_per_step == config.knobs.micro_batch_size * config.model.seq_len * 2
+    assert result.peak_mem_with_eval_ckpt_gib is not None
+    phases = result.phases_s or {}
+    assert phases["parity"] > 0 and phases["measure"] > 0 and phases["eval"] > 0
+    assert any(n.startswith("numerics: 40 parity steps") for n in result.notes)
