@@ -300,6 +300,50 @@ def next_parity(
     return (g, check.next) if check.next else None
 
 
+def page_view(trial: Trial, related: Sequence[Trial]) -> dict[str, Any] | None:
+    """A parity run's side of its numerics check, for its trial page: this trial's loss curve,
+    its partner's (the reference for a candidate run, the latest candidate run for the
+    reference) and the verdict where both finished. None for a trial that ran no parity
+    steps. `related`: the study's parity rows and headroom checks (any order)."""
+    if not trial.result or trial.purpose not in (PARITY, PARITY_REFERENCE, HEADROOM_CHECK):
+        return None
+    curve = _curve(trial)
+    if not curve:
+        return None
+    key = canonical_params(trial.params)
+    rows = sorted(related, key=lambda t: t.number)
+    role = "reference" if trial.purpose == PARITY_REFERENCE else "candidate"
+    ref: Trial | None
+    cand: Trial | None
+    if role == "reference":
+        partner = last_row(rows, key, PARITY)
+        ref, cand = trial, partner
+    else:
+        partner = last_row(rows, key, PARITY_REFERENCE)
+        ref, cand = partner, trial
+
+    def side(t: Trial | None) -> dict[str, Any] | None:
+        if t is None:
+            return None
+        knobs = Knobs.model_validate(t.config.get("knobs", {}))
+        return {"number": t.number, "precision": knobs.precision.value, "curve": _curve(t)}
+
+    out: dict[str, Any] = {
+        "role": role,
+        "reference": side(ref),
+        "candidate": side(cand),
+        "tolerance_rel": TOLERANCE_REL,
+        "text": None,
+    }
+    cand_result = TrialResult.model_validate(cand.result) if cand and cand.result else None
+    if ref is not None and cand_result is not None and cand_result.loss_curve and _curve(ref):
+        out["text"] = verdict(cand_result, ref).text
+    elif partner is None:
+        what = "candidate's run" if role == "reference" else "reference"
+        out["text"] = f"the numerics check's {what} has not run"
+    return out
+
+
 Plan = Literal["alone", "reference first", "with parity"]
 
 

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from autotuner.executors.base import Target
     from autotuner.options import StudyOptions
-    from autotuner.storage.models import Study
+    from autotuner.storage.models import Study, Trial
     from autotuner.storage.session import Database
     from autotuner.study.study_query import StudyQuery
     from autotuner.study.views import TrialSummary
@@ -446,6 +446,7 @@ def get_trial(db: Database, ref: str, number: int) -> dict[str, Any]:
 def get_trial_detail(db: Database, ref: str, number: int) -> dict[str, Any]:
     """One trial in full with its study's id and name, and what the study's models predicted
     for it before it ran (views.predictions_view)."""
+    from autotuner.search.numerics import page_view
     from autotuner.storage.repository import StudyRepo, TrialRepo
     from autotuner.study.views import predictions_view, trial_view
 
@@ -458,12 +459,28 @@ def get_trial_detail(db: Database, ref: str, number: int) -> dict[str, Any]:
                 f"study {study.id} has no trial #{number} (it has {count} trial(s), "
                 f"numbered from 0); list them with `autotuner trials {study.id}`"
             )
+        numerics = None
+        if (trial.result or {}).get("loss_curve"):  # a parity run: its check beside its partner
+            numerics = page_view(trial, _parity_rows(s, study.id))
         return {
             "study_id": study.id,
             "study_name": study.name,
             "trial": trial_view(trial, full=True, options=study.options),
             "predictions": predictions_view(study.recommendation, number),
+            "numerics": numerics,
         }
+
+
+def _parity_rows(s: Session, study_id: str) -> list[Trial]:
+    """The study's rows that may hold parity steps (the numerics check's two runs)."""
+    from sqlalchemy import select
+
+    from autotuner.search.progress import HEADROOM_CHECK, PARITY, PARITY_REFERENCE
+    from autotuner.storage.models import Trial as TrialRow
+
+    purposes = (PARITY, PARITY_REFERENCE, HEADROOM_CHECK)
+    query = select(TrialRow).where(TrialRow.study_id == study_id, TrialRow.purpose.in_(purposes))
+    return list(s.scalars(query))
 
 
 def export_best(db: Database, ref: str, fmt: str, *, allow_partial: bool = False) -> str:

@@ -95,59 +95,44 @@ def test_a_winner_measured_only_warm_says_so(sqlite_url: str) -> None:
     assert rec["compile"]["text"].startswith("not measured cold")
 
 
-@pytest.mark.slow  # two compiles
-def test_a_parity_trial_reports_its_compile_and_finds_the_measured_configs_graphs(
+@pytest.mark.slow  # one cold compile, two warm
+def test_the_numerics_checks_runs_find_the_measured_configs_graphs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # On the H200 the fp8 winner's parity trial spent ~140 s in its first step where the
-    # headroom check of the same config compiled warm in 59 s; parity trials recorded neither
-    # their compile nor the cache's hits, so a study could not tell (h200_session_20261202).
-    monkeypatch.setenv(compile_cache.ROOT_ENV, str(tmp_path / "cache"))
-    # Measured with gradient accumulation, checked with one micro-batch a step, as the
-    # endgame runs them (study/endgame.py launch_parity).
-    measured_config = _compiled("st-par", 0)
-    measured_config = measured_config.model_copy(
-        update={"knobs": measured_config.knobs.model_copy(update={"grad_accum": 2})}
-    )
-    measured = run_trial_process(measured_config)
-    parity_config = _compiled("st-par", 1)
-    parity_config = parity_config.model_copy(
-        update={
-            "measure": parity_config.measure.model_copy(update={"parity_steps": 6}),
-            "knobs": parity_config.knobs.model_copy(update={"grad_accum": 1}),
-        }
-    )
-    parity = run_trial_process(parity_config)
-    assert measured.status == parity.status == TrialStatus.OK, parity.error_message
-    assert parity.loss_curve is not None and len(parity.loss_curve) == 6
-    assert parity.compile_s is not None and parity.compile_s > 0
-    assert parity.phases_s is not None and parity.phases_s["first_step"] >= parity.compile_s
-    # The graphs the measured trial compiled serve the parity trial: its compile is warm.
-    assert parity.compile_cache == "warm", (parity.compile_cache_hits, parity.compile_cache_misses)
-
-
-@pytest.mark.slow  # two compiles
-def test_a_headroom_check_with_parity_steps_compiles_once_for_both(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The numerics check's candidate steps inside the headroom check: the prelude's first
-    step compiles (warm, from the measured trial's graphs); the timed steps at the knobs'
-    accumulation reuse those graphs, and the trial's compile_s is the prelude's."""
+    """A config measured with gradient accumulation, then its numerics check's runs at one
+    micro-batch a step, as the endgame runs them (study/endgame.py): a parity trial, and a
+    headroom check that runs the parity steps before its timed steps. Both report their
+    compile and find the measured trial's graphs in the study's cache. On the H200 the fp8
+    winner's parity trial spent ~140 s in its first step where the headroom check of the
+    same config compiled warm in 59 s: the synthetic micro-batches were views into one block
+    (workers/data.py), and parity trials recorded neither their compile nor the cache's hits
+    (bench/results/h200_session_20261202)."""
     monkeypatch.setenv(compile_cache.ROOT_ENV, str(tmp_path / "cache"))
 
-    def at_accumulation(number: int, **measure):
-        config = _compiled("st-both", number)
-        return config.model_copy(
+    def config(number: int, grad_accum: int, **measure):
+        c = _compiled("st-par", number)
+        return c.model_copy(
             update={
-                "knobs": config.knobs.model_copy(update={"grad_accum": 2}),
-                "measure": config.measure.model_copy(update=measure),
+                "knobs": c.knobs.model_copy(update={"grad_accum": grad_accum}),
+                "measure": c.measure.model_copy(update=measure),
             }
         )
 
-    measured = run_trial_process(at_accumulation(0))
-    both = run_trial_process(at_accumulation(1, parity_steps=6, headroom_check=True))
-    assert measured.status == both.status == TrialStatus.OK, both.error_message
-    assert both.loss_curve is not None and len(both.loss_curve) == 6
+    measured = run_trial_process(config(0, 2))
+    parity = run_trial_process(config(1, 1, parity_steps=6))
+    both = run_trial_process(config(2, 2, parity_steps=6, headroom_check=True))
+    assert measured.status == parity.status == both.status == TrialStatus.OK, (
+        parity.error_message,
+        both.error_message,
+    )
+    # The parity trial: its first step apart, its compile, warm.
+    assert parity.loss_curve is not None and len(parity.loss_curve) == 6
+    assert parity.compile_s is not None and parity.compile_s > 0
+    assert parity.phases_s is not None and parity.phases_s["first_step"] >= parity.compile_s
+    assert parity.compile_cache == "warm", (parity.compile_cache_hits, parity.compile_cache_misses)
+    # The headroom check with the parity steps: they compile (warm); the timed steps at the
+    # knobs' accumulation reuse the graphs; its compile_s is the parity steps'.
+    assert both.loss_curve == parity.loss_curve  # the same steps from the same seed
     assert both.peak_mem_with_eval_ckpt_gib is not None and both.repeat_tokens_per_s
     assert both.compile_cache == "warm", (both.compile_cache_hits, both.compile_cache_misses)
     phases = both.phases_s or {}

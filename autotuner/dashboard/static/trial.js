@@ -76,5 +76,31 @@
         { x: p.predicted_tokens_per_s + p.predicted_sd, y: "predicted" }],
         showLine: true, borderColor: colors.ink, backgroundColor: colors.ink, pointStyle: "line", pointRadius: 6 });
   }
+  // The numerics check: this run's loss per parity step beside its partner's.
+  const num = data.numerics;
+  const parityCanvas = document.getElementById("chart-parity");
+  if (num && parityCanvas) {
+    const datasets = [];
+    // The reference dashed over the candidate: a passing check's curves lie on each other.
+    const styles = { reference: { color: colors.ink, dash: [6, 4], width: 1.5 },
+                     candidate: { color: colors.ok, dash: [], width: 3 } };
+    for (const side of ["reference", "candidate"]) {
+      const run = num[side], style = styles[side];
+      if (!run || !run.curve) continue;
+      datasets.push({ label: `${side}: #${run.number} ${run.precision}`, borderColor: style.color,
+        backgroundColor: style.color, borderDash: style.dash, borderWidth: style.width,
+        data: run.curve.map((y, i) => ({ x: i + 1, y })), pointRadius: 0 });
+    }
+    new Chart(parityCanvas, {
+      type: "line",
+      data: { datasets },
+      options: { animation: false, parsing: false, aspectRatio: 3,
+        plugins: { legend: { display: true, labels: { boxHeight: 2 } },
+          tooltip: { callbacks: { label: (c) => `${c.dataset.label}: ${fmt.fixed(c.raw.y, 3)}` } } },
+        scales: { x: { type: "linear", title: { display: true, text: "parity step" }, ticks: { precision: 0 } },
+                  y: { title: { display: true, text: "loss" } } } },
+    });
+    drawn += 1;
+  }
   document.body.dataset.trialCharts = String(drawn); // for browser tests
 })();

@@ -1,0 +1,108 @@
+"""The numerics check on the trial page: a parity run's loss per step beside its partner's and
+the verdict (issue 10: "show it in `best` and the dashboard"), served from a real study whose
+fp8 winner was checked (the replayed landscape answers the parity steps: tests/fakes.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from autotuner.executors.base import Target
+from autotuner.search.numerics import PARITY_STEPS
+from autotuner.search.space import parse_space
+from autotuner.spec import ModelSpec
+from autotuner.storage.repository import TrialRepo
+from autotuner.storage.session import Database
+from autotuner.study.coordinator import StudyRunner, create_study
+from tests.browser import Browser
+from tests.dashboard.conftest import make_app
+from tests.dashboard.test_dashboard_browser import _serve
+from tests.fakes import FakeParityReplay, measured
+
+H200 = Target("cuda", 1, "replay", (9, 0), 80.0)
+KNOBS = {"precision": ["bf16", "fp8-tensorwise"]}
+
+
+def _checked_study(db: Database, drifting: tuple[str, ...] = ()) -> tuple[str, int, int]:
+    """A finished study whose fp8 winner ran the numerics check: (id, reference #, candidate #)."""
+    from autotuner.executors.replay import Landscape
+
+    landscape = Landscape(
+        [
+            ({"precision": "bf16"}, measured(18_000.0, peak_mem_gib=8.0, wall_s=10.0)),
+            ({"precision": "fp8-tensorwise"}, measured(20_000.0, peak_mem_gib=8.0, wall_s=10.0)),
+        ]
+    )
+    space = parse_space({"name": "numerics", "knobs": KNOBS, "fixed": {"attention": "efficient"}})
+    model = ModelSpec.resolve({"preset": "tiny"})
+    study_id = create_study(db, model=model, space=space, max_trials=12)
+    executor = FakeParityReplay(landscape, list(KNOBS), target=H200, drifting=drifting)
+    StudyRunner(db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600).run()
+    with db.read() as s:
+        trials = TrialRepo(s).list(study_id)
+    (ref,) = [t.number for t in trials if t.purpose == "parity-ref"]
+    # The candidate's steps ran in its headroom check (a runner-up's check runs none).
+    (cand,) = [
+        t.number
+        for t in trials
+        if t.purpose == "headroom" and t.config["measure"].get("parity_steps")
+    ]
+    return study_id, ref, cand
+
+
+def test_both_runs_pages_show_the_curves_and_the_verdict(sqlite_url: str) -> None:
+    db = Database(sqlite_url)
+    study_id, ref, cand = _checked_study(db)
+    client = TestClient(make_app(db))
+    for number, role in ((ref, "reference"), (cand, "candidate")):
+        data = client.get(f"/studies/{study_id}/trials/{number}?format=json").json()
+        num = data["numerics"]
+        assert num["role"] == role
+        assert num["reference"]["number"] == ref and num["reference"]["precision"] == "bf16"
+        assert num["candidate"]["number"] == cand
+        assert num["candidate"]["precision"] == "fp8-tensorwise"
+        assert len(num["reference"]["curve"]) == len(num["candidate"]["curve"]) == PARITY_STEPS
+        assert num["text"].startswith("loss within") and "of bf16" in num["text"]
+    page = client.get(f"/studies/{study_id}/trials/{ref}").text
+    assert "Numerics check: the reference" in page and "Loss within" in page
+    # A parity run's tokens/s counts its compiling first step: not shown as a measurement.
+    assert 'id="not-measured"' in page and "median of 0 timed repeats" not in page
+    # The candidate's run is its headroom check: a measured trial, its tokens/s shown.
+    page = client.get(f"/studies/{study_id}/trials/{cand}").text
+    assert 'id="not-measured"' not in page and "timed repeats" in page
+    # A measured trial of the search has no numerics card.
+    data = client.get(f"/studies/{study_id}/trials/0?format=json").json()
+    assert data["numerics"] is None
+
+
+def test_a_drifting_candidate_page_says_it_failed(sqlite_url: str) -> None:
+    db = Database(sqlite_url)
+    study_id, _, cand = _checked_study(db, drifting=("fp8-tensorwise",))
+    data = TestClient(make_app(db)).get(f"/studies/{study_id}/trials/{cand}?format=json").json()
+    assert "beyond the tolerance" in data["numerics"]["text"]
+    assert data["trial"]["state"] == "infeasible" and data["trial"]["error_class"] == "numerics"
+
+
+@pytest.fixture
+def served(sqlite_url: str) -> Iterator[tuple[str, str, int, int]]:
+    db = Database(sqlite_url)
+    study_id, ref, cand = _checked_study(db)
+    for base in _serve(make_app(db)):
+        yield base, study_id, ref, cand
+
+
+@pytest.mark.browser
+def test_the_trial_page_draws_both_curves(served: tuple[str, str, int, int]) -> None:
+    base, study_id, ref, cand = served
+    with Browser() as b:
+        b.open(
+            f"{base}/studies/{study_id}/trials/{cand}", ready="document.body.dataset.trialCharts"
+        )
+        chart = "Chart.getChart(document.getElementById('chart-parity'))"
+        labels = b.eval(f"{chart}.data.datasets.map(d => d.label)")
+        assert labels == [f"reference: #{ref} bf16", f"candidate: #{cand} fp8-tensorwise"]
+        assert b.eval(f"{chart}.data.datasets.map(d => d.data.length)") == [PARITY_STEPS] * 2
+        assert "Loss within" in b.eval("document.getElementById('numerics-verdict').textContent")
+        assert list(b.errors) == []
