@@ -15,13 +15,15 @@ A trial's own `env` that sets either variable wins (the user chose a cache).
 
 The worker side (`counters`, `delta`) reads inductor's FX-graph cache counters around the
 compile so each TrialResult says how many graphs hit and missed (study/recommend.py reports the
-winner's cold compile from them).
+winner's cold compile from them), and `drop_unfinished_builds` clears what a killed compile
+left behind before the trial compiles.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -78,3 +80,55 @@ def counters() -> tuple[int, int]:
 def delta(before: tuple[int, int]) -> tuple[int, int]:
     hits, misses = counters()
     return hits - before[0], misses - before[1]
+
+
+# Inductor builds a C++ kernel (CPU code, and the host side of some GPU graphs) by running the
+# compiler with the cached library as its output, in a scratch `<name>_CxxBuild` folder beside
+# it that it removes when the build is done, under a per-kernel file lock. A trial killed in the
+# middle (its time limit, its compile budget, kill -9) leaves the folder and a truncated library
+# (0 bytes on the CPU, 2026-12-02); the next compile of that kernel sees the library exists and
+# loads it: "ImportError: ....main.so: file too short", a compile_error of every later trial
+# with that graph in the study's cache. (torch 2.13, torch/_inductor/codecache.py:
+# _worker_compile_cpp builds only `if not os.path.exists(target)`.)
+_BUILD_SUFFIX = "_CxxBuild"
+
+
+def inductor_dir() -> Path:
+    """The directory inductor caches in, in this process (TORCHINDUCTOR_CACHE_DIR or torch's
+    per-user default under the temp dir), as inductor itself resolves it."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return Path(cache_dir())
+
+
+def drop_unfinished_builds(cache: Path) -> list[Path]:
+    """Remove the libraries of C++ builds that did not finish (their scratch folder is still
+    there) and that no process is building now (their lock is free), with the folder, so the
+    next compile builds them again. Returns the libraries removed."""
+    from filelock import FileLock, Timeout  # torch's own lock (a torch dependency)
+
+    removed: list[Path] = []
+    try:
+        buckets = [e for e in os.scandir(cache) if e.is_dir() and e.name != "locks"]
+    except OSError:  # no cache yet
+        return removed
+    for bucket in buckets:
+        try:
+            scratch = [e for e in os.scandir(bucket.path) if e.name.endswith(_BUILD_SUFFIX)]
+        except OSError:
+            continue
+        for entry in scratch:
+            name = entry.name.removesuffix(_BUILD_SUFFIX)  # "<key>.main" or "<key>"
+            key = name.split(".", 1)[0]
+            library = Path(bucket.path) / f"{name}.so"
+            try:
+                with FileLock(cache / "locks" / f"{key}.lock", timeout=0):
+                    if library.exists():
+                        library.unlink()
+                        removed.append(library)
+                    shutil.rmtree(entry.path, ignore_errors=True)
+            except Timeout:  # being built now: that process finishes or leaves it for later
+                continue
+            except OSError:  # a read-only cache, a lock dir that cannot be made: leave it
+                continue
+    return removed

@@ -278,6 +278,11 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
     if off:
         notes.append("inactive knobs (no effect in this config): " + ", ".join(off))
 
+    # What a killed trial's compile left half-built in the cache would fail this one's.
+    if k.compile_mode != CompileMode.NONE:
+        for library in compile_cache.drop_unfinished_builds(compile_cache.inductor_dir()):
+            notes.append(f"compile cache: removed {library.name}, half-built by a killed trial")
+
     # --- support checks, then build
     clock: phases.Clock = info["_clock"]
     clock.mark("setup")

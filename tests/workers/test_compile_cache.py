@@ -58,6 +58,18 @@ def test_a_study_compiles_once_and_the_recommendation_reports_the_cold_compile(
     assert other.compile_cache == "cold"
     assert any((tmp_path / "cache" / "st-one" / "inductor").iterdir())
 
+    # A trial killed while the compiler wrote a kernel library leaves it truncated, with the
+    # build's scratch folder: the next trial of the study removes it and builds it again
+    # (without that: "ImportError: ...main.so: file too short", a compile_error).
+    inductor = tmp_path / "cache" / "st-one" / "inductor"
+    library = next(inductor.glob("*/*.so"))
+    library.write_bytes(b"")
+    (library.parent / f"{library.name.removesuffix('.so')}_CxxBuild").mkdir()
+    again = run_trial_process(_compiled("st-one", 2))
+    assert again.status == TrialStatus.OK, again.error_message
+    assert any(library.name in n and "half-built" in n for n in again.notes), again.notes
+    assert library.stat().st_size > 0
+
     db = Database(sqlite_url)
     space = parse_space({"name": "compiled", "knobs": {"compile_mode": ["default"]}})
     study_id = create_study(
