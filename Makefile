@@ -28,9 +28,15 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(VENV)/bin/autotuner tune examples/tiny.yaml --space cpu-demo --trials 8
 
-# The whole suite, as CI runs it (.ci/run): real Postgres, Ray, services, trials; ~10 min.
+# The whole suite, as CI runs it (.ci/run): real Postgres, Ray, services, trials. Most of it
+# waits on processes, so it runs in TEST_WORKERS processes (pytest-xdist; each test's Postgres
+# database, Ray cluster, ports and temp dirs are its own); the tests that assert wall-clock
+# limits (marker `timing`) run after it, alone, where load from the others cannot decide them.
+# ~13 min on 2 cores (~19 serial).
+TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -m "not gpu" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not gpu and not timing" -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not gpu and timing" $(PYTEST_ARGS)
 
 test-fast: setup
 	$(PY) -m pytest -m "$(FAST_TESTS)" $(PYTEST_ARGS)

@@ -23,7 +23,8 @@ from autotuner.storage.session import Database
 from autotuner.study.coordinator import Event, StudyRunner, create_study
 from tests.fakes import FAKE_GPU, FakeParityReplay, PacedExecutor, measured
 
-pytestmark = pytest.mark.slow  # about 30 s of real time, nearly all of it waiting
+# About 30 s of real time, nearly all of it waiting, against budgets of seconds: alone.
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
 H200 = Target("cuda", 1, "replay", (9, 0), 80.0)
 KNOBS: dict[str, list[Any]] = {

@@ -137,6 +137,7 @@ def test_tune_a_user_factory_model(tmp_path: Path) -> None:
     assert hf.returncode == 0 and "training_args_kwargs" in hf.stdout, hf.stderr
 
 
+@pytest.mark.timing  # a 15-second budget, 3 s of slack
 def test_tune_with_minutes_runs_its_end_checks_inside_them(tmp_path: Path) -> None:
     """`--minutes`: the search stops early to leave the end checks their time (measured walls
     of the configs they re-run), says so, and the headroom check runs inside the budget.

@@ -22,7 +22,7 @@ from tests.dashboard.conftest import make_app
 from tests.dashboard.test_dashboard_browser import _serve
 from tests.direct_db import direct_connection
 
-pytestmark = [pytest.mark.browser, pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [pytest.mark.browser, pytest.mark.postgres, pytest.mark.slow, pytest.mark.timing]
 TRIALS = 10_000
 PAGE_LIMIT_MS = 2_000.0
 

@@ -47,6 +47,7 @@ def test_nan_loss_is_numerics():
     assert "nan" in result.error_message
 
 
+@pytest.mark.timing  # ends within seconds of its limit
 def test_hang_is_killed_at_the_limit():
     # The limit leaves room to reach the hang (torch's import and the model: ~2 s here, over
     # 6 s on a loaded machine), so that the stderr tail has the fault's line in it.

@@ -217,6 +217,7 @@ def test_the_server_exits_with_its_owner_and_takes_its_trials(
     assert result.failure_class == FailureClass.CRASH and "SIGKILL" in result.error_message
 
 
+@pytest.mark.timing  # gone within 2 s of its owner
 def test_a_server_still_importing_torch_exits_with_its_owner(
     owner: subprocess.Popen[bytes],
 ) -> None:
