@@ -217,7 +217,7 @@ def test_the_server_exits_with_its_owner_and_takes_its_trials(
     assert result.failure_class == FailureClass.CRASH and "SIGKILL" in result.error_message
 
 
-@pytest.mark.timing  # gone within 2 s of its owner
+@pytest.mark.timing  # gone within seconds of its owner
 def test_a_server_still_importing_torch_exits_with_its_owner(
     owner: subprocess.Popen[bytes],
 ) -> None:
@@ -225,9 +225,11 @@ def test_a_server_still_importing_torch_exits_with_its_owner(
     (server_pid,) = wait_for(lambda: _live_servers(path), 30, "the server process")
     owner.kill()
     owner.wait()
-    # torch's import alone takes seconds here; the server goes well before it could finish.
+    # torch's import alone takes ~9 s here; the server goes well before it could finish. Its
+    # watcher is a thread, which waits for the GIL while the import runs a long C call: 1.8 s
+    # and, once on a loaded CI machine, over 2 s; 5 s is still long before the import ends.
     importing = not path.exists()
-    wait_for(lambda: not pidfile._stat(server_pid), 2, "the server to exit mid-import")
+    wait_for(lambda: not pidfile._stat(server_pid), 5, "the server to exit mid-import")
     assert not path.exists() and not path.with_suffix(".starting").exists()
     assert importing, "the server answered before its owner was killed: nothing was tested"
 
