@@ -300,12 +300,17 @@ def next_parity(
     return (g, check.next) if check.next else None
 
 
+# The purposes of the rows that may hold parity steps: the numerics check's two runs (a
+# candidate's run is a parity trial, or the headroom check that ran them first).
+PARITY_PURPOSES = (PARITY, PARITY_REFERENCE, HEADROOM_CHECK)
+
+
 def page_view(trial: Trial, related: Sequence[Trial]) -> dict[str, Any] | None:
     """A parity run's side of its numerics check, for its trial page: this trial's loss curve,
     its partner's (the reference for a candidate run, the latest candidate run for the
     reference) and the verdict where both finished. None for a trial that ran no parity
     steps. `related`: the study's parity rows and headroom checks (any order)."""
-    if not trial.result or trial.purpose not in (PARITY, PARITY_REFERENCE, HEADROOM_CHECK):
+    if not trial.result or trial.purpose not in PARITY_PURPOSES:
         return None
     curve = _curve(trial)
     if not curve:

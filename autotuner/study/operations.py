@@ -475,11 +475,12 @@ def _parity_rows(s: Session, study_id: str) -> list[Trial]:
     """The study's rows that may hold parity steps (the numerics check's two runs)."""
     from sqlalchemy import select
 
-    from autotuner.search.progress import HEADROOM_CHECK, PARITY, PARITY_REFERENCE
+    from autotuner.search.numerics import PARITY_PURPOSES
     from autotuner.storage.models import Trial as TrialRow
 
-    purposes = (PARITY, PARITY_REFERENCE, HEADROOM_CHECK)
-    query = select(TrialRow).where(TrialRow.study_id == study_id, TrialRow.purpose.in_(purposes))
+    query = select(TrialRow).where(
+        TrialRow.study_id == study_id, TrialRow.purpose.in_(PARITY_PURPOSES)
+    )
     return list(s.scalars(query))
 
 
