@@ -36,6 +36,21 @@ def service(
     svc.stop()
 
 
+def quiet_counts(service: Service) -> tuple[int, int]:
+    """(studies, trials) once no study of the service is queued or running: a study an earlier
+    test on this service left running still adds trials, which is not what a test that
+    compares counts before and after a refused call is about (under pytest-xdist the earlier
+    test can be any of the module's)."""
+
+    def quiet() -> bool:
+        listed = service.client.get("/api/studies", params={"limit": 1000}).json()
+        statuses = [s["status"] for s in listed]
+        return not {"queued", "running"} & set(statuses)
+
+    wait_for(quiet, 60, "the service's studies to finish")
+    return db_counts(service.db_url)
+
+
 def _finished(client: httpx.Client, study_id: str) -> Callable[[], Any]:
     def check() -> Any:
         view = client.get(f"/api/studies/{study_id}").json()
@@ -122,7 +137,7 @@ def test_cancel_needs_the_token_and_stops_the_study(service: Service) -> None:
 def test_mutating_calls_without_the_token_get_401_and_write_nothing(
     service: Service, headers: dict[str, str]
 ) -> None:
-    before = db_counts(service.db_url)
+    before = quiet_counts(service)
     response = httpx.post(f"{service.url}/api/studies", json=study_body(), headers=headers)
     assert response.status_code == 401
     assert "token" in response.json()["detail"]
@@ -211,7 +226,7 @@ DEEP = b'{"model": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
 def test_bad_bodies_get_4xx_with_a_remedy_and_write_nothing(
     service: Service, body: bytes, status: int, needle: str
 ) -> None:
-    before = db_counts(service.db_url)
+    before = quiet_counts(service)
     response = service.client.post(
         "/api/studies", content=body, headers={"content-type": "application/json"}
     )
@@ -222,7 +237,7 @@ def test_bad_bodies_get_4xx_with_a_remedy_and_write_nothing(
 
 
 def test_oversized_chunked_body_is_refused(service: Service) -> None:
-    before = db_counts(service.db_url)
+    before = quiet_counts(service)
 
     def chunks() -> Iterator[bytes]:
         for _ in range(40):
@@ -241,6 +256,7 @@ def test_unknown_study_and_trial_are_404_with_a_hint(service: Service) -> None:
     study = service.client.post("/api/studies", json=study_body(max_trials=2)).json()
     response = service.client.get(f"/api/studies/{study['id']}/trials/999")
     assert response.status_code == 404 and "no trial #999" in response.json()["detail"]
+    wait_for(_finished(service.client, study["id"]), 30, "the study to finish")
 
 
 def test_20_concurrent_submits_and_200_concurrent_reads(service: Service) -> None:

@@ -21,9 +21,15 @@ from workers.launch import run_trial_process
 from .conftest import make_config, start_preload_server
 
 
-def _compiled(study_id: str, number: int):
-    config = make_config(compile_mode="default", attention="flash")
-    return config.model_copy(update={"study_id": study_id, "trial_number": number})
+def _compiled(study_id: str, number: int, grad_accum: int = 2, **measure):
+    config = make_config(compile_mode="default", attention="flash", grad_accum=grad_accum)
+    return config.model_copy(
+        update={
+            "study_id": study_id,
+            "trial_number": number,
+            "measure": config.measure.model_copy(update=measure),
+        }
+    )
 
 
 def _store(db: Database, study_id: str, purpose: str, result: TrialResult) -> int:
@@ -36,10 +42,14 @@ def _store(db: Database, study_id: str, purpose: str, result: TrialResult) -> in
         return row.number
 
 
-@pytest.mark.slow  # three compiles: a minute or more on a loaded CPU
+@pytest.mark.slow  # two cold compiles and four warm: a minute or more on a loaded CPU
 def test_a_study_compiles_once_and_the_recommendation_reports_the_cold_compile(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sqlite_url: str
 ) -> None:
+    """One study's trials in forked trial processes: the first compiles cold, a second of
+    the same config finds every graph, another study does not share them, a half-built kernel
+    library is rebuilt, and the winner's numerics check runs find the measured config's graphs
+    (one test: every cold compile of the tiny model is ~40 s of a loaded CPU)."""
     monkeypatch.setenv(compile_cache.ROOT_ENV, str(tmp_path / "cache"))
     # Forked from the pre-imported worker, which imported torch._dynamo and inductor's config
     # before any study's cache directory was known: the cache is still the trial's own.
@@ -56,16 +66,44 @@ def test_a_study_compiles_once_and_the_recommendation_reports_the_cold_compile(
     assert second.compile_s < first.compile_s
     # Another study does not share it: cold again (not the machine-wide default).
     assert other.compile_cache == "cold"
-    assert any((tmp_path / "cache" / "st-one" / "inductor").iterdir())
+    inductor = tmp_path / "cache" / "st-one" / "inductor"
+    measured_libraries = sorted(inductor.glob("*/*.so"))  # what the measured config loads
+    assert measured_libraries
+
+    # The winner's numerics check, as the endgame runs it (study/endgame.py), after the config
+    # was measured with gradient accumulation: a parity trial at one micro-batch a step, and a
+    # headroom check that runs the parity steps before its timed steps. Both report their
+    # compile and find the measured trial's graphs in the study's cache. On the H200 the fp8
+    # winner's parity trial spent ~140 s in its first step where the headroom check of the
+    # same config compiled warm in 59 s: the synthetic micro-batches were views into one block
+    # (workers/data.py), and parity trials recorded neither their compile nor the cache's hits
+    # (bench/results/h200_session_20261202).
+    parity = run_trial_process(_compiled("st-one", 2, grad_accum=1, parity_steps=6))
+    both = run_trial_process(_compiled("st-one", 3, parity_steps=6, headroom_check=True))
+    assert parity.status == both.status == TrialStatus.OK, (
+        parity.error_message,
+        both.error_message,
+    )
+    # The parity trial: its first step apart, its compile, warm.
+    assert parity.loss_curve is not None and len(parity.loss_curve) == 6
+    assert parity.compile_s is not None and parity.compile_s > 0
+    assert parity.phases_s is not None and parity.phases_s["first_step"] >= parity.compile_s
+    assert parity.compile_cache == "warm", (parity.compile_cache_hits, parity.compile_cache_misses)
+    # The headroom check with the parity steps: they compile (warm); the timed steps at the
+    # knobs' accumulation reuse the graphs; its compile_s is the parity steps'.
+    assert both.loss_curve == parity.loss_curve  # the same steps from the same seed
+    assert both.peak_mem_with_eval_ckpt_gib is not None and both.repeat_tokens_per_s
+    assert both.compile_cache == "warm", (both.compile_cache_hits, both.compile_cache_misses)
+    phases = both.phases_s or {}
+    assert both.compile_s is not None and phases["parity"] >= both.compile_s > 0
 
     # A trial killed while the compiler wrote a kernel library leaves it truncated, with the
     # build's scratch folder: the next trial of the study removes it and builds it again
     # (without that: "ImportError: ...main.so: file too short", a compile_error).
-    inductor = tmp_path / "cache" / "st-one" / "inductor"
-    library = next(inductor.glob("*/*.so"))
+    library = measured_libraries[0]
     library.write_bytes(b"")
     (library.parent / f"{library.name.removesuffix('.so')}_CxxBuild").mkdir()
-    again = run_trial_process(_compiled("st-one", 2))
+    again = run_trial_process(_compiled("st-one", 4))
     assert again.status == TrialStatus.OK, again.error_message
     assert any(library.name in n and "half-built" in n for n in again.notes), again.notes
     assert library.stat().st_size > 0
@@ -105,47 +143,3 @@ def test_a_winner_measured_only_warm_says_so(sqlite_url: str) -> None:
     assert rec is not None and rec["compile_s"] is None  # no cold compile was measured
     assert rec["compile"]["cache"] == "warm"
     assert rec["compile"]["text"].startswith("not measured cold")
-
-
-@pytest.mark.slow  # one cold compile, two warm
-def test_the_numerics_checks_runs_find_the_measured_configs_graphs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A config measured with gradient accumulation, then its numerics check's runs at one
-    micro-batch a step, as the endgame runs them (study/endgame.py): a parity trial, and a
-    headroom check that runs the parity steps before its timed steps. Both report their
-    compile and find the measured trial's graphs in the study's cache. On the H200 the fp8
-    winner's parity trial spent ~140 s in its first step where the headroom check of the
-    same config compiled warm in 59 s: the synthetic micro-batches were views into one block
-    (workers/data.py), and parity trials recorded neither their compile nor the cache's hits
-    (bench/results/h200_session_20261202)."""
-    monkeypatch.setenv(compile_cache.ROOT_ENV, str(tmp_path / "cache"))
-
-    def config(number: int, grad_accum: int, **measure):
-        c = _compiled("st-par", number)
-        return c.model_copy(
-            update={
-                "knobs": c.knobs.model_copy(update={"grad_accum": grad_accum}),
-                "measure": c.measure.model_copy(update=measure),
-            }
-        )
-
-    measured = run_trial_process(config(0, 2))
-    parity = run_trial_process(config(1, 1, parity_steps=6))
-    both = run_trial_process(config(2, 2, parity_steps=6, headroom_check=True))
-    assert measured.status == parity.status == both.status == TrialStatus.OK, (
-        parity.error_message,
-        both.error_message,
-    )
-    # The parity trial: its first step apart, its compile, warm.
-    assert parity.loss_curve is not None and len(parity.loss_curve) == 6
-    assert parity.compile_s is not None and parity.compile_s > 0
-    assert parity.phases_s is not None and parity.phases_s["first_step"] >= parity.compile_s
-    assert parity.compile_cache == "warm", (parity.compile_cache_hits, parity.compile_cache_misses)
-    # The headroom check with the parity steps: they compile (warm); the timed steps at the
-    # knobs' accumulation reuse the graphs; its compile_s is the parity steps'.
-    assert both.loss_curve == parity.loss_curve  # the same steps from the same seed
-    assert both.peak_mem_with_eval_ckpt_gib is not None and both.repeat_tokens_per_s
-    assert both.compile_cache == "warm", (both.compile_cache_hits, both.compile_cache_misses)
-    phases = both.phases_s or {}
-    assert both.compile_s is not None and phases["parity"] >= both.compile_s > 0

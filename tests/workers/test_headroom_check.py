@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import os
 import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,13 +24,29 @@ from .conftest import FAST, make_config
 CHECK = FAST.model_copy(update={"headroom_check": True})
 
 
-def _files_in(path: str) -> set[str]:
-    return {os.path.join(d, f) for d, _, files in os.walk(path) for f in files}
+def _big_files_in(path: str) -> set[str]:
+    """Files over a megabyte under path; one that vanishes while we look was not a checkpoint."""
+    found = set()
+    for d, _, files in os.walk(path):
+        for f in files:
+            name = os.path.join(d, f)
+            try:
+                if os.path.getsize(name) > 2**20:
+                    found.add(name)
+            except FileNotFoundError:
+                continue
+    return found
 
 
 @pytest.mark.parametrize("knobs", [{}, {"checkpointing": "full", "grad_accum": 2}])
-def test_the_trial_reports_its_peak_with_eval_and_checkpoint(knobs: dict) -> None:
-    before = _files_in(tempfile.gettempdir())
+def test_the_trial_reports_its_peak_with_eval_and_checkpoint(
+    knobs: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A temp dir of this test's own: other processes' files in /tmp (a compiler's scratch
+    # files under pytest-xdist) come and go while we look.
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    before = _big_files_in(tempfile.gettempdir())
     result = run_trial(make_config(measure=CHECK, **knobs))
     assert result is not None and result.status == TrialStatus.OK, result
     assert result.memory_kind == "cpu_rss" and result.peak_mem_gib
@@ -45,7 +62,7 @@ def test_the_trial_reports_its_peak_with_eval_and_checkpoint(knobs: dict) -> Non
     size = next(n for n in result.notes if n.startswith("headroom check"))
     assert "serialized, not written to disk" in size
     # The checkpoint (megabytes) was not written: no file of that size appeared.
-    assert not [f for f in _files_in(tempfile.gettempdir()) - before if os.path.getsize(f) > 2**20]
+    assert not _big_files_in(tempfile.gettempdir()) - before
 
 
 def test_without_the_check_nothing_more_runs_or_is_reported() -> None:
