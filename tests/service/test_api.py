@@ -256,7 +256,6 @@ def test_unknown_study_and_trial_are_404_with_a_hint(service: Service) -> None:
     study = service.client.post("/api/studies", json=study_body(max_trials=2)).json()
     response = service.client.get(f"/api/studies/{study['id']}/trials/999")
     assert response.status_code == 404 and "no trial #999" in response.json()["detail"]
-    wait_for(_finished(service.client, study["id"]), 30, "the study to finish")
 
 
 def test_20_concurrent_submits_and_200_concurrent_reads(service: Service) -> None:

@@ -14,6 +14,7 @@ import dataclasses
 import tomllib
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 import torch
@@ -366,11 +367,8 @@ def _one_pytorch_step(snippet: str, knobs: dict[str, Any]) -> None:
         modes.append(mode)
         return real_compile(fn, backend="aot_eager", **kwargs)
 
-    torch.compile = compile_without_inductor  # type: ignore[assignment]
-    try:
+    with mock.patch.object(torch, "compile", compile_without_inductor):
         runnable, optimizer = ns["prepare"](model, model.blocks)
-    finally:
-        torch.compile = real_compile
     compiled = str(knobs["compile_mode"])
     assert set(modes) == (set() if compiled == "none" else {compiled})
     if knobs["checkpointing"] != "none":
