@@ -21,7 +21,7 @@ the study with the most trials, its per-knob strips and trials table, its best t
 and the page of the study whose best is furthest above its expert default, each saved as
 `h200-*.png`.
 
-    python bench/dashboard_screenshots.py --real bench/results/h200_session_20261201
+    python bench/dashboard_screenshots.py --real bench/results/h200_session_20261203
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@
 # collected by the next call.
 #   bash bench/tune_bg_h200.sh start NAME WAIT_S MODEL SPACE MINUTES [tune flags...]
 #   bash bench/tune_bg_h200.sh wait NAME WAIT_S      # then copies its files to $OUT when done
+#   PARTIAL=1 bash bench/tune_bg_h200.sh wait ...     # also what it has so far, if not done
 # Both wait up to WAIT_S seconds for the tune to end; `wait` must follow within the machine's
 # warm time, or the tune is lost with the machine.
 set -euo pipefail
@@ -23,6 +24,13 @@ while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 2; done
 if kill -0 "$pid" 2>/dev/null; then
   echo "tune $name still running after ${wait_s}s; collect it with: bench/tune_bg_h200.sh wait $name N"
   tail -5 "$dir/tune-$name.log" 2>/dev/null || true
+  # What it has so far comes back too, in case no later call can collect it (the session's
+  # device time ran out): the log and a consistent copy of the database, taken mid-write.
+  if [ -n "${PARTIAL:-}" ]; then
+    cp "$dir/tune-$name.log" "$OUT/partial-tune-$name.log" 2>/dev/null || true
+    python3 -c "import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d)" \
+      "$dir/tune-$name.db" "$OUT/partial-tune-$name.db" 2>/dev/null || true
+  fi
   exit 0
 fi
 echo "tune $name ended"; tail -40 "$dir/runner.log"

@@ -31,15 +31,18 @@ def _measured(rows: Sequence[Row]) -> list[Row]:
 
 def progress_series(rows: Sequence[Row], max_points: int = MAX_PROGRESS_POINTS) -> dict[str, Any]:
     """Measured trials as [number, tokens/s] (min/max per bucket past `max_points`), and the
-    best so far as the exact steps [number, best] (plus the last trial, to end the line)."""
+    best so far as the exact steps [number, best] (plus the last trial, to end the line).
+    The line counts only the trials the recommendation may stand on (`candidate`): a faster
+    trial that left too little memory free is drawn as a point but does not raise it, as the
+    page's "best so far" does not name it."""
     ok = _measured(rows)
     best_line: list[list[float]] = []
     best = 0.0
     for r in ok:
-        if r["tokens_per_s"] > best:
+        if r.get("candidate", True) and r["tokens_per_s"] > best:
             best = r["tokens_per_s"]
             best_line.append([r["number"], best])
-    if ok and best_line[-1][0] != ok[-1]["number"]:
+    if best_line and best_line[-1][0] != ok[-1]["number"]:
         best_line.append([ok[-1]["number"], best])
     points = [[r["number"], r["tokens_per_s"]] for r in ok]
     if len(points) > max_points:

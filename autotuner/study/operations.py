@@ -380,29 +380,52 @@ def get_best(db: Database, ref: str) -> dict[str, Any]:
 POLL_LIMIT = 1000  # trials one page poll returns at most (a tab woken after a long sleep)
 
 
-def _chart_rows(s: Session, study_id: str, knobs: list[str]) -> list[dict[str, Any]]:
+def _chart_rows(
+    s: Session, study_id: str, knobs: list[str], options: StudyOptions | None
+) -> list[dict[str, Any]]:
     """Every trial's number, state, throughput, peak memory and knob values (as text, taken
-    out of the params in SQL): what the charts draw, without decoding a JSON record."""
+    out of the params in SQL): what the charts draw, without decoding a JSON record; and
+    whether the recommendation may stand on it (`candidate`: not tight on memory, not stopped
+    after its first repeats), so that the best-so-far line is the header's best so far. The
+    numerics check's parity runs show no tokens/s (they measure no throughput); one that
+    failed still marks its candidate's values as failed."""
     from sqlalchemy import select
 
     from autotuner.storage.models import Trial
+    from autotuner.study.columns import MEMORY_FIELDS, MemoryRecord
+    from autotuner.study.trial_list import NOT_MEASUREMENTS, memory_judgement
 
     values = [Trial.params[k].as_string() for k in knobs]
+    memory = [getattr(Trial, name) for name in MEMORY_FIELDS]
     rows = s.execute(
-        select(Trial.number, Trial.state, Trial.tokens_per_s, Trial.peak_mem_gib, *values)
+        select(
+            Trial.number,
+            Trial.state,
+            Trial.tokens_per_s,
+            Trial.purpose,
+            Trial.stopped_early,
+            *memory,
+            *values,
+        )
         .where(Trial.study_id == study_id)
         .order_by(Trial.number)
     )
-    return [
-        {
-            "number": row[0],
-            "state": row[1],
-            "tokens_per_s": row[2],
-            "peak_mem_gib": row[3],
-            "params": {k: v for k, v in zip(knobs, row[4:], strict=True) if v is not None},
-        }
-        for row in rows
-    ]
+    out = []
+    split = 5 + len(MEMORY_FIELDS)
+    for row in rows:
+        record = MemoryRecord(*row[5:split])
+        _, tight = memory_judgement(row[1], record, options)
+        out.append(
+            {
+                "number": row[0],
+                "state": row[1],
+                "tokens_per_s": None if row[3] in NOT_MEASUREMENTS else row[2],
+                "peak_mem_gib": record.peak_mem_gib,
+                "candidate": not tight and not row[4],
+                "params": {k: v for k, v in zip(knobs, row[split:], strict=True) if v is not None},
+            }
+        )
+    return out
 
 
 def get_study_detail(
@@ -432,7 +455,9 @@ def get_study_detail(
             "knob_domains": domains,
             "trials": trial_list.views(trials, study.options),
             "chart_rows": (
-                None if charts_at == summary.finished else _chart_rows(s, study.id, knobs)
+                None
+                if charts_at == summary.finished
+                else _chart_rows(s, study.id, knobs, study.options)
             ),
         }
     detail["best"] = best_view(study, summary, _recommendation(db, study, summary))

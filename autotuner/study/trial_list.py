@@ -18,6 +18,7 @@ from sqlalchemy import Row, Text, cast, select
 
 from autotuner.options import StudyOptions
 from autotuner.search import headroom
+from autotuner.search.progress import PARITY, PARITY_REFERENCE
 from autotuner.storage.models import MEASUREMENT_COLUMNS, Trial, TrialState
 from autotuner.study.columns import MemoryRecord
 
@@ -51,6 +52,8 @@ SHOWN = (
 PARAMS_JSON = cast(Trial.params, Text).label("params_json")
 COLUMNS = (*(getattr(Trial, name) for name in SHOWN), PARAMS_JSON)
 _COMPLETE = TrialState.COMPLETE.value
+# The purposes whose runs measure no throughput: the numerics check's parity runs.
+NOT_MEASUREMENTS = frozenset({PARITY, PARITY_REFERENCE})
 
 
 def list_rows(
@@ -65,6 +68,23 @@ def list_rows(
     if limit is not None:
         query = query.limit(limit)
     return s.execute(query).all()
+
+
+def memory_judgement(
+    state: str, record: MemoryRecord, options: StudyOptions | None
+) -> tuple[float | None, bool]:
+    """(the share of the GPU's memory the trial left free, whether it is `tight`: a complete
+    trial that left less than the study's headroom free, which keeps it from being
+    recommended). A trial that measured no peak (pruned, failed) has nothing to judge."""
+    if record.peak_mem_gib is None and record.peak_mem_with_eval_ckpt_gib is None:
+        return None, False
+    free_rel = None
+    if record.memory_kind == "cuda":
+        free_rel = headroom.free_rel(headroom.need_gib(record), record.memory_limit_gib)
+    tight = bool(
+        options is not None and state == _COMPLETE and headroom.violation(record, options) > 0
+    )
+    return free_rel, tight
 
 
 def list_view(values: Sequence[Any], options: StudyOptions | None, params: Any) -> dict[str, Any]:
@@ -100,22 +120,23 @@ def list_view(values: Sequence[Any], options: StudyOptions | None, params: Any) 
         memory_kind,
         limit_gib,
     ) = values[: len(SHOWN)]
-    free_rel, tight = None, False
-    # A trial that measured no peak (pruned, failed) has no memory record: nothing to judge.
-    if peak_mem_gib is not None or peak_eval_gib is not None:
-        record = MemoryRecord(
+    free_rel, tight = memory_judgement(
+        state,
+        MemoryRecord(
             peak_mem_gib,
             peak_reserved_gib,
             peak_eval_gib,
             reserved_eval_gib,
             memory_kind,
             limit_gib,
-        )
-        if memory_kind == "cuda":
-            free_rel = headroom.free_rel(headroom.need_gib(record), limit_gib)
-        tight = bool(
-            options is not None and state == _COMPLETE and headroom.violation(record, options) > 0
-        )
+        ),
+        options,
+    )
+    if purpose in NOT_MEASUREMENTS:
+        # A parity run's steps read the loss back each step and its first one compiles: its
+        # tokens/s is no throughput, and its row carries the params of the candidate it checks
+        # (search/numerics.py), so shown as one it would read as that config's throughput.
+        tokens_per_s = tokens_per_s_min = tokens_per_s_max = tokens_per_s_per_gpu = mfu = None
     return {
         "number": number,
         "state": state,

@@ -77,6 +77,23 @@ def test_both_runs_pages_show_the_curves_and_the_verdict(sqlite_url: str) -> Non
     assert data["numerics"] is None
 
 
+def test_the_study_page_shows_no_throughput_for_a_parity_run(sqlite_url: str) -> None:
+    """The 2026-12-03 Llama 3B study listed its parity reference (bf16, 50 steps of one
+    micro-batch, the loss read back each step) as an fp8 trial at 10,261 tokens/s beside the
+    fp8 winner's 30,615: its row carries the candidate's params."""
+    db = Database(sqlite_url)
+    study_id, ref, _ = _checked_study(db)
+    with db.read() as s:
+        stored = TrialRepo(s).get(study_id, ref)
+        assert stored is not None and stored.tokens_per_s  # the column holds the run's rate
+    data = TestClient(make_app(db)).get(f"/studies/{study_id}?format=json").json()
+    (row,) = [t for t in data["trials"] if t["number"] == ref]
+    assert row["params"]["precision"] == "fp8-tensorwise"  # the candidate it checks
+    assert row["tokens_per_s"] is None and row["mfu"] is None
+    drawn = [n for n, _ in data["charts"]["progress"]["points"]]
+    assert ref not in drawn and len(drawn) >= 2
+
+
 def test_a_drifting_candidate_page_says_it_failed(sqlite_url: str) -> None:
     db = Database(sqlite_url)
     study_id, _, cand = _checked_study(db, drifting=("fp8-tensorwise",))

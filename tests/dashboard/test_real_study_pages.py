@@ -1,14 +1,17 @@
-"""What the pages said wrongly of the real H200 studies (bench/results/h200_session_20261201),
-each shape rebuilt here: the list and the progress line quoted a faster trial the
-recommendation had passed over for memory headroom as the study's best; a finished study's
-fp8 winner said its parity check "runs at the end of the study" after the study had ended
-without it; a time-only budget read "∞ trials / 10.0 min"; an eager trial's compile cell was
-blank."""
+"""What the pages said wrongly of the real H200 studies (bench/results/h200_session_20261201
+and _20261203), each shape rebuilt here or read from the committed database: the list and the
+progress line quoted a faster trial the recommendation had passed over for memory headroom as
+the study's best; a finished study's fp8 winner said its parity check "runs at the end of the
+study" after the study had ended without it; a time-only budget read "∞ trials / 10.0 min"; an
+eager trial's compile cell was blank; the best-so-far line rose to the passed-over trial; four
+micro-batch values' labels ran into each other on their strip plot."""
 
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -16,13 +19,20 @@ from sqlalchemy import update
 
 from autotuner.search.objective import Objective
 from autotuner.storage.models import Study
-from autotuner.storage.session import Database
+from autotuner.storage.session import Database, upgrade_database
 from autotuner.study import operations
 from autotuner.study.live import store_live_best
 from tests.browser import Browser
 from tests.dashboard.conftest import make_app
 from tests.dashboard.test_dashboard_browser import _serve
 from tests.dashboard.test_queries import _study_of
+from tests.dashboard.test_views_browser import strip_label_overlaps
+
+# 33 trials of GPT-2 124M on one H200, 13 of them out of memory (its README says how).
+GPT2_FAILURES_DB = (
+    Path(__file__).resolve().parents[2]
+    / "bench/results/h200_session_20261203/tune-gpt2-failures.db"
+)
 
 
 @pytest.fixture
@@ -49,6 +59,23 @@ def test_the_list_shows_the_recommended_value_not_a_passed_over_trial(
     page = TestClient(make_app(db)).get("/").text
     cell = re.search(r'<td class="num best-value">([^<]*)</td>', page)
     assert cell and cell.group(1) == f"{best['objective_value']:,.0f}"
+
+
+def test_the_best_so_far_line_steps_over_a_passed_over_trial(
+    passed_over: tuple[Database, str],
+) -> None:
+    """The 2026-12-03 GPT-2 study's chart drew its best-so-far line up to trial #16 (391,108
+    tokens/s, 7.7% free) beside a header saying best so far 382,072 (trial #2)."""
+    db, study_id = passed_over
+    best = operations.get_best(db, study_id)["best"]
+    tight = best["headroom"]["passed_over"][0]
+    page = TestClient(make_app(db)).get(f"/studies/{study_id}?format=json").json()
+    progress = page["charts"]["progress"]
+    assert [tight["trial_number"], tight["objective_value"]] in [
+        [n, v] for n, v in progress["points"]
+    ], "the passed-over trial is still drawn as a point"
+    assert max(v for _, v in progress["best"]) == pytest.approx(best["objective_value"])
+    assert tight["trial_number"] not in [n for n, _ in progress["best"][:-1]]
 
 
 def _finish_with_unchecked_fp8(db: Database, study_id: str, status: str) -> None:
@@ -127,3 +154,18 @@ def test_a_measured_trial_without_compile_time_reads_eager(
         f"tr.children[{column}].textContent)"
     )
     assert cells and set(cells) == {"eager"}, cells
+
+
+@pytest.mark.browser
+def test_the_real_studys_strip_labels_stay_apart(tmp_path: Path) -> None:
+    copy = tmp_path / "gpt2-failures.db"
+    shutil.copyfile(GPT2_FAILURES_DB, copy)  # SQLite writes beside a database it opens
+    url = f"sqlite:///{copy}"
+    upgrade_database(url)
+    db = Database(url)
+    study_id = operations.list_studies(db)[0]["id"]
+    for base in _serve(make_app(db)):
+        with Browser(width=1400, height=900) as b:
+            b.open(f"{base}/studies/{study_id}", ready="document.body.dataset.charts")
+            assert strip_label_overlaps(b) == []
+            assert b.errors == [], b.errors

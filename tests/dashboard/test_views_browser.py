@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import math
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -162,6 +164,35 @@ def test_headers_sort_and_the_filter_bar_filters(served: tuple[Database, str, st
         assert _page_errors(b) == []
 
 
+# Each strip's tick labels as drawn: centre and width (the widest of its lines) in pixels.
+_STRIP_LABELS = """(() => {
+  const out = {};
+  for (const canvas of document.querySelectorAll('canvas[id^=effect-]')) {
+    const c = Chart.getChart(canvas), s = c.scales.x;
+    c.ctx.save(); c.ctx.font = Chart.helpers.toFont(s.options.ticks.font).string;
+    out[canvas.id] = s.ticks.map((t, i) => ({
+      label: t.label, x: s.getPixelForTick(i),
+      w: Math.max(...[].concat(t.label).map(line => c.ctx.measureText(line).width)),
+    }));
+    c.ctx.restore();
+  }
+  return out;
+})()"""
+
+
+def strip_label_overlaps(b: Browser) -> list[tuple[str, Any, Any]]:
+    """The pairs of neighbouring value labels on the page's strip plots that run into each
+    other, as (canvas id, left label, right label); asserts there are strips to look at."""
+    strips = b.eval(_STRIP_LABELS)
+    assert strips and all(len(ticks) >= 2 for ticks in strips.values()), strips
+    return [
+        (canvas, left["label"], right["label"])
+        for canvas, ticks in strips.items()
+        for left, right in itertools.pairwise(ticks)
+        if left["x"] + left["w"] / 2 >= right["x"] - right["w"] / 2
+    ]
+
+
 def test_strip_plots_show_every_measured_trial_and_mark_failures(
     served: tuple[Database, str, str, str],
 ) -> None:
@@ -177,7 +208,9 @@ def test_strip_plots_show_every_measured_trial_and_mark_failures(
             "Chart.getChart(document.getElementById('effect-micro_batch_size'))"
             ".data.datasets[2].data.map(d => d.n)"
         )
+        overlaps = strip_label_overlaps(b)
         assert _page_errors(b) == []
+    assert overlaps == []
     ok = [t for t in trials if t["state"] == "complete"]
     failed = [t for t in trials if t["state"] == "infeasible"]
     assert counts[0] == len(ok)  # every measured trial is a dot (few trials: no sampling)

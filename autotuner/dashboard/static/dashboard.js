@@ -15,6 +15,7 @@
   const data = JSON.parse(el.textContent);
   const POLL_MS = 5000;
   const live = (status) => status === "queued" || status === "running";
+  const PARITY_RUNS = ["parity", "parity-ref"]; // their tokens/s is no throughput (trial_list.py)
 
   if (data.studies) { liveStudiesList(data); return; }
   if (!data.trials || typeof Chart === "undefined") return; // not a study page
@@ -160,12 +161,14 @@
           scales: {
             x: { type: "linear", min: -0.5, max: strip.values.length - 0.5, grid: { display: false },
                  afterBuildTicks: (axis) => { axis.ticks = strip.values.map((_, i) => ({ value: i })); },
-                 ticks: { autoSkip: false, callback: (v) => {
+                 // Two lines (the value, then its counts), level: on one line four values'
+                 // labels ran into each other in a quarter-width strip.
+                 ticks: { autoSkip: false, maxRotation: 0, callback: (v) => {
                    const cell = strip.cells[v];
                    if (!cell) return "";
                    const value = String(strip.values[v]); // a long one cut: all of it in the tooltip
                    const shown = value.length > 14 ? value.slice(0, 13) + "…" : value;
-                   return `${shown} (${cell.measured}${cell.failed ? `, ${cell.failed}✗` : ""})`;
+                   return [shown, `${cell.measured}${cell.failed ? `, ${cell.failed}✗` : ""}`];
                  } } },
             y: { title: { display: true, text: "tokens/s" }, beginAtZero: true },
           } },
@@ -196,7 +199,8 @@
     const cells = [
       // The measurements first (as optuna-dashboard and W&B do): a wide space's knobs scroll.
       node("td", {}, node("a", { href: `${base}/trials/${t.number}` }, t.number)), state,
-      node("td", { class: "num" }, t.tokens_per_s ? fmt.int(t.tokens_per_s) : ""),
+      node("td", { class: "num" }, t.tokens_per_s ? fmt.int(t.tokens_per_s)
+        : PARITY_RUNS.includes(t.purpose) ? node("small", { class: "muted", title: "a numerics check's parity run: no throughput measured" }, "parity run") : ""),
       node("td", { class: "num" }, spread),
       node("td", { class: "num" }, t.mfu === null ? "" : fmt.pct(t.mfu)),
       node("td", { class: "num" }, t.peak_mem_gib === null ? "" : fmt.fixed(t.peak_mem_gib, 2)),
