@@ -235,9 +235,21 @@ def trial_note(view: dict[str, Any]) -> str:
             f"tight: leaves {view['memory_free_rel']:.1%} of the GPU memory free, less than "
             "the study's headroom: not recommended"
         )
+    if not note and view.get("purpose") in _PARITY_NOTES:
+        note = _PARITY_NOTES[view["purpose"]]
     if view.get("retry_of") is not None:
         note = f"retry of #{view['retry_of']}" + (f"; {note}" if note else "")
     return note
+
+
+# A parity run's row names the candidate it checks (search/numerics.py) and measures no
+# throughput (study/trial_list.py leaves its tokens/s out): said once under the table.
+_PARITY_NOTES = {
+    "parity-ref": "the numerics check's reference: the candidate shown, run at the reference "
+    "precision, its loss per step; no throughput measured",
+    "parity": "the numerics check's parity run of the candidate shown: its loss per step; no "
+    "throughput measured",
+}
 
 
 def _numbers(numbers: list[int]) -> str:

@@ -8,7 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
+from rich.console import Console
 
+from autotuner.cli.render import trials_table
 from autotuner.executors.base import Target
 from autotuner.search.numerics import PARITY_STEPS
 from autotuner.search.space import parse_space
@@ -92,6 +94,13 @@ def test_the_study_page_shows_no_throughput_for_a_parity_run(sqlite_url: str) ->
     assert row["tokens_per_s"] is None and row["mfu"] is None
     drawn = [n for n, _ in data["charts"]["progress"]["points"]]
     assert ref not in drawn and len(drawn) >= 2
+    # `autotuner trials` at 80 columns: no tokens/s on its row, and a line saying what it is.
+    console = Console(width=80, record=True)
+    console.print(trials_table({"id": study_id, "status": "completed"}, data["trials"]))
+    text = console.export_text()
+    (line,) = [ln for ln in text.splitlines() if ln.split()[:1] == [str(ref)]]
+    assert "1,000" not in line and "fp8-tensorwise" in line, text
+    assert f"#{ref} the numerics check's reference" in text, text
 
 
 def test_a_drifting_candidate_page_says_it_failed(sqlite_url: str) -> None:
