@@ -97,6 +97,7 @@ TRUE_MEMORY_FACTORS = {
     "logits": 0.8,
     "logits_compiled": 0.7,
     "base": 3.0,
+    "optimizer_step": 1.05,
 }
 
 

@@ -275,6 +275,9 @@ class SearchPolicy:
     def expert_params(self) -> dict[str, Any]:
         return self._seeder().expert_params()
 
+    def expert_fits(self) -> bool:
+        return self._seeder().expert_fits()
+
     def _seeder(self) -> Seeder:
         return Seeder(
             space=self.space,

@@ -3,7 +3,8 @@
 1. The expert default: the space's `defaults`, then an engineer's first choices where the space
    allows them (bf16, a fused attention kernel, compile default, no checkpointing, fused AdamW,
    padded vocab), and the largest micro-batch the cost model is confident fits the memory
-   with the headroom kept (options.headroom).
+   with the headroom kept (options.headroom); where none fits without checkpointing, with the
+   checkpointing that lets one fit, else the config predicted to need the least.
 2. Winners of earlier completed studies on the same GPU (device name and compute capability)
    and model family, newest first and the same preset first, mapped into this space (a value
    the space lacks takes the expert's) and kept only if they pass the policy's screen.
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     Screen = Callable[[dict[str, Any], Knobs], object | None]
 
 Z_SEED = 1.0  # the expert's micro-batch fits at the prediction's pessimistic end (mean + 1 sd)
+LEAST_NEED_TIE = 0.01  # where nothing surely fits: needs this close to the least count as equal
 
 # The expert's preference order for each knob (first allowed value wins).
 EXPERT: dict[str, list[Any]] = {
@@ -101,7 +103,59 @@ class Seeder:
 
     def expert_params(self) -> dict[str, Any]:
         """bf16, a fused attention kernel, compile default, and the largest micro-batch that the
-        cost model says fits; the space's `defaults` win over these choices."""
+        cost model says fits; the space's `defaults` win over these choices. Where no
+        micro-batch fits without checkpointing, the next checkpointing the expert would turn
+        on that lets one fit; where none fits for sure (Llama 8B on one H200: the weights,
+        AdamW's moments and the gradients alone are 16 B/param), the config predicted to need
+        the least, the largest micro-batch among those that need about as little."""
+        params = self._expert_choices()
+        if "micro_batch_size" not in self.space.knobs or "micro_batch_size" in params:
+            return params
+        fallbacks = [{**params, **c} for c in self._checkpointing_fallbacks(params)]
+        for tried in fallbacks:
+            mb = self._largest_fitting_mb(tried)
+            if mb is not None:
+                return {**tried, "micro_batch_size": mb}
+        return self._least_need(fallbacks)
+
+    def _least_need(self, candidates: list[dict[str, Any]]) -> dict[str, Any]:
+        """Of `candidates` at each micro-batch, the one predicted to need the least memory;
+        where the optimizer step's peak sets the need, a larger micro-batch needs no more, so
+        among needs within LEAST_NEED_TIE of the least, the largest micro-batch (the expert's
+        own order of checkpointing first)."""
+        options = [
+            {**p, "micro_batch_size": mb} for p in candidates for mb in _sorted_sizes(self.space)
+        ]
+        needs = [(self.cost.predict(self.knobs(p)).need_gib, p) for p in options]
+        least = min(need for need, _ in needs)
+        close = [p for need, p in needs if need <= least * (1 + LEAST_NEED_TIE)]
+        return max(close, key=lambda p: p["micro_batch_size"])
+
+    def expert_fits(self) -> bool:
+        """Whether the cost model is confident the expert default fits with the headroom kept
+        (no memory to fill, as on a CPU: it does)."""
+        params = self.expert_params()
+        return "micro_batch_size" not in params or bool(
+            self._fits(params, [params["micro_batch_size"]])
+        )
+
+    def _checkpointing_fallbacks(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """The expert's choice first, then (unless the space's defaults fix it) the other
+        checkpointing values in the expert's order: each recomputes more to keep less."""
+        out: list[dict[str, Any]] = [{}]
+        domain = self.space.knobs.get("checkpointing")
+        if domain is None or "checkpointing" in self.space.defaults or isinstance(domain, IntRange):
+            return out
+        order = EXPERT["checkpointing"]
+        current = params.get("checkpointing")
+        later = order[order.index(current) + 1 :] if current in order else []
+        for value in later:
+            alt = {**params, "checkpointing": value}
+            if _in(domain, value) and self._allowed(alt):
+                out.append({"checkpointing": value})
+        return out
+
+    def _expert_choices(self) -> dict[str, Any]:
         params: dict[str, Any] = {}
         domains = self.space.knobs
         for name, domain in domains.items():
@@ -115,8 +169,6 @@ class Seeder:
                 params[name] = value
                 if self._allowed(params):
                     break
-        if "micro_batch_size" in domains and "micro_batch_size" not in params:
-            params["micro_batch_size"] = self._largest_fitting_mb(params)
         return params
 
     def _neighbours(self, expert: dict[str, Any]) -> list[dict[str, Any]]:
@@ -169,22 +221,29 @@ class Seeder:
             return False
         return self.space.violated_rule(knobs) is None
 
-    def _largest_fitting_mb(self, params: dict[str, Any]) -> int:
-        sizes = sorted(_values(self.space.knobs["micro_batch_size"]))
-        if self.limit_gib is None:  # no memory to fill (e.g. a CPU): the smallest is cheapest
+    def _largest_fitting_mb(self, params: dict[str, Any]) -> int | None:
+        """The largest micro-batch the cost model is confident fits with these knobs (None:
+        none does); with no memory to fill (a CPU) the smallest, the cheapest to run."""
+        sizes = _sorted_sizes(self.space)
+        if self.limit_gib is None:
             return sizes[0]
-        # Fits with the memory headroom kept (search/headroom.py): a tight default would never
-        # be recommended.
+        fitting = self._fits(params, sizes)
+        return fitting[-1] if fitting else None
+
+    def _fits(self, params: dict[str, Any], sizes: list[int]) -> list[int]:
+        """Those of `sizes` that fit with the memory headroom kept (search/headroom.py): a
+        tight default would never be recommended."""
+        if self.limit_gib is None:
+            return sizes
         headroom = self.options.headroom if self.cost.on_cuda else 0.0
         usable = usable_gib(self.limit_gib, headroom)
-        fitting = [
+        return [
             mb
             for mb in sizes
             if self.cost.predict(
                 self.knobs({**params, "micro_batch_size": mb}), usable
             ).surely_fits(Z_SEED)
         ]
-        return fitting[-1] if fitting else sizes[0]
 
     def _history(self, db: Database) -> list[dict[str, Any]]:
         """Earlier winners on this GPU and model family, mapped into this space."""
@@ -232,6 +291,10 @@ class Seeder:
         except ValueError:
             return None
         return None if self.screen(params, k) is not None else params
+
+
+def _sorted_sizes(space: SearchSpace) -> list[int]:
+    return sorted(_values(space.knobs["micro_batch_size"]))
 
 
 def _values(domain: list[Any] | IntRange) -> list[Any]:

@@ -210,7 +210,9 @@ class SearchSpace(BaseModel):
         if not self.global_batch_from_expert or self.global_batch_tokens:
             return None
         ranks = max(num_gpus, 1)
-        return expert.micro_batch_size * self.global_batch_from_expert * model.seq_len * ranks
+        # The expert's own accumulation: `global_batch_from_expert` steps, or 1 where those
+        # steps' gradients do not fit (coordinator._hold_expert_global_batch).
+        return expert.micro_batch_size * expert.grad_accum * model.seq_len * ranks
 
     def global_batch_mismatch(self, knobs: Knobs, model: ModelSpec, num_gpus: int) -> str | None:
         """Why these knobs do not run exactly the space's global batch (None: they do, or the

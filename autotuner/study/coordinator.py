@@ -173,12 +173,19 @@ class StudyRunner:
         """The space holds the expert default's global batch: its micro-batch (the cost model's
         choice for this model and GPU) x `accum` steps x seq_len x GPUs, fixed now that the
         target is known, and stored, so every trial of the study (a restart's too) runs it."""
-        # The expert default as it will run: with its accumulation steps.
-        as_run = self.space.model_copy(update={"fixed": {**self.space.fixed, "grad_accum": accum}})
-        policy = self._policy(as_run)
-        held = self.space.expert_global_batch(
-            policy.knobs(policy.expert_params()), self.model, self.gpus_per_trial
-        )
+        # The expert default as it will run: with its accumulation steps. Accumulating keeps
+        # every fp32 gradient alive across micro-steps (4 B/param: 30 GiB for Llama 8B, which
+        # with the weights and AdamW's moments leaves no room on one H200); where no expert
+        # config fits that way but one fits without accumulating, that one sets the batch.
+        for steps in dict.fromkeys((accum, 1)):
+            as_run = self.space.model_copy(
+                update={"fixed": {**self.space.fixed, "grad_accum": steps}}
+            )
+            policy = self._policy(as_run)
+            if policy.expert_fits():
+                break
+        expert = policy.knobs(policy.expert_params())
+        held = self.space.expert_global_batch(expert, self.model, self.gpus_per_trial)
         self.space = self.space.model_copy(update={"global_batch_tokens": held})
         self.lease.hold_space(self.space)
 

@@ -7,6 +7,7 @@ import pytest
 
 from autotuner.executors.base import Target
 from autotuner.search.costmodel import CostModel
+from autotuner.search.headroom import usable_gib
 from autotuner.spec import Knobs
 from autotuner.storage.session import Database
 from tests.search.conftest import GPT2, H200, gpt2_space, make_policy
@@ -119,3 +120,33 @@ def test_the_alternatives_run_fastest_predicted_first() -> None:
     assert seeds[1]["precision"] == "fp8-tensorwise"
     speeds = [policy.throughput.predict(policy.knobs(p)).tokens_per_s for p in seeds[1:]]
     assert speeds == sorted(speeds, reverse=True)
+
+
+def test_where_nothing_fits_unchecked_the_expert_turns_on_checkpointing() -> None:
+    """An engineer whose model does not fit turns on checkpointing rather than launch a
+    config the memory model says will not fit (Llama 8B on one H200 did: its expert default,
+    mb 1 without checkpointing, ran out of memory, bench/results/h200_session_20261203)."""
+    space = gpt2_space(
+        {"micro_batch_size": [4, 8, 16, 32], "checkpointing": ["none", "selective", "full"]}
+    )
+
+    def expert_on(limit_gib: float) -> tuple[dict, bool, object]:
+        small = Target("cuda", 1, "FakeGpu small", (9, 0), limit_gib)
+        policy = make_policy(space, target=small, history_seeds=0)
+        return policy.expert_params(), policy.expert_fits(), policy
+
+    roomy, fits, _ = expert_on(139.8)
+    assert roomy["checkpointing"] == "none" and fits  # the usual expert where it fits
+    tight, fits, policy = expert_on(8.0)
+    assert tight["checkpointing"] == "full" and fits
+    usable = usable_gib(8.0, policy.options.headroom)
+    for checkpointing in ("none", "selective"):  # no micro-batch fits without it
+        knobs = policy.knobs({**tight, "checkpointing": checkpointing, "micro_batch_size": 4})
+        assert not policy.cost.predict(knobs, usable).surely_fits(1.0)
+    # Nothing fits for sure: the least memory (full checkpointing), not the smallest of the
+    # first choice, and said so.
+    none_fits, fits, policy = expert_on(4.0)
+    assert none_fits["checkpointing"] == "full" and not fits
+    need = policy.cost.predict(policy.knobs(none_fits)).need_gib
+    plain = policy.cost.predict(policy.knobs({**none_fits, "checkpointing": "none"})).need_gib
+    assert need < plain
