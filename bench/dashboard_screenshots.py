@@ -142,7 +142,13 @@ def real_screenshots(source: Path, out: Path) -> None:
     sorted_view = "document.body.dataset.tableView?.startsWith('sort=tokens_per_s')"
     # (file, address, ready when, viewport height, element scrolled to the top or None)
     shots = [
-        ("h200-studies.png", "/", "document.getElementById('compare-button') !== null", 380, None),
+        (
+            "h200-studies.png",
+            "/",
+            "document.getElementById('compare-button') !== null",
+            240 + 52 * len(studies),  # the header, the filters and a row per study
+            None,
+        ),
         ("h200-study.png", f"/studies/{biggest}", charts, 1560, None),
         ("h200-study-strips.png", f"/studies/{biggest}", charts, 900, "effects"),
         (

@@ -33,9 +33,16 @@ def best_table(view: dict[str, Any]) -> RenderableType:
 
     rec = view["best"]
     if rec is None:
+        study, status = safe(view["study"]), safe(view["status"])
+        if view["status"] in ("queued", "running"):
+            return Text(
+                f"study {study} ({status}): no completed trial yet "
+                f"({view['total_trials']} trial(s) so far)"
+            )
+        # Ended without one measured trial (Llama 8B on one H200: every trial out of memory).
         return Text(
-            f"study {safe(view['study'])} ({safe(view['status'])}): no completed trial yet "
-            f"({view['total_trials']} trial(s) so far)"
+            f"study {study} ({status}): no trial measured a throughput; all "
+            f"{view['total_trials']} failed or were not run. Why each: autotuner trials {study}"
         )
     unfinished = unfinished_note(view)
     title = f"Recommended config: study {safe(view['study'])} ({safe(view['status'])})"

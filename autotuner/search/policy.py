@@ -20,6 +20,7 @@ Options: `autotuner.options.StudyOptions` (one typed model; its defaults live th
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from autotuner.executors.base import Target
@@ -39,9 +40,13 @@ from autotuner.search.end_time import (
     search_stop,
 )
 from autotuner.search.feedback import Feedback
-from autotuner.search.numerics import changes_numerics, space_changes_numerics
+from autotuner.search.numerics import (
+    changes_numerics,
+    parity_reference_knobs,
+    space_changes_numerics,
+)
 from autotuner.search.objective import Objective, memory_violation
-from autotuner.search.progress import END_CHECKS, PROXY, Progress
+from autotuner.search.progress import END_CHECKS, PARITY_REFERENCE, PROXY, Progress
 from autotuner.search.proposer import Params, Proposer
 from autotuner.search.remeasure import Remeasure, stop_reason
 from autotuner.search.sampler import Observation
@@ -374,7 +379,24 @@ class SearchPolicy:
         due = self.remeasure.checks_due(
             self.progress, max_trials, lambda params: changes_numerics(self.knobs(params))
         )
-        return self.walls.due(due)
+        checks = self.walls.due([(purpose, self._as_run(purpose, p)) for purpose, p in due])
+        # Each check keeps the params its row will carry (the candidate's, for the reference).
+        return [replace(c, params=p) for c, (_, p) in zip(checks, due, strict=True)]
+
+    def _as_run(self, purpose: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The params a check runs: the numerics check's reference runs the candidate's knobs
+        at the reference precision, so it takes what that config's trial took (the Llama 3B
+        study of 2026-12-03 expected its bf16 reference to take the fp8 candidate's cold
+        compile: 86 s, where it ran in 44)."""
+        if purpose != PARITY_REFERENCE:
+            return params
+        ref = parity_reference_knobs(self.knobs(params), self.target, self.model)
+        if ref is None:
+            return params
+        ran = {**params, "precision": ref.precision.value}
+        if "attention" in params:
+            ran["attention"] = ref.attention.value
+        return ran
 
     def stop_reason(self, budget_spent: bool) -> str:
         """Why the search stopped, and why re-measuring did, if it was cut short."""

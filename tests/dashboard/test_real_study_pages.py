@@ -28,11 +28,9 @@ from tests.dashboard.test_dashboard_browser import _serve
 from tests.dashboard.test_queries import _study_of
 from tests.dashboard.test_views_browser import strip_label_overlaps
 
-# 33 trials of GPT-2 124M on one H200, 13 of them out of memory (its README says how).
-GPT2_FAILURES_DB = (
-    Path(__file__).resolve().parents[2]
-    / "bench/results/h200_session_20261203/tune-gpt2-failures.db"
-)
+# Real studies on one H200 (its README says how): GPT-2 124M, 33 trials, 13 out of memory;
+# Llama 8B, every trial out of memory or not run.
+H200_SESSION = Path(__file__).resolve().parents[2] / "bench/results/h200_session_20261203"
 
 
 @pytest.fixture
@@ -156,16 +154,36 @@ def test_a_measured_trial_without_compile_time_reads_eager(
     assert cells and set(cells) == {"eager"}, cells
 
 
-@pytest.mark.browser
-def test_the_real_studys_strip_labels_stay_apart(tmp_path: Path) -> None:
-    copy = tmp_path / "gpt2-failures.db"
-    shutil.copyfile(GPT2_FAILURES_DB, copy)  # SQLite writes beside a database it opens
+def _committed(tmp_path: Path, name: str) -> tuple[Database, str]:
+    """A copy of a committed H200 study's database (SQLite writes beside a database it opens),
+    brought to the current schema, and its study's id."""
+    copy = tmp_path / f"{name}.db"
+    shutil.copyfile(H200_SESSION / f"tune-{name}.db", copy)
     url = f"sqlite:///{copy}"
     upgrade_database(url)
     db = Database(url)
-    study_id = operations.list_studies(db)[0]["id"]
+    return db, operations.list_studies(db)[0]["id"]
+
+
+@pytest.mark.browser
+def test_the_real_studys_strip_labels_stay_apart(tmp_path: Path) -> None:
+    db, study_id = _committed(tmp_path, "gpt2-failures")
     for base in _serve(make_app(db)):
         with Browser(width=1400, height=900) as b:
             b.open(f"{base}/studies/{study_id}", ready="document.body.dataset.charts")
             assert strip_label_overlaps(b) == []
+            assert b.errors == [], b.errors
+
+
+@pytest.mark.browser
+def test_an_ended_study_without_a_measured_trial_says_so(tmp_path: Path) -> None:
+    """Llama 8B on one H200: all 13 trials out of memory or not run. The card said "No
+    completed trial yet." of the ended study, above export commands with nothing to export."""
+    db, study_id = _committed(tmp_path, "llama-8b")
+    for base in _serve(make_app(db)):
+        with Browser(width=1400, height=900) as b:
+            b.open(f"{base}/studies/{study_id}", ready="document.body.dataset.tableView")
+            text = b.eval("document.getElementById('best-none').textContent")
+            assert "No trial measured a throughput: all 13 failed or were not run" in text, text
+            assert b.eval("document.getElementById('apply')") is None
             assert b.errors == [], b.errors

@@ -159,3 +159,36 @@ def test_a_headroom_check_adds_its_evaluation_and_checkpoint_phases() -> None:
         walls.headroom_s(FP8) + PARITY_STEPS * 1.07 / 4
     )
     assert walls.due([("headroom+parity", FP8)])[0].expected_s == walls.headroom_and_parity_s(FP8)
+
+
+def test_the_numerics_reference_is_timed_by_the_config_it_runs() -> None:
+    """The 2026-12-03 Llama 3B study (its database is committed): the bf16 expert default took
+    85 s (64 s compiling cold), the fp8 seed 160 s (147 s). The reference runs the candidate's
+    knobs at bf16, so it takes what the bf16 trial took; it was expected at 86 s from the fp8
+    trial's compile, and ran in 44 s (warm)."""
+    import json
+    import sqlite3
+    from pathlib import Path
+
+    from autotuner.search.space import load_space
+    from autotuner.spec import ModelSpec, TrialResult
+    from tests.search.conftest import make_policy
+
+    db = Path(__file__).resolve().parents[2] / (
+        "bench/results/h200_session_20261203/tune-llama-3b.db"
+    )
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+        rows = con.execute(
+            "SELECT params, result, purpose FROM trials WHERE number IN (0, 1) ORDER BY number"
+        ).fetchall()
+    space = load_space("single-gpu").model_copy(update={"global_batch_tokens": 32768})
+    policy = make_policy(space, model=ModelSpec.resolve({"preset": "llama-3b"}))
+    trials = [(json.loads(p), TrialResult.model_validate_json(r), u) for p, r, u in rows]
+    for number, (params, result, purpose) in enumerate(trials):
+        policy.observe(number, params, result, purpose)
+    (bf16, _, _), (fp8, _, _) = trials
+    due = {c.purpose: c for c in policy._checks_due(None)}
+    reference = due["parity-ref"]
+    assert reference.params == fp8  # the row carries the candidate it checks
+    assert reference.expected_s == pytest.approx(policy.walls.parity_s(bf16))
+    assert reference.expected_s < 60.0 < policy.walls.parity_s(fp8)

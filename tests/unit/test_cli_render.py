@@ -95,3 +95,22 @@ def test_best_watch_draws_hostile_texts_as_text(finished_study: tuple[str, str])
     rows = {line.split("│")[1].strip(): line for line in proc.stdout.splitlines() if "│" in line}
     for row in ("numerics", "search"):
         assert "[bold red]x[/]" in rows[row], proc.stdout  # markup shown, not obeyed
+
+
+def test_best_of_an_ended_study_without_a_measured_trial_says_so_not_yet() -> None:
+    """Llama 8B on one H200 (2026-12-03): every trial out of memory, and `best` said "no
+    completed trial yet" of a study that had ended."""
+    from rich.console import Console
+
+    from autotuner.cli.render import best_table
+
+    def said(status: str) -> str:
+        console = Console(width=80, record=True)
+        view = {"best": None, "study": "st-8b", "status": status, "total_trials": 13}
+        console.print(best_table(view))
+        return " ".join(console.export_text().split())
+
+    assert "no completed trial yet (13 trial(s) so far)" in said("running")
+    ended = said("completed")
+    assert "yet" not in ended and "no trial measured a throughput" in ended
+    assert "all 13 failed or were not run" in ended and "autotuner trials st-8b" in ended

@@ -56,7 +56,17 @@
       box.append(node("p", { class: "warn", id: "best-unfinished" }, unfinished));
       document.getElementById("apply")?.remove(); // nothing to apply to a trainer
     }
-    if (!b) { box.append(node("p", { class: "muted" }, "No completed trial yet.")); return; }
+    if (!b) {
+      const st = data.study;
+      // Ended without one measured trial (Llama 8B on one H200: every trial out of memory):
+      // nothing to apply, and "yet" would promise one. The CLI's `best` says the same.
+      const ended = !live(st.status);
+      box.append(node("p", { class: ended ? "warn" : "muted", id: "best-none" }, ended
+        ? `No trial measured a throughput: all ${st.trials_total} failed or were not run. Why each: the trials table below (its error column).`
+        : "No completed trial yet."));
+      if (ended) document.getElementById("apply")?.remove();
+      return;
+    }
     const hr = b.headroom || {};
     box.append(node("div", { class: "metrics" },
       node("div", {}, node("b", { id: "best-tps" }, fmt.int(b.tokens_per_s)), node("span", {}, "tokens/s")),
