@@ -123,8 +123,8 @@ class Seeder:
         where the optimizer step's peak sets the need, a larger micro-batch needs no more, so
         among needs within LEAST_NEED_TIE of the least, the largest micro-batch (the expert's
         own order of checkpointing first)."""
-        options = [
-            {**p, "micro_batch_size": mb} for p in candidates for mb in _sorted_sizes(self.space)
+        options = [{**p, "micro_batch_size": mb} for p in candidates for mb in self._sizes(p)] or [
+            {**p, "micro_batch_size": _sorted_sizes(self.space)[0]} for p in candidates
         ]
         needs = [(self.cost.predict(self.knobs(p)).need_gib, p) for p in options]
         least = min(need for need, _ in needs)
@@ -177,8 +177,8 @@ class Seeder:
         out = []
         domains = self.space.knobs
         if "micro_batch_size" in domains:
-            sizes = sorted(_values(domains["micro_batch_size"]))
-            larger = [v for v in sizes if v > expert["micro_batch_size"]]
+            # Only those that run the held global batch: another is pruned before it runs.
+            larger = [v for v in self._sizes(expert) if v > expert["micro_batch_size"]]
             if larger:
                 out.append({**expert, "micro_batch_size": larger[0]})
         prefs = {
@@ -224,11 +224,23 @@ class Seeder:
     def _largest_fitting_mb(self, params: dict[str, Any]) -> int | None:
         """The largest micro-batch the cost model is confident fits with these knobs (None:
         none does); with no memory to fill (a CPU) the smallest, the cheapest to run."""
-        sizes = _sorted_sizes(self.space)
+        sizes = self._sizes(params) or _sorted_sizes(self.space)
         if self.limit_gib is None:
             return sizes[0]
         fitting = self._fits(params, sizes)
         return fitting[-1] if fitting else None
+
+    def _sizes(self, params: dict[str, Any]) -> list[int]:
+        """The space's micro-batches, ascending, that run the study's held global batch
+        exactly with these knobs (all of them where it holds none)."""
+        return [
+            mb
+            for mb in _sorted_sizes(self.space)
+            if self.space.global_batch_mismatch(
+                self.knobs({**params, "micro_batch_size": mb}), self.model, self.gpus
+            )
+            is None
+        ]
 
     def _fits(self, params: dict[str, Any], sizes: list[int]) -> list[int]:
         """Those of `sizes` that fit with the memory headroom kept (search/headroom.py): a
