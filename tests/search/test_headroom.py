@@ -200,3 +200,26 @@ def test_trials_passed_over_for_one_reason_are_named_together() -> None:
         "trial #3 was faster but failed its headroom check",
     ]
     assert passed_over_text(passed[:1]) == [f"trial #7 was faster but {why}"]
+
+
+def test_a_study_whose_every_measured_trial_is_tight_says_what_to_do(sqlite_url: str) -> None:
+    """A 60% headroom on the fake 80 GiB GPU: every micro-batch's peak leaves less free
+    (50-98% needed), as Llama 8B's on one H200 would leave 8.8% under a 10% headroom. Nothing
+    is recommended, and `best` says why and how to accept a tight config, not "no trial"."""
+    from autotuner.study import operations
+
+    db = Database(sqlite_url)
+    space = parse_space({"name": "headroom", "knobs": KNOBS, "fixed": {"attention": "efficient"}})
+    study_id = create_study(
+        db,
+        model=ModelSpec.resolve({"preset": "tiny"}),
+        space=space,
+        max_trials=6,
+        options=StudyOptions(headroom=0.6),
+    )
+    executor = FakeHeadroomReplay(landscape(), list(KNOBS), target=GPU)
+    StudyRunner(db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600).run()
+    view = operations.get_best(db, study_id)
+    assert view["best"] is None and view["completed_trials"] >= 1
+    text = _render(best_table(view))
+    assert "nothing to recommend" in text and "lower --headroom" in text, text

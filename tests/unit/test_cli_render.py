@@ -104,13 +104,17 @@ def test_best_of_an_ended_study_without_a_measured_trial_says_so_not_yet() -> No
 
     from autotuner.cli.render import best_table
 
-    def said(status: str) -> str:
+    def said(status: str, measured: int = 0) -> str:
         console = Console(width=80, record=True)
         view = {"best": None, "study": "st-8b", "status": status, "total_trials": 13}
-        console.print(best_table(view))
+        console.print(best_table({**view, "completed_trials": measured}))
         return " ".join(console.export_text().split())
 
     assert "no completed trial yet (13 trial(s) so far)" in said("running")
     ended = said("completed")
     assert "yet" not in ended and "no trial measured a throughput" in ended
     assert "all 13 failed or were not run" in ended and "autotuner trials st-8b" in ended
+    # Measured, but every one tight: the recommendation passes over them all.
+    tight = said("completed", measured=3)
+    assert "each of the 3 measured trial(s) left less memory free than the headroom" in tight
+    assert "lower --headroom" in tight

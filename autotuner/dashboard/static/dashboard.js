@@ -60,10 +60,11 @@
       const st = data.study;
       // Ended without one measured trial (Llama 8B on one H200: every trial out of memory):
       // nothing to apply, and "yet" would promise one. The CLI's `best` says the same.
-      const ended = !live(st.status);
-      box.append(node("p", { class: ended ? "warn" : "muted", id: "best-none" }, ended
-        ? `No trial measured a throughput: all ${st.trials_total} failed or were not run. Why each: the trials table below (its error column).`
-        : "No completed trial yet."));
+      const ended = !live(st.status), measured = st.trial_counts.complete || 0;
+      const why = measured
+        ? `Nothing to recommend: each of the ${measured} measured trials left less memory free than the headroom (or went over the memory ceiling); the table below says how much each left. To accept a tight config, run again with a lower --headroom.`
+        : `No trial measured a throughput: all ${st.trials_total} failed or were not run. Why each: the trials table below (its error column).`;
+      box.append(node("p", { class: ended ? "warn" : "muted", id: "best-none" }, ended ? why : "No completed trial yet."));
       if (ended) document.getElementById("apply")?.remove();
       return;
     }
