@@ -36,8 +36,10 @@ class Demo:
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
     """The README's demo on cpu-demo, but its space named MARKUP (the one name `tune` prints),
-    its global batch held at 24 sequences so
-    micro-batches 16 and 32 are pruned: the proposals take trial numbers beyond the budget's."""
+    its global batch held at 24 sequences so micro-batches 16 and 32 are pruned, and its
+    proposals random, unguided (the guided ones avoid what would be pruned; the seeds only take
+    micro-batches that divide the batch): the pruned ones take trial numbers beyond the
+    budget's."""
     from autotuner.storage.repository import TrialRepo
     from autotuner.storage.session import Database
 
@@ -50,6 +52,8 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
         proc = cli(
             "tune", "examples/tiny.yaml", "--space", str(folder / "space.json"),
             "--global-batch", "1536", "--trials", "4", "--db", db,
+            # Unguided proposals: the guided ones screen out what would be pruned.
+            "--sampler", "random", "--option", "guided=false",
         )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     study_id = proc.stderr.split("study ", 1)[1].split(":", 1)[0].strip()
