@@ -186,4 +186,6 @@ def test_an_ended_study_without_a_measured_trial_says_so(tmp_path: Path) -> None
             text = b.eval("document.getElementById('best-none').textContent")
             assert "No trial measured a throughput: all 13 failed or were not run" in text, text
             assert b.eval("document.getElementById('apply')") is None
+            note = b.eval("document.getElementById('progress-note').textContent")
+            assert note == "(no trial measured a throughput: nothing to draw)", note
             assert b.errors == [], b.errors

@@ -119,7 +119,10 @@
         scales: { x: { title: { display: true, text: "trial #" }, ticks: { precision: 0 } },
                   y: { title: { display: true, text: "tokens/s" }, beginAtZero: true } } },
     });
-    document.getElementById("progress-note").textContent = p.shown < p.measured
+    // A study with trials but none measured (all failed or not run): say why the axes are empty.
+    const none = p.measured === 0 && data.study.trials_total > 0;
+    document.getElementById("progress-note").textContent = none ? "(no trial measured a throughput: nothing to draw)"
+      : p.shown < p.measured
       ? `(${p.measured.toLocaleString("en-US")} measured; the min and max of each run of trials shown, the best-so-far line exact)` : "";
   }
 
