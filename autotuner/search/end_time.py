@@ -203,11 +203,12 @@ class TrialWalls:
     def due(self, checks: list[tuple[str, Params]]) -> list[DueCheck]:
         """Each (purpose, params) with its expected seconds."""
         return [
-            DueCheck(purpose, params, self._expected_s(purpose, params))
+            DueCheck(purpose, params, self.expected_s(purpose, params))
             for purpose, params in checks
         ]
 
-    def _expected_s(self, purpose: str, params: Params) -> float:
+    def expected_s(self, purpose: str, params: Params) -> float:
+        """How long the end check `purpose` of a config with these params is expected to take."""
         if purpose in (PARITY, PARITY_REFERENCE):
             return self.parity_s(params)
         if purpose == HEADROOM_CHECK:

@@ -20,7 +20,6 @@ Options: `autotuner.options.StudyOptions` (one typed model; its defaults live th
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from autotuner.executors.base import Target
@@ -280,8 +279,8 @@ class SearchPolicy:
     def expert_params(self) -> dict[str, Any]:
         return self._seeder().expert_params()
 
-    def expert_fits(self) -> bool:
-        return self._seeder().expert_fits()
+    def expert_fits(self, params: dict[str, Any]) -> bool:
+        return self._seeder().expert_fits(params)
 
     def _seeder(self) -> Seeder:
         return Seeder(
@@ -379,9 +378,12 @@ class SearchPolicy:
         due = self.remeasure.checks_due(
             self.progress, max_trials, lambda params: changes_numerics(self.knobs(params))
         )
-        checks = self.walls.due([(purpose, self._as_run(purpose, p)) for purpose, p in due])
-        # Each check keeps the params its row will carry (the candidate's, for the reference).
-        return [replace(c, params=p) for c, (_, p) in zip(checks, due, strict=True)]
+        # Each check keeps the params its row will carry (the candidate's, for the reference),
+        # and is timed by what it runs.
+        return [
+            DueCheck(purpose, p, self.walls.expected_s(purpose, self._as_run(purpose, p)))
+            for purpose, p in due
+        ]
 
     def _as_run(self, purpose: str, params: dict[str, Any]) -> dict[str, Any]:
         """The params a check runs: the numerics check's reference runs the candidate's knobs

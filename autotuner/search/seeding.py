@@ -131,10 +131,9 @@ class Seeder:
         close = [p for need, p in needs if need <= least * (1 + LEAST_NEED_TIE)]
         return max(close, key=lambda p: p["micro_batch_size"])
 
-    def expert_fits(self) -> bool:
-        """Whether the cost model is confident the expert default fits with the headroom kept
-        (no memory to fill, as on a CPU: it does)."""
-        params = self.expert_params()
+    def expert_fits(self, params: dict[str, Any]) -> bool:
+        """Whether the cost model is confident the expert default (`expert_params()`) fits
+        with the headroom kept (no memory to fill, as on a CPU: it does)."""
         return "micro_batch_size" not in params or bool(
             self._fits(params, [params["micro_batch_size"]])
         )

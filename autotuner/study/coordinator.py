@@ -182,10 +182,10 @@ class StudyRunner:
                 update={"fixed": {**self.space.fixed, "grad_accum": steps}}
             )
             policy = self._policy(as_run)
-            if policy.expert_fits():
+            expert = policy.expert_params()
+            if policy.expert_fits(expert):
                 break
-        expert = policy.knobs(policy.expert_params())
-        held = self.space.expert_global_batch(expert, self.model, self.gpus_per_trial)
+        held = self.space.expert_global_batch(policy.knobs(expert), self.model, self.gpus_per_trial)
         self.space = self.space.model_copy(update={"global_batch_tokens": held})
         self.lease.hold_space(self.space)
 

@@ -51,17 +51,29 @@ def landscape() -> Landscape:
     return Landscape(entries)
 
 
-def run_study(
-    sqlite_url: str, *, eval_factor: dict[int, float] | None = None, **options: Any
-) -> tuple[list[Trial], dict[str, Any], FakeHeadroomReplay, StudyOptions]:
+def _run(
+    sqlite_url: str, eval_factor: dict[int, float] | None, max_trials: int, opts: StudyOptions
+) -> tuple[Database, str, FakeHeadroomReplay]:
+    """A study of the fake GPU's landscape run to its end: (database, study id, executor)."""
     db = Database(sqlite_url)
     space = parse_space({"name": "headroom", "knobs": KNOBS, "fixed": {"attention": "efficient"}})
-    opts = StudyOptions(**options)
     study_id = create_study(
-        db, model=ModelSpec.resolve({"preset": "tiny"}), space=space, max_trials=10, options=opts
+        db,
+        model=ModelSpec.resolve({"preset": "tiny"}),
+        space=space,
+        max_trials=max_trials,
+        options=opts,
     )
     executor = FakeHeadroomReplay(landscape(), list(KNOBS), target=GPU, eval_factor=eval_factor)
     StudyRunner(db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600).run()
+    return db, study_id, executor
+
+
+def run_study(
+    sqlite_url: str, *, eval_factor: dict[int, float] | None = None, **options: Any
+) -> tuple[list[Trial], dict[str, Any], FakeHeadroomReplay, StudyOptions]:
+    opts = StudyOptions(**options)
+    db, study_id, executor = _run(sqlite_url, eval_factor, 10, opts)
     with db.read() as s:
         trials = TrialRepo(s).list(study_id)
         rec = StudyRepo(s).require(study_id).recommendation
@@ -208,17 +220,7 @@ def test_a_study_whose_every_measured_trial_is_tight_says_what_to_do(sqlite_url:
     is recommended, and `best` says why and how to accept a tight config, not "no trial"."""
     from autotuner.study import operations
 
-    db = Database(sqlite_url)
-    space = parse_space({"name": "headroom", "knobs": KNOBS, "fixed": {"attention": "efficient"}})
-    study_id = create_study(
-        db,
-        model=ModelSpec.resolve({"preset": "tiny"}),
-        space=space,
-        max_trials=6,
-        options=StudyOptions(headroom=0.6),
-    )
-    executor = FakeHeadroomReplay(landscape(), list(KNOBS), target=GPU)
-    StudyRunner(db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600).run()
+    db, study_id, _ = _run(sqlite_url, None, 6, StudyOptions(headroom=0.6))
     view = operations.get_best(db, study_id)
     assert view["best"] is None and view["completed_trials"] >= 1
     text = _render(best_table(view))

@@ -133,7 +133,8 @@ def test_where_nothing_fits_unchecked_the_expert_turns_on_checkpointing() -> Non
     def expert_on(limit_gib: float) -> tuple[dict, bool, object]:
         small = Target("cuda", 1, "FakeGpu small", (9, 0), limit_gib)
         policy = make_policy(space, target=small, history_seeds=0)
-        return policy.expert_params(), policy.expert_fits(), policy
+        expert = policy.expert_params()
+        return expert, policy.expert_fits(expert), policy
 
     roomy, fits, _ = expert_on(139.8)
     assert roomy["checkpointing"] == "none" and fits  # the usual expert where it fits
