@@ -26,7 +26,14 @@ from autotuner.storage.common import (
     _set,
     db_now,
 )
-from autotuner.storage.models import MEASUREMENT_COLUMNS, Study, Trial, TrialState, utcnow
+from autotuner.storage.models import (
+    MEASUREMENT_COLUMNS,
+    Study,
+    StudyStatus,
+    Trial,
+    TrialState,
+    utcnow,
+)
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +257,9 @@ class TrialRepo:
             trial.error_class = "infra"
             if reason == "cancelled":
                 trial.state = TrialState.FAILED.value
-                trial.error_message = "cancelled with the study (no coordinator was running it)"
+                trial.error_message = (
+                    "cancelled with the study (no live coordinator was left to stop it)"
+                )
             else:
                 trial.state = TrialState.LOST.value
                 trial.error_message = (
@@ -260,6 +269,35 @@ class TrialRepo:
             trial.finished_at = now
         self.session.flush()
         return stale
+
+    def end_abandoned(self) -> builtins.list[Trial]:
+        """Running trials of ended studies that nobody will end: their study was cancelled
+        (or finished) while a coordinator held it, and that coordinator died before it stopped
+        them. Its lease has expired, so no live coordinator can report them; without this they
+        would stay `running` in a finished study forever (a recording cancelled by hand on
+        2026-12-03, seconds after its machine was taken back, kept one). A cancelled study's
+        are failed as cancelled, any other's lost (mark_lost)."""
+        ended = (StudyStatus.COMPLETED.value, StudyStatus.CANCELLED.value, StudyStatus.FAILED.value)
+        now = db_now(self.session)
+        studies = self.session.execute(
+            select(Study.id, Study.status)
+            .where(
+                Study.status.in_(ended),
+                Study.owner.is_(None)
+                | Study.lease_expires_at.is_(None)
+                | (Study.lease_expires_at < now),
+                select(Trial.id)
+                .where(Trial.study_id == Study.id, Trial.state == TrialState.RUNNING.value)
+                .exists(),
+            )
+            .order_by(Study.id)
+        ).all()
+        far = now + dt.timedelta(days=1)
+        out: builtins.list[Trial] = []
+        for study_id, status in studies:
+            reason = "cancelled" if status == StudyStatus.CANCELLED.value else "lost"
+            out += self.mark_lost(study_id, heartbeat_older_than=far, reason=reason)
+        return out
 
     def count(self, study_id: str, *, states: Sequence[TrialState] | None = None) -> int:
         query = _in_states(

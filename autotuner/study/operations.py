@@ -554,7 +554,13 @@ def cancel_study(db: Database, ref: str) -> dict[str, Any]:
         study = s.get(Study, found.id, with_for_update=True, populate_existing=True)
         assert study is not None
         if study.status in FINISHED:
-            raise Conflict(f"study {study.id} is already {study.status}; nothing to cancel")
+            # Cancelled once while its coordinator lived, which died before it stopped the
+            # trials: cancelling again ends them, once that coordinator's lease has expired.
+            if not any(t.study_id == study.id for t in TrialRepo(s).end_abandoned()):
+                raise Conflict(f"study {study.id} is already {study.status}; nothing to cancel")
+            return study_view(
+                study, summaries(s, [study.id])[study.id], space_name=study.space.get("name")
+            )
         studies.set_status(study, StudyStatus.CANCELLED)
         now = db_now(s)
         expires = study.lease_expires_at

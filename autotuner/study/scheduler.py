@@ -271,6 +271,12 @@ class Scheduler:
     def _discover(self) -> None:
         try:
             with self.db.session() as s:
+                # Trials a dead coordinator left running in a study that has ended since (it
+                # was cancelled while that coordinator held it): ended here, not kept forever.
+                for trial in TrialRepo(s).end_abandoned():
+                    log.info(
+                        "study %s: trial #%d %s", trial.study_id, trial.number, trial.error_message
+                    )
                 ids = list(
                     s.scalars(
                         select(Study.id)

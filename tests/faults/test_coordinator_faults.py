@@ -22,8 +22,8 @@ from autotuner.executors.base import ExecutorUnavailable
 from autotuner.executors.replay import ReplayExecutor
 from autotuner.search.space import parse_space
 from autotuner.spec import ModelSpec, TrialConfig
-from autotuner.storage.models import StudyStatus
-from autotuner.storage.repository import StudyRepo
+from autotuner.storage.models import StudyStatus, TrialState
+from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
 from autotuner.study.coordinator import create_study
 from autotuner.study.scheduler import Scheduler
@@ -198,3 +198,45 @@ def test_cancelling_a_study_no_coordinator_runs_ends_its_running_trials(pg_url: 
     with db.read() as s:
         study = StudyRepo(s).require(study_id)
         assert study.owner is None
+
+
+def test_trials_a_coordinator_left_running_in_a_study_cancelled_under_it_are_ended(
+    pg_url: str,
+) -> None:
+    """Cancelled while its coordinator held a live lease, which then died before it stopped
+    its trials: once the lease expires, the service's discovery ends them (and so does a
+    second `cancel`), rather than leaving them `running` in a cancelled study for good."""
+    from autotuner.study import operations
+    from autotuner.study.coordinator import StudyRunner
+
+    db = Database(pg_url)
+    for end_by in ("discovery", "cancel again"):
+        study_id = create_study(db, model=MODEL, space=SPACE, max_trials=6)
+        executor = _executor(slots=2)
+        dead = StudyRunner(db, study_id, executor, owner="dead-coordinator", lease_ttl_s=1.0)
+        dead.start()
+        dead.step()
+        assert dead.in_flight
+        operations.cancel_study(db, study_id)  # the lease is live: its holder should end them
+        running = _trials_in(db, study_id, TrialState.RUNNING)
+        assert running, "a live coordinator's trials were ended under it"
+        with pytest.raises(operations.Conflict, match="already cancelled"):
+            operations.cancel_study(db, study_id)  # still live: nothing to end yet
+        time.sleep(1.2)  # ... and the coordinator never comes back
+        if end_by == "discovery":
+            scheduler = _scheduler(db, executor)
+            scheduler.executor = executor
+            scheduler.tick()
+        else:
+            assert operations.cancel_study(db, study_id)["status"] == StudyStatus.CANCELLED
+        assert not _trials_in(db, study_id, TrialState.RUNNING), end_by
+        with db.read() as s:
+            ended = [TrialRepo(s).get(study_id, n) for n in running]
+        assert all(t is not None and t.state == TrialState.FAILED for t in ended)
+        assert all("cancelled with the study" in (t.error_message or "") for t in ended if t)
+        check_invariants(db, study_id, max_trials=6)
+
+
+def _trials_in(db: Database, study_id: str, state: TrialState) -> list[int]:
+    with db.read() as s:
+        return [t.number for t in TrialRepo(s).list(study_id) if t.state == state]
