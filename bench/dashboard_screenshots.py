@@ -136,8 +136,11 @@ def real_screenshots(source: Path, out: Path) -> None:
     db = Database(url)
     studies = operations.list_studies(db, limit=50)
     biggest = max(studies, key=lambda s: s["trials_total"])["id"]
-    fastest = max((s["id"] for s in studies if s["id"] != biggest), key=lambda i: vs_default(db, i))
+    others = [s["id"] for s in studies if s["id"] != biggest] or [biggest]
+    fastest = max(others, key=lambda i: vs_default(db, i))
     best = operations.get_best(db, biggest)["best"]
+    # An ended study that recommends nothing (Llama 8B: every trial tight or out of memory).
+    none = [s["id"] for s in studies if operations.get_best(db, s["id"])["best"] is None]
     charts = "document.body.dataset.charts"
     sorted_view = "document.body.dataset.tableView?.startsWith('sort=tokens_per_s')"
     # (file, address, ready when, viewport height, element scrolled to the top or None)
@@ -158,14 +161,13 @@ def real_screenshots(source: Path, out: Path) -> None:
             900,
             "trials",
         ),
-        (
-            "h200-trial.png",
-            f"/studies/{biggest}/trials/{best['trial_number']}",
-            "document.body.dataset.trialCharts",
-            1160,
-            None,
-        ),
         ("h200-study-llama.png", f"/studies/{fastest}", charts, 1000, None),
+    ]
+    if best is not None:
+        trial = f"/studies/{biggest}/trials/{best['trial_number']}"
+        shots.append(("h200-trial.png", trial, "document.body.dataset.trialCharts", 1160, None))
+    shots += [
+        (f"h200-no-recommendation-{i}.png", f"/studies/{i}", charts, 1000, None) for i in none
     ]
     errors: list[str] = []
     for base in _serve(make_app(db)):

@@ -247,6 +247,12 @@ class BestView(_View):
     total_trials: int
     max_trials: int | None = Field(description="The trial budget (null: a time budget only)")
     best: Recommendation | None = Field(description="Null until a trial completes")
+    tight_fastest: dict[str, Any] | None = Field(
+        None,
+        description="An ended study with no recommendation because every measured trial left "
+        "less memory free than the headroom: its fastest (trial_number, tokens_per_s, params, "
+        "memory_free_rel, headroom, headroom_accepting: the --headroom that would accept it)",
+    )
 
 
 # --------------------------------------------------------------------------- the rest

@@ -12,7 +12,12 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 
 from autotuner.cli.common import out, safe
-from autotuner.study.labels import budget_used, trial_label, unfinished_note
+from autotuner.study.labels import (
+    budget_used,
+    no_recommendation_note,
+    trial_label,
+    unfinished_note,
+)
 
 
 def print_json(view: Any) -> None:
@@ -39,7 +44,7 @@ def best_table(view: dict[str, Any]) -> RenderableType:
                 f"study {study} ({status}): no completed trial yet "
                 f"({view['total_trials']} trial(s) so far)"
             )
-        return Text(f"study {study} ({status}): {no_recommendation(view)}")
+        return Text(f"study {study} ({status}): {no_recommendation_note(view)}")
     unfinished = unfinished_note(view)
     title = f"Recommended config: study {safe(view['study'])} ({safe(view['status'])})"
     if unfinished:
@@ -214,23 +219,6 @@ def trials_table(study: dict[str, Any], views: list[dict[str, Any]]) -> Renderab
     if any(v.get("global_batch_tokens") for v in views):
         lines.append(Text("batch: tokens per optimizer step (K = 1024)", style="dim"))
     return Group(table, *lines) if lines else table
-
-
-def no_recommendation(view: dict[str, Any]) -> str:
-    """Why an ended study recommends nothing: no trial measured (Llama 8B on one H200: every
-    trial out of memory), or every measured one left less memory free than the headroom."""
-    study = safe(view["study"])
-    measured = view.get("completed_trials") or 0
-    if measured:
-        return (
-            f"nothing to recommend: each of the {measured} measured trial(s) left less memory "
-            "free than the headroom (or went over --max-mem). Their free memory: autotuner "
-            f"trials {study}; to accept a tight config, run again with a lower --headroom"
-        )
-    return (
-        f"no trial measured a throughput; all {view['total_trials']} failed or were not run. "
-        f"Why each: autotuner trials {study}"
-    )
 
 
 def short_tokens(tokens: int | None) -> str:

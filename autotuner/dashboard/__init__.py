@@ -37,6 +37,7 @@ from autotuner.study.export import export_commands
 from autotuner.study.labels import (
     budget_used,
     model_label,
+    no_recommendation_note,
     runs_on,
     trial_label,
     unfinished_note,
@@ -137,6 +138,12 @@ def study_page(
         "best": detail["best"]["best"],
         # For a cancelled or failed study: how far it got (None otherwise; study/labels.py).
         "unfinished": unfinished_note(detail["best"]),
+        # An ended study with nothing to recommend: why, and what to do (the CLI's words).
+        "no_recommendation": (
+            no_recommendation_note(detail["best"])
+            if detail["best"]["best"] is None and detail["study"]["status"] in operations.FINISHED
+            else None
+        ),
         "trials": detail["trials"],
         "knobs": detail["knobs"],
         "page_size": PAGE_SIZE,

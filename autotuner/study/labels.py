@@ -37,6 +37,37 @@ def unfinished_note(best: dict[str, Any]) -> str | None:
     )
 
 
+def no_recommendation_note(best: dict[str, Any]) -> str:
+    """Why an ended study (its best view) recommends nothing: no trial measured (Llama 8B on
+    one H200 before its seeder fell back to checkpointing: every trial out of memory), or every
+    measured one left less memory free than the headroom; then its fastest, and the
+    --headroom that would accept it (`tight_fastest`). The CLI's `best` and the dashboard's
+    study page say the same."""
+    study = best["study"]
+    measured = best.get("completed_trials") or 0
+    if not measured:
+        return (
+            f"no trial measured a throughput; all {best['total_trials']} failed or were not "
+            f"run. Why each: autotuner trials {study}"
+        )
+    why = (
+        f"nothing to recommend: each of the {measured} measured trial(s) left less memory free "
+        "than the headroom (or went over --max-mem)."
+    )
+    tight = best.get("tight_fastest")
+    if not tight:
+        return (
+            f"{why} Their free memory: autotuner trials {study}; to accept a tight config, run "
+            "again with a lower --headroom"
+        )
+    return (
+        f"{why} The fastest, #{tight['trial_number']} at {tight['tokens_per_s'] or 0:,.0f} "
+        f"tokens/s, left {tight['memory_free_rel']:.1%} free of the {tight['headroom']:.0%} "
+        f"kept: to accept it, run again with --headroom {tight['headroom_accepting']:g}. Each "
+        f"trial's: autotuner trials {study}"
+    )
+
+
 def model_label(spec: dict[str, Any]) -> str:
     """A study's model in a few words (its model spec as stored): the preset's name, else the
     factory or the family with its depth and width ("llama, 8 × 1024")."""

@@ -122,10 +122,15 @@ def study_view(
 
 
 def best_view(
-    study: Study, summary: TrialSummary, recommendation: dict[str, Any] | None
+    study: Study,
+    summary: TrialSummary,
+    recommendation: dict[str, Any] | None,
+    *,
+    tight_fastest: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The current best: the recommendation stored on the study (live after each finished
-    trial, final with its evidence once the study is over; study/live.py)."""
+    trial, final with its evidence once the study is over; study/live.py). `tight_fastest`:
+    for an ended study with none because every measured trial was tight, its fastest."""
     return {
         "study": study.id,
         "status": study.status,
@@ -133,6 +138,7 @@ def best_view(
         "total_trials": summary.total,
         "max_trials": study.max_trials,
         "best": _as_of_status(study.status, recommendation),
+        "tight_fastest": tight_fastest,
     }
 
 

@@ -154,11 +154,11 @@ def test_a_measured_trial_without_compile_time_reads_eager(
     assert cells and set(cells) == {"eager"}, cells
 
 
-def _committed(tmp_path: Path, name: str) -> tuple[Database, str]:
+def _committed(tmp_path: Path, name: str, session: Path = H200_SESSION) -> tuple[Database, str]:
     """A copy of a committed H200 study's database (SQLite writes beside a database it opens),
     brought to the current schema, and its study's id."""
     copy = tmp_path / f"{name}.db"
-    shutil.copyfile(H200_SESSION / f"tune-{name}.db", copy)
+    shutil.copyfile(session / f"tune-{name}.db", copy)
     url = f"sqlite:///{copy}"
     upgrade_database(url)
     db = Database(url)
@@ -184,8 +184,38 @@ def test_an_ended_study_without_a_measured_trial_says_so(tmp_path: Path) -> None
         with Browser(width=1400, height=900) as b:
             b.open(f"{base}/studies/{study_id}", ready="document.body.dataset.tableView")
             text = b.eval("document.getElementById('best-none').textContent")
-            assert "No trial measured a throughput: all 13 failed or were not run" in text, text
+            assert "No trial measured a throughput; all 13 failed or were not run" in text, text
             assert b.eval("document.getElementById('apply')") is None
             note = b.eval("document.getElementById('progress-note').textContent")
             assert note == "(no trial measured a throughput: nothing to draw)", note
+            assert b.errors == [], b.errors
+
+
+@pytest.mark.browser
+def test_an_ended_study_whose_trials_were_all_tight_names_the_headroom_to_accept_one(
+    tmp_path: Path,
+) -> None:
+    """Llama 8B on one H200 (2026-12-03, afternoon): both trials left 9.7% free of the 10%
+    headroom. The card names the fastest and the --headroom that would accept it, in the
+    words `best` prints."""
+    from rich.console import Console
+
+    from autotuner.cli.render import best_table
+
+    db, study_id = _committed(
+        tmp_path, "llama-8b", H200_SESSION.with_name("h200_session_20261203b")
+    )
+    console = Console(width=400, record=True)
+    console.print(best_table(operations.get_best(db, study_id)))
+    cli = console.export_text()
+    for base in _serve(make_app(db)):
+        with Browser(width=1400, height=900) as b:
+            b.open(f"{base}/studies/{study_id}", ready="document.body.dataset.tableView")
+            text = b.eval("document.getElementById('best-none').textContent")
+            assert "The fastest, #1 at 13,305 tokens/s, left 9.7% free of the 10% kept" in text
+            assert "run again with --headroom 0.09" in text, text
+            assert text.startswith("Nothing to recommend") and text[1:] in " ".join(cli.split())
+            header = b.eval("document.getElementById('progress-text').textContent")
+            assert header.endswith("· fastest 13,305 tokens/s, none recommendable"), header
+            assert b.eval("document.getElementById('apply')") is None
             assert b.errors == [], b.errors

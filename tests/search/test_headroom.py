@@ -22,8 +22,10 @@ from autotuner.spec import Knobs, ModelSpec
 from autotuner.storage.models import Trial
 from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
+from autotuner.study.columns import memory_record
 from autotuner.study.coordinator import StudyRunner, create_study
 from autotuner.study.labels import trial_label
+from autotuner.study.trial_list import memory_judgement
 from autotuner.study.views import trial_view
 from tests.fakes import FAKE_GPU, FakeHeadroomReplay, measured
 
@@ -224,4 +226,20 @@ def test_a_study_whose_every_measured_trial_is_tight_says_what_to_do(sqlite_url:
     view = operations.get_best(db, study_id)
     assert view["best"] is None and view["completed_trials"] >= 1
     text = _render(best_table(view))
-    assert "nothing to recommend" in text and "lower --headroom" in text, text
+    assert "nothing to recommend" in text, text
+    # It names the fastest and the headroom that would accept it: a rerun's, not a guess.
+    tight = view["tight_fastest"]
+    assert tight is not None and tight["headroom"] == 0.6
+    assert 0 < tight["headroom_accepting"] <= tight["memory_free_rel"] < 0.6
+    assert f"#{tight['trial_number']} " in text
+    assert f"--headroom {tight['headroom_accepting']:g}" in text, text
+    with db.read() as s:
+        fastest = TrialRepo(s).get(study_id, tight["trial_number"])
+        assert fastest is not None and fastest.tokens_per_s == max(
+            t.tokens_per_s or 0 for t in TrialRepo(s).list(study_id)
+        )
+        record = memory_record(fastest)
+    assert record is not None
+    for headroom, is_tight in ((0.6, True), (tight["headroom_accepting"], False)):
+        _, judged = memory_judgement("complete", record, StudyOptions(headroom=headroom))
+        assert judged is is_tight, headroom

@@ -39,9 +39,13 @@
     const budget = st.max_trials ? ` of ${st.max_trials}` : "";
     // The recommendation's value, as the card below shows it: the fastest measured trial
     // (best_value) can be one it passed over for memory headroom or numerics.
-    const value = st.recommended_value ?? st.best_value;
+    // With nothing recommendable (every measured trial tight: Llama 8B on one H200) the fastest
+    // is named as such, not as a best the card below then says does not exist.
+    const value = st.recommended_value ?? (data.best ? st.best_value : null);
     const unit = st.objective === "tokens_per_s" ? "tokens/s" : st.objective;
-    const best = value ? ` · best so far ${fmt.int(value)} ${unit}${missing(st.best_trial_number) ? "" : ` (trial #${st.best_trial_number})`}` : "";
+    const best = value
+      ? ` · best so far ${fmt.int(value)} ${unit}${missing(st.best_trial_number) ? "" : ` (trial #${st.best_trial_number})`}`
+      : missing(st.best_value) ? "" : ` · fastest ${fmt.int(st.best_value)} ${unit}, none recommendable`;
     document.getElementById("progress-text").textContent =
       `${st.trials_launched}${budget} trials launched (${counts || "none yet"})${window.autotuner.minutes(st)}${best}`;
   }
@@ -59,12 +63,11 @@
     if (!b) {
       const st = data.study;
       // Ended without one measured trial (Llama 8B on one H200: every trial out of memory):
-      // nothing to apply, and "yet" would promise one. The CLI's `best` says the same.
-      const ended = !live(st.status), measured = st.trial_counts.complete || 0;
-      const why = measured
-        ? `Nothing to recommend: each of the ${measured} measured trials left less memory free than the headroom (or went over the memory ceiling); the table below says how much each left. To accept a tight config, run again with a lower --headroom.`
-        : `No trial measured a throughput: all ${st.trials_total} failed or were not run. Why each: the trials table below (its error column).`;
-      box.append(node("p", { class: ended ? "warn" : "muted", id: "best-none" }, ended ? why : "No completed trial yet."));
+      // nothing to apply, and "yet" would promise one. The service words why (study/labels.py),
+      // as the CLI's `best` does.
+      const ended = !live(st.status), why = data.no_recommendation;
+      const text = ended && why ? why[0].toUpperCase() + why.slice(1) : "No completed trial yet.";
+      box.append(node("p", { class: ended ? "warn" : "muted", id: "best-none" }, text));
       if (ended) document.getElementById("apply")?.remove();
       return;
     }
@@ -380,7 +383,7 @@
         const keep = [...known.keys()].sort((a, b) => b - a).slice(data.page_size);
         for (const n of keep) if (known.get(n).state !== "running") known.delete(n);
         const news = d.study.trials_total !== data.study.trials_total || d.study.trials_finished !== data.study.trials_finished;
-        data.study = d.study; data.best = d.best; data.unfinished = d.unfinished;
+        data.study = d.study; data.best = d.best; data.unfinished = d.unfinished; data.no_recommendation = d.no_recommendation;
         if (d.charts) { data.charts = d.charts; data.charts_at = d.charts_at; }
         drawAll();
         if (news && !livePage()) fetchPage();
