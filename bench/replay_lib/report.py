@@ -82,7 +82,8 @@ def notes(doc: dict[str, Any], table: dict[str, TrialResult]) -> list[str]:
         out.append(
             f"The recording holds {doc['universe_size']} configs of a {doc['grid_size']}-config "
             "grid: every proposal (seeds included) becomes the nearest recorded config not yet "
-            "measured, so random search is uniform over the recording (docs/landscape-format.md)."
+            "measured (ties in a random order drawn per run), and random search draws uniformly "
+            "from the recorded configs not yet measured (docs/landscape-format.md)."
         )
     if not any(r.failure_class == FailureClass.OOM for r in table.values()):
         out.append(

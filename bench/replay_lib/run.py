@@ -91,7 +91,7 @@ def run_once(
     if len(table) < grid_size(space):
         # Every proposal (the seeds included) becomes the nearest recorded config: the
         # recording is the universe each strategy searches (bench/replay_lib/universe.py).
-        snap = Snapper(table, space)
+        snap = Snapper(table, space, seed=seed)
 
         def recorded_only(params: dict[str, Any], knobs: Knobs) -> Prune | None:
             if canonical_params({k: params[k] for k in space.knobs}) not in table:
@@ -101,7 +101,9 @@ def run_once(
         hooks = {
             "seeds": snap.many,
             "screen": recorded_only,
-            "wrap_sampler": lambda inner: UniverseSampler(inner, snap),
+            "wrap_sampler": lambda inner: UniverseSampler(
+                inner, snap, uniform=strategy == "random"
+            ),
             # The throughput model proposes among what exists: the recorded configs.
             "candidates": lambda: [dict(c) for c in snap.recorded],
         }

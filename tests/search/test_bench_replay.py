@@ -215,3 +215,74 @@ def test_the_acceptance_is_issue_10s_six_trials_and_a_quarter_of_random() -> Non
     assert gpu == ("ours: median GPU-s 115 vs random 422, 0.27 of it (target <= 0.25)", False)
     trials = next((text, ok) for text, ok in acceptance(_doc(7, 50.0, 400.0)) if "trials" in text)
     assert trials == ("ours: median trials to within 2% = 7 (target <= 6)", False)
+
+
+def _sparse_universe() -> tuple[dict, object]:
+    """Four recorded configs of a 24-config grid, every one two knobs from a proposal of
+    (mb 64, fp32, math, compile none): a tie for `Snapper.nearest`."""
+    from autotuner.search.space import parse_space
+    from autotuner.spec import FailureClass, TrialResult, canonical_params
+
+    space = parse_space(
+        {
+            "name": "t",
+            "knobs": {
+                "micro_batch_size": [16, 64, 256],
+                "precision": ["bf16", "fp32"],
+                "attention": ["flash", "math"],
+                "compile_mode": ["none", "default"],
+            },
+        }
+    )
+    recorded = [
+        {"micro_batch_size": 64, "precision": "bf16", "attention": "flash", "compile_mode": "none"},
+        {
+            "micro_batch_size": 64,
+            "precision": "bf16",
+            "attention": "math",
+            "compile_mode": "default",
+        },
+        {
+            "micro_batch_size": 64,
+            "precision": "fp32",
+            "attention": "flash",
+            "compile_mode": "default",
+        },
+        {"micro_batch_size": 16, "precision": "fp32", "attention": "math", "compile_mode": "none"},
+    ]
+    # Only the keys matter to the snapping; the results are never read here.
+    unread = TrialResult.failure(FailureClass.OOM, "not read")
+    return {canonical_params(p): unread for p in recorded}, space
+
+
+def test_ties_and_random_search_do_not_favour_the_landscapes_first_entry() -> None:
+    """By the landscape's order, ties went to its first entry and random search snapped onto
+    whichever configs had most of the space nearest them: on Llama 1B with its best dropped,
+    random search "found" the new best (the first entry) in a median of 2 trials of 17."""
+    import optuna
+
+    from bench.replay_lib.universe import Snapper, UniverseSampler
+
+    table, space = _sparse_universe()
+    tie = {"micro_batch_size": 64, "precision": "fp32", "attention": "math", "compile_mode": "none"}
+    snaps = [Snapper(table, space, seed=seed) for seed in range(40)]
+    dists = {snaps[0].distance(tie, c) for c in snaps[0].recorded[:3]}
+    assert dists == {2.0} or dists == {1.0}, dists  # the first three tie
+    chosen = {json.dumps(s.nearest(tie), sort_keys=True) for s in snaps}
+    assert len(chosen) >= 2, "ties always went one way"
+
+    # Random search: each config first about equally often, and none measured twice.
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    firsts: dict[str, int] = {}
+    for seed, snap in enumerate(snaps):
+        sampler = UniverseSampler(optuna.samplers.RandomSampler(seed=seed), snap, uniform=True)
+        study = optuna.create_study(sampler=sampler, direction="maximize")
+        seen = []
+        for _ in range(4):
+            trial = study.ask()
+            params = {n: trial.suggest_categorical(n, space.knobs[n]) for n in space.knobs}
+            seen.append(json.dumps(params, sort_keys=True))
+            study.tell(trial, 1.0)
+        assert len(set(seen)) == 4, seen
+        firsts[seen[0]] = firsts.get(seen[0], 0) + 1
+    assert len(firsts) == 4 and min(firsts.values()) >= 4, firsts  # 10 each expected of 40
