@@ -39,11 +39,6 @@ def best_table(view: dict[str, Any]) -> RenderableType:
     rec = view["best"]
     if rec is None:
         study, status = safe(view["study"]), safe(view["status"])
-        if view["status"] in ("queued", "running"):
-            return Text(
-                f"study {study} ({status}): no completed trial yet "
-                f"({view['total_trials']} trial(s) so far)"
-            )
         return Text(f"study {study} ({status}): {no_recommendation_note(view)}")
     unfinished = unfinished_note(view)
     title = f"Recommended config: study {safe(view['study'])} ({safe(view['status'])})"

@@ -138,11 +138,9 @@ def study_page(
         "best": detail["best"]["best"],
         # For a cancelled or failed study: how far it got (None otherwise; study/labels.py).
         "unfinished": unfinished_note(detail["best"]),
-        # An ended study with nothing to recommend: why, and what to do (the CLI's words).
+        # Nothing to recommend (yet): why, and what to do, in the CLI's words.
         "no_recommendation": (
-            no_recommendation_note(detail["best"])
-            if detail["best"]["best"] is None and detail["study"]["status"] in operations.FINISHED
-            else None
+            no_recommendation_note(detail["best"]) if detail["best"]["best"] is None else None
         ),
         "trials": detail["trials"],
         "knobs": detail["knobs"],

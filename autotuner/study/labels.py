@@ -38,13 +38,22 @@ def unfinished_note(best: dict[str, Any]) -> str | None:
 
 
 def no_recommendation_note(best: dict[str, Any]) -> str:
-    """Why an ended study (its best view) recommends nothing: no trial measured (Llama 8B on
+    """Why a study (its best view) recommends nothing. While it runs: no trial completed yet, or
+    each one measured so far is tight. Once it has ended: no trial measured (Llama 8B on
     one H200 before its seeder fell back to checkpointing: every trial out of memory), or every
     measured one left less memory free than the headroom; then its fastest, and the
     --headroom that would accept it (`tight_fastest`). The CLI's `best` and the dashboard's
     study page say the same."""
     study = best["study"]
     measured = best.get("completed_trials") or 0
+    if best["status"] in ("queued", "running"):
+        if not measured:
+            return f"no completed trial yet ({best['total_trials']} trial(s) so far)"
+        return (
+            f"no recommendable trial yet: each of the {measured} measured so far left less "
+            "memory free than the headroom (or went over --max-mem); their free memory: "
+            f"autotuner trials {study}"
+        )
     if not measured:
         return (
             f"no trial measured a throughput; all {best['total_trials']} failed or were not "

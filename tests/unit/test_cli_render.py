@@ -118,3 +118,7 @@ def test_best_of_an_ended_study_without_a_measured_trial_says_so_not_yet() -> No
     tight = said("completed", measured=3)
     assert "each of the 3 measured trial(s) left less memory free than the headroom" in tight
     assert "lower --headroom" in tight
+    # Still running with only tight trials: not "no completed trial yet" of 2 measured ones.
+    running = said("running", measured=2)
+    assert "no completed trial" not in running, running
+    assert "no recommendable trial yet: each of the 2 measured so far" in running, running

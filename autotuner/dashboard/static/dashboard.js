@@ -65,9 +65,8 @@
       // Ended without one measured trial (Llama 8B on one H200: every trial out of memory):
       // nothing to apply, and "yet" would promise one. The service words why (study/labels.py),
       // as the CLI's `best` does.
-      const ended = !live(st.status), why = data.no_recommendation;
-      const text = ended && why ? why[0].toUpperCase() + why.slice(1) : "No completed trial yet.";
-      box.append(node("p", { class: ended ? "warn" : "muted", id: "best-none" }, text));
+      const ended = !live(st.status), why = data.no_recommendation || "no completed trial yet";
+      box.append(node("p", { class: ended ? "warn" : "muted", id: "best-none" }, why[0].toUpperCase() + why.slice(1)));
       if (ended) document.getElementById("apply")?.remove();
       return;
     }
