@@ -44,6 +44,7 @@ from autotuner.study.labels import (
 )
 from autotuner.study.operations import NotFound
 from autotuner.study.study_query import DEVICES, FAMILIES, STATUSES, parse_study_query
+from autotuner.study.trial_list import NOT_MEASUREMENTS
 from autotuner.study.trial_query import ERROR_CLASSES, STATES, InvalidQuery
 from autotuner.study.trials_csv import trials_csv
 
@@ -152,6 +153,8 @@ def study_page(
             "error_classes": ERROR_CLASSES,
             "knobs": detail["knob_domains"],
         }
+        # The trials whose tokens/s is no throughput (a numerics check's parity runs).
+        data["not_measurements"] = sorted(NOT_MEASUREMENTS)
     if detail["chart_rows"] is not None:
         data["charts"] = chart_data(detail["chart_rows"])
         data["charts_at"] = detail["study"]["trials_finished"]

@@ -132,3 +132,19 @@ def test_the_trial_page_draws_both_curves(served: tuple[str, str, int, int]) -> 
         assert b.eval(f"{chart}.data.datasets.map(d => d.data.length)") == [PARITY_STEPS] * 2
         assert "Loss within" in b.eval("document.getElementById('numerics-verdict').textContent")
         assert list(b.errors) == []
+
+
+@pytest.mark.browser
+def test_the_study_table_says_parity_run_where_a_throughput_would_be(
+    served: tuple[str, str, int, int],
+) -> None:
+    """Which purposes are no measurement comes from the service (trial_list.NOT_MEASUREMENTS),
+    not a copy of the list in the page's script."""
+    base, study_id, ref, _ = served
+    with Browser() as b:
+        b.open(f"{base}/studies/{study_id}", ready="document.body.dataset.tableView")
+        cell = f"document.querySelector('#trials tr[data-number=\"{ref}\"] td:nth-child(3)')"
+        assert b.eval(f"{cell}.textContent") == "parity run"
+        measured = f"document.querySelector('#trials tr[data-number=\"0\"] td:nth-child(3)')"
+        assert b.eval(f"{measured}.textContent").replace(",", "").isdigit()
+        assert list(b.errors) == []

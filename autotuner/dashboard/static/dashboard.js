@@ -15,7 +15,7 @@
   const data = JSON.parse(el.textContent);
   const POLL_MS = 5000;
   const live = (status) => status === "queued" || status === "running";
-  const PARITY_RUNS = ["parity", "parity-ref"]; // their tokens/s is no throughput (trial_list.py)
+  const PARITY_RUNS = data.not_measurements || []; // their tokens/s is no throughput (trial_list.py)
 
   if (data.studies) { liveStudiesList(data); return; }
   if (!data.trials || typeof Chart === "undefined") return; // not a study page
