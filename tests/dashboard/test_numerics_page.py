@@ -145,6 +145,6 @@ def test_the_study_table_says_parity_run_where_a_throughput_would_be(
         b.open(f"{base}/studies/{study_id}", ready="document.body.dataset.tableView")
         cell = f"document.querySelector('#trials tr[data-number=\"{ref}\"] td:nth-child(3)')"
         assert b.eval(f"{cell}.textContent") == "parity run"
-        measured = f"document.querySelector('#trials tr[data-number=\"0\"] td:nth-child(3)')"
+        measured = "document.querySelector('#trials tr[data-number=\"0\"] td:nth-child(3)')"
         assert b.eval(f"{measured}.textContent").replace(",", "").isdigit()
         assert list(b.errors) == []
