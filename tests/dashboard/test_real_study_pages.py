@@ -219,3 +219,26 @@ def test_an_ended_study_whose_trials_were_all_tight_names_the_headroom_to_accept
             assert header.endswith("· fastest 13,305 tokens/s, none recommendable"), header
             assert b.eval("document.getElementById('apply')") is None
             assert b.errors == [], b.errors
+
+
+@pytest.mark.browser
+def test_a_running_study_with_only_tight_trials_hides_the_export_commands(tmp_path: Path) -> None:
+    """Llama 8B's two tight trials, as the page showed them while the study ran: no best to
+    export yet, so the export commands (which would refuse) are hidden, and the card says
+    none of the measured trials is recommendable yet."""
+    db, study_id = _committed(
+        tmp_path, "llama-8b", H200_SESSION.with_name("h200_session_20261203b")
+    )
+    with db.session() as s:
+        s.execute(
+            update(Study)
+            .where(Study.id == study_id)
+            .values(status="running", finished_at=None, recommendation=None)
+        )
+    for base in _serve(make_app(db)):
+        with Browser(width=1400, height=900) as b:
+            b.open(f"{base}/studies/{study_id}", ready="document.body.dataset.tableView")
+            text = b.eval("document.getElementById('best-none').textContent")
+            assert text.startswith("No recommendable trial yet: each of the 2 measured"), text
+            assert b.eval("document.getElementById('apply').hidden") is True
+            assert b.errors == [], b.errors

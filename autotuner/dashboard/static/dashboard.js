@@ -67,9 +67,13 @@
       // as the CLI's `best` does.
       const ended = !live(st.status), why = data.no_recommendation || "no completed trial yet";
       box.append(node("p", { class: ended ? "warn" : "muted", id: "best-none" }, why[0].toUpperCase() + why.slice(1)));
-      if (ended) document.getElementById("apply")?.remove();
+      // While it runs, the export commands wait, hidden, for a recommendation to export.
+      const apply = document.getElementById("apply");
+      if (ended) apply?.remove(); else if (apply) apply.hidden = true;
       return;
     }
+    const apply = document.getElementById("apply");
+    if (apply) apply.hidden = false;
     const hr = b.headroom || {};
     box.append(node("div", { class: "metrics" },
       node("div", {}, node("b", { id: "best-tps" }, fmt.int(b.tokens_per_s)), node("span", {}, "tokens/s")),
