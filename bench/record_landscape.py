@@ -31,8 +31,12 @@ import json
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 SPACE = ROOT / "bench/spaces/llama-landscape.yaml"
@@ -57,6 +61,47 @@ def studies_recorded(db: Path) -> int:
         if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'studies'").fetchone():
             return 0
         return int(conn.execute("SELECT count(*) FROM studies").fetchone()[0])
+
+
+def configs_run(db: Path) -> list[dict[str, Any]]:
+    """The params of every trial the recording's earlier sessions ran (measured or failed:
+    either is a landscape entry), each once."""
+    if not db.exists():
+        return []
+    with sqlite3.connect(db) as conn:
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'trials'").fetchone():
+            return []
+        rows = conn.execute(
+            "SELECT params FROM trials WHERE state IN ('complete', 'infeasible', 'failed')"
+        ).fetchall()
+    unique = {json.dumps(json.loads(p), sort_keys=True) for (p,) in rows}
+    return [json.loads(p) for p in sorted(unique)]
+
+
+def session_space(space: Path, earlier: list[dict[str, Any]], out_dir: Path) -> Path:
+    """The space of this session: `space` plus one rule per config an earlier session ran,
+    which the rules screen prunes at no GPU time. Each session's grid order is its own
+    (GridSampler seeded by the session's number), so without these a session would measure
+    again some of what the recording holds (~1 of 12 a session on Llama 1B)."""
+    if not earlier:
+        return space
+    builtin = ROOT / "search_spaces" / f"{space}.yaml"  # a built-in space by name (cpu-demo)
+    doc = yaml.safe_load((space if space.exists() else builtin).read_text())
+    knobs = list(doc["knobs"])
+    rules = doc.setdefault("rules", [])
+    for params in earlier:
+        if not all(k in params for k in knobs):
+            continue  # recorded with another space: not one of this grid's points
+        rules.append(
+            {
+                "if": {k: [params[k]] for k in knobs},
+                "then": {knobs[0]: []},  # nothing satisfies it: the config is pruned
+                "why": "recorded by an earlier session of this landscape",
+            }
+        )
+    out = out_dir / f"{space.stem}-session.yaml"
+    out.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return out
 
 
 def tune_command(args: argparse.Namespace, seed: int) -> list[str]:
@@ -117,7 +162,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("give this session a budget: --minutes, --trials or both")
     seed = studies_recorded(args.db)
     print(f"recording session {seed + 1} into {args.db} (grid order seed {seed})", flush=True)
-    code = subprocess.run(tune_command(args, seed), cwd=ROOT).returncode
+    earlier = configs_run(args.db)
+    with tempfile.TemporaryDirectory() as tmp:
+        args.space = str(session_space(Path(args.space), earlier, Path(tmp)))
+        if earlier:
+            print(f"{len(earlier)} config(s) recorded before: pruned, not measured again")
+        code = subprocess.run(tune_command(args, seed), cwd=ROOT).returncode
     if args.db.exists():
         print(summary(args.db))
     return code
