@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from sqlalchemy import Select, func, select, update
+from sqlalchemy import Select, func, select, true, update
 from sqlalchemy.orm import Session
 
 from autotuner.spec import Fingerprint
@@ -270,13 +270,13 @@ class TrialRepo:
         self.session.flush()
         return stale
 
-    def end_abandoned(self) -> builtins.list[Trial]:
+    def end_abandoned(self, study_id: str | None = None) -> builtins.list[Trial]:
         """Running trials of ended studies that nobody will end: their study was cancelled
         (or finished) while a coordinator held it, and that coordinator died before it stopped
         them. Its lease has expired, so no live coordinator can report them; without this they
         would stay `running` in a finished study forever (a recording cancelled by hand on
         2026-12-03, seconds after its machine was taken back, kept one). A cancelled study's
-        are failed as cancelled, any other's lost (mark_lost)."""
+        are failed as cancelled, any other's lost (mark_lost). `study_id`: that study's only."""
         ended = (StudyStatus.COMPLETED.value, StudyStatus.CANCELLED.value, StudyStatus.FAILED.value)
         now = db_now(self.session)
         studies = self.session.execute(
@@ -290,13 +290,14 @@ class TrialRepo:
                 .where(Trial.study_id == Study.id, Trial.state == TrialState.RUNNING.value)
                 .exists(),
             )
+            .where(Study.id == study_id if study_id is not None else true())
             .order_by(Study.id)
         ).all()
         far = now + dt.timedelta(days=1)
         out: builtins.list[Trial] = []
-        for study_id, status in studies:
+        for ended_id, status in studies:
             reason = "cancelled" if status == StudyStatus.CANCELLED.value else "lost"
-            out += self.mark_lost(study_id, heartbeat_older_than=far, reason=reason)
+            out += self.mark_lost(ended_id, heartbeat_older_than=far, reason=reason)
         return out
 
     def count(self, study_id: str, *, states: Sequence[TrialState] | None = None) -> int:

@@ -589,7 +589,7 @@ def cancel_study(db: Database, ref: str) -> dict[str, Any]:
         if study.status in FINISHED:
             # Cancelled once while its coordinator lived, which died before it stopped the
             # trials: cancelling again ends them, once that coordinator's lease has expired.
-            if not any(t.study_id == study.id for t in TrialRepo(s).end_abandoned()):
+            if not TrialRepo(s).end_abandoned(study.id):
                 raise Conflict(f"study {study.id} is already {study.status}; nothing to cancel")
             return study_view(
                 study, summaries(s, [study.id])[study.id], space_name=study.space.get("name")
