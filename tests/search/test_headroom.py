@@ -243,3 +243,11 @@ def test_a_study_whose_every_measured_trial_is_tight_says_what_to_do(sqlite_url:
     for headroom, is_tight in ((0.6, True), (tight["headroom_accepting"], False)):
         _, judged = memory_judgement("complete", record, StudyOptions(headroom=headroom))
         assert judged is is_tight, headroom
+    # The service's answer carries it too (BestView), for `best --server` and the API.
+    from fastapi.testclient import TestClient
+
+    from autotuner.api.app import ServiceSettings, create_app
+
+    app = create_app(ServiceSettings(db_url=sqlite_url, coordinator=False))
+    with TestClient(app) as client:
+        assert client.get(f"/api/studies/{study_id}/best").json()["tight_fastest"] == tight
