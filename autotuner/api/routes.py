@@ -167,8 +167,20 @@ def get_trial(
     responses=_STUDY_ERRORS,
     summary="The best trial so far",
 )
-def get_best(study: StudyRef, request: Request) -> dict[str, Any]:
-    return studies.get_best(_db(request), study)
+def get_best(
+    study: StudyRef,
+    request: Request,
+    headroom: Annotated[
+        float | None,
+        Query(
+            ge=0,
+            le=0.9,
+            description="Re-judge the measured trials at this memory headroom instead of the "
+            "study's (0.05: keep 5% free); nothing is stored",
+        ),
+    ] = None,
+) -> dict[str, Any]:
+    return studies.get_best(_db(request), study, headroom=headroom)
 
 
 @router.post(

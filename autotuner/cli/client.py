@@ -36,7 +36,7 @@ class Backend(Protocol):
         self, ref: str, after: int | None = None, limit: int | None = None
     ) -> list[dict[str, Any]]: ...
     def trial(self, ref: str, number: int) -> dict[str, Any]: ...
-    def best(self, ref: str) -> dict[str, Any]: ...
+    def best(self, ref: str, headroom: float | None = None) -> dict[str, Any]: ...
     def cancel(self, ref: str) -> dict[str, Any]: ...
     def export(self, ref: str, fmt: str, allow_partial: bool = False) -> str: ...
 
@@ -96,8 +96,9 @@ class ServiceClient:
     def trial(self, ref: str, number: int) -> dict[str, Any]:
         return self._call("GET", f"/api/studies/{self._id(ref)}/trials/{number}").json()
 
-    def best(self, ref: str) -> dict[str, Any]:
-        return self._call("GET", f"/api/studies/{self._id(ref)}/best").json()
+    def best(self, ref: str, headroom: float | None = None) -> dict[str, Any]:
+        params = {} if headroom is None else {"headroom": headroom}
+        return self._call("GET", f"/api/studies/{self._id(ref)}/best", params=params).json()
 
     def cancel(self, ref: str) -> dict[str, Any]:
         return self._call("POST", f"/api/studies/{self._id(ref)}/cancel").json()
@@ -208,10 +209,10 @@ class LocalClient:
 
         return studies.get_trial(self._readable, ref, number)
 
-    def best(self, ref: str) -> dict[str, Any]:
+    def best(self, ref: str, headroom: float | None = None) -> dict[str, Any]:
         from autotuner.study import operations as studies
 
-        return studies.get_best(self._readable, ref)
+        return studies.get_best(self._readable, ref, headroom=headroom)
 
     def cancel(self, ref: str) -> dict[str, Any]:
         from autotuner.study import operations as studies

@@ -44,9 +44,14 @@ def best_table(view: dict[str, Any]) -> RenderableType:
     title = f"Recommended config: study {safe(view['study'])} ({safe(view['status'])})"
     if unfinished:
         title = f"Best so far (not a recommendation): study {safe(view['study'])}"
+    rejudged = rec.get("rejudged")
+    if rejudged:
+        title = f"Re-judged at a {rejudged['headroom']:.1%} headroom: study {safe(view['study'])}"
     table = Table(title=title, show_header=False)
     table.add_column(style="bold")
     table.add_column()
+    if rejudged:
+        table.add_row("re-judged", safe(rejudged["text"]))
     for k, v in rec["knobs"].items():
         if k in rec["params"]:
             table.add_row(safe(k), safe(v))
@@ -94,6 +99,14 @@ def best_table(view: dict[str, Any]) -> RenderableType:
     if unfinished:
         table.add_row("[bold yellow]caution[/]", safe(unfinished))
         return table  # a best so far: export needs --allow-partial, so no commands are offered
+    if rejudged:
+        # `export` writes the study's stored recommendation, which this is not.
+        table.add_row(
+            "export",
+            f"the study's own recommendation is what export writes; set these knobs by hand, "
+            f"or run the study again with --headroom {rejudged['headroom']:g}",
+        )
+        return table
     return Group(table, export_lines(view["study"]))
 
 

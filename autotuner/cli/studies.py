@@ -175,6 +175,17 @@ def best(
     interval: Annotated[
         float, typer.Option(min=0.2, help="Seconds between redraws with --watch.")
     ] = 2.0,
+    headroom: Annotated[
+        float | None,
+        typer.Option(
+            "--headroom",
+            min=0.0,
+            max=0.9,
+            help="Re-judge the measured trials at this memory headroom instead of the "
+            "study's, without running anything (0.05: keep 5% free). For a study whose every "
+            "trial was tight; nothing is stored.",
+        ),
+    ] = None,
     server: ServerOption = None,
     db: DbOption = None,
     as_json: JsonFlag = False,
@@ -182,8 +193,12 @@ def best(
     """Show the best trial so far: config, tokens/s with its spread, MFU, peak memory."""
     source = backend(server, db)
     if not watch:
-        show_best(source.best(study), as_json)
+        show_best(source.best(study, headroom), as_json)
         return
+    if headroom is not None:
+        raise typer.BadParameter(
+            "re-judge an ended study, not one being watched", param_hint="--headroom"
+        )
     try:
         if as_json:
             _watch_json(source, study, interval)

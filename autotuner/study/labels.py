@@ -72,7 +72,8 @@ def no_recommendation_note(best: dict[str, Any]) -> str:
     return (
         f"{why} The fastest, #{tight['trial_number']} at {tight['tokens_per_s'] or 0:,.0f} "
         f"tokens/s, left {tight['memory_free_rel']:.1%} free of the {tight['headroom']:.0%} "
-        f"kept: to accept it, run again with --headroom {tight['headroom_accepting']:g}. Each "
+        f"kept: to accept it, autotuner best {study} --headroom {tight['headroom_accepting']:g} "
+        "re-judges the measured trials (or run the study again with that --headroom). Each "
         f"trial's: autotuner trials {study}"
     )
 

@@ -370,20 +370,62 @@ def _recommendation(db: Database, study: Study, summary: TrialSummary) -> dict[s
     return rec
 
 
-def get_best(db: Database, ref: str) -> dict[str, Any]:
+def get_best(db: Database, ref: str, *, headroom: float | None = None) -> dict[str, Any]:
+    """The study's best view; with `headroom`, its measured trials re-judged at that memory
+    headroom instead of the study's (nothing stored: `rejudged` in the answer says so)."""
     from autotuner.study.views import best_view
 
     with db.read() as s:
         study, summary = _study(s, ref)
-        rec = _recommendation(db, study, summary)
-        return best_view(study, summary, rec, tight_fastest=_tight_fastest(s, study, rec))
+        options = study.options
+        if headroom is None:
+            rec = _recommendation(db, study, summary)
+        else:
+            options = _with_headroom(study.options, headroom)
+            rec = _rejudged(db, study, options)
+        tight = _tight_fastest(s, study, rec, options)
+        return best_view(study, summary, rec, tight_fastest=tight)
 
 
-def _tight_fastest(s: Session, study: Study, rec: dict[str, Any] | None) -> dict[str, Any] | None:
+def _with_headroom(options: StudyOptions, headroom: float) -> StudyOptions:
+    from autotuner.options import StudyOptions
+
+    try:
+        return StudyOptions.model_validate({**options.model_dump(), "headroom": headroom})
+    except ValidationError as exc:
+        raise UserError(
+            f"headroom {headroom:g}: the share of GPU memory to keep free is 0 to 0.9 (0.05: 5%)"
+        ) from exc
+
+
+def _rejudged(db: Database, study: Study, options: StudyOptions) -> dict[str, Any] | None:
+    """The recommendation from the study's measured trials at `options`' headroom. A config
+    whose evaluation-and-checkpoint check never ran (only the study's own winner gets one) is
+    judged on its timed peak alone, as the text says."""
+    from autotuner.search.objective import Objective
+    from autotuner.study.live import live_best
+
+    rec = live_best(db, study.id, Objective(study.objective), options)
+    if rec is not None:
+        rec["rejudged"] = {
+            "headroom": options.headroom,
+            "study_headroom": study.options.headroom,
+            "text": (
+                f"re-judged from the measured trials at a {options.headroom:.1%} memory "
+                f"headroom (the study kept {study.options.headroom:.1%}); nothing stored: the "
+                "study's own recommendation is unchanged"
+            ),
+        }
+    return rec
+
+
+def _tight_fastest(
+    s: Session, study: Study, rec: dict[str, Any] | None, options: StudyOptions
+) -> dict[str, Any] | None:
     """An ended study that recommends nothing although trials measured (every one left less
     memory free than its headroom: Llama 8B on one H200, 9.7% free of the 10% kept): its
     fastest measured trial, the memory it left free, and the headroom that would accept it,
-    so that `best` can say what a rerun with a lower --headroom would recommend."""
+    so that `best` can say which lower --headroom would accept it (`best --headroom`)."""
     from autotuner.storage.repository import TrialRepo
     from autotuner.study.columns import memory_record
     from autotuner.study.trial_list import memory_judgement
@@ -395,7 +437,7 @@ def _tight_fastest(s: Session, study: Study, rec: dict[str, Any] | None) -> dict
     record = memory_record(fastest) if fastest is not None else None
     if fastest is None or record is None:
         return None
-    free, tight = memory_judgement(fastest.state, record, study.options)
+    free, tight = memory_judgement(fastest.state, record, options)
     if not tight or free is None or free <= 0:
         return None
     return {
@@ -403,7 +445,7 @@ def _tight_fastest(s: Session, study: Study, rec: dict[str, Any] | None) -> dict
         "tokens_per_s": fastest.tokens_per_s,
         "params": fastest.params,
         "memory_free_rel": round(free, 4),
-        "headroom": study.options.headroom,
+        "headroom": options.headroom,
         # The largest whole-percent headroom it keeps: floor, so the rerun accepts it.
         "headroom_accepting": math.floor(free * 100) / 100,
     }
@@ -493,7 +535,8 @@ def get_study_detail(
             ),
         }
         rec = _recommendation(db, study, summary)
-        detail["best"] = best_view(study, summary, rec, tight_fastest=_tight_fastest(s, study, rec))
+        tight = _tight_fastest(s, study, rec, study.options)
+        detail["best"] = best_view(study, summary, rec, tight_fastest=tight)
     return detail
 
 

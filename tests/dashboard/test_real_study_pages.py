@@ -213,7 +213,7 @@ def test_an_ended_study_whose_trials_were_all_tight_names_the_headroom_to_accept
             b.open(f"{base}/studies/{study_id}", ready="document.body.dataset.tableView")
             text = b.eval("document.getElementById('best-none').textContent")
             assert "The fastest, #1 at 13,305 tokens/s, left 9.7% free of the 10% kept" in text
-            assert "run again with --headroom 0.09" in text, text
+            assert f"autotuner best {study_id} --headroom 0.09 re-judges" in text, text
             assert text.startswith("Nothing to recommend") and text[1:] in " ".join(cli.split())
             header = b.eval("document.getElementById('progress-text').textContent")
             assert header.endswith("· fastest 13,305 tokens/s, none recommendable"), header

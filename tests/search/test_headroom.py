@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from rich.console import Console
 
 from autotuner.api.schemas import Recommendation, TrialView
@@ -251,3 +252,23 @@ def test_a_study_whose_every_measured_trial_is_tight_says_what_to_do(sqlite_url:
     app = create_app(ServiceSettings(db_url=sqlite_url, coordinator=False))
     with TestClient(app) as client:
         assert client.get(f"/api/studies/{study_id}/best").json()["tight_fastest"] == tight
+        # `best --headroom`: the measured trials re-judged, nothing run, nothing stored.
+        url = f"/api/studies/{study_id}/best?headroom={tight['headroom_accepting']}"
+        rejudged = client.get(url).json()
+        assert client.get(f"/api/studies/{study_id}/best?headroom=0.95").status_code == 422
+    best = rejudged["best"]
+    assert best is not None and best["trial_number"] == tight["trial_number"], rejudged
+    assert best["rejudged"]["study_headroom"] == 0.6 and rejudged["tight_fastest"] is None
+    assert operations.get_best(db, study_id)["best"] is None  # the study's own is unchanged
+    table = _render(best_table(operations.get_best(db, study_id, headroom=0.0)))
+    assert "Re-judged at a 0.0% headroom" in table and "autotuner export" not in table, table
+    with pytest.raises(operations.UserError, match=r"0 to 0\.9"):
+        operations.get_best(db, study_id, headroom=0.95)
+    from typer.testing import CliRunner
+
+    from autotuner.cli import app as cli
+
+    said = CliRunner().invoke(
+        cli, ["best", study_id, "--db", sqlite_url, "--headroom", str(tight["headroom_accepting"])]
+    )
+    assert said.exit_code == 0 and "Re-judged at a" in said.output, said.output
