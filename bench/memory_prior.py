@@ -16,7 +16,6 @@ underestimate against it.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -25,43 +24,29 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autotuner.presets import MODEL_PRESETS  # noqa: E402
+from autotuner.executors.replay import Landscape  # noqa: E402
 from autotuner.search.costmodel import memory  # noqa: E402
 from autotuner.search.costmodel.calibration import Calibration  # noqa: E402
-from autotuner.spec import Knobs, ModelSpec  # noqa: E402
-
-# Landscape params that are not knobs: the model's name and shape, and how the trial ran.
-_NOT_KNOBS = ("model", "seq_len", "n_layer", "global_batch_tokens", "data_source")
-
-
-def entries(path: Path) -> list[dict[str, Any]]:
-    doc = json.loads(path.read_text())
-    return doc if isinstance(doc, list) else doc["entries"]
-
-
-def config_of(params: dict[str, Any]) -> tuple[ModelSpec, Knobs]:
-    spec = dict(MODEL_PRESETS[params["model"]])
-    spec.update({k: params[k] for k in ("seq_len", "n_layer") if params.get(k)})
-    knobs = {k: v for k, v in params.items() if k not in _NOT_KNOBS}
-    return ModelSpec(**spec), Knobs(**knobs)
+from autotuner.search.costmodel.model import fitted_peak_gib  # noqa: E402
+from autotuner.spec import Knobs, TrialStatus  # noqa: E402
+from bench.replay_lib.universe import landscape_model  # noqa: E402
 
 
 def errors(path: Path) -> list[dict[str, Any]]:
-    """One row per measured entry: the estimate's relative error and the prior's relative sd."""
-    out = []
+    """One row per measured entry: the estimate's relative error against the peak the cost
+    model fits (CostModel.observe), and the prior's relative sd."""
+    landscape = Landscape.load(path)
+    model = landscape_model(landscape, None)  # every entry at the preset's full depth
     prior = Calibration(on_cuda=True)
-    for entry in entries(path):
-        result = entry["result"]
-        if result.get("status") != "ok" or not result.get("peak_mem_gib"):
+    names = set(Knobs.knob_names())
+    out = []
+    for params, result in landscape.entries:
+        if result.status != TrialStatus.OK or not result.peak_mem_gib:
             continue
-        model, knobs = config_of(entry["params"])
+        knobs = Knobs(**{k: v for k, v in params.items() if k in names})
         est = memory.estimate(model, knobs)
         predicted = prior.predict(est, None)
-        peak = result["peak_mem_gib"]
-        if knobs.compile_mode == "reduce-overhead" and result.get("peak_reserved_gib"):
-            # CUDA graphs' private pool is reserved, not counted as allocated (CostModel.observe
-            # fits these on the reserved peak over the fragmentation, as here).
-            peak = result["peak_reserved_gib"] / prior.fragmentation
+        peak = fitted_peak_gib(knobs, result, prior.fragmentation)
         out.append(
             {
                 "error": est.allocated_gib / peak - 1.0,

@@ -133,6 +133,10 @@ class StudyStatus(StrEnum):
     FAILED = "failed"  # the study itself could not run (e.g. every trial failed for infra)
 
 
+# A study in one of these is over: no coordinator takes it again.
+ENDED_STATUSES = frozenset({StudyStatus.COMPLETED, StudyStatus.CANCELLED, StudyStatus.FAILED})
+
+
 # A trial's measurement as columns of its own, copied out of its result when it finishes
 # (storage/trial_repo.py) and read by every list (study/trial_list.py): what lists, charts and
 # sorts show without decoding the result JSON. In this order: list_view unpacks a row by position

@@ -27,6 +27,7 @@ from autotuner.storage.common import (
     db_now,
 )
 from autotuner.storage.models import (
+    ENDED_STATUSES,
     MEASUREMENT_COLUMNS,
     Study,
     StudyStatus,
@@ -277,12 +278,11 @@ class TrialRepo:
         would stay `running` in a finished study forever (a recording cancelled by hand on
         2026-12-03, seconds after its machine was taken back, kept one). A cancelled study's
         are failed as cancelled, any other's lost (mark_lost). `study_id`: that study's only."""
-        ended = (StudyStatus.COMPLETED.value, StudyStatus.CANCELLED.value, StudyStatus.FAILED.value)
         now = db_now(self.session)
         studies = self.session.execute(
             select(Study.id, Study.status)
             .where(
-                Study.status.in_(ended),
+                Study.status.in_(sorted(ENDED_STATUSES)),
                 Study.owner.is_(None)
                 | Study.lease_expires_at.is_(None)
                 | (Study.lease_expires_at < now),

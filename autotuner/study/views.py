@@ -13,7 +13,7 @@ from typing import Any
 
 from autotuner.options import StudyOptions
 from autotuner.search.numerics import as_ended
-from autotuner.storage.models import Study, StudyStatus, Trial, TrialState
+from autotuner.storage.models import ENDED_STATUSES, Study, Trial, TrialState
 from autotuner.study.batch import of_trial
 from autotuner.study.columns import MEMORY_FIELDS, memory_record
 from autotuner.study.trial_list import SHOWN, list_view
@@ -142,7 +142,7 @@ def best_view(
     }
 
 
-ENDED = frozenset({StudyStatus.COMPLETED, StudyStatus.CANCELLED, StudyStatus.FAILED})
+ENDED = ENDED_STATUSES
 
 
 def _as_of_status(status: str, rec: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -27,7 +27,7 @@ CUDA_CONTEXT_GIB = 0.6  # the CUDA context and kernel images: outside the alloca
 PRIOR_FRAGMENTATION = 1.05  # max_memory_reserved / max_memory_allocated
 PRIOR_REL_SD = 0.5  # a priori a component may be off by half ...
 # ... except where the H200 trials say it is better known (`python bench/memory_prior.py
-# bench/results/landscape_*_h200.json`: 102 full-depth configs of GPT-2 124M, Llama 1B and 3B,
+# bench/results/landscape_*_h200.json`: 100 full-depth configs of GPT-2 124M, Llama 1B and 3B,
 # never more than 5.2% under in all, and Llama 8B 0.7% under). The static part is arithmetic on
 # the parameter count; compiled activations were at most ~10% under (Llama 3B bf16 mb 8: 4.7% of
 # the total), over by up to 50% for fp8. At 0.5 the expert default of Llama 3B was micro-batch

@@ -43,15 +43,11 @@ class CostModel:
 
         fit=False only records it (for batches: call `calibration.refit()` after the last)."""
         est = self.estimate(knobs, model)
-        if result.peak_mem_gib and result.tokens_per_s and _graph_pool_hidden(knobs, result):
-            # CUDA graphs replay into a private pool: reserved, but never counted as allocated
-            # while the graph replays (GPT-2 on the H200: 1.4 GiB allocated, 8.6 reserved).
-            # The reserved peak is the need; fitted as allocated x the study's fragmentation,
-            # and kept out of the fragmentation ratios it would skew.
-            peak = result.peak_reserved_gib / self.calibration.fragmentation  # type: ignore[operator]
-            self.calibration.add_peak(est, peak, None, fit=fit)
-        elif result.peak_mem_gib and result.tokens_per_s:
-            self.calibration.add_peak(est, result.peak_mem_gib, result.peak_reserved_gib, fit=fit)
+        if result.peak_mem_gib and result.tokens_per_s:
+            peak = fitted_peak_gib(knobs, result, self.calibration.fragmentation)
+            # A CUDA-graph trial's reserved peak is its need: no fragmentation ratio to learn.
+            reserved = None if _graph_pool_hidden(knobs, result) else result.peak_reserved_gib
+            self.calibration.add_peak(est, peak, reserved, fit=fit)
         elif result.failure_class == FailureClass.OOM and "predicted" not in result.notes:
             limit = result.memory_limit_gib or self.limit_gib
             if limit:
@@ -65,6 +61,15 @@ class CostModel:
         measured = oom_need_gib(result, limit) / limit - 1.0
         predicted = self.predict(knobs, limit).over_rel
         return max(measured, predicted, 0.01)
+
+
+def fitted_peak_gib(knobs: Knobs, result: TrialResult, fragmentation: float) -> float:
+    """The allocator peak a measured trial is fitted on. CUDA graphs replay into a private
+    pool: reserved, but never counted as allocated while the graph replays (GPT-2 on the H200:
+    1.4 GiB allocated, 8.6 reserved), so theirs is the reserved peak over the fragmentation."""
+    if _graph_pool_hidden(knobs, result):
+        return float(result.peak_reserved_gib) / fragmentation  # type: ignore[arg-type]
+    return float(result.peak_mem_gib or 0.0)
 
 
 def _graph_pool_hidden(knobs: Knobs, result: TrialResult) -> bool:
