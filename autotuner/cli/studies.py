@@ -55,11 +55,10 @@ from autotuner.cli.render import (
     studies_table,
     trials_table,
 )
+from autotuner.status import ENDED_STATUSES
 
 if TYPE_CHECKING:
     from autotuner.cli.client import Backend
-
-FINISHED = ("completed", "cancelled", "failed")
 
 
 @friendly_errors
@@ -219,7 +218,7 @@ def _watch_json(source: Backend, study: str, interval: float) -> None:
         if line != last:
             print(line, flush=True)
             last = line
-        if view["status"] in FINISHED:
+        if view["status"] in ENDED_STATUSES:
             return
         time.sleep(interval)
 
@@ -237,13 +236,17 @@ def _watch_table(source: Backend, study: str, interval: float) -> None:
             f"{safe(view['status'])}: {view['completed_trials']} measured of "
             f"{view['total_trials']} "
             f"trial(s); updated {stamp}"
-            + ("" if view["status"] in FINISHED else f", every {interval:g} s (Ctrl-C to stop)")
+            + (
+                ""
+                if view["status"] in ENDED_STATUSES
+                else f", every {interval:g} s (Ctrl-C to stop)"
+            )
         )
         return Group(best_table(view), Text(line, style="dim"))
 
     view = source.best(study)
     with Live(frame(view), console=out, auto_refresh=False) as live:
-        while view["status"] not in FINISHED:
+        while view["status"] not in ENDED_STATUSES:
             time.sleep(interval)
             view = source.best(study)
             live.update(frame(view), refresh=True)

@@ -36,6 +36,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship,
 
 from autotuner.options import StudyOptions
 from autotuner.spec import Knobs
+from autotuner.status import StudyStatus
 
 # JSONB on Postgres (indexable, compact), plain JSON on SQLite. none_as_null: a Python None is
 # stored as SQL NULL (so `result IS NULL` means "no result"), not as the JSON literal `null`.
@@ -123,18 +124,6 @@ class UtcDateTime(TypeDecorator[dt.datetime]):
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
     type_annotation_map = {dt.datetime: UtcDateTime(), dict[str, Any]: JsonType}
-
-
-class StudyStatus(StrEnum):
-    QUEUED = "queued"  # submitted, no coordinator has picked it up yet
-    RUNNING = "running"
-    COMPLETED = "completed"  # budget spent or converged; has a recommendation if any trial ran
-    CANCELLED = "cancelled"
-    FAILED = "failed"  # the study itself could not run (e.g. every trial failed for infra)
-
-
-# A study in one of these is over: no coordinator takes it again.
-ENDED_STATUSES = frozenset({StudyStatus.COMPLETED, StudyStatus.CANCELLED, StudyStatus.FAILED})
 
 
 # A trial's measurement as columns of its own, copied out of its result when it finishes

@@ -16,6 +16,7 @@ from sqlalchemy import Select, func, select, true, update
 from sqlalchemy.orm import Session
 
 from autotuner.spec import Fingerprint
+from autotuner.status import ENDED_STATUSES
 from autotuner.storage.common import (
     _LIST_HINT,
     LeaseLost,
@@ -27,7 +28,6 @@ from autotuner.storage.common import (
     db_now,
 )
 from autotuner.storage.models import (
-    ENDED_STATUSES,
     MEASUREMENT_COLUMNS,
     Study,
     StudyStatus,

@@ -22,6 +22,7 @@ from autotuner.search.numerics import as_ended
 from autotuner.search.objective import Objective
 from autotuner.search.space import SearchSpace
 from autotuner.spec import ModelSpec
+from autotuner.status import ENDED_STATUSES
 from autotuner.storage.common import LeaseLost
 from autotuner.storage.models import Study, StudyStatus, Trial, TrialState
 from autotuner.storage.repository import StudyRepo, TrialRepo
@@ -30,8 +31,6 @@ from autotuner.study.events import Event, OnEvent
 from autotuner.study.gc_pause import gc_paused
 from autotuner.study.live import end_of_study_rows, store_live_best
 from autotuner.study.recommend import knob_importance, recommend_ranked
-
-_OVER = (StudyStatus.COMPLETED, StudyStatus.CANCELLED, StudyStatus.FAILED)
 
 
 def default_owner() -> str:
@@ -90,7 +89,7 @@ class StudyLease:
                     f"wait for its lease to expire ({self.ttl_s:.0f} s) or cancel it"
                 )
             study = studies.require(self.study_id)
-            over = study.status in _OVER
+            over = study.status in ENDED_STATUSES
             if not over:
                 if study.status == StudyStatus.QUEUED:
                     studies.set_status(study, StudyStatus.RUNNING)

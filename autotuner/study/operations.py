@@ -22,6 +22,7 @@ from autotuner.search.space import (
     spaces_dir,
 )
 from autotuner.spec import DataFile, MeasureSettings, ModelSpec
+from autotuner.status import ENDED_STATUSES
 from autotuner.study.data_access import DataAccess
 from autotuner.study.export import FORMATS as EXPORT_FORMATS
 from autotuner.study.request import StudyRequest
@@ -35,8 +36,6 @@ if TYPE_CHECKING:
     from autotuner.storage.session import Database
     from autotuner.study.study_query import StudyQuery
     from autotuner.study.views import TrialSummary
-
-FINISHED = ("completed", "cancelled", "failed")
 
 
 class NotFound(LookupError):
@@ -429,9 +428,8 @@ def _tight_fastest(
     from autotuner.storage.repository import TrialRepo
     from autotuner.study.columns import memory_record
     from autotuner.study.trial_list import memory_judgement
-    from autotuner.study.views import ENDED
 
-    if rec is not None or study.status not in ENDED:
+    if rec is not None or study.status not in ENDED_STATUSES:
         return None
     fastest = TrialRepo(s).best(study.id)
     record = memory_record(fastest) if fastest is not None else None
@@ -629,7 +627,7 @@ def cancel_study(db: Database, ref: str) -> dict[str, Any]:
         # Lock the row: a coordinator taking the study at this moment waits, then sees it.
         study = s.get(Study, found.id, with_for_update=True, populate_existing=True)
         assert study is not None
-        if study.status in FINISHED:
+        if study.status in ENDED_STATUSES:
             # Cancelled once while its coordinator lived, which died before it stopped the
             # trials: cancelling again ends them, once that coordinator's lease has expired.
             if not TrialRepo(s).end_abandoned(study.id):

@@ -13,7 +13,8 @@ from typing import Any
 
 from autotuner.options import StudyOptions
 from autotuner.search.numerics import as_ended
-from autotuner.storage.models import ENDED_STATUSES, Study, Trial, TrialState
+from autotuner.status import ENDED_STATUSES
+from autotuner.storage.models import Study, Trial, TrialState
 from autotuner.study.batch import of_trial
 from autotuner.study.columns import MEMORY_FIELDS, memory_record
 from autotuner.study.trial_list import SHOWN, list_view
@@ -142,13 +143,10 @@ def best_view(
     }
 
 
-ENDED = ENDED_STATUSES
-
-
 def _as_of_status(status: str, rec: dict[str, Any] | None) -> dict[str, Any] | None:
     """`rec` as true for a study in `status`: once it has ended, a numerics check that never
     started did not run (the end of a study stores it so; this reads a study recorded before)."""
-    if rec is None or status not in ENDED or not rec.get("numerics"):
+    if rec is None or status not in ENDED_STATUSES or not rec.get("numerics"):
         return rec
     return {**rec, "numerics": as_ended(rec["numerics"])}
 

@@ -1,0 +1,18 @@
+"""A study's statuses, in a module of their own so that the CLI can tell an ended study
+without importing SQLAlchemy (`autotuner.storage.models` re-exports them for the tables)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class StudyStatus(StrEnum):
+    QUEUED = "queued"  # submitted, no coordinator has picked it up yet
+    RUNNING = "running"
+    COMPLETED = "completed"  # budget spent or converged; has a recommendation if any trial ran
+    CANCELLED = "cancelled"
+    FAILED = "failed"  # the study itself could not run (e.g. every trial failed for infra)
+
+
+# A study in one of these is over: no coordinator takes it again.
+ENDED_STATUSES = frozenset({StudyStatus.COMPLETED, StudyStatus.CANCELLED, StudyStatus.FAILED})
