@@ -225,7 +225,9 @@ def read_db(path: Path) -> list[Measurement]:
     finally:
         con.close()
     for r in rows:
-        if not r["result"] or not r["config"]:
+        # A pruned row ran nothing, even when it stores a result: a prediction (the cost model's
+        # "predicted out of memory") is written as the trial's result so users see why.
+        if not r["result"] or not r["config"] or r["state"] == "pruned":
             out.append(_skipped(path, dict(r), "not run"))
             continue
         if (r["attempt"] or 1) != 1:

@@ -129,3 +129,33 @@ def test_another_model_is_refused(tmp_path: Path) -> None:
     src = _export(tmp_path, "a", [_row(0)])
     with pytest.raises(SystemExit, match="no comparable trial of llama-3b"):
         asm.assemble([src], "llama-3b")
+
+
+def test_a_databases_pruned_rows_are_not_measurements_even_with_a_result(tmp_path: Path) -> None:
+    """The cost model's "predicted out of memory" prunes a trial and stores why as its result: a
+    recording's database holds such rows, and a landscape that read them as OOMs would answer a
+    replayed proposal with a failure nobody measured."""
+    import sqlite3
+
+    from autotuner.spec import TrialResult
+
+    db = tmp_path / "rec.db"
+    con = sqlite3.connect(db)
+    con.execute(
+        "CREATE TABLE trials (study_id TEXT, number INT, state TEXT, purpose TEXT, attempt INT,"
+        " config TEXT, result TEXT, started_at TEXT)"
+    )
+    config = json.dumps({"knobs": STUDY_KNOBS, "model": LLAMA.model_dump(mode="json")})
+    predicted = TrialResult.failure("oom", "predicted out of memory: needs 210.2 GiB")
+    measured = TrialResult.failure("oom", "out of memory: CUDA out of memory")
+    for n, state, result in [(0, "pruned", predicted), (1, "infeasible", measured)]:
+        con.execute(
+            "INSERT INTO trials VALUES ('st-1', ?, ?, 'search', 1, ?, ?, ?)",
+            (n, state, config, result.model_dump_json(), f"2026-12-03T18:0{n}:00"),
+        )
+    con.commit()
+    con.close()
+    rows = asm.read_db(db)
+    assert [m.purpose for m in rows] == ["skipped", "search"]
+    assert rows[0].data_source == "not run"
+    assert rows[1].result.failure_class == "oom"
