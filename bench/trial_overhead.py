@@ -18,6 +18,7 @@ against the baseline.
     python bench/trial_overhead.py                       # CPU, the cpu-demo space, 5 per arm
     python bench/trial_overhead.py --preset gpt2-124m --compile default --trials 3   # a GPU
     python bench/trial_overhead.py --out bench/results/trial_overhead_cpu.json
+    AUTOTUNER_PRELOAD_CUDNN=1 python bench/trial_overhead.py --preset gpt2-124m --attention cudnn
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ def configs(args: argparse.Namespace) -> list[TrialConfig]:
         model = ModelSpec.resolve({"preset": "tiny"})
         base = {"precision": "fp32", "attention": "math"}
         measure = measure.model_copy(update={"device": Device.CPU})
+    if args.attention:
+        base["attention"] = args.attention
     sizes = [1, 2, 4, 8, 16, 32]
     return [
         TrialConfig(
@@ -134,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=5, help="trials per arm")
     parser.add_argument("--preset", help="a model preset to run on the GPU (default: tiny, CPU)")
     parser.add_argument("--compile", default="none", help="compile_mode of every trial")
+    parser.add_argument("--attention", help="attention of every trial (default flash on a GPU)")
     parser.add_argument("--out", type=Path, help="write the numbers here as JSON")
     args = parser.parse_args(argv)
     results: dict[str, list[TrialResult]] = {arm: [] for arm in ARMS}
