@@ -29,6 +29,7 @@ LAYERS: dict[str, int] = {
     "autotuner.datafiles": 0,
     "autotuner.options": 0,
     "autotuner.numbers": 0,
+    "autotuner.status": 0,
     "autotuner.storage": 1,
     "autotuner.executors": 1,
     "autotuner.search": 2,
