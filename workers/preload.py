@@ -295,12 +295,15 @@ def load_cudnn_libraries() -> int:
     return loaded
 
 
-def _child(request: dict, server_pid: int, close: list[socket.socket]) -> None:
+def _child(request: dict, server_pid: int, close: list[socket.socket | int]) -> None:
     """In the forked child: become the trial's process and run it; never returns."""
     rc = 1
     try:
-        for s in close:
-            s.close()
+        for s in close:  # the server's sockets, and its pidfds of the other trials
+            if isinstance(s, socket.socket):
+                s.close()
+            else:
+                os.close(s)
         os.setsid()  # its own session and process group, as start_new_session gives
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the server's handler is not the trial's
         _set_name(TRIAL_NAME)  # `ps` and `top` tell a trial from its server
@@ -429,24 +432,29 @@ def serve(path: Path, owner_pid: int) -> None:
     with contextlib.suppress(FileNotFoundError):
         path.with_suffix(".starting").unlink()
     children: dict[socket.socket, int] = {}
+    exits = _ChildExits()
     last = time.monotonic()
     watched = [] if owner.fd is None else [owner.fd]
     try:
         while True:
-            ready, _, _ = select.select([listener, *children, *watched], [], [], OWNER_POLL_S)
+            ready, _, _ = select.select(
+                [listener, *children, *watched, *exits.fds()], [], [], OWNER_POLL_S
+            )
             if owner.gone():
                 return  # the owner's trials go with it (finally), then the server
             for s in ready:
                 if s is listener:
                     conn, _ = listener.accept()
-                    pid = _fork_one(conn, listener, list(children))
+                    pid = _fork_one(conn, listener, [*children, *exits.fds()])
                     if pid is not None:
                         children[conn] = pid
+                        exits.watch(pid)
                     last = time.monotonic()
-                elif not s.recv(1):  # the launcher is gone: so is its trial
+                elif isinstance(s, socket.socket) and not s.recv(1):
+                    # the launcher is gone: so is its trial
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.killpg(children[s], signal.SIGKILL)
-            _reap(children)
+            _reap(children, exits)
             if children:
                 last = time.monotonic()
             elif time.monotonic() - last > IDLE_EXIT_S or not path.exists():
@@ -464,7 +472,7 @@ def serve(path: Path, owner_pid: int) -> None:
 
 
 def _fork_one(
-    conn: socket.socket, listener: socket.socket, others: list[socket.socket]
+    conn: socket.socket, listener: socket.socket, others: list[socket.socket | int]
 ) -> int | None:
     try:
         conn.settimeout(10.0)
@@ -491,7 +499,30 @@ def _fork_one(
     return pid
 
 
-def _reap(children: dict[socket.socket, int]) -> None:
+class _ChildExits:
+    """A pidfd for each forked trial, in the server's select set: it becomes readable the
+    moment that trial exits, so its launcher hears of it at once. Without them the exit waited
+    for the loop's next OWNER_POLL_S tick: every H200 trial's wall_s was rounded up to a
+    0.2 s step (0.1 s a trial on average, 2% of an eager GPT-2 study's wall). Where the kernel
+    has no pidfds, the tick it is."""
+
+    def __init__(self) -> None:
+        self._by_pid: dict[int, int] = {}
+
+    def watch(self, pid: int) -> None:
+        with contextlib.suppress(OSError, AttributeError):  # gone already, or no pidfds here
+            self._by_pid[pid] = os.pidfd_open(pid)
+
+    def fds(self) -> list[int]:
+        return list(self._by_pid.values())
+
+    def reaped(self, pid: int) -> None:
+        fd = self._by_pid.pop(pid, None)
+        if fd is not None:
+            os.close(fd)
+
+
+def _reap(children: dict[socket.socket, int], exits: _ChildExits) -> None:
     by_pid = {pid: conn for conn, pid in children.items()}
     while by_pid:
         try:
@@ -500,6 +531,7 @@ def _reap(children: dict[socket.socket, int]) -> None:
             return
         if pid == 0:
             return
+        exits.reaped(pid)
         conn = by_pid.pop(pid, None)
         if conn is None:
             continue
