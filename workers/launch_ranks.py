@@ -5,10 +5,13 @@ reports an exit status, while a trial needs a TrialResult that names the first r
 and why (MEASUREMENT.md: a failure on any rank is the trial's failure, classified by the first
 rank that failed; no rank may be left waiting in a collective).
 
-Every rank is a fresh `python -m workers.trial` with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR,
-MASTER_PORT and the trial's environment (NCCL variables included) set before torch is imported.
-All ranks of this node share one process group, so one kill ends them all (and their loader and
-compile workers); each arms the parent-death signal as a single trial does.
+Every rank is a process of its own with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+and the trial's environment (NCCL variables included) set before torch initialises anything:
+forked from the node's pre-imported worker as a single trial is (workers/preload.py: no rank
+pays torch's import, 6.8 s on the H200), or, while none answers yet, a fresh
+`python -m workers.trial`. Fresh ranks share one process group, forked ones have one each; a kill
+ends every group (loader and compile workers too), and each rank arms the parent-death signal as
+a single trial does.
 
 The first decisive event, in the order ranks end (pidfds: the launcher wakes as a rank exits):
   rank 0 wrote an ok result                  -> that result
@@ -34,9 +37,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from autotuner.spec import FailureClass, TrialConfig, TrialResult, TrialStatus
-from workers import launch, phases
+from workers import launch, phases, pidfile, preload
 from workers.launch import LIMIT_ENV
 from workers.trial import PEER_FAILED_EXIT, process_env
 
@@ -130,7 +134,9 @@ def run_rank_processes(
 class _Ranks:
     def __init__(self, config, rdv: Rendezvous, tmp: Path, python: str, limit_s: float):
         self.config, self.rdv, self.tmp, self.python, self.limit = config, rdv, tmp, python, limit_s
-        self.procs: list[subprocess.Popen] = []
+        self.procs: list[subprocess.Popen | preload.ForkedProcess] = []
+        self.groups: list[int] = []  # the process groups to kill: one, or one per forked rank
+        self.process_start: Literal["fresh", "forked"] = "fresh"
         self.ended: dict[int, int] = {}  # local rank -> exit status, in the order they ended
         self.start_time = time.monotonic()
 
@@ -142,54 +148,87 @@ class _Ranks:
         cfg.write_text(self.config.model_dump_json())
         self.start_time = time.monotonic()
         spawned_at = repr(time.time())
-        for r in range(self.rdv.nproc_per_node):
-            result = self._path(r, "result.json")
-            argv = [self.python, "-m", "workers.trial", "--config", str(cfg), "--result", result]
+        ranks = range(self.rdv.nproc_per_node)
+        argv = [
+            ["--config", str(cfg), "--result", str(self._path(r, "result.json"))] for r in ranks
+        ]
+        envs = [
+            {
+                **rank_env(self.config, self.rdv, r, port, self.limit, self.tmp),
+                phases.SPAWNED_AT_ENV: spawned_at,
+            }
+            for r in ranks
+        ]
+        if preload.enabled() and self._fork(argv, envs):
+            self.process_start = "forked"
+            return
+        self.process_start = "fresh"
+        for r in ranks:
             # Rank 0 leads a new process group that the others join (a new session, as one
             # trial gets, would forbid joining it: setpgid works only within one session).
-            group = 0 if r == 0 else self.pgid
+            group = 0 if r == 0 else self.groups[0]
             out_path, err_path = self._path(r, "stdout.log"), self._path(r, "stderr.log")
             with open(out_path, "wb") as out, open(err_path, "wb") as err:
-                self.procs.append(
-                    subprocess.Popen(
-                        [str(a) for a in argv],
-                        stdin=subprocess.DEVNULL,
-                        stdout=out,
-                        stderr=err,  # files, not pipes: a chatty rank never blocks
-                        env={
-                            **rank_env(self.config, self.rdv, r, port, self.limit, self.tmp),
-                            phases.SPAWNED_AT_ENV: spawned_at,
-                        },
-                        cwd=self.tmp,
-                        process_group=group,
-                    )
+                proc = subprocess.Popen(
+                    [self.python, "-m", "workers.trial", *argv[r]],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,  # files, not pipes: a chatty rank never blocks
+                    env=envs[r],
+                    cwd=self.tmp,
+                    process_group=group,
                 )
+            self.procs.append(proc)
+            pidfile.write(self.tmp, proc.pid, pidfile.rank_name(r))
+            if r == 0:
+                self.groups = [proc.pid]  # rank 0 leads the group
 
-    @property
-    def pgid(self) -> int:
-        return self.procs[0].pid  # rank 0 leads the group
+    def _fork(self, argv: list[list[str]], envs: list[dict[str, str]]) -> bool:
+        """Every rank forked by the node's pre-imported worker, each in a session of its own;
+        False, with nothing left running, when the server does not fork one (none answers
+        yet: it is started for the next trial, and this one's ranks run fresh)."""
+        for r, (args, env) in enumerate(zip(argv, envs, strict=True)):
+            out, err = self._path(r, "stdout.log"), self._path(r, "stderr.log")
+            proc = preload.fork_trial(self.python, args, env, str(self.tmp), out, err)
+            if proc is None:
+                self.kill()
+                self.procs, self.groups = [], []
+                for path in self.tmp.glob("rank*.*"):
+                    path.unlink()
+                return False
+            self.procs.append(proc)
+            self.groups.append(proc.pid)
+            # Which trial a forked rank runs: its command line is its server's.
+            pidfile.write(self.tmp, proc.pid, pidfile.rank_name(r))
+        return True
 
     def kill(self) -> None:
         """SIGTERM the group, SIGKILL what is left after the grace: no rank outlives the trial."""
         if not self.procs:
             return
-        launch._kill_group(self.pgid, signal.SIGTERM)
+        for group in self.groups:
+            launch._kill_group(group, signal.SIGTERM)
         deadline = time.monotonic() + launch.KILL_GRACE_S
         for p in self.procs:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=max(0.0, deadline - time.monotonic()))
-        launch._kill_group(self.pgid, signal.SIGKILL)
+        for group in self.groups:
+            launch._kill_group(group, signal.SIGKILL)
         for p in self.procs:
             p.wait()
 
     def _wait_any(self, timeout_s: float) -> None:
         # pidfds wake the launcher the moment a rank exits, so the order ranks are seen to end
         # is the order they ended (a peer's error follows the rank that failed first).
+        # A forked rank's connection to its server is readable once the rank has ended.
         fds = []
         try:
             poller = select.poll()
             for r, p in enumerate(self.procs):
-                if r not in self.ended:
+                if r not in self.ended and p.returncode is None:
+                    if isinstance(p, preload.ForkedProcess):
+                        poller.register(p.fileno(), select.POLLIN)
+                        continue
                     fd = os.pidfd_open(p.pid)
                     fds.append(fd)
                     poller.register(fd, select.POLLIN)
@@ -305,6 +344,7 @@ class _Ranks:
         phases.finish(result, wall_s)
         result.num_ranks = k
         result.parallel = self.config.knobs.parallel
+        result.process_start = self.process_start
         return result
 
     def _death(self, r: int) -> TrialResult:

@@ -5,6 +5,8 @@ A trial forked by the pre-imported worker (workers/preload.py) carries its serve
 operator's `ps` nor a test can tell from it which trial it is. The launcher therefore writes the
 trial's pid into the trial's temp dir, beside its `config.json`, as soon as the process exists
 (fresh or forked alike): `<tmp>/autotuner-trial-*/trial.pid` holds "<pid> <start time>".
+Each rank of a multi-GPU trial (workers/launch_ranks.py) has one too:
+`<tmp>/autotuner-ranks-*/rank<N>.pid`, N its local rank.
 
 The start time (field 22 of /proc/<pid>/stat, in clock ticks since boot) guards against a
 reused pid: a temp dir left by a launcher killed with -9 names a process that is gone, and its
@@ -20,6 +22,11 @@ from pathlib import Path
 
 NAME = "trial.pid"
 DIR_GLOB = "autotuner-trial-*"  # workers/launch.py's temp dirs
+RANKS_DIR_GLOB = "autotuner-ranks-*"  # workers/launch_ranks.py's
+
+
+def rank_name(local_rank: int) -> str:
+    return f"rank{local_rank}.pid"
 
 
 def _stat(pid: int) -> tuple[str, int] | None:
@@ -39,12 +46,13 @@ def start_ticks(pid: int) -> int | None:
     return stat[1] if stat else None
 
 
-def write(trial_dir: Path, pid: int) -> None:
-    """Record that `pid` runs the trial of `trial_dir` (written atomically: never half-read)."""
+def write(trial_dir: Path, pid: int, name: str = NAME) -> None:
+    """Record that `pid` runs the trial of `trial_dir` (written atomically: never half-read);
+    `name`: rank_name(N) for a rank of a multi-GPU trial."""
     ticks = start_ticks(pid)
-    tmp = trial_dir / f".{NAME}.tmp"
+    tmp = trial_dir / f".{name}.tmp"
     tmp.write_text(f"{pid} {ticks if ticks is not None else -1}\n")
-    tmp.replace(trial_dir / NAME)
+    tmp.replace(trial_dir / name)
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,7 @@ class TrialProcess:
     study_id: str | None
     trial_number: int | None
     trial_dir: Path
+    rank: int | None = None  # a multi-GPU trial's local rank; None for a one-process trial
 
 
 def _alive(pid: int, ticks: int) -> bool:
@@ -66,14 +75,16 @@ def running(root: Path | None = None) -> list[TrialProcess]:
     (default: the temp dir, as the launchers' own `tempfile` finds it)."""
     base = Path(root or tempfile.gettempdir())
     out = []
-    for path in base.glob(f"{DIR_GLOB}/{NAME}"):
+    paths = [*base.glob(f"{DIR_GLOB}/{NAME}"), *base.glob(f"{RANKS_DIR_GLOB}/rank*.pid")]
+    for path in paths:
         try:
             pid_text, ticks_text = path.read_text().split()
             config = json.loads((path.parent / "config.json").read_text())
+            rank = None if path.name == NAME else int(path.stem.removeprefix("rank"))
         except (OSError, ValueError):
             continue  # the trial ended and its dir is being removed
         pid, ticks = int(pid_text), int(ticks_text)
         if _alive(pid, ticks):
             number = config.get("trial_number")
-            out.append(TrialProcess(pid, config.get("study_id"), number, path.parent))
+            out.append(TrialProcess(pid, config.get("study_id"), number, path.parent, rank))
     return out

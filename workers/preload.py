@@ -149,6 +149,17 @@ class ForkedProcess:
         self.pid = pid
         self.returncode: int | None = None
 
+    def fileno(self) -> int:
+        """Readable once the trial has ended (its status arrives) or the server has died:
+        something to poll beside other processes' pidfds (workers/launch_ranks.py)."""
+        return self._conn.fileno()
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.wait(timeout=0)
+        return self.returncode
+
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.returncode is None:

@@ -4,6 +4,8 @@ There is no CUDA here: the ranks run on the CPU with gloo, through the same plac
 
 from __future__ import annotations
 
+import contextlib
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -14,6 +16,7 @@ from autotuner.executors.base import Completed
 from autotuner.spec import FailureClass, TrialStatus
 from tests.service import procs
 from tests.service.conftest import wait_for
+from workers import pidfile
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -29,7 +32,16 @@ def _config(fault: str = "none", fault_rank: int | None = None):
 
 
 def _live_processes_marked(mark: str) -> list[int]:
-    return procs.with_env(f"{MARK_ENV}={mark}")
+    """This trial's live processes: its ranks by their pid files (a rank forked by the
+    pre-imported worker shows its server's environment in /proc), and every process whose
+    environment holds the mark (fresh ranks, their loader and compile workers)."""
+    ranks = []
+    for rank in pidfile.running():
+        with contextlib.suppress(OSError, ValueError):  # its trial ended: the dir is going
+            config = json.loads((rank.trial_dir / "config.json").read_text())
+            if rank.rank is not None and config["env"].get(MARK_ENV) == mark:
+                ranks.append(rank.pid)
+    return sorted({*ranks, *procs.with_env(f"{MARK_ENV}={mark}")})
 
 
 def _run(executor, config, limit_s: float = 240) -> Completed:

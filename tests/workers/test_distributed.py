@@ -1,21 +1,25 @@
-"""Multi-GPU trials on the CPU: 2 and 4 gloo ranks through the real launcher (one fresh process
-per rank), each way a rank can fail, and the parallel knobs' support rules."""
+"""Multi-GPU trials on the CPU: 2 and 4 gloo ranks through the real launcher (one process per
+rank: forked by the pre-imported worker once it answers, fresh before), each way a rank can
+fail, and the parallel knobs' support rules."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
 
 from autotuner.spec import NVLS_OFF_ENV, FailureClass, TrialConfig, TrialStatus, process_env
 from tests.service import procs
-from workers import distributed, launch, launch_ranks
+from workers import distributed, launch, launch_ranks, pidfile, preload
 from workers.launch import run_trial_process
 from workers.trial import inactive_knobs
 
-from .conftest import FAST, make_config
+from .conftest import FAST, make_config, wait_for
 
 CPU = torch.device("cpu")
 # One intra-op thread per rank: 4 ranks share this machine's cores.
@@ -30,8 +34,12 @@ def _config(k: int = 2, fault: str = "none", fault_rank: int | None = None, **kn
 
 def _trial_processes() -> list[int]:
     """Live rank processes launched from this test process (other sessions may run trials too:
-    the launcher marks its children with its pid, and the mark survives re-parenting)."""
-    return procs.with_env(f"{launch.PARENT_ENV}={os.getpid()}")
+    the launcher marks its children with its pid, and the mark survives re-parenting). Forked
+    ranks carry the mark of the launcher that started their pre-imported worker; the worker
+    itself, which outlives trials by design, is none of them."""
+    mark = f"{launch.PARENT_ENV}={os.getpid()}"
+    servers = set(procs.preload_servers(mark))
+    return [p for p in procs.with_env(mark) if p not in servers or procs.forked(p)]
 
 
 @pytest.fixture
@@ -40,6 +48,36 @@ def no_orphans():
     yield
     left = set(_trial_processes()) - before
     assert not left, f"rank processes left behind: {left}"
+
+
+def _ranks_server_path(owner: int | None = None) -> Path:
+    """The pre-imported worker that forks a 2-rank trial's ranks for this test process (or for
+    `owner`): the ranks' environment keys their own (the NVLink-multicast switches are
+    read at torch's import)."""
+    env = launch_ranks.rank_env(_config(2), launch_ranks.Rendezvous(2), 0, 0, 60.0)
+    if owner is not None:
+        env[preload.OWNER_ENV] = str(owner)
+    return preload.server_path(sys.executable, env)
+
+
+@pytest.fixture(scope="module")
+def ranks_server() -> Path:
+    """The ranks' pre-imported worker, started and answering: the module's trials fork."""
+    env = launch_ranks.rank_env(_config(2), launch_ranks.Rendezvous(2), 0, 0, 60.0)
+    path = preload.start_server(sys.executable, env)
+    assert path == _ranks_server_path()
+    # torch's import on a loaded 2-core machine: up to half a minute.
+    return wait_for(lambda: path if path.exists() else None, 180, "the ranks' server")
+
+
+@pytest.fixture(params=["forked", "fresh"])
+def rank_start(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """How the ranks start: forked by the module's server, or fresh (the switch off)."""
+    if request.param == "fresh":
+        monkeypatch.setenv(preload.ENABLE_ENV, "0")
+    else:
+        request.getfixturevalue("ranks_server")
+    return request.param
 
 
 def _assert_ok(result, k: int, parallel: str, tokens_per_step: int):
@@ -54,9 +92,35 @@ def _assert_ok(result, k: int, parallel: str, tokens_per_step: int):
 
 
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp2", "fsdp2-no-reshard"])
-def test_two_ranks_measure_all_ranks_tokens(parallel, no_orphans):
+def test_two_ranks_measure_all_ranks_tokens(parallel, ranks_server, no_orphans):
     result = run_trial_process(_config(2, parallel=parallel))
     _assert_ok(result, 2, parallel, tokens_per_step=2 * 64)
+    assert result.process_start == "forked"
+    # No rank imported torch: each was forked after its server had.
+    assert result.phases_s is not None and result.phases_s["imports"] < 1.0
+
+
+def test_ranks_start_fresh_until_their_pre_imported_worker_answers(
+    monkeypatch: pytest.MonkeyPatch, no_orphans
+) -> None:
+    """A node's first multi-rank trial finds no server for the ranks' environment: its ranks
+    run fresh (nothing half-forked), and the server it started forks the next trial's."""
+    owner = subprocess.Popen(["sleep", "600"])  # stands in for a Ray node that just started
+    try:
+        monkeypatch.setenv(preload.OWNER_ENV, str(owner.pid))
+        path = _ranks_server_path(owner.pid)
+        assert not path.exists()
+        first = run_trial_process(_config(2))
+        _assert_ok(first, 2, "ddp", tokens_per_step=2 * 64)
+        assert first.process_start == "fresh" and first.phases_s["imports"] > 1.0
+        wait_for(lambda: path.exists(), 180, "the server the first trial started")
+        second = run_trial_process(_config(2))
+        _assert_ok(second, 2, "ddp", tokens_per_step=2 * 64)
+        assert second.process_start == "forked"
+    finally:
+        owner.kill()
+        owner.wait()
+    wait_for(lambda: not path.exists(), 30, "the server to end with its owner")
 
 
 @pytest.mark.slow
@@ -110,9 +174,10 @@ def test_grad_sync_skips_all_but_the_last_micro_step():
 # --------------------------------------------------------------------------- failures
 
 
-def test_a_rank_killed_mid_trial_is_a_crash_naming_it(no_orphans):
+def test_a_rank_killed_mid_trial_is_a_crash_naming_it(rank_start, no_orphans):
     start = time.monotonic()
     result = run_trial_process(_config(2, fault="segfault", fault_rank=1))
+    assert result.process_start == rank_start
     assert result.failure_class == FailureClass.CRASH, result.error_message
     assert result.failed_rank == 1 and result.num_ranks == 2
     assert "rank 1" in result.error_message and "SIGSEGV" in result.error_message
@@ -125,15 +190,44 @@ def test_a_rank_exiting_without_result_is_a_crash_with_its_stderr(no_orphans):
     assert "status 3" in result.error_message and "fault=exit" in result.error_message
 
 
-def test_a_hung_rank_ends_at_the_limit_as_timeout(no_orphans):
+def test_a_hung_rank_ends_at_the_limit_as_timeout(rank_start, no_orphans):
     start = time.monotonic()
     result = run_trial_process(_config(2, fault="hang", fault_rank=1), timeout_s=15)
+    assert result.process_start == rank_start
     assert result.failure_class == FailureClass.TIMEOUT, result.error_message
     assert time.monotonic() - start < 15 + launch.KILL_GRACE_S + 5
     # Either the launcher's limit ends every rank, or, first, rank 0's process-group timeout
     # (0.8 x the limit) fires in the collective it waits in: both are the hung rank's timeout.
     message = result.error_message or ""
     assert "all 2 ranks were killed" in message or "another rank is hung" in message, message
+
+
+def test_the_launcher_dying_kills_its_forked_ranks(ranks_server, no_orphans) -> None:
+    """The launcher (a Ray task) is killed mid-trial: its server kills every forked rank, as
+    the parent-death signal kills fresh ones."""
+    script = (
+        "from tests.workers.test_distributed import _config\n"
+        "from workers.launch import run_trial_process\n"
+        "config = _config(2, fault='hang')\n"
+        "config.study_id = 'st-ranks-death'\n"
+        "run_trial_process(config)\n"
+    )
+    # Owned by this pytest process, as the module's server is: that server forks its ranks.
+    env = {**os.environ, preload.OWNER_ENV: str(os.getpid())}
+    repo = Path(__file__).resolve().parents[2]
+    launcher = subprocess.Popen([sys.executable, "-c", script], cwd=repo, env=env)
+
+    def ranks() -> dict[int | None, int]:
+        """Local rank -> pid, found by the ranks' pid files."""
+        return {t.rank: t.pid for t in pidfile.running() if t.study_id == "st-ranks-death"}
+
+    try:
+        found = wait_for(lambda: len(r := ranks()) == 2 and r, 60, "its 2 ranks' pid files")
+        assert set(found) == {0, 1} and all(procs.forked(p) for p in found.values())
+    finally:
+        launcher.kill()
+        launcher.wait()
+    wait_for(lambda: not any(map(procs.alive, found.values())), 10, "the orphaned ranks' end")
 
 
 def test_one_rank_refusing_is_unsupported_without_hanging(no_orphans):
