@@ -18,6 +18,7 @@ against the baseline.
     python bench/trial_overhead.py                       # CPU, the cpu-demo space, 5 per arm
     python bench/trial_overhead.py --preset gpt2-124m --compile default --trials 3   # a GPU
     python bench/trial_overhead.py --out bench/results/trial_overhead_cpu.json
+    python bench/trial_overhead.py --gpus 2        # a 2-rank trial (gloo on the CPU, NCCL on GPUs)
     AUTOTUNER_PRELOAD_CUDNN=1 python bench/trial_overhead.py --preset gpt2-124m --attention cudnn
 """
 
@@ -37,6 +38,7 @@ from autotuner.search.space import load_space
 from autotuner.spec import Device, Knobs, ModelSpec, TrialConfig, TrialResult, TrialStatus
 from workers import preload
 from workers.launch import _trial_env, run_trial_process
+from workers.launch_ranks import Rendezvous, rank_env
 from workers.trial import FULL_TEARDOWN_ENV
 
 PHASES = [
@@ -84,6 +86,18 @@ def configs(args: argparse.Namespace) -> list[TrialConfig]:
     ]
 
 
+def with_ranks(configs: list[TrialConfig], gpus: int) -> list[TrialConfig]:
+    """The same trials on `gpus` ranks (DDP; on the CPU one intra-op thread per rank)."""
+    out = []
+    for config in configs:
+        config = config.model_copy(deep=True)
+        config.num_gpus = gpus
+        if config.measure.device == Device.CPU:
+            config.measure = config.measure.model_copy(update={"cpu_threads": 1})
+        out.append(config)
+    return out
+
+
 def run_arm(config: TrialConfig, env: dict[str, str]) -> TrialResult:
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # the launcher passes its environment to the trial
@@ -99,7 +113,10 @@ def run_arm(config: TrialConfig, env: dict[str, str]) -> TrialResult:
 
 def start_server(config: TrialConfig) -> float:
     """Start this node's pre-imported worker if none runs; the seconds until it answers."""
-    env = _trial_env(config)
+    if config.num_gpus > 1:  # the ranks' environment keys a server of their own
+        env = rank_env(config, Rendezvous(config.num_gpus), 0, 0, config.measure.timeout_s)
+    else:
+        env = _trial_env(config)
     t0 = time.monotonic()
     path = preload.start_server(sys.executable, env)  # owned by this process
     while not path.exists():
@@ -138,10 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", help="a model preset to run on the GPU (default: tiny, CPU)")
     parser.add_argument("--compile", default="none", help="compile_mode of every trial")
     parser.add_argument("--attention", help="attention of every trial (default flash on a GPU)")
+    parser.add_argument("--gpus", type=int, default=1, help="ranks per trial (default 1)")
     parser.add_argument("--out", type=Path, help="write the numbers here as JSON")
     args = parser.parse_args(argv)
     results: dict[str, list[TrialResult]] = {arm: [] for arm in ARMS}
-    todo = configs(args)
+    todo = configs(args) if args.gpus == 1 else with_ranks(configs(args), args.gpus)
     server_s = start_server(todo[0])
     print(f"pre-imported worker answering after {server_s:.1f} s", flush=True)
     for i, config in enumerate(todo):
@@ -151,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
             r = run_arm(config, ARMS[arm])
             results[arm].append(r)
             detail = r.phases_s if r.status == TrialStatus.OK else r.error_message
-            print(f"{arm:8s} #{i} wall {r.wall_s or 0:6.2f} s  {detail}", flush=True)
+            start = r.process_start
+            print(f"{arm:8s} #{i} {start} wall {r.wall_s or 0:6.2f} s  {detail}", flush=True)
     report = {arm: summary(rs) for arm, rs in results.items()}
     report["server_start_s"] = round(server_s, 2)
     base = report["baseline"]
