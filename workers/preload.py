@@ -84,6 +84,11 @@ _IMPORT_PREFIXES = (
 )
 # Read lazily, at first use: may differ per trial (per study, per Ray task).
 _LAZY = frozenset({"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "PYTHONUNBUFFERED"})
+# A rank's place in its trial (workers/launch_ranks.py): the server that a rank's launcher
+# starts is no rank, and must not look like one to whatever reads its environment.
+_RANK_VARS = frozenset(
+    {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
+)
 
 
 def enabled() -> bool:
@@ -221,7 +226,7 @@ def _start_server(python: str, env: dict[str, str], path: Path, owner: int) -> N
     except OSError:
         return
     os.close(fd)
-    server_env = {k: v for k, v in env.items() if k not in _LAZY}
+    server_env = {k: v for k, v in env.items() if k not in _LAZY | _RANK_VARS}
     with open(os.devnull, "rb") as null_in, open(path.with_suffix(".log"), "ab") as log:
         subprocess.Popen(
             [python, "-m", "workers.preload", "--socket", str(path), "--owner", str(owner)],

@@ -117,6 +117,11 @@ def test_ranks_start_fresh_until_their_pre_imported_worker_answers(
         second = run_trial_process(_config(2))
         _assert_ok(second, 2, "ddp", tokens_per_step=2 * 64)
         assert second.process_start == "forked"
+        # The server rank 0's launcher started is no rank: no rendezvous in its environment.
+        servers = procs.preload_servers(f"{preload.OWNER_ENV}={owner.pid}")
+        (server,) = [p for p in servers if not procs.forked(p)]
+        environ = Path(f"/proc/{server}/environ").read_bytes().split(b"\0")
+        assert not [v for v in environ if v.startswith((b"RANK=", b"MASTER_PORT="))]
     finally:
         owner.kill()
         owner.wait()
