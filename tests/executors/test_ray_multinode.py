@@ -33,15 +33,16 @@ def _config(fault: str = "none", fault_rank: int | None = None):
 
 def _live_processes_marked(mark: str) -> list[int]:
     """This trial's live processes: its ranks by their pid files (a rank forked by the
-    pre-imported worker shows its server's environment in /proc), and every process whose
-    environment holds the mark (fresh ranks, their loader and compile workers)."""
+    pre-imported worker shows its server's environment in /proc), and every trial process whose
+    environment holds the mark (fresh ranks, their loader and compile workers; not the server
+    that this trial's launcher may have started, which outlives it by design)."""
     ranks = []
     for rank in pidfile.running():
         with contextlib.suppress(OSError, ValueError):  # its trial ended: the dir is going
             config = json.loads((rank.trial_dir / "config.json").read_text())
             if rank.rank is not None and config["env"].get(MARK_ENV) == mark:
                 ranks.append(rank.pid)
-    return sorted({*ranks, *procs.with_env(f"{MARK_ENV}={mark}")})
+    return sorted({*ranks, *procs.launched_with_env(f"{MARK_ENV}={mark}")})
 
 
 def _run(executor, config, limit_s: float = 240) -> Completed:

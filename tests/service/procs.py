@@ -78,3 +78,12 @@ def forked(pid: int) -> bool:
 def preload_servers(entry: str) -> list[int]:
     """Live pre-imported workers (workers/preload.py) whose environment holds `entry`."""
     return [p for p in with_env(entry) if "workers.preload" in cmdline(p)]
+
+
+def launched_with_env(entry: str) -> list[int]:
+    """Live trial processes (fresh, forked, their loader and compile workers) whose environment
+    holds `entry`, pre-imported workers left out: a server started by a trial's launcher carries
+    that trial's environment in /proc and outlives it by design (its forked children, which show
+    the same environment, count)."""
+    servers = set(preload_servers(entry))
+    return [p for p in with_env(entry) if p not in servers or forked(p)]

@@ -37,9 +37,7 @@ def _trial_processes() -> list[int]:
     the launcher marks its children with its pid, and the mark survives re-parenting). Forked
     ranks carry the mark of the launcher that started their pre-imported worker; the worker
     itself, which outlives trials by design, is none of them."""
-    mark = f"{launch.PARENT_ENV}={os.getpid()}"
-    servers = set(procs.preload_servers(mark))
-    return [p for p in procs.with_env(mark) if p not in servers or procs.forked(p)]
+    return procs.launched_with_env(f"{launch.PARENT_ENV}={os.getpid()}")
 
 
 @pytest.fixture
