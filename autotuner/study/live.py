@@ -81,9 +81,18 @@ def live_best(
     db: Database, study_id: str, objective: Objective, options: StudyOptions | None = None
 ) -> dict[str, Any] | None:
     """The recommendation as the study's trials stand now (without the end-of-study evidence).
-    Computed in a read-only transaction (no lock; the deferred configs load on demand), with
-    the cyclic garbage collector paused (study/gc_pause.py)."""
-    with gc_paused(), db.read() as s:
+    Computed in a read-only transaction (no lock; the deferred configs load on demand)."""
+    with db.read() as s:
+        return live_best_in(s, study_id, objective, options)
+
+
+def live_best_in(
+    s: Session, study_id: str, objective: Objective, options: StudyOptions | None = None
+) -> dict[str, Any] | None:
+    """live_best in a read transaction the caller has open already (a read that needs the
+    study too: one transaction, one connection), with the cyclic garbage collector paused
+    (study/gc_pause.py)."""
+    with gc_paused():
         return recommend(recommendation_rows(s, study_id), objective, options=options)
 
 

@@ -356,16 +356,16 @@ def query_trials(
     return {"total": total, "trials": rows, "knobs": list(domains)}
 
 
-def _recommendation(db: Database, study: Study, summary: TrialSummary) -> dict[str, Any] | None:
+def _recommendation(s: Session, study: Study, summary: TrialSummary) -> dict[str, Any] | None:
     """The stored recommendation. A study last written before recommendations were stored
     live (a running one, right after the upgrade) has none yet: computed once here."""
     from autotuner.search.objective import Objective
     from autotuner.storage.models import TrialState
-    from autotuner.study.live import live_best
+    from autotuner.study.live import live_best_in
 
     rec = study.recommendation
     if rec is None and summary.counts.get(TrialState.COMPLETE.value):
-        rec = live_best(db, study.id, Objective(study.objective), study.options)
+        rec = live_best_in(s, study.id, Objective(study.objective), study.options)
     return rec
 
 
@@ -378,10 +378,10 @@ def get_best(db: Database, ref: str, *, headroom: float | None = None) -> dict[s
         study, summary = _study(s, ref)
         options = study.options
         if headroom is None:
-            rec = _recommendation(db, study, summary)
+            rec = _recommendation(s, study, summary)
         else:
             options = _with_headroom(study.options, headroom)
-            rec = _rejudged(db, study, options)
+            rec = _rejudged(s, study, options)
         tight = _tight_fastest(s, study, rec, options)
         return best_view(study, summary, rec, tight_fastest=tight)
 
@@ -397,14 +397,14 @@ def _with_headroom(options: StudyOptions, headroom: float) -> StudyOptions:
         ) from exc
 
 
-def _rejudged(db: Database, study: Study, options: StudyOptions) -> dict[str, Any] | None:
+def _rejudged(s: Session, study: Study, options: StudyOptions) -> dict[str, Any] | None:
     """The recommendation from the study's measured trials at `options`' headroom. A config
     whose evaluation-and-checkpoint check never ran (only the study's own winner gets one) is
     judged on its timed peak alone, as the text says."""
     from autotuner.search.objective import Objective
-    from autotuner.study.live import live_best
+    from autotuner.study.live import live_best_in
 
-    rec = live_best(db, study.id, Objective(study.objective), options)
+    rec = live_best_in(s, study.id, Objective(study.objective), options)
     if rec is not None:
         rec["rejudged"] = {
             "headroom": options.headroom,
@@ -532,7 +532,7 @@ def get_study_detail(
                 else _chart_rows(s, study.id, knobs, study.options)
             ),
         }
-        rec = _recommendation(db, study, summary)
+        rec = _recommendation(s, study, summary)
         tight = _tight_fastest(s, study, rec, study.options)
         detail["best"] = best_view(study, summary, rec, tight_fastest=tight)
     return detail
@@ -596,7 +596,7 @@ def export_best(db: Database, ref: str, fmt: str, *, allow_partial: bool = False
 
     with db.read() as s:
         study, summary = _study(s, ref)
-    view = best_view(study, summary, _recommendation(db, study, summary))
+        view = best_view(study, summary, _recommendation(s, study, summary))
     rec = view["best"]
     partial = unfinished_note(view) if rec is not None else None
     if partial and not allow_partial:

@@ -161,6 +161,7 @@ def test_a_studys_reads_run_a_constant_number_of_statements(pg_url: str) -> None
             "live recommendation": lambda: live_best(db, study_id, Objective.TOKENS_PER_S),
             "store it": lambda: store_live_best(db, study_id, Objective.TOKENS_PER_S),
             "best": lambda: operations.get_best(db, study_id),
+            "best re-judged": lambda: operations.get_best(db, study_id, headroom=0.02),
             "trial page": lambda: operations.list_trials(db, study_id, after=-1, limit=500),
             "study page": lambda: client.get(f"/studies/{study_id}").raise_for_status(),
             "study page json": lambda: client.get(
@@ -203,6 +204,29 @@ def test_a_studys_reads_run_a_constant_number_of_statements(pg_url: str) -> None
     final = operations.get_best(db, big)["best"]
     assert final["trial_number"] == rec["trial_number"] and "importance" in final
     assert final["rows"] == 504 and final["global_batch"] == rec["global_batch"]
+
+
+def test_best_and_its_re_judging_read_in_one_transaction(pg_url: str) -> None:
+    """`best` (with --headroom: the recommendation re-judged) reads the study and its trials
+    in one read transaction on one connection, not a second one opened inside the first."""
+    db = Database(pg_url)
+    study_id = _study_of(db, 50)
+    for headroom in (None, 0.02):
+        checkouts: list[object] = []
+
+        def checkout(*args: object, out: list[object] = checkouts) -> None:
+            out.append(args)
+
+        event.listen(db.engine, "checkout", checkout)
+        try:
+            view = operations.get_best(db, study_id, headroom=headroom)
+        finally:
+            event.remove(db.engine, "checkout", checkout)
+        assert len(checkouts) == 1, f"headroom {headroom}: {len(checkouts)} connections"
+        best = view["best"]
+        assert best is not None and ("rejudged" in best) == (headroom is not None)
+    # At 2% the config the study's 10% passed over (3.0% free) is no longer tight: it wins.
+    assert view["best"]["headroom"]["passed_over"] == []
 
 
 def test_trial_lists_read_rows_that_say_what_the_trials_say(pg_url: str) -> None:
