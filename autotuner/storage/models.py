@@ -30,6 +30,7 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
     false,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, validates
@@ -193,6 +194,15 @@ class Trial(Base):
     __table_args__ = (
         UniqueConstraint("study_id", "number", name="uq_trials_study_number"),
         Index("ix_trials_study_state", "study_id", "state"),
+        # The running trials alone (a handful, however long the history): the service's
+        # discovery finds the ended studies a dead coordinator left with one (migration 0006;
+        # by ix_trials_study_state it probed every study: 70 ms a round at 50,000 studies).
+        Index(
+            "ix_trials_running",
+            "study_id",
+            postgresql_where=text("state = 'running'"),
+            sqlite_where=text("state = 'running'"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
