@@ -5,6 +5,7 @@ fail, and the parallel knobs' support rules."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -142,6 +143,43 @@ def test_ddp_comm_hooks_run(compression, no_orphans):
 def test_fsdp2_reduces_in_bf16(no_orphans):
     config = _config(2, parallel="fsdp2", precision="bf16", fsdp_reduce_dtype="bf16")
     _assert_ok(run_trial_process(config), 2, "fsdp2", tokens_per_step=2 * 64)
+
+
+def test_a_server_lost_between_two_ranks_forks_runs_every_rank_fresh(
+    monkeypatch: pytest.MonkeyPatch, no_orphans
+) -> None:
+    """The ranks' server dies (kill -9) right after forking rank 0: rank 1 cannot be forked,
+    so rank 0 is sent back and every rank runs fresh; nothing half-forked is left."""
+    owner = subprocess.Popen(["sleep", "600"])
+    try:
+        monkeypatch.setenv(preload.OWNER_ENV, str(owner.pid))
+        env = launch_ranks.rank_env(_config(2), launch_ranks.Rendezvous(2), 0, 0, 60.0)
+        path = preload.start_server(sys.executable, env)
+        wait_for(lambda: path.exists(), 180, "the owner's ranks' server")
+        (server,) = [
+            p
+            for p in procs.preload_servers(f"{preload.OWNER_ENV}={owner.pid}")
+            if not procs.forked(p)
+        ]
+        forks: list[preload.ForkedProcess | None] = []
+
+        def fork_then_lose_the_server(*args, **kwargs):
+            forks.append(real_fork(*args, **kwargs))
+            if len(forks) == 1:
+                os.kill(server, signal.SIGKILL)
+                wait_for(lambda: not procs.alive(server), 10, "the server's end")
+            return forks[-1]
+
+        real_fork = preload.fork_trial
+        monkeypatch.setattr(preload, "fork_trial", fork_then_lose_the_server)
+        result = run_trial_process(_config(2))
+        _assert_ok(result, 2, "ddp", tokens_per_step=2 * 64)
+        assert result.process_start == "fresh"
+        assert forks[0] is not None and forks[1] is None
+        assert forks[0].returncode is not None  # rank 0, forked first, is over
+    finally:
+        owner.kill()
+        owner.wait()
 
 
 # --------------------------------------------------------------------------- in one rank
