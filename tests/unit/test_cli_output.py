@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from autotuner.storage.session import upgrade_database
 from tests.unit.test_cli_errors import run_cli
 
 
@@ -120,6 +121,7 @@ def test_long_configs_fold_and_numbers_are_never_cut(tmp_path: Path) -> None:
     db = tmp_path / "llama-3b.db"
     shutil.copy(recorded / "tune-llama-3b.db", db)
     db.chmod(0o644)
+    upgrade_database(f"sqlite:///{db}")  # recorded at an older schema: as `trials` says to
     proc = run_cli("trials", "st-9c62f86a", "--db", f"sqlite:///{db}", env={"COLUMNS": "80"})
     assert proc.returncode == 0, proc.stderr
     assert max(len(line) for line in proc.stdout.splitlines()) <= 80, proc.stdout
@@ -138,6 +140,7 @@ def test_status_at_80_columns_keeps_the_id_whole_and_shows_the_best(tmp_path: Pa
     recorded = Path(__file__).resolve().parents[2] / "bench/results/h200_session_20261201"
     db = tmp_path / "h200.db"
     merge_databases(sorted(recorded.glob("tune-*.db")), db)  # the three H200 studies
+    upgrade_database(f"sqlite:///{db}")  # recorded at an older schema: as `status` says to
     proc = run_cli("status", "--db", f"sqlite:///{db}", env={"COLUMNS": "80"})
     assert proc.returncode == 0, proc.stderr
     assert max(len(line) for line in proc.stdout.splitlines()) <= 80, proc.stdout
