@@ -203,7 +203,8 @@ class _Ranks:
         return True
 
     def kill(self) -> None:
-        """SIGTERM the group, SIGKILL what is left after the grace: no rank outlives the trial."""
+        """SIGTERM the ranks' groups, SIGKILL what is left after the grace: no rank outlives the
+        trial."""
         if not self.procs:
             return
         for group in self.groups:
