@@ -95,7 +95,11 @@ def test_a_study_compiles_once_and_the_recommendation_reports_the_cold_compile(
     assert both.peak_mem_with_eval_ckpt_gib is not None and both.repeat_tokens_per_s
     assert both.compile_cache == "warm", (both.compile_cache_hits, both.compile_cache_misses)
     phases = both.phases_s or {}
-    assert both.compile_s is not None and phases["parity"] >= both.compile_s > 0
+    # Its compile_s: the parity steps' compile plus the warm-up's first step's excess over a
+    # steady step, which is noise where the graphs are reused (on a loaded CPU it once put
+    # compile_s 0.15 s above the parity phase): bounded by the two phases it comes from.
+    assert both.compile_s is not None and both.compile_s > 0
+    assert both.compile_s <= phases["parity"] + phases["first_step"]
 
     # A trial killed while the compiler wrote a kernel library leaves it truncated, with the
     # build's scratch folder: the next trial of the study removes it and builds it again
