@@ -30,13 +30,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sqlalchemy import insert, select, text
+from sqlalchemy import func, insert, select, text
 from sqlalchemy.engine import make_url
 
 from autotuner.status import ENDED_STATUSES
 from autotuner.storage.models import Study, StudyStatus, Trial, TrialState
 from autotuner.storage.repository import TrialRepo
 from autotuner.storage.session import Database, dispose_engines, upgrade_database
+from autotuner.storage.trial_repo import abandoned_studies
 from bench.reads_10k import _admin, _percentiles, vacuum_analyze
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,17 +128,14 @@ def one_round(db: Database) -> tuple[float, int, int]:
 
 
 def plan(db: Database) -> list[str]:
-    """The plan of end_abandoned's study query, as PostgreSQL runs it."""
+    """The plan of end_abandoned's study query (trial_repo.abandoned_studies, the statement
+    itself, compiled with its parameters), as PostgreSQL runs it."""
     with db.engine.connect() as c:
-        rows = c.execute(
-            text(
-                "EXPLAIN ANALYZE SELECT s.id, s.status FROM studies s "
-                "WHERE s.status IN ('cancelled', 'completed', 'failed') "
-                "AND (s.owner IS NULL OR s.lease_expires_at IS NULL OR s.lease_expires_at < now()) "
-                "AND EXISTS (SELECT 1 FROM trials t WHERE t.study_id = s.id "
-                "AND t.state = 'running') ORDER BY s.id"
-            )
-        ).all()
+        now = c.execute(select(func.now())).scalar_one()
+        compiled = abandoned_studies(now).compile(
+            dialect=db.engine.dialect, compile_kwargs={"render_postcompile": True}
+        )
+        rows = c.exec_driver_sql("EXPLAIN ANALYZE " + compiled.string, compiled.params).all()
     return [r[0] for r in rows]
 
 

@@ -37,7 +37,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from autotuner.spec import FailureClass, TrialConfig, TrialResult, TrialStatus
 from workers import launch, phases, pidfile, preload
@@ -135,8 +134,6 @@ class _Ranks:
     def __init__(self, config, rdv: Rendezvous, tmp: Path, python: str, limit_s: float):
         self.config, self.rdv, self.tmp, self.python, self.limit = config, rdv, tmp, python, limit_s
         self.procs: list[subprocess.Popen | preload.ForkedProcess] = []
-        self.groups: list[int] = []  # the process groups to kill: one, or one per forked rank
-        self.process_start: Literal["fresh", "forked"] = "fresh"
         self.ended: dict[int, int] = {}  # local rank -> exit status, in the order they ended
         self.start_time = time.monotonic()
 
@@ -159,29 +156,11 @@ class _Ranks:
             }
             for r in ranks
         ]
-        if preload.enabled() and self._fork(argv, envs):
-            self.process_start = "forked"
-            return
-        self.process_start = "fresh"
-        for r in ranks:
-            # Rank 0 leads a new process group that the others join (a new session, as one
-            # trial gets, would forbid joining it: setpgid works only within one session).
-            group = 0 if r == 0 else self.groups[0]
-            out_path, err_path = self._path(r, "stdout.log"), self._path(r, "stderr.log")
-            with open(out_path, "wb") as out, open(err_path, "wb") as err:
-                proc = subprocess.Popen(
-                    [self.python, "-m", "workers.trial", *argv[r]],
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=err,  # files, not pipes: a chatty rank never blocks
-                    env=envs[r],
-                    cwd=self.tmp,
-                    process_group=group,
-                )
-            self.procs.append(proc)
-            pidfile.write(self.tmp, proc.pid, pidfile.rank_name(r))
-            if r == 0:
-                self.groups = [proc.pid]  # rank 0 leads the group
+        if not (preload.enabled() and self._fork(argv, envs)):
+            self._spawn(argv, envs)
+        # Which trial a rank runs, fresh or forked (whose command line is its server's).
+        for r, p in enumerate(self.procs):
+            pidfile.write(self.tmp, p.pid, pidfile.rank_name(r))
 
     def _fork(self, argv: list[list[str]], envs: list[dict[str, str]]) -> bool:
         """Every rank forked by the node's pre-imported worker, each in a session of its own;
@@ -192,15 +171,41 @@ class _Ranks:
             proc = preload.fork_trial(self.python, args, env, str(self.tmp), out, err)
             if proc is None:
                 self.kill()
-                self.procs, self.groups = [], []
+                self.procs = []
                 for path in self.tmp.glob("rank*.*"):
                     path.unlink()
                 return False
             self.procs.append(proc)
-            self.groups.append(proc.pid)
-            # Which trial a forked rank runs: its command line is its server's.
-            pidfile.write(self.tmp, proc.pid, pidfile.rank_name(r))
         return True
+
+    def _spawn(self, argv: list[list[str]], envs: list[dict[str, str]]) -> None:
+        """Every rank a fresh interpreter. Rank 0 leads a new process group that the others
+        join (a new session, as one trial gets, would forbid joining it: setpgid works only
+        within one session)."""
+        for r, (args, env) in enumerate(zip(argv, envs, strict=True)):
+            group = 0 if r == 0 else self.procs[0].pid
+            out_path, err_path = self._path(r, "stdout.log"), self._path(r, "stderr.log")
+            with open(out_path, "wb") as out, open(err_path, "wb") as err:
+                self.procs.append(
+                    subprocess.Popen(
+                        [self.python, "-m", "workers.trial", *args],
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=err,  # files, not pipes: a chatty rank never blocks
+                        env=env,
+                        cwd=self.tmp,
+                        process_group=group,
+                    )
+                )
+
+    @property
+    def forked(self) -> bool:
+        return bool(self.procs) and isinstance(self.procs[0], preload.ForkedProcess)
+
+    @property
+    def groups(self) -> list[int]:
+        """The process groups to kill: each forked rank's own, or the one rank 0 leads."""
+        return [p.pid for p in self.procs] if self.forked else [p.pid for p in self.procs[:1]]
 
     def kill(self) -> None:
         """SIGTERM the ranks' groups, SIGKILL what is left after the grace: no rank outlives the
@@ -345,7 +350,7 @@ class _Ranks:
         phases.finish(result, wall_s)
         result.num_ranks = k
         result.parallel = self.config.knobs.parallel
-        result.process_start = self.process_start
+        result.process_start = "forked" if self.forked else "fresh"
         return result
 
     def _death(self, r: int) -> TrialResult:

@@ -279,20 +279,7 @@ class TrialRepo:
         2026-12-03, seconds after its machine was taken back, kept one). A cancelled study's
         are failed as cancelled, any other's lost (mark_lost). `study_id`: that study's only."""
         now = db_now(self.session)
-        studies = self.session.execute(
-            select(Study.id, Study.status)
-            .where(
-                Study.status.in_(sorted(ENDED_STATUSES)),
-                Study.owner.is_(None)
-                | Study.lease_expires_at.is_(None)
-                | (Study.lease_expires_at < now),
-                select(Trial.id)
-                .where(Trial.study_id == Study.id, Trial.state == TrialState.RUNNING.value)
-                .exists(),
-            )
-            .where(Study.id == study_id if study_id is not None else true())
-            .order_by(Study.id)
-        ).all()
+        studies = self.session.execute(abandoned_studies(now, study_id)).all()
         far = now + dt.timedelta(days=1)
         out: builtins.list[Trial] = []
         for ended_id, status in studies:
@@ -305,6 +292,26 @@ class TrialRepo:
             select(func.count()).select_from(Trial).where(Trial.study_id == study_id), states
         )
         return self.session.scalar(query) or 0
+
+
+def abandoned_studies(now: dt.datetime, study_id: str | None = None) -> Select[str, str]:
+    """(id, status) of the ended studies whose lease is over (at `now`, the database's clock)
+    and that still have a running trial (TrialRepo.end_abandoned; bench/discovery_10k.py
+    shows its plan). The partial index ix_trials_running keeps it to the running trials."""
+    return (
+        select(Study.id, Study.status)
+        .where(
+            Study.status.in_(sorted(ENDED_STATUSES)),
+            Study.owner.is_(None)
+            | Study.lease_expires_at.is_(None)
+            | (Study.lease_expires_at < now),
+            select(Trial.id)
+            .where(Trial.study_id == Study.id, Trial.state == TrialState.RUNNING.value)
+            .exists(),
+        )
+        .where(Study.id == study_id if study_id is not None else true())
+        .order_by(Study.id)
+    )
 
 
 def finished_columns(

@@ -81,3 +81,18 @@ def start_preload_server() -> Path:
     path = preload.start_server(sys.executable, env)  # owned by this pytest process
     # torch's import on a loaded 2-core machine: up to half a minute.
     return wait_for(lambda: path if path.exists() else None, 180, "the server's socket")
+
+
+@pytest.fixture
+def owner(monkeypatch: pytest.MonkeyPatch):
+    """A process standing in for a Ray node: this test's trials' server belongs to it (a server
+    of its own, started by the test's first trial, gone when the owner is killed)."""
+    import subprocess
+
+    from workers import preload
+
+    proc = subprocess.Popen(["sleep", "600"])
+    monkeypatch.setenv(preload.OWNER_ENV, str(proc.pid))
+    yield proc
+    proc.kill()
+    proc.wait()

@@ -49,24 +49,31 @@ def no_orphans():
     assert not left, f"rank processes left behind: {left}"
 
 
-def _ranks_server_path(owner: int | None = None) -> Path:
-    """The pre-imported worker that forks a 2-rank trial's ranks for this test process (or for
-    `owner`): the ranks' environment keys their own (the NVLink-multicast switches are
-    read at torch's import)."""
-    env = launch_ranks.rank_env(_config(2), launch_ranks.Rendezvous(2), 0, 0, 60.0)
-    if owner is not None:
-        env[preload.OWNER_ENV] = str(owner)
-    return preload.server_path(sys.executable, env)
+def _ranks_env() -> dict[str, str]:
+    """A 2-rank trial's rank 0 environment, as its launcher builds it here and now: it keys the
+    ranks' pre-imported worker, their own (the NVLink-multicast switches are read at torch's
+    import), owned by this test process or by the `owner` fixture's."""
+    return launch_ranks.rank_env(_config(2), launch_ranks.Rendezvous(2), 0, 0, 60.0)
+
+
+def _start_ranks_server() -> Path:
+    """The ranks' pre-imported worker, started and answering; its socket."""
+    path = preload.start_server(sys.executable, _ranks_env())
+    # torch's import on a loaded 2-core machine: up to half a minute.
+    return wait_for(lambda: path if path.exists() else None, 180, "the ranks' server")
+
+
+def _server_of(owner: subprocess.Popen[bytes]) -> int:
+    """The pid of the `owner` fixture's pre-imported worker (not one of its forked trials)."""
+    servers = procs.preload_servers(f"{preload.OWNER_ENV}={owner.pid}")
+    (server,) = [p for p in servers if not procs.forked(p)]
+    return server
 
 
 @pytest.fixture(scope="module")
 def ranks_server() -> Path:
-    """The ranks' pre-imported worker, started and answering: the module's trials fork."""
-    env = launch_ranks.rank_env(_config(2), launch_ranks.Rendezvous(2), 0, 0, 60.0)
-    path = preload.start_server(sys.executable, env)
-    assert path == _ranks_server_path()
-    # torch's import on a loaded 2-core machine: up to half a minute.
-    return wait_for(lambda: path if path.exists() else None, 180, "the ranks' server")
+    """The module's ranks' server, owned by this test process: the module's trials fork."""
+    return _start_ranks_server()
 
 
 @pytest.fixture(params=["forked", "fresh"])
@@ -100,30 +107,23 @@ def test_two_ranks_measure_all_ranks_tokens(parallel, ranks_server, no_orphans):
 
 
 def test_ranks_start_fresh_until_their_pre_imported_worker_answers(
-    monkeypatch: pytest.MonkeyPatch, no_orphans
+    owner: subprocess.Popen[bytes], no_orphans
 ) -> None:
     """A node's first multi-rank trial finds no server for the ranks' environment: its ranks
     run fresh (nothing half-forked), and the server it started forks the next trial's."""
-    owner = subprocess.Popen(["sleep", "600"])  # stands in for a Ray node that just started
-    try:
-        monkeypatch.setenv(preload.OWNER_ENV, str(owner.pid))
-        path = _ranks_server_path(owner.pid)
-        assert not path.exists()
-        first = run_trial_process(_config(2))
-        _assert_ok(first, 2, "ddp", tokens_per_step=2 * 64)
-        assert first.process_start == "fresh" and first.phases_s["imports"] > 1.0
-        wait_for(lambda: path.exists(), 180, "the server the first trial started")
-        second = run_trial_process(_config(2))
-        _assert_ok(second, 2, "ddp", tokens_per_step=2 * 64)
-        assert second.process_start == "forked"
-        # The server rank 0's launcher started is no rank: no rendezvous in its environment.
-        servers = procs.preload_servers(f"{preload.OWNER_ENV}={owner.pid}")
-        (server,) = [p for p in servers if not procs.forked(p)]
-        environ = Path(f"/proc/{server}/environ").read_bytes().split(b"\0")
-        assert not [v for v in environ if v.startswith((b"RANK=", b"MASTER_PORT="))]
-    finally:
-        owner.kill()
-        owner.wait()
+    path = preload.server_path(sys.executable, _ranks_env())
+    assert not path.exists()
+    first = run_trial_process(_config(2))
+    _assert_ok(first, 2, "ddp", tokens_per_step=2 * 64)
+    assert first.process_start == "fresh" and first.phases_s["imports"] > 1.0
+    wait_for(lambda: path.exists(), 180, "the server the first trial started")
+    second = run_trial_process(_config(2))
+    _assert_ok(second, 2, "ddp", tokens_per_step=2 * 64)
+    assert second.process_start == "forked"
+    # The server rank 0's launcher started is no rank: no rendezvous in its environment.
+    environ = Path(f"/proc/{_server_of(owner)}/environ").read_bytes().split(b"\0")
+    assert not [v for v in environ if v.startswith((b"RANK=", b"MASTER_PORT="))]
+    owner.kill()
     wait_for(lambda: not path.exists(), 30, "the server to end with its owner")
 
 
@@ -146,40 +146,28 @@ def test_fsdp2_reduces_in_bf16(no_orphans):
 
 
 def test_a_server_lost_between_two_ranks_forks_runs_every_rank_fresh(
-    monkeypatch: pytest.MonkeyPatch, no_orphans
+    owner: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch, no_orphans
 ) -> None:
     """The ranks' server dies (kill -9) right after forking rank 0: rank 1 cannot be forked,
     so rank 0 is sent back and every rank runs fresh; nothing half-forked is left."""
-    owner = subprocess.Popen(["sleep", "600"])
-    try:
-        monkeypatch.setenv(preload.OWNER_ENV, str(owner.pid))
-        env = launch_ranks.rank_env(_config(2), launch_ranks.Rendezvous(2), 0, 0, 60.0)
-        path = preload.start_server(sys.executable, env)
-        wait_for(lambda: path.exists(), 180, "the owner's ranks' server")
-        (server,) = [
-            p
-            for p in procs.preload_servers(f"{preload.OWNER_ENV}={owner.pid}")
-            if not procs.forked(p)
-        ]
-        forks: list[preload.ForkedProcess | None] = []
+    _start_ranks_server()
+    server = _server_of(owner)
+    forks: list[preload.ForkedProcess | None] = []
+    real_fork = preload.fork_trial
 
-        def fork_then_lose_the_server(*args, **kwargs):
-            forks.append(real_fork(*args, **kwargs))
-            if len(forks) == 1:
-                os.kill(server, signal.SIGKILL)
-                wait_for(lambda: not procs.alive(server), 10, "the server's end")
-            return forks[-1]
+    def fork_then_lose_the_server(*args, **kwargs):
+        forks.append(real_fork(*args, **kwargs))
+        if len(forks) == 1:
+            os.kill(server, signal.SIGKILL)
+            wait_for(lambda: not procs.alive(server), 10, "the server's end")
+        return forks[-1]
 
-        real_fork = preload.fork_trial
-        monkeypatch.setattr(preload, "fork_trial", fork_then_lose_the_server)
-        result = run_trial_process(_config(2))
-        _assert_ok(result, 2, "ddp", tokens_per_step=2 * 64)
-        assert result.process_start == "fresh"
-        assert forks[0] is not None and forks[1] is None
-        assert forks[0].returncode is not None  # rank 0, forked first, is over
-    finally:
-        owner.kill()
-        owner.wait()
+    monkeypatch.setattr(preload, "fork_trial", fork_then_lose_the_server)
+    result = run_trial_process(_config(2))
+    _assert_ok(result, 2, "ddp", tokens_per_step=2 * 64)
+    assert result.process_start == "fresh"
+    assert forks[0] is not None and forks[1] is None
+    assert forks[0].returncode is not None  # rank 0, forked first, is over
 
 
 # --------------------------------------------------------------------------- in one rank

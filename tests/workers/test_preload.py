@@ -181,16 +181,6 @@ def _live_servers(path: Path) -> list[int]:
     return out
 
 
-@pytest.fixture
-def owner(monkeypatch: pytest.MonkeyPatch) -> subprocess.Popen[bytes]:
-    """A process standing in for a Ray node: this test's trials' server belongs to it."""
-    proc = subprocess.Popen(["sleep", "600"])
-    monkeypatch.setenv(preload.OWNER_ENV, str(proc.pid))
-    yield proc
-    proc.kill()
-    proc.wait()
-
-
 def test_the_server_exits_with_its_owner_and_takes_its_trials(
     owner: subprocess.Popen[bytes],
 ) -> None:
