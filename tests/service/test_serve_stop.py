@@ -60,7 +60,9 @@ def test_sigterm_during_a_trial_leaves_no_trial_or_ray_process(
     name, value = marker.split("=")
     service = start_service(f"sqlite:///{tmp_path / 'fresh.db'}", env={name: value})
     with service.client as client:
-        reply = client.post("/api/studies", json=study_body(space=CPU_SPACE, max_trials=4))
+        # The whole space (16 configs): trials keep coming after the worker answers. With 4, a
+        # loaded CI machine once ran them all fresh before it did, and no trial was forked.
+        reply = client.post("/api/studies", json=study_body(space=CPU_SPACE, max_trials=16))
         assert reply.status_code == 201, reply.text
         study_id = reply.json()["id"]
     # The node's first trial runs fresh while its pre-imported worker starts; wait for a
