@@ -42,7 +42,7 @@ from autotuner.executors.replay import Landscape
 from autotuner.search.space import SearchSpace, load_space, parse_space
 from autotuner.spec import ModelSpec, TrialStatus, canonical_params
 from autotuner.storage.session import dispose_engines, upgrade_database
-from bench.replay_lib.report import acceptance, markdown, notes
+from bench.replay_lib.report import acceptance, floor, markdown, notes
 from bench.replay_lib.run import STRATEGIES, run_once
 from bench.replay_lib.stats import cost_model_offline, summarise
 from bench.replay_lib.universe import auto_space, grid_size, landscape_model, universe
@@ -159,6 +159,7 @@ def run_benchmark(
     finally:
         shutil.rmtree(work, ignore_errors=True)
     doc["cost_model_offline"] = cost_model_offline(table, space, spec, target)
+    doc["floor"] = floor(table, best)
     doc["acceptance"] = acceptance(doc)
     doc["notes"] = notes(doc, table) + list(extra_notes or [])
     mixed = {k: v for k, v in doc["global_batches"].items() if k != "unknown"}

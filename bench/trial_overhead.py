@@ -52,6 +52,7 @@ PHASES = [
     "checks",
     "exit",
 ]
+BUILD_PARTS = ["checks", "model", "optimizer", "data"]  # TrialResult.build_parts_s
 ARMS = {
     "baseline": {preload.ENABLE_ENV: "0", FULL_TEARDOWN_ENV: "1"},
     "fresh": {preload.ENABLE_ENV: "0"},
@@ -135,6 +136,11 @@ def summary(results: list[TrialResult]) -> dict[str, Any]:
         p: round(statistics.median(r.phases_s.get(p, 0.0) for r in ok if r.phases_s), 3)
         for p in PHASES
     }
+    # The build phase's parts (workers/trial.build_step): where a cuDNN trial's build goes.
+    build_parts = {
+        p: round(statistics.median((r.build_parts_s or {}).get(p, 0.0) for r in ok), 3)
+        for p in BUILD_PARTS
+    }
     overhead = statistics.median(r.overhead_s or 0.0 for r in ok)
     wall = statistics.median(r.wall_s or 0.0 for r in ok)
     return {
@@ -146,6 +152,7 @@ def summary(results: list[TrialResult]) -> dict[str, Any]:
         else None,
         "compile_s": round(statistics.median(r.compile_s or 0.0 for r in ok), 3),
         "phases_s": phases,
+        "build_parts_s": build_parts,
     }
 
 
@@ -186,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'phase (median s)':18s}" + "".join(f"{arm:>10s}" for arm in ARMS))
     for p in PHASES:
         print(f"{p:18s}" + "".join(f"{report[arm]['phases_s'][p]:10.3f}" for arm in ARMS))
+    for p in BUILD_PARTS:
+        print(
+            f"  build: {p:9s}" + "".join(f"{report[arm]['build_parts_s'][p]:10.3f}" for arm in ARMS)
+        )
     for key in ("wall_s", "compile_s", "overhead_s", "overhead_share"):
         print(f"{key:18s}" + "".join(f"{report[arm][key]:10.3f}" for arm in ARMS))
     for arm in ("fresh", "current"):

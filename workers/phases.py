@@ -3,7 +3,8 @@
     start       the launcher's spawn (or fork) -> the trial's first line (interpreter start)
     imports     torch, torch._dynamo, the models (a forked trial has them already)
     setup       device, fingerprint, process group, threads, memory cap
-    build       support checks, model, optimizer, compile wrapper, data
+    build       support checks, model, optimizer, compile wrapper, data (its parts: the
+                result's build_parts_s)
     parity      a headroom check's numerics parity steps, before its warm-up (their first
                 step compiles, then first_step does not)
     first_step  the first optimizer step: torch.compile's tracing and codegen happen here
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 from autotuner.spec import TrialResult
 
@@ -30,13 +32,21 @@ SPAWNED_AT_ENV = "AUTOTUNER_TRIAL_SPAWNED_AT"
 
 
 class Clock:
-    """Adds the time since the previous mark to a phase of `phases` (a result's phases_s)."""
+    """Adds the time since the previous mark to a phase of `phases` (a result's phases_s).
 
-    def __init__(self, phases: dict[str, float], since: float) -> None:
+    `sync`, when given, runs before each mark: a device synchronise, so that the kernels a
+    part queued count in that part, not in whichever later part first waits for them."""
+
+    def __init__(
+        self, phases: dict[str, float], since: float, sync: Callable[[], None] | None = None
+    ) -> None:
         self.phases = phases
         self._last = since
+        self._sync = sync
 
     def mark(self, name: str) -> None:
+        if self._sync is not None:
+            self._sync()
         now = time.perf_counter()
         self.phases[name] = round(self.phases.get(name, 0.0) + now - self._last, 4)
         self._last = now

@@ -186,6 +186,8 @@ def build_step(config: TrialConfig, device, info: dict[str, Any], group=None):
     k, m, spec = config.knobs, config.measure, config.model
     rank = 0 if group is None else group.rank
     strikes = faults.strikes(config.fault_rank, rank)
+    parts = info["build_parts_s"] = {}
+    part = phases.Clock(parts, time.perf_counter(), sync=_synchronizer(device))
     if group is not None:
         from workers import distributed  # only multi-GPU trials pay for its import
     refusal = (
@@ -195,6 +197,7 @@ def build_step(config: TrialConfig, device, info: dict[str, Any], group=None):
         or (strikes and faults.unsupported(config.fault))
         or None
     )
+    part.mark("checks")
     if group is not None:
         group.agree(refusal)
     elif refusal is not None:
@@ -220,6 +223,7 @@ def build_step(config: TrialConfig, device, info: dict[str, Any], group=None):
         if group is None:
             raise
         failure = exc
+    part.mark("model")
     if group is not None:
         group.agree(failure)
 
@@ -234,11 +238,13 @@ def build_step(config: TrialConfig, device, info: dict[str, Any], group=None):
         )
         # After the wrapper: FSDP2 replaced the parameters by this rank's shards.
         optimizer = build_optimizer(model, k.optimizer)
+    part.mark("optimizer")
     # Each data-parallel rank reads its own batches, as in real training.
     batches = make_batches(
         k, m, spec, device, m.seed + rank, slow_input=strikes and config.fault == "slow_input"
     )
     info["_batches"] = batches
+    part.mark("data")
     return TrainStep(
         runnable,
         optimizer,
@@ -250,6 +256,15 @@ def build_step(config: TrialConfig, device, info: dict[str, Any], group=None):
         fault=config.fault if strikes else "none",
         grad_sync=grad_sync,
     )
+
+
+def _synchronizer(device):
+    """A device synchronise for the build's part clock (None on the CPU: nothing is queued)."""
+    if device.type != "cuda":
+        return None
+    import torch
+
+    return lambda: torch.cuda.synchronize(device)
 
 
 def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | None:

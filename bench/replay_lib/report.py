@@ -9,6 +9,7 @@ from autotuner.spec import (
     FailureClass,
     TrialResult,
 )
+from bench.replay_lib.run import WITHIN
 
 
 def markdown(doc: dict[str, Any]) -> str:
@@ -76,8 +77,29 @@ def _fmt(x: Any) -> str:
     return f"{x:,.3g}" if isinstance(x, float) else str(x)
 
 
+def floor(table: dict[str, TrialResult], best: float) -> dict[str, Any]:
+    """What the cheapest possible search pays: one trial, the cheapest recorded config within
+    2% of the best (its recorded wall, compile included). A search that must also run the
+    expert default first pays at least that trial's wall more."""
+    within = [
+        r.wall_s
+        for r in table.values()
+        if r.tokens_per_s and r.tokens_per_s >= (1 - WITHIN) * best and r.wall_s
+    ]
+    return {"gpu_s": round(min(within), 1) if within else None, "configs_within": len(within)}
+
+
 def notes(doc: dict[str, Any], table: dict[str, TrialResult]) -> list[str]:
     out = []
+    low, rnd = doc.get("floor", {}).get("gpu_s"), doc["strategies"].get("random")
+    rnd_s = rnd["gpu_s_to_2pct"]["median"] if rnd else None
+    if low and rnd_s:
+        out.append(
+            f"Floor: the cheapest of the {doc['floor']['configs_within']} config(s) within 2% "
+            f"of the best took {low:,.0f} GPU-s (compile included), {low / rnd_s:.2f} of random "
+            "search's median: no search can do better than that share on this recording, one "
+            "that runs the expert default first not even that."
+        )
     if doc["universe_size"] < doc["grid_size"]:
         out.append(
             f"The recording holds {doc['universe_size']} configs of a {doc['grid_size']}-config "

@@ -1,0 +1,38 @@
+"""The build phase's parts on a real CPU trial: where a trial's build time goes (a cuDNN trial's
+build took 1.2-1.9 s on the H200 against flash's 0.2-0.4 s, and the attention probe alone, in
+a fresh process, took 0.18 s: bench/results/h200_session_20261204)."""
+
+from __future__ import annotations
+
+from autotuner.spec import FailureClass, TrialStatus
+from workers import phases
+from workers.trial import run_trial
+
+from .conftest import make_config
+
+PARTS = ["checks", "model", "optimizer", "data"]
+
+
+def test_a_trials_build_is_split_into_its_parts_in_order() -> None:
+    result = run_trial(make_config())
+    assert result.status == TrialStatus.OK, result.error_message
+    parts = result.build_parts_s or {}
+    assert list(parts) == PARTS and all(v >= 0 for v in parts.values()), parts
+    assert parts["model"] > 0  # building the layers takes time on any machine
+    # The parts are the build phase, less the few statements before the first of them.
+    assert result.build_s is not None
+    assert 0 <= result.build_s - sum(parts.values()) < 0.05, (result.build_s, parts)
+
+
+def test_a_refused_config_reports_the_checks_it_got_through() -> None:
+    result = run_trial(make_config(attention="cudnn"))  # no cuDNN attention on a CPU
+    assert result.failure_class == FailureClass.UNSUPPORTED, result.error_message
+    assert list(result.build_parts_s or {}) == ["checks"]
+
+
+def test_the_part_clock_synchronises_before_each_mark() -> None:
+    calls: list[int] = []
+    clock = phases.Clock({}, 0.0, sync=lambda: calls.append(1))
+    clock.mark("a")
+    clock.mark("b")
+    assert len(calls) == 2 and list(clock.phases) == ["a", "b"]
