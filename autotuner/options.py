@@ -63,6 +63,12 @@ class StudyOptions(BaseModel):
     neighbour_seeds: bool = Field(
         default=True, description="Also seed the expert default's nearest alternatives."
     )
+    seeds_yield: bool = Field(
+        default=True,
+        description="Run the expert default's fastest alternative and its other precisions "
+        "first; its other alternatives wait until the throughput model has no proposal worth "
+        "a trial (off: every seed first).",
+    )
     proxy_layers: int | None = Field(
         default=None,
         ge=1,

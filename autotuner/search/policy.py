@@ -50,7 +50,7 @@ from autotuner.search.proposer import Params, Proposer
 from autotuner.search.remeasure import Remeasure, stop_reason
 from autotuner.search.sampler import Observation
 from autotuner.search.screen import DOMINATED, Z_PRUNE, Prune, Screen
-from autotuner.search.seeding import Seeder
+from autotuner.search.seeding import Seeder, SeedPlan
 from autotuner.search.space import SearchSpace
 from autotuner.search.trial_cost import TrialCosts
 from autotuner.spec import (
@@ -270,11 +270,18 @@ class SearchPolicy:
     # ------------------------------------------------------------------ seeding
 
     def seeds(self, db: Database) -> list[dict[str, Any]]:
-        """Params to enqueue first (seeding.py): the expert default, earlier winners
-        on this GPU and model family, then the expert's closest alternatives."""
-        seeds = self._seeder().seeds(db)
-        self.seed_keys = {canonical_params(p) for p in seeds}
-        return seeds
+        """Every seed (seeding.py), in order: the expert default, earlier winners on this GPU
+        and model family, then the expert's closest alternatives."""
+        return self.seed_plan(db).all
+
+    def seed_plan(self, db: Database) -> SeedPlan:
+        """The seeds to run first, and those that wait for the throughput model to run out of
+        proposals (seeding.SeedPlan); without proposals (options.guided off) every one first."""
+        plan = self._seeder().plan(db)
+        if self.proposer is None:
+            plan = SeedPlan(plan.all)
+        self.seed_keys = {canonical_params(p) for p in plan.all}
+        return plan
 
     def expert_params(self) -> dict[str, Any]:
         return self._seeder().expert_params()

@@ -12,11 +12,20 @@
    attention kernel, CUDA graphs (reduce-overhead), fp8 where the GPU has it: the local search
    an engineer would do by hand, and the sampler's first evidence about the knobs that matter
    most; fastest predicted first (the throughput model's prior).
+
+Not every alternative runs up front (`SeedPlan`). Once the expert default and the fastest
+alternative are measured, the throughput model can say where to go next: on the Llama 3B H200
+landscape it proposed the best config (fp8, CUDA graphs, cuDNN) as its first pick, but only
+after three bf16 alternatives had run first, 240 GPU-seconds that told it little it needed.
+So the expert default, earlier winners, the fastest alternative and any other precision (every
+precision the GPU supports gets one trial) run first; the other alternatives wait until the
+model has nothing worth a trial (options.seeds_yield; the study runs them before the sampler).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
@@ -60,6 +69,19 @@ EXPERT: dict[str, list[Any]] = {
 }
 
 
+@dataclass
+class SeedPlan:
+    """The seeds to run first (`now`), and those that wait until the throughput model has no
+    proposal worth a trial (`later`), both in order."""
+
+    now: list[dict[str, Any]]
+    later: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def all(self) -> list[dict[str, Any]]:
+        return self.now + self.later
+
+
 class Seeder:
     """The seeds of one study, judged by the study's screen (rules and cost model)."""
 
@@ -84,22 +106,30 @@ class Seeder:
         return self.space.knobs_for(params, self.model, self.gpus)
 
     def seeds(self, db: Database) -> list[dict[str, Any]]:
-        """Params to enqueue first: the expert default, earlier winners on this GPU, then the
+        """Every seed, in order: the expert default, earlier winners on this GPU, then the
         expert's closest alternatives (next micro-batch up, the other fused attention kernel,
         another compile mode): the local search an engineer would do by hand."""
-        out: list[dict[str, Any]] = []
+        return self.plan(db).all
+
+    def plan(self, db: Database) -> SeedPlan:
+        """The seeds split into those run first and those that yield to the throughput model
+        (the module docstring says why; options.seeds_yield off: every one first)."""
+        first: list[dict[str, Any]] = []
         expert = self.expert_params() if self.options.expert_seed else None
         if expert is not None:
-            out.append(expert)
+            first.append(expert)
         if self.options.history_seeds > 0:
-            out.extend(self._history(db))
+            first.extend(self._history(db))
+        alternatives: list[dict[str, Any]] = []
         if expert is not None and self.options.neighbour_seeds:
-            out.extend(self._fastest_first(self._neighbours(expert)))
-        unique: list[dict[str, Any]] = []
-        for p in out:
-            if canonical_params(p) not in {canonical_params(u) for u in unique}:
-                unique.append(p)
-        return unique
+            alternatives = self._fastest_first(self._neighbours(expert))
+        later: list[dict[str, Any]] = []
+        for i, alt in enumerate(alternatives):
+            other_precision = alt.get("precision") != expert.get("precision") if expert else False
+            up_front = i == 0 or other_precision or not self.options.seeds_yield
+            (first if up_front else later).append(alt)
+        now = _unique(first)
+        return SeedPlan(now, _unique(later, taken=now))
 
     def expert_params(self) -> dict[str, Any]:
         """bf16, a fused attention kernel, compile default, and the largest micro-batch that the
@@ -302,6 +332,20 @@ class Seeder:
         except ValueError:
             return None
         return None if self.screen(params, k) is not None else params
+
+
+def _unique(
+    params: list[dict[str, Any]], taken: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """`params` in order without repeats, nor any already in `taken`."""
+    seen = {canonical_params(p) for p in taken or []}
+    out = []
+    for p in params:
+        key = canonical_params(p)
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out
 
 
 def _sorted_sizes(space: SearchSpace) -> list[int]:

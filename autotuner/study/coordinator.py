@@ -68,8 +68,9 @@ class StudyRunner:
     Three optional hooks change what the search proposes without touching the policy (the
     replay benchmark uses them to search only the configs a sparse recording holds):
 
-    - `seeds`: maps the policy's seed list (the expert default, earlier winners, ...) to the
-      params actually enqueued first in a new study.
+    - `seeds`: maps the policy's seed lists (the expert default, earlier winners, ... run
+      first; the alternatives that wait for the throughput model, search/seeding.py), each
+      on its own, to the params actually run in a new study.
     - `screen`: consulted before the policy's own screen for every new proposal (not for a
       retry); a `Prune` rules the proposal out, None passes it on to the policy.
     - `wrap_sampler`: wraps the Optuna sampler the study was configured with.
@@ -120,6 +121,8 @@ class StudyRunner:
         self._late: set[str] = set()  # proposals not launched: no time left for them
         self.done = False
         self._idle_proposals = 0
+        # Seeds that wait until the throughput model has no proposal (search/seeding.py).
+        self._later_seeds: list[Params] = []
         self._exhausted = False
         self._search_exhausted = False
 
@@ -210,10 +213,15 @@ class StudyRunner:
         self.retry_queue.extend(past.retries)
         if not trials:
             # The expert default first, so the study starts from a good config; then earlier
-            # winners on this GPU and model family.
-            seeds = self.policy.seeds(self.db)
-            for params in self._seeds(seeds) if self._seeds is not None else seeds:
+            # winners on this GPU and model family, and the expert's alternatives that do not
+            # wait for the throughput model (search/seeding.py).
+            plan = self.policy.seed_plan(self.db)
+            now, later = plan.now, plan.later
+            if self._seeds is not None:  # each part mapped on its own (a part may be empty)
+                now, later = (self._seeds(part) if part else [] for part in (now, later))
+            for params in now:
                 self.optuna.enqueue_trial(params)
+            self._later_seeds = later
 
     # ------------------------------------------------------------------ loop
 
@@ -367,7 +375,12 @@ class StudyRunner:
         (Optuna still records and learns from it; with none, the sampler proposes)."""
         if self.optuna.get_trials(deepcopy=False, states=(OptunaState.WAITING,)):
             return
-        params = self.policy.suggest(self._taken())
+        taken = self._taken()
+        params = self.policy.suggest(taken)
+        while params is None and self._later_seeds:
+            # The model has nothing worth a trial: the expert's alternatives that waited.
+            seed = self._later_seeds.pop(0)
+            params = None if canonical_params(seed) in taken else seed
         if params is not None:
             self.optuna.enqueue_trial(params, skip_if_exists=False)
 

@@ -34,6 +34,9 @@ STRATEGIES: dict[str, tuple[str, StudyOptions]] = {
     "ours": ("tpe", StudyOptions()),
     # Ablation: ours without any seed (rules, cost model, early stop, TPE from scratch).
     "ours-noseed": ("tpe", StudyOptions(expert_seed=False, history_seeds=0)),
+    # Ablation: every seed first, before any proposal of the throughput model (until
+    # 2026-12-04: search/seeding.py's SeedPlan).
+    "ours-allseeds": ("tpe", StudyOptions(seeds_yield=False)),
     "tpe": ("tpe", PLAIN),
     "random": ("random", PLAIN),
     "grid": ("grid", PLAIN),

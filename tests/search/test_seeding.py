@@ -8,7 +8,7 @@ import pytest
 from autotuner.executors.base import Target
 from autotuner.search.costmodel import CostModel
 from autotuner.search.headroom import usable_gib
-from autotuner.spec import Knobs
+from autotuner.spec import Knobs, canonical_params
 from autotuner.storage.session import Database
 from tests.search.conftest import GPT2, H200, gpt2_space, make_policy
 
@@ -120,6 +120,32 @@ def test_the_alternatives_run_fastest_predicted_first() -> None:
     assert seeds[1]["precision"] == "fp8-tensorwise"
     speeds = [policy.throughput.predict(policy.knobs(p)).tokens_per_s for p in seeds[1:]]
     assert speeds == sorted(speeds, reverse=True)
+
+
+def test_only_the_fastest_alternative_and_other_precisions_run_before_the_model_proposes() -> None:
+    """Llama 3B on the H200: the expert default and its fp8 alternative run first; the bf16
+    alternatives (CUDA graphs, cuDNN, the next micro-batch) wait for the throughput model to run
+    out of proposals. Replayed on the H200 landscape, running them first put three bf16 trials
+    between the fp8 seed and the best config, which the model proposed as soon as it could."""
+    from autotuner.search.space import load_space
+    from autotuner.spec import ModelSpec
+
+    llama = ModelSpec.resolve({"preset": "llama-3b"})
+    db = Database("sqlite://")
+    policy = make_policy(load_space("single-gpu"), model=llama, history_seeds=0)
+    every = policy.seeds(db)
+    assert policy.seed_plan(db).later == []  # nothing proposes: every seed first
+    policy.enable_proposals(seed=0)
+    plan = policy.seed_plan(db)
+    assert plan.all == every and len(every) >= 4
+    assert plan.now[0] == policy.expert_params()
+    assert [p["precision"] for p in plan.now[1:]] == ["fp8-tensorwise"]
+    assert plan.later and {p["precision"] for p in plan.later} == {"bf16"}
+    assert policy.seed_keys == {canonical_params(p) for p in every}  # all labelled seeds
+
+    off = make_policy(load_space("single-gpu"), model=llama, history_seeds=0, seeds_yield=False)
+    off.enable_proposals(seed=0)
+    assert off.seed_plan(db).now == every
 
 
 def test_where_nothing_fits_unchecked_the_expert_turns_on_checkpointing() -> None:

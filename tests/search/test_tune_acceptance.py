@@ -17,14 +17,16 @@ BEST_3B = RESULTS / "h200_session_20261201/best-llama-3b.json"
 def test_the_llama_3b_study_passes_and_a_slower_one_fails(tmp_path: Path, capsys) -> None:
     assert main(["--best", str(BEST_3B), "--landscape", str(LANDSCAPE_3B)]) == 0
     out = capsys.readouterr().out
-    assert "PASS: 100.0% of the best known" in out and "32,768 tokens" in out
+    # 97.4% since the landscape's third 3B recording session found fp8 with CUDA graphs and
+    # cuDNN attention at 31,434 tok/s (bench/results/h200_session_20261204).
+    assert "PASS: 97.4% of the best known" in out and "32,768 tokens" in out
     assert "1.23x the expert default" in out
 
     slower = json.loads(BEST_3B.read_text())
     slower["best"]["tokens_per_s"] *= 0.9
     (tmp_path / "best.json").write_text(json.dumps(slower))
     assert main(["--best", str(tmp_path / "best.json"), "--landscape", str(LANDSCAPE_3B)]) == 1
-    assert "FAIL: 90.0% of the best known" in capsys.readouterr().out
+    assert "FAIL: 87.6% of the best known" in capsys.readouterr().out
 
 
 def test_an_older_recommendation_is_judged_at_its_knobs_global_batch(capsys) -> None:
