@@ -19,7 +19,7 @@ against the baseline.
     python bench/trial_overhead.py --preset gpt2-124m --compile default --trials 3   # a GPU
     python bench/trial_overhead.py --out bench/results/trial_overhead_cpu.json
     python bench/trial_overhead.py --gpus 2        # a 2-rank trial (gloo on the CPU, NCCL on GPUs)
-    AUTOTUNER_PRELOAD_CUDNN=1 python bench/trial_overhead.py --preset gpt2-124m --attention cudnn
+    python bench/trial_overhead.py --preset gpt2-124m --attention cudnn   # the build's parts
 """
 
 from __future__ import annotations

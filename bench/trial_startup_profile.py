@@ -14,7 +14,7 @@ before the clock starts), that times with a device synchronise after every stage
     second_step    the next one, for comparison
 
     python bench/trial_startup_profile.py --preset gpt2-124m --runs 3 --out prof.json   # a GPU
-    python bench/trial_startup_profile.py --preset gpt2-124m --attention cudnn --preload-cudnn
+    python bench/trial_startup_profile.py --preset gpt2-124m --attention cudnn
     python bench/trial_startup_profile.py --runs 2                                      # CPU, tiny
 """
 
@@ -32,12 +32,10 @@ from typing import Any
 STAGES = ["cuda_init", "probe", "build", "optimizer", "data", "first_step", "second_step"]
 
 
-def child(preset: str, micro_batch: int, attention: str | None, cudnn: bool) -> dict[str, float]:
+def child(preset: str, micro_batch: int, attention: str | None) -> dict[str, float]:
     from workers import preload
 
     preload._preload()  # what a forked trial has imported before it starts (workers/preload.py)
-    if cudnn:  # what it has mapped when its server loaded cuDNN (AUTOTUNER_PRELOAD_CUDNN=1)
-        print(f"cuDNN libraries loaded: {preload.load_cudnn_libraries()}", file=sys.stderr)
     import torch
 
     from autotuner.search.space import load_space
@@ -117,24 +115,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", default="tiny", help="model preset (default: tiny)")
     parser.add_argument("--micro-batch", type=int, default=8)
     parser.add_argument("--attention", help="attention backend (default: flash on a GPU)")
-    parser.add_argument(
-        "--preload-cudnn",
-        action="store_true",
-        help="load cuDNN's sub-libraries before the clock, as AUTOTUNER_PRELOAD_CUDNN=1 does",
-    )
     parser.add_argument("--runs", type=int, default=3, help="fresh interpreters to time")
     parser.add_argument("--out", type=Path, help="write the runs and medians here as JSON")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.preset, args.micro_batch, args.attention, args.preload_cudnn)))
+        print(json.dumps(child(args.preset, args.micro_batch, args.attention)))
         return 0
     runs: list[dict[str, float]] = []
     for i in range(args.runs):
         cmd = [sys.executable, __file__, "--child", "--preset", args.preset]
         cmd += ["--micro-batch", str(args.micro_batch)]
         cmd += ["--attention", args.attention] if args.attention else []
-        cmd += ["--preload-cudnn"] if args.preload_cudnn else []
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         runs.append(json.loads(out.strip().splitlines()[-1]))
         print(f"run {i + 1}/{args.runs}: " + ", ".join(f"{s} {runs[-1][s]:.3f}" for s in STAGES))
@@ -142,7 +134,6 @@ def main(argv: list[str] | None = None) -> int:
     print("median s: " + ", ".join(f"{s} {medians[s]:.3f}" for s in STAGES))
     report: dict[str, Any] = {"preset": args.preset, "micro_batch": args.micro_batch}
     report["attention"] = args.attention or "flash (GPU) / math (CPU)"
-    report["preload_cudnn"] = args.preload_cudnn
     report |= {"runs": runs, "median_s": medians}
     if args.out:
         args.out.write_text(json.dumps(report, indent=2) + "\n")

@@ -56,11 +56,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 ENABLE_ENV = "AUTOTUNER_PRELOAD"
-# =1: the server also loads cuDNN's sub-libraries, which cuDNN otherwise opens on a trial's first
-# cuDNN call. Off until measured on the GPU (bench/trial_startup_profile.py --preload-cudnn):
-# an eager GPT-2 124M trial with cuDNN attention spent 1.2-1.9 s in its build against 0.2-0.3 s
-# with flash (bench/results/h200_session_20261203c/README.md).
-CUDNN_ENV = "AUTOTUNER_PRELOAD_CUDNN"
 OWNER_ENV = "AUTOTUNER_PRELOAD_OWNER"  # a pid: the server exits when this process does
 RAYLET_ENV = "RAY_RAYLET_PID"  # set by Ray in its workers (they fate-share with the raylet)
 IDLE_EXIT_S = 300.0
@@ -80,7 +75,6 @@ _IMPORT_PREFIXES = (
     "CUDA_HOME",
     "CUDA_PATH",
     "TRITON_",
-    "AUTOTUNER_PRELOAD_CUDNN",  # what the server loads before it forks (CUDNN_ENV)
 )
 # Read lazily, at first use: may differ per trial (per study, per Ray task).
 _LAZY = frozenset({"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "PYTHONUNBUFFERED"})
@@ -265,50 +259,9 @@ def _preload() -> None:
     from workers.failures import compile_error_types
 
     compile_error_types()
-    if os.environ.get(CUDNN_ENV) == "1":
-        load_cudnn_libraries()
-
-
-def cudnn_libraries(maps: str) -> list[Path]:
-    """cuDNN's sub-libraries (engines, heuristics, graph, ops, ...) beside the libcudnn.so that
-    this process has mapped (`maps`: /proc/self/maps), the front library itself left out."""
-    front = {
-        Path(line.split()[-1])
-        for line in maps.splitlines()
-        if "/libcudnn.so" in line and line.split()[-1].startswith("/")
-    }
-    found: list[Path] = []
-    for lib in sorted(front):
-        found += sorted(p for p in lib.parent.glob("libcudnn_*.so*") if p.is_file())
-    return found
-
-
-def load_cudnn_libraries() -> int:
-    """dlopen cuDNN's sub-libraries before any fork, so that every trial inherits them mapped.
-
-    Loading a library registers its kernels with the CUDA runtime but should not create a CUDA
-    context (torch's own CUDA libraries are loaded the same way by `import torch`), which a
-    forked child could not use. torch's view of that is checked here; the driver's is only
-    proved by trials on a GPU, which is why CUDNN_ENV is off by default.
-    Returns how many were loaded: none on a CPU build, which has no cuDNN."""
-    import ctypes
-
-    import torch
-
-    try:
-        maps = Path("/proc/self/maps").read_text()
-    except OSError:
-        return 0
-    loaded = 0
-    for lib in cudnn_libraries(maps):
-        try:
-            ctypes.CDLL(str(lib), mode=os.RTLD_NOW | os.RTLD_GLOBAL)
-            loaded += 1
-        except OSError as exc:  # a sub-library this cuDNN build cannot load: cuDNN opens it later
-            print(f"preload: not loaded {lib.name}: {exc}", file=sys.stderr)
-    if torch.cuda.is_initialized():
-        raise RuntimeError("loading cuDNN initialised CUDA in the pre-imported worker")
-    return loaded
+    # Not cuDNN's libraries: loading them here before the fork (tried on the H200, 2026-12-04)
+    # saved a cuDNN trial nothing; a fresh process opens them in 0.1 s once they are cached
+    # (bench/results/h200_session_20261204/README.md).
 
 
 def _child(request: dict, server_pid: int, close: list[socket.socket | int]) -> None:

@@ -235,32 +235,6 @@ def test_each_owner_gets_its_own_server(monkeypatch: pytest.MonkeyPatch) -> None
     assert ray_a != ray_b and ray_a.parent == ray_b.parent
 
 
-def test_cudnn_sublibraries_are_found_beside_the_mapped_front_library(tmp_path: Path) -> None:
-    """The server's optional cuDNN preload (AUTOTUNER_PRELOAD_CUDNN=1) finds what to load from
-    the process's own mappings: the sub-libraries beside libcudnn.so, not the front one again."""
-    lib = tmp_path / "nvidia" / "cudnn" / "lib"
-    lib.mkdir(parents=True)
-    for name in ["libcudnn.so.9", "libcudnn_graph.so.9", "libcudnn_engines_precompiled.so.9"]:
-        (lib / name).write_bytes(b"")
-    maps = (
-        f"7f00-7f10 r-xp 00000000 08:01 42 {lib}/libcudnn.so.9\n"
-        "7f20-7f30 r-xp 00000000 08:01 43 /usr/lib/libc.so.6\n"
-        "7f40-7f50 rw-p 00000000 00:00 0 [heap]\n"
-    )
-    assert [p.name for p in preload.cudnn_libraries(maps)] == [
-        "libcudnn_engines_precompiled.so.9",
-        "libcudnn_graph.so.9",
-    ]
-    assert preload.cudnn_libraries("7f20-7f30 r-xp 0 08:01 43 /usr/lib/libc.so.6\n") == []
-
-
-def test_the_cudnn_preload_changes_the_servers_key() -> None:
-    base = {"PATH": "/usr/bin"}
-    assert preload.server_key(sys.executable, base) != preload.server_key(
-        sys.executable, {**base, preload.CUDNN_ENV: "1"}
-    )
-
-
 @pytest.mark.timing
 def test_the_launcher_hears_of_a_forked_trials_exit_at_once(server: Path, tmp_path: Path) -> None:
     """The server wakes when a trial exits (a pidfd in its select set), not on its next
