@@ -52,7 +52,7 @@ PHASES = [
     "checks",
     "exit",
 ]
-BUILD_PARTS = ["checks", "model", "optimizer", "data"]  # TrialResult.build_parts_s
+BUILD_PARTS = ["checks", "probe", "model", "optimizer", "data"]  # TrialResult.build_parts_s
 ARMS = {
     "baseline": {preload.ENABLE_ENV: "0", FULL_TEARDOWN_ENV: "1"},
     "fresh": {preload.ENABLE_ENV: "0"},

@@ -193,11 +193,13 @@ def build_step(config: TrialConfig, device, info: dict[str, Any], group=None):
     refusal = (
         support.static_check(config, device, ranks=1 if group is None else group.world_size)
         or (group and distributed.check(config, device))
-        or support.probe_attention(config, device)
         or (strikes and faults.unsupported(config.fault))
         or None
     )
     part.mark("checks")
+    if refusal is None:
+        refusal = support.probe_attention(config, device)
+        part.mark("probe")
     if group is not None:
         group.agree(refusal)
     elif refusal is not None:

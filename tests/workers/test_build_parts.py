@@ -10,7 +10,7 @@ from workers.trial import run_trial
 
 from .conftest import make_config
 
-PARTS = ["checks", "model", "optimizer", "data"]
+PARTS = ["checks", "probe", "model", "optimizer", "data"]
 
 
 def test_a_trials_build_is_split_into_its_parts_in_order() -> None:
@@ -27,7 +27,7 @@ def test_a_trials_build_is_split_into_its_parts_in_order() -> None:
 def test_a_refused_config_reports_the_checks_it_got_through() -> None:
     result = run_trial(make_config(attention="cudnn"))  # no cuDNN attention on a CPU
     assert result.failure_class == FailureClass.UNSUPPORTED, result.error_message
-    assert list(result.build_parts_s or {}) == ["checks"]
+    assert list(result.build_parts_s or {}) == ["checks"]  # refused before the probe
 
 
 def test_the_part_clock_synchronises_before_each_mark() -> None:

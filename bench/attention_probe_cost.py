@@ -1,0 +1,132 @@
+"""What the attention probe (workers/support.py) costs in a fresh process, and why a cuDNN
+trial's probe took 1.5-1.9 s on the H200 where flash's took 0.16-0.19 s
+(bench/results/h200_session_20261204b).
+
+Each case runs in its own interpreter (the cost is a first-use cost) and times, with a device
+synchronise around each: the CUDA context, the probe at its own small shape (batch 1, seq <= 128),
+the probe again, then one forward+backward at the trial's own shape (micro-batch x seq_len), twice.
+Cases: flash and cuDNN as they are, and cuDNN after more and more of what a trial does before
+its probe (CASES).
+
+    python bench/attention_probe_cost.py --preset gpt2-124m --micro-batch 8 --out probe.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# What a trial does before its probe, added one step per case (workers/trial.py run_trial):
+# 1 its imports (torch._dynamo, the models, compile's error types), 2 the machine's
+# fingerprint, 3 its torch-level state (memory cap, matmul precision).
+CASES = {
+    "flash": {"attention": "flash", "preamble": 0},
+    "cudnn": {"attention": "cudnn", "preamble": 0},
+    "cudnn-imports": {"attention": "cudnn", "preamble": 1},
+    "cudnn-fingerprint": {"attention": "cudnn", "preamble": 2},
+    "cudnn-trial-state": {"attention": "cudnn", "preamble": 3},
+}
+
+
+def child(preset: str, micro_batch: int, attention: str, preamble: int) -> dict[str, float]:
+    import torch
+
+    if preamble >= 1:
+        import torch._dynamo  # noqa: F401
+
+        import workers.models.llama  # noqa: F401
+        from workers.failures import compile_error_types
+
+        compile_error_types()
+
+    from autotuner.search.space import load_space
+    from autotuner.spec import Knobs, ModelSpec, TrialConfig
+    from workers import memory, precision, support
+    from workers.models.attention import attend
+
+    config = TrialConfig(
+        study_id="bench-probe",
+        trial_number=0,
+        model=ModelSpec.resolve({"preset": preset}),
+        knobs=Knobs(
+            precision="bf16", attention=attention, micro_batch_size=micro_batch, compile_mode="none"
+        ),
+        measure=load_space("cpu-demo").measure,
+    )
+    device = torch.device("cuda")
+    times: dict[str, float] = {}
+    t = time.perf_counter()
+
+    def mark(stage: str) -> None:
+        nonlocal t
+        torch.cuda.synchronize()
+        now = time.perf_counter()
+        times[stage] = round(now - t, 4)
+        t = now
+
+    torch.cuda.init()
+    torch.empty(1, device=device)
+    if preamble >= 2:
+        from workers import fingerprint
+
+        fingerprint.collect(device)
+    if preamble >= 3:
+        precision.set_matmul_precision(config.knobs.precision, "cuda")
+        memory.apply_cap(device, config.measure.memory_limit_gib)
+    mark("cuda_init")
+    for stage in ("probe", "probe_again"):
+        assert support.probe_attention(config, device) is None
+        mark(stage)
+    spec = config.model
+    shape = (micro_batch, spec.n_head, spec.seq_len, spec.head_dim)
+    q = torch.randn(shape, device=device, dtype=torch.bfloat16, requires_grad=True)
+    mark("inputs")
+    for stage in ("trial_shape", "trial_shape_again"):
+        attend(q, q, q, config.knobs.attention).sum().backward()
+        mark(stage)
+    return times
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="gpt2-124m")
+    ap.add_argument("--micro-batch", type=int, default=8)
+    ap.add_argument("--runs", type=int, default=3, help="fresh processes per case")
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        case = CASES[args.child]
+        print(json.dumps(child(args.preset, args.micro_batch, **case)))
+        return 0
+    runs: dict[str, list[dict[str, float]]] = {}
+    for _ in range(args.runs):
+        for name in CASES:  # interleaved, so a drift of the machine hits every case alike
+            out = subprocess.run(
+                [sys.executable, __file__, "--child", name, "--preset", args.preset,
+                 "--micro-batch", str(args.micro_batch)],
+                capture_output=True, text=True, check=True,
+            ).stdout.strip().splitlines()[-1]
+            runs.setdefault(name, []).append(json.loads(out))
+    medians = {
+        name: {k: round(statistics.median(r[k] for r in rs), 4) for k in rs[0]}
+        for name, rs in runs.items()
+    }
+    stages = list(next(iter(medians.values())))
+    print(f"{'stage (median s)':20s}" + "".join(f"{n:>20s}" for n in medians))
+    for s in stages:
+        print(f"{s:20s}" + "".join(f"{medians[n][s]:20.4f}" for n in medians))
+    if args.out:
+        args.out.write_text(json.dumps({"medians": medians, "runs": runs}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
