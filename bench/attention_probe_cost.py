@@ -39,7 +39,7 @@ def child(preset: str, micro_batch: int, attention: str, preamble: int) -> dict[
     import torch
 
     if preamble >= 1:
-        import torch._dynamo  # noqa: F401
+        import torch._dynamo
 
         import workers.models.llama  # noqa: F401
         from workers.failures import compile_error_types
@@ -109,11 +109,25 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, list[dict[str, float]]] = {}
     for _ in range(args.runs):
         for name in CASES:  # interleaved, so a drift of the machine hits every case alike
-            out = subprocess.run(
-                [sys.executable, __file__, "--child", name, "--preset", args.preset,
-                 "--micro-batch", str(args.micro_batch)],
-                capture_output=True, text=True, check=True,
-            ).stdout.strip().splitlines()[-1]
+            out = (
+                subprocess.run(
+                    [
+                        sys.executable,
+                        __file__,
+                        "--child",
+                        name,
+                        "--preset",
+                        args.preset,
+                        "--micro-batch",
+                        str(args.micro_batch),
+                    ],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                .stdout.strip()
+                .splitlines()[-1]
+            )
             runs.setdefault(name, []).append(json.loads(out))
     medians = {
         name: {k: round(statistics.median(r[k] for r in rs), 4) for k in rs[0]}
