@@ -72,6 +72,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from autotuner.search.progress import HEADROOM_CHECK, PARITY, PARITY_REFERENCE
 from autotuner.spec import (
     LEGACY_KNOBS,
     Fingerprint,
@@ -86,7 +87,12 @@ from workers.trial import inactive_knobs
 
 # Sizes that make two models the same model (seq_len and n_layer are checked by name, too).
 SHAPE = ("family", "n_layer", "d_model", "n_head", "n_kv_head", "d_ff", "vocab_size", "seq_len")
-NOT_SEARCH = {"headroom": "headroom check (eval + checkpoint after the repeats)"}
+NOT_SEARCH = {
+    HEADROOM_CHECK: "headroom check (eval + checkpoint after the repeats)",
+    # Their tokens/s counts every step, the compiling first one too (workers/trial.py).
+    PARITY: "numerics check's loss-parity trial (not a measurement)",
+    PARITY_REFERENCE: "numerics check's loss-parity trial (not a measurement)",
+}
 
 
 @dataclass

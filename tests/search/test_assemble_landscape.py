@@ -70,6 +70,10 @@ def test_assembles_merges_and_excludes_honestly(tmp_path: Path) -> None:
         _row(5, "search", tps=None, state="pruned", error_class="unsupported"),
         _row(6, "search", tps=40_000.0, params={"micro_batch_size": 4}, global_batch_tokens=None),
         _row(7, "search", tps=45_000.0, params={"micro_batch_size": 4, "grad_accum": 4}),
+        # The numerics check's loss-parity trials count their compiling first step: not
+        # measurements (a 3B parity-ref at 12,672 tok/s became a landscape entry on 2026-12-04).
+        _row(8, "parity-ref", tps=12_000.0, params={"micro_batch_size": 2}),
+        _row(9, "parity", tps=13_000.0, params={"micro_batch_size": 2, "precision": "fp16"}),
     ]
     src = _export(tmp_path, "a", rows)
     out = tmp_path / "landscape.json"
@@ -79,6 +83,7 @@ def test_assembles_merges_and_excludes_honestly(tmp_path: Path) -> None:
     assert doc["duplicates_dropped"] == len(rows) - 1  # the second copy of the file (not pruned)
     assert any("proxy" in k for k in doc["excluded"])
     assert any("headroom" in k for k in doc["excluded"])
+    assert sum(n for k, n in doc["excluded"].items() if "loss-parity" in k) == 2
     assert any("pruned" in k for k in doc["excluded"])
     by = {
         (e["params"]["micro_batch_size"], e["params"]["grad_accum"], e["params"]["attention"]): e

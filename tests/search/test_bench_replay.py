@@ -306,17 +306,28 @@ def test_the_floor_is_the_cheapest_config_within_two_percent_of_the_best() -> No
 
 
 def test_on_the_llama_3b_landscape_the_model_proposes_the_best_right_after_the_fp8_seed() -> None:
-    """The committed H200 landscape at 32,768 tokens a step: the expert default (bf16), its fp8
-    alternative, then the throughput model's first proposal is the best config (fp8, CUDA
-    graphs, cuDNN: 31,434 tok/s). With every seed first, three bf16 alternatives ran before it."""
+    """The committed H200 landscape at 32,768 tokens a step. Its best (fp8-tensorwise at
+    micro-batch 8: 32,672 tok/s) is the fp8 seed, the second trial. With it dropped, the best is
+    fp8 with CUDA graphs and cuDNN (31,434): the throughput model proposes it right after the
+    expert default and the fp8 seed; with every seed first, three bf16 alternatives ran before."""
     from bench.replay import run_benchmark
 
-    doc = run_benchmark(
-        str(Path(__file__).resolve().parents[2] / "bench/results/landscape_llama_3b_h200.json"),
-        seeds=1,
-        strategies=["ours", "ours-allseeds"],
-        global_batch=32768,
+    landscape = str(
+        Path(__file__).resolve().parents[2] / "bench/results/landscape_llama_3b_h200.json"
     )
-    trials = {s: doc["strategies"][s]["trials_to_2pct"]["median"] for s in doc["strategies"]}
-    assert trials == {"ours": 3, "ours-allseeds": 6}, trials
+    trials = {}
+    for drop in (0, 1):
+        doc = run_benchmark(
+            landscape,
+            seeds=1,
+            strategies=["ours", "ours-allseeds"],
+            global_batch=32768,
+            drop_best=drop,
+        )
+        trials[drop] = {
+            s: doc["strategies"][s]["trials_to_2pct"]["median"] for s in doc["strategies"]
+        }
+    assert trials == {0: {"ours": 2, "ours-allseeds": 2}, 1: {"ours": 3, "ours-allseeds": 6}}, (
+        trials
+    )
     assert doc["best"]["params"]["compile_mode"] == "reduce-overhead"
