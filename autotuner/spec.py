@@ -676,11 +676,12 @@ class TrialResult(_Record):
     # overhead_s: wall_s less the measured repeats and compile_s: the time a cheaper trial
     # could save.
     phases_s: dict[str, float] | None = None
-    # The build phase's parts (workers/trial.build_step), seconds: checks (the support checks,
-    # the attention probe's kernel run included), model (built on the device, float8
-    # conversion), optimizer (and the compile or parallel wrapper), data (the batches). A
-    # cuDNN trial's build took 1.2-1.9 s on the H200 where flash's took 0.2-0.4 s, and loading
-    # cuDNN's libraries up front did not change it (bench/results/h200_session_20261204).
+    # The build phase's parts (workers/trial.build_step), seconds: checks (the static support
+    # rules), probe (the attention backend's kernel run once; absent when the rules refused),
+    # model (built on the device, float8 conversion), optimizer (and the compile or parallel
+    # wrapper), data (the batches). A cuDNN trial's probe takes 1.3-1.5 s on the H200 where
+    # the same probe in a bare process takes 0.21 s and flash's 0.07 s
+    # (bench/results/h200_session_20261204b).
     build_parts_s: dict[str, float] | None = None
     overhead_s: float | None = None
     # How the trial's process started: `fresh` (a new interpreter) or `forked` (a child of

@@ -1,6 +1,6 @@
 """The build phase's parts on a real CPU trial: where a trial's build time goes (a cuDNN trial's
-build took 1.2-1.9 s on the H200 against flash's 0.2-0.4 s, and the attention probe alone, in
-a fresh process, took 0.18 s: bench/results/h200_session_20261204)."""
+build took 1.2-1.9 s on the H200 against flash's 0.2-0.4 s; split this way, 1.3-1.5 s of it is
+the attention probe, which takes 0.21 s in a bare process: bench/results/h200_session_20261204b)."""
 
 from __future__ import annotations
 
