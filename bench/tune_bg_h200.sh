@@ -5,6 +5,7 @@
 #   bash bench/tune_bg_h200.sh start NAME WAIT_S MODEL SPACE MINUTES [tune flags...]
 #   bash bench/tune_bg_h200.sh wait NAME WAIT_S      # then copies its files to $OUT when done
 #   PARTIAL=1 bash bench/tune_bg_h200.sh wait ...     # also what it has so far, if not done
+#                                                    # (`start` does so unless PARTIAL=)
 # Both wait up to WAIT_S seconds for the tune to end; `wait` must follow within the machine's
 # warm time, or the tune is lost with the machine.
 set -euo pipefail
@@ -12,6 +13,9 @@ verb=$1 name=$2 wait_s=$3
 shift 3
 dir=/tmp/tune-bg-$name
 if [ "$verb" = start ]; then
+  # The call that starts a tune brings back what it has so far unless told not to: if the next
+  # call comes after the machine's 30 s idle, the tune is gone with it (2026-12-04).
+  PARTIAL=${PARTIAL-1}
   mkdir -p "$dir"
   bash bench/install_wheels_h200.sh
   RESULTS=$dir NAME=$name setsid nohup bash bench/tune_h200.sh "$@" \
