@@ -31,7 +31,9 @@ What is kept (everything else is counted in the landscape's `excluded`):
   one software/hardware fingerprint;
 - trials that ran: pruned rows cost nothing and measured nothing; `headroom` rows (an extra
   evaluation pass and checkpoint save after the repeats) are not search trials and are left
-  out; `remeasure` rows are fresh-process measurements of a config and are kept;
+  out, and so are the numerics check's `parity` and `parity-ref` rows (loss-parity steps
+  whose tokens/s counts the compiling first step); `remeasure` rows are fresh-process
+  measurements of a config and are kept;
 - failed trials (oom, compile_error, crash, ...) on their first attempt, as the format allows:
   a search pays their wall time (a replayed crash is retried by the coordinator, as for real).
 
