@@ -89,11 +89,12 @@ from workers.trial import inactive_knobs
 
 # Sizes that make two models the same model (seq_len and n_layer are checked by name, too).
 SHAPE = ("family", "n_layer", "d_model", "n_head", "n_kv_head", "d_ff", "vocab_size", "seq_len")
+# A loss-parity trial's tokens/s counts every step, the compiling first one too (workers/trial.py).
+_PARITY_WHY = "numerics check's loss-parity trial (not a measurement)"
 NOT_SEARCH = {
     HEADROOM_CHECK: "headroom check (eval + checkpoint after the repeats)",
-    # Their tokens/s counts every step, the compiling first one too (workers/trial.py).
-    PARITY: "numerics check's loss-parity trial (not a measurement)",
-    PARITY_REFERENCE: "numerics check's loss-parity trial (not a measurement)",
+    PARITY: _PARITY_WHY,
+    PARITY_REFERENCE: _PARITY_WHY,
 }
 
 

@@ -6,7 +6,7 @@
 # what the machine's image has already (shared/device/README.md, KINDS.md's package list), and
 # Ray repacked without what neither a trial nor the coordinator imports (its dashboard's web
 # client, Ray Data, Ray LLM, Tune, Train, Serve, AIR) and its binaries' symbol tables stripped
-# (the dynamic symbols stay): 46 MB where the script alone gives 58 MB, which with the tree
+# (the dynamic symbols stay): 47 MB where the script alone gives 58 MB, which with the tree
 # (14 MB on 2026-12-04) was over the limit.
 set -euo pipefail
 dest=.whl
@@ -19,14 +19,14 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
 for name in httpx httpcore h11 anyio sniffio jinja2 markupsafe rich typer shellingham psutil; do
   rm -f "$dest"/"$name"-*.whl
 done
-strip='^ray/(dashboard/client|llm|data|tune|train|serve|air)/'
+drop="dashboard/client llm data tune train serve air"  # folders under ray/
+strip="^ray/($(echo $drop | tr ' ' '|'))/"
 for w in "$dest"/ray-*.whl; do
   w=$(cd "$(dirname "$w")" && pwd)/$(basename "$w")
   # grep reads the whole listing (no -q): an early exit would fail the pipe under pipefail.
   unzip -Z1 "$w" | grep -E "$strip" > /dev/null || continue
   tmp=$(mktemp -d)
-  (cd "$tmp" && unzip -q "$w" && rm -rf ray/dashboard/client ray/llm ray/data ray/tune ray/train \
-      ray/serve ray/air \
+  (cd "$tmp" && unzip -q "$w" && rm -rf $(printf 'ray/%s ' $drop) \
     && strip --strip-unneeded ray/_raylet.so ray/core/src/ray/gcs/gcs_server ray/core/src/ray/raylet/raylet \
     && grep -vE "$strip" ray-*.dist-info/RECORD > RECORD.new \
     && mv RECORD.new ray-*.dist-info/RECORD && rm -f "$w" \

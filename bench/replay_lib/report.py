@@ -150,9 +150,11 @@ def acceptance(doc: dict[str, Any]) -> list[tuple[str, bool]]:
     if ours and rnd:
         a, b = ours["gpu_s_to_2pct"]["median"], rnd["gpu_s_to_2pct"]["median"]
         ok = a is not None and (b is None or a <= b * GPU_S_SHARE_TARGET)
-        share = "n/a" if a is None or not b else f"{a / b:.2f}"
-        if share != "n/a" and (float(share) <= GPU_S_SHARE_TARGET) != ok:
-            share = f"{a / b:.3f}"  # 0.2547 is no pass: two digits would read as one (0.25)
+        share = "n/a"
+        if a is not None and b:
+            # Two digits, or three where two would read as the other verdict (0.2547: "0.25").
+            digits = 2 if (round(a / b, 2) <= GPU_S_SHARE_TARGET) == ok else 3
+            share = f"{a / b:.{digits}f}"
         out.append(
             (
                 f"ours: median GPU-s {_fmt(a)} vs random {_fmt(b)}, {share} of it "
