@@ -25,14 +25,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # What a trial does before its probe, added one step per case (workers/trial.py run_trial):
 # 1 its imports (torch._dynamo, the models, compile's error types), 2 the machine's
-# fingerprint, 3 its torch-level state (memory cap, matmul precision).
+# fingerprint, 3 its torch-level state (memory cap, matmul precision), 4 the static support
+# checks. The last case is the trial itself (run_trial, in process): its build parts say what
+# its probe cost, so a gap between it and the preamble cases is in what the cases lack.
 CASES = {
     "flash": {"attention": "flash", "preamble": 0},
     "cudnn": {"attention": "cudnn", "preamble": 0},
     "cudnn-imports": {"attention": "cudnn", "preamble": 1},
     "cudnn-fingerprint": {"attention": "cudnn", "preamble": 2},
     "cudnn-trial-state": {"attention": "cudnn", "preamble": 3},
+    "cudnn-static-check": {"attention": "cudnn", "preamble": 4},
+    "cudnn-trial": {"attention": "cudnn", "preamble": 5},
 }
+TRIAL_PREAMBLE = 5
 
 
 def child(preset: str, micro_batch: int, attention: str, preamble: int) -> dict[str, float]:
@@ -61,6 +66,8 @@ def child(preset: str, micro_batch: int, attention: str, preamble: int) -> dict[
         measure=load_space("cpu-demo").measure,
     )
     device = torch.device("cuda")
+    if preamble >= TRIAL_PREAMBLE:
+        return _whole_trial(config)
     times: dict[str, float] = {}
     t = time.perf_counter()
 
@@ -80,6 +87,8 @@ def child(preset: str, micro_batch: int, attention: str, preamble: int) -> dict[
     if preamble >= 3:
         precision.set_matmul_precision(config.knobs.precision, "cuda")
         memory.apply_cap(device, config.measure.memory_limit_gib)
+    if preamble >= 4:
+        assert support.static_check(config, device) is None
     mark("cuda_init")
     for stage in ("probe", "probe_again"):
         assert support.probe_attention(config, device) is None
@@ -92,6 +101,18 @@ def child(preset: str, micro_batch: int, attention: str, preamble: int) -> dict[
         attend(q, q, q, config.knobs.attention).sum().backward()
         mark(stage)
     return times
+
+
+def _whole_trial(config) -> dict[str, float]:
+    """The trial's own clock: its phases and build parts (the probe among them)."""
+    from workers.trial import run_trial
+
+    result = run_trial(config)
+    assert result is not None and result.status == "ok", result and result.error_message
+    return {
+        **{f"phase_{k}": round(v, 4) for k, v in (result.phases_s or {}).items()},
+        **{f"build_{k}": round(v, 4) for k, v in (result.build_parts_s or {}).items()},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,10 +154,11 @@ def main(argv: list[str] | None = None) -> int:
         name: {k: round(statistics.median(r[k] for r in rs), 4) for k in rs[0]}
         for name, rs in runs.items()
     }
-    stages = list(next(iter(medians.values())))
+    stages = list(dict.fromkeys(s for m in medians.values() for s in m))
     print(f"{'stage (median s)':20s}" + "".join(f"{n:>20s}" for n in medians))
     for s in stages:
-        print(f"{s:20s}" + "".join(f"{medians[n][s]:20.4f}" for n in medians))
+        cells = (f"{medians[n][s]:20.4f}" if s in medians[n] else f"{'':20s}" for n in medians)
+        print(f"{s:20s}" + "".join(cells))
     if args.out:
         args.out.write_text(json.dumps({"medians": medians, "runs": runs}, indent=1))
     return 0
