@@ -37,7 +37,46 @@ CASES = {
     "cudnn-static-check": {"attention": "cudnn", "preamble": 4},
     "cudnn-trial": {"attention": "cudnn", "preamble": 5},
 }
+# The trial as a study launches it (workers/launch.py: its environment, a temporary working
+# directory, its own session), in a fresh interpreter or forked from the pre-imported worker
+# (workers/preload.py; the first launch starts the server and runs fresh, so the second counts).
+LAUNCHED = {"cudnn-launched-fresh": "0", "cudnn-launched-forked": "1"}
 TRIAL_PREAMBLE = 5
+
+
+def _config(preset: str, micro_batch: int, attention: str):
+    from autotuner.search.space import load_space
+    from autotuner.spec import Knobs, ModelSpec, TrialConfig
+
+    return TrialConfig(
+        study_id="bench-probe",
+        trial_number=0,
+        model=ModelSpec.resolve({"preset": preset}),
+        knobs=Knobs(
+            precision="bf16", attention=attention, micro_batch_size=micro_batch, compile_mode="none"
+        ),
+        measure=load_space("cpu-demo").measure,
+    )
+
+
+def launched(
+    preset: str, micro_batch: int, preload: str, attention: str = "cudnn"
+) -> dict[str, float]:
+    """A trial launched as a study launches it; its phases and build parts."""
+    import os
+
+    from workers import preload as preload_mod
+    from workers.launch import run_trial_process
+
+    os.environ[preload_mod.ENABLE_ENV] = preload
+    config = _config(preset, micro_batch, attention)
+    for _ in range(2 if preload == "1" else 1):
+        result = run_trial_process(config)
+    assert result.status == "ok", result.error_message
+    return {
+        **{f"phase_{k}": round(v, 4) for k, v in (result.phases_s or {}).items()},
+        **{f"build_{k}": round(v, 4) for k, v in (result.build_parts_s or {}).items()},
+    }
 
 
 def child(preset: str, micro_batch: int, attention: str, preamble: int) -> dict[str, float]:
@@ -51,20 +90,10 @@ def child(preset: str, micro_batch: int, attention: str, preamble: int) -> dict[
 
         compile_error_types()
 
-    from autotuner.search.space import load_space
-    from autotuner.spec import Knobs, ModelSpec, TrialConfig
     from workers import memory, precision, support
     from workers.models.attention import attend
 
-    config = TrialConfig(
-        study_id="bench-probe",
-        trial_number=0,
-        model=ModelSpec.resolve({"preset": preset}),
-        knobs=Knobs(
-            precision="bf16", attention=attention, micro_batch_size=micro_batch, compile_mode="none"
-        ),
-        measure=load_space("cpu-demo").measure,
-    )
+    config = _config(preset, micro_batch, attention)
     device = torch.device("cuda")
     if preamble >= TRIAL_PREAMBLE:
         return _whole_trial(config)
@@ -121,15 +150,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--micro-batch", type=int, default=8)
     ap.add_argument("--runs", type=int, default=3, help="fresh processes per case")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--cases", nargs="+", choices=[*CASES, *LAUNCHED], help="default: all")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.child in LAUNCHED:
+        print(json.dumps(launched(args.preset, args.micro_batch, LAUNCHED[args.child])))
+        return 0
     if args.child:
         case = CASES[args.child]
         print(json.dumps(child(args.preset, args.micro_batch, **case)))
         return 0
     runs: dict[str, list[dict[str, float]]] = {}
     for _ in range(args.runs):
-        for name in CASES:  # interleaved, so a drift of the machine hits every case alike
+        # Interleaved, so a drift of the machine hits every case alike.
+        for name in args.cases or [*CASES, *LAUNCHED]:
             out = (
                 subprocess.run(
                     [
