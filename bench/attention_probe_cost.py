@@ -72,11 +72,7 @@ def launched(
     config = _config(preset, micro_batch, attention)
     for _ in range(2 if preload == "1" else 1):
         result = run_trial_process(config)
-    assert result.status == "ok", result.error_message
-    return {
-        **{f"phase_{k}": round(v, 4) for k, v in (result.phases_s or {}).items()},
-        **{f"build_{k}": round(v, 4) for k, v in (result.build_parts_s or {}).items()},
-    }
+    return _trial_times(result)
 
 
 def child(preset: str, micro_batch: int, attention: str, preamble: int) -> dict[str, float]:
@@ -136,7 +132,11 @@ def _whole_trial(config) -> dict[str, float]:
     """The trial's own clock: its phases and build parts (the probe among them)."""
     from workers.trial import run_trial
 
-    result = run_trial(config)
+    return _trial_times(run_trial(config))
+
+
+def _trial_times(result) -> dict[str, float]:
+    """A successful trial's phases and build parts, the probe among them."""
     assert result is not None and result.status == "ok", result and result.error_message
     return {
         **{f"phase_{k}": round(v, 4) for k, v in (result.phases_s or {}).items()},
@@ -189,9 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         for name, rs in runs.items()
     }
     stages = list(dict.fromkeys(s for m in medians.values() for s in m))
-    print(f"{'stage (median s)':20s}" + "".join(f"{n:>20s}" for n in medians))
+    print(f"{'stage (median s)':20s}" + "".join(f"{n:>22s}" for n in medians))
     for s in stages:
-        cells = (f"{medians[n][s]:20.4f}" if s in medians[n] else f"{'':20s}" for n in medians)
+        cells = (f"{medians[n][s]:22.4f}" if s in medians[n] else f"{'':22s}" for n in medians)
         print(f"{s:20s}" + "".join(cells))
     if args.out:
         args.out.write_text(json.dumps({"medians": medians, "runs": runs}, indent=1))
