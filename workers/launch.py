@@ -81,6 +81,21 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
+def trial_workdir() -> Path:
+    """The working directory of every trial on this node: one stable directory, not the trial's
+    own temporary one (which still holds its config, result and logs, passed by absolute path).
+
+    Why: cuDNN compiles its attention kernels at run time and the cache that spares the next
+    process that compile misses in a directory it has not seen. Measured on the H200
+    (bench/results/h200_session_20261204c): the attention probe took 0.8-1.5 s in a new
+    directory and 0.13-0.2 s in one seen before, so a fresh directory per trial paid it in
+    every cuDNN trial. Warm-up only: a measured step never includes it either way.
+    """
+    path = Path(tempfile.gettempdir()) / f"autotuner-trials-{os.getuid()}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
 def _trial_env(config: TrialConfig, trial_tmp: Path | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env[PARENT_ENV] = str(os.getpid())
@@ -117,6 +132,7 @@ def run_trial_process(
         stdout_path, stderr_path = tmpdir / "stdout.log", tmpdir / "stderr.log"
         cfg_path.write_text(config.model_dump_json())
         env = _trial_env(config, tmpdir)
+        workdir = trial_workdir()
         start = time.monotonic()
         env[phases.SPAWNED_AT_ENV] = repr(time.time())
         argv = ["--config", str(cfg_path), "--result", str(result_path)]
@@ -126,7 +142,7 @@ def run_trial_process(
             # starts) a fresh interpreter.
             proc: subprocess.Popen | preload.ForkedProcess | None = None
             if preload.enabled():
-                proc = preload.fork_trial(python, argv, env, tmp, stdout_path, stderr_path)
+                proc = preload.fork_trial(python, argv, env, str(workdir), stdout_path, stderr_path)
             started = "fresh" if proc is None else "forked"
             if proc is None:
                 proc = subprocess.Popen(
@@ -135,7 +151,7 @@ def run_trial_process(
                     stdout=out,
                     stderr=err,  # a file, not a pipe: a chatty trial can never block on it
                     env=env,
-                    cwd=tmp,
+                    cwd=workdir,
                     start_new_session=True,  # its own process group: loader/compile workers too
                 )
             # Which process is this trial: a forked one has its server's command line.

@@ -133,6 +133,7 @@ def run_rank_processes(
 class _Ranks:
     def __init__(self, config, rdv: Rendezvous, tmp: Path, python: str, limit_s: float):
         self.config, self.rdv, self.tmp, self.python, self.limit = config, rdv, tmp, python, limit_s
+        self.workdir = launch.trial_workdir()  # stable across trials: see its docstring
         self.procs: list[subprocess.Popen | preload.ForkedProcess] = []
         self.ended: dict[int, int] = {}  # local rank -> exit status, in the order they ended
         self.start_time = time.monotonic()
@@ -168,7 +169,7 @@ class _Ranks:
         yet: it is started for the next trial, and this one's ranks run fresh)."""
         for r, (args, env) in enumerate(zip(argv, envs, strict=True)):
             out, err = self._path(r, "stdout.log"), self._path(r, "stderr.log")
-            proc = preload.fork_trial(self.python, args, env, str(self.tmp), out, err)
+            proc = preload.fork_trial(self.python, args, env, str(self.workdir), out, err)
             if proc is None:
                 self.kill()
                 self.procs = []
@@ -193,7 +194,7 @@ class _Ranks:
                         stdout=out,
                         stderr=err,  # files, not pipes: a chatty rank never blocks
                         env=env,
-                        cwd=self.tmp,
+                        cwd=self.workdir,
                         process_group=group,
                     )
                 )

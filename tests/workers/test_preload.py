@@ -17,7 +17,7 @@ import pytest
 
 from autotuner.spec import FailureClass, TrialStatus
 from workers import pidfile, preload
-from workers.launch import _trial_env, run_trial_process
+from workers.launch import _trial_env, run_trial_process, trial_workdir
 
 from .conftest import make_config, start_preload_server, wait_for
 
@@ -163,6 +163,31 @@ def test_a_forked_trial_is_found_by_its_pid_file(server: Path) -> None:
     (result,) = results
     assert result.process_start == "forked" and "SIGKILL" in (result.error_message or "")
     assert not found()  # over: its file went with its temp dir
+
+
+@pytest.mark.parametrize("forked", [True, False], ids=["forked", "fresh"])
+def test_every_trial_runs_in_the_nodes_stable_directory(
+    forked: bool, monkeypatch: pytest.MonkeyPatch, server: Path
+) -> None:
+    """Not in its own temporary directory: cuDNN's run-time compiled kernels are cached per
+    working directory, and a new one per trial paid their compile in every trial."""
+    monkeypatch.setenv(preload.ENABLE_ENV, "1" if forked else "0")
+    study = f"st-cwd-{forked}"
+    config = make_config(fault="hang").model_copy(update={"study_id": study})
+    results = []
+    launcher = threading.Thread(
+        target=lambda: results.append(run_trial_process(config, timeout_s=60)), daemon=True
+    )
+    launcher.start()
+    (trial,) = wait_for(
+        lambda: [p for p in pidfile.running() if p.study_id == study], 60, "the trial's pid file"
+    )
+    cwd = Path(os.readlink(f"/proc/{trial.pid}/cwd"))
+    os.kill(trial.pid, signal.SIGKILL)
+    launcher.join(60)
+    assert results[0].process_start == ("forked" if forked else "fresh")
+    assert cwd == trial_workdir() and cwd.is_dir()
+    assert not (cwd / "config.json").exists()  # the trial's own files stay in its temp dir
 
 
 def _live_servers(path: Path) -> list[int]:
