@@ -20,8 +20,10 @@ The same guarantees as a fresh process (workers/launch.py):
 
 The server is single-threaded (a select loop), so forking it is safe; it listens on a Unix
 socket named by the key (the interpreter, this checkout's code, those variables) and by its
-owner. The first trial that finds none starts one in the background and runs in a fresh
-process itself. Multi-GPU trials always start fresh ranks. Off with AUTOTUNER_PRELOAD=0.
+owner. On a GPU node the Ray executor's probe starts it before a study's first trial
+(workers.launch.prestart_preload); a trial that finds one still importing waits for it (up to
+START_WAIT_S after its start), and one that finds none starts one in the background and runs in
+a fresh process itself. Off with AUTOTUNER_PRELOAD=0.
 
 Nothing outlives its owner: the server belongs to the process that runs the node's trials,
 the Ray node (its raylet: `RAY_RAYLET_PID`, which Ray sets in every worker) under Ray, else
@@ -59,6 +61,10 @@ ENABLE_ENV = "AUTOTUNER_PRELOAD"
 OWNER_ENV = "AUTOTUNER_PRELOAD_OWNER"  # a pid: the server exits when this process does
 RAYLET_ENV = "RAY_RAYLET_PID"  # set by Ray in its workers (they fate-share with the raylet)
 IDLE_EXIT_S = 300.0
+# How long after a server's start a launcher waits for it instead of starting its trial fresh:
+# well past torch's import on a loaded machine (8-12 s on 2 cores, ~7 s on the H200 node).
+START_WAIT_S = 30.0
+FAILED_MARK = b"failed"  # written into the start lock by a server that cannot serve
 OWNER_POLL_S = 0.2  # how often the owner is looked at where the kernel has no pidfd
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 # Environment read at interpreter start or torch's import: part of the server's key.
@@ -182,11 +188,19 @@ def fork_trial(
     python: str, argv: list[str], env: dict[str, str], cwd: str, stdout: Path, stderr: Path
 ) -> ForkedProcess | None:
     """Start a trial as a child of this node's server; None when no server answers (one is
-    started in the background for the next trial: run this one in a fresh process)."""
+    started in the background for the next trial: run this one in a fresh process).
+
+    A server that another launcher started and that is still importing is waited for (up to
+    START_WAIT_S after its start): its import is under way, a fresh process's would begin from
+    nothing, and on a small machine the two imports would slow each other down."""
     path = server_path(python, env)
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn = _connect(path)
+    if conn is None and _wait_for_start(path):
+        conn = _connect(path)
+    if conn is None:
+        _start_server(python, env, path, owner_pid(env))
+        return None
     try:
-        conn.connect(str(path))
         request = {"argv": argv, "env": env, "cwd": cwd, "stdout": str(stdout)}
         request["stderr"] = str(stderr)
         conn.sendall(json.dumps(request).encode() + b"\n")
@@ -206,6 +220,32 @@ def fork_trial(
         conn.close()
         _start_server(python, env, path, owner_pid(env))
         return None
+
+
+def _connect(path: Path) -> socket.socket | None:
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(str(path))
+        return conn
+    except OSError:
+        conn.close()
+        return None
+
+
+def _wait_for_start(path: Path) -> bool:
+    """Wait while a server for `path` is starting (its start lock, younger than START_WAIT_S
+    and not marked failed); True once it answers."""
+    lock = path.with_suffix(".starting")
+    while not path.exists():
+        try:
+            age = time.time() - lock.stat().st_mtime
+            failed = lock.read_bytes() == FAILED_MARK
+        except OSError:  # no lock: none is starting, or it answered a moment ago
+            return path.exists()
+        if failed or age >= START_WAIT_S:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def _start_server(python: str, env: dict[str, str], path: Path, owner: int) -> None:
@@ -352,6 +392,11 @@ def _tidy(path: Path, *, starting: bool = False) -> None:
             log.unlink()
 
 
+def _mark_failed(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.with_suffix(".starting").write_bytes(FAILED_MARK)
+
+
 def _watch_while_importing(owner: _Owner, path: Path) -> Callable[[], None]:
     """Exit as soon as the owner does, even in the middle of torch's import (seconds on a
     loaded machine): a thread, which the returned function stops (and joins) before the server
@@ -378,7 +423,11 @@ def serve(path: Path, owner_pid: int) -> None:
     signal.signal(signal.SIGTERM, _stop)
     owner = _Owner(owner_pid)
     stop_watching = _watch_while_importing(owner, path)
-    _preload()
+    try:
+        _preload()
+    except BaseException:
+        _mark_failed(path)  # launchers stop waiting for us; the lock still spaces out restarts
+        raise
     stop_watching()  # single-threaded from here: forking is safe
     if owner.gone():
         _tidy(path, starting=True)
@@ -387,6 +436,7 @@ def serve(path: Path, owner_pid: int) -> None:
 
     if torch.cuda.is_initialized():  # a child would inherit a CUDA context: never fork then
         print("workers.preload: CUDA was initialised by an import; not serving", file=sys.stderr)
+        _mark_failed(path)
         return
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     tmp = path.with_suffix(f".{os.getpid()}")

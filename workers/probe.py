@@ -7,6 +7,19 @@ from typing import Any
 GIB = 1024**3
 
 
+def nvidia_driver_present() -> bool:
+    """Whether NVML answers on this node: a real NVIDIA driver, checked without torch or CUDA
+    (a test cluster's logical GPUs have none)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+        return True
+    except Exception:  # no library, no driver
+        return False
+
+
 def probe_gpus() -> dict[str, Any]:
     """{name, compute_capability: [major, minor], memory_gib, count} of GPU 0; {} if none."""
     import torch

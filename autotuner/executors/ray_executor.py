@@ -57,8 +57,11 @@ def _run_trial_task(config_json: str) -> tuple[str, str]:
 
 
 def _probe_task() -> dict[str, Any]:
-    from workers.probe import probe_gpus
+    from workers.launch import prestart_preload
+    from workers.probe import nvidia_driver_present, probe_gpus
 
+    if nvidia_driver_present():  # a real GPU node: its trials will come
+        prestart_preload()  # its torch import overlaps the probe's, before the first trial
     return probe_gpus()
 
 

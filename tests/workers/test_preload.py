@@ -17,7 +17,7 @@ import pytest
 
 from autotuner.spec import FailureClass, TrialStatus
 from workers import pidfile, preload
-from workers.launch import _trial_env, run_trial_process, trial_workdir
+from workers.launch import _trial_env, prestart_preload, run_trial_process, trial_workdir
 
 from .conftest import make_config, start_preload_server, wait_for
 
@@ -248,6 +248,39 @@ def test_a_server_still_importing_torch_exits_with_its_owner(
     wait_for(lambda: not pidfile._stat(server_pid), 5, "the server to exit mid-import")
     assert not path.exists() and not path.with_suffix(".starting").exists()
     assert importing, "the server answered before its owner was killed: nothing was tested"
+
+
+def test_a_prestarted_server_forks_the_first_trial(owner: subprocess.Popen[bytes]) -> None:
+    """The GPU probe's prestart: the next trial waits for the importing server and is forked,
+    rather than importing torch a second time beside it."""
+    config = make_config()
+    # The server trials look for is the one prestarted (config.env is not part of it here).
+    key = preload.server_path(sys.executable, _trial_env(None))
+    assert key == preload.server_path(sys.executable, _trial_env(config))
+    prestart_preload()
+    assert not key.exists()  # still importing torch when the trial is launched
+    result = run_trial_process(config)
+    assert result.status == TrialStatus.OK, result.error_message
+    assert result.process_start == "forked"
+    assert result.phases_s is not None and result.phases_s["imports"] < 0.5
+
+
+def test_a_launcher_does_not_wait_for_a_failed_or_stale_start(tmp_path: Path) -> None:
+    path = tmp_path / "server.sock"
+    lock = path.with_suffix(".starting")
+    assert not preload._wait_for_start(path)  # none starting
+    lock.write_bytes(preload.FAILED_MARK)
+    start = time.monotonic()
+    assert not preload._wait_for_start(path)  # its import failed
+    lock.write_bytes(b"")
+    old = time.time() - preload.START_WAIT_S - 1
+    os.utime(lock, (old, old))
+    assert not preload._wait_for_start(path)  # started too long ago: presumed stuck
+    assert time.monotonic() - start < 1.0
+    os.utime(lock)  # a fresh start: waited for until it answers
+    threading.Timer(0.5, lambda: (path.touch(), lock.unlink())).start()
+    assert preload._wait_for_start(path)
+    assert time.monotonic() - start >= 0.5
 
 
 def test_each_owner_gets_its_own_server(monkeypatch: pytest.MonkeyPatch) -> None:
