@@ -18,7 +18,6 @@ import json
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -45,18 +44,9 @@ TRIAL_PREAMBLE = 5
 
 
 def _config(preset: str, micro_batch: int, attention: str):
-    from autotuner.search.space import load_space
-    from autotuner.spec import Knobs, ModelSpec, TrialConfig
+    from startup_stages import eager_config
 
-    return TrialConfig(
-        study_id="bench-probe",
-        trial_number=0,
-        model=ModelSpec.resolve({"preset": preset}),
-        knobs=Knobs(
-            precision="bf16", attention=attention, micro_batch_size=micro_batch, compile_mode="none"
-        ),
-        measure=load_space("cpu-demo").measure,
-    )
+    return eager_config(preset, micro_batch, attention, study_id="bench-probe")
 
 
 def launched(
@@ -86,6 +76,8 @@ def child(preset: str, micro_batch: int, attention: str, preamble: int) -> dict[
 
         compile_error_types()
 
+    from startup_stages import StageClock
+
     from workers import memory, precision, support
     from workers.models.attention import attend
 
@@ -93,15 +85,8 @@ def child(preset: str, micro_batch: int, attention: str, preamble: int) -> dict[
     device = torch.device("cuda")
     if preamble >= TRIAL_PREAMBLE:
         return _whole_trial(config)
-    times: dict[str, float] = {}
-    t = time.perf_counter()
-
-    def mark(stage: str) -> None:
-        nonlocal t
-        torch.cuda.synchronize()
-        now = time.perf_counter()
-        times[stage] = round(now - t, 4)
-        t = now
+    clock = StageClock(sync=True)
+    mark = clock.mark
 
     torch.cuda.init()
     torch.empty(1, device=device)
@@ -125,7 +110,7 @@ def child(preset: str, micro_batch: int, attention: str, preamble: int) -> dict[
     for stage in ("trial_shape", "trial_shape_again"):
         attend(q, q, q, config.knobs.attention).sum().backward()
         mark(stage)
-    return times
+    return clock.times
 
 
 def _whole_trial(config) -> dict[str, float]:

@@ -25,7 +25,6 @@ import json
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -37,43 +36,19 @@ def child(preset: str, micro_batch: int, attention: str | None) -> dict[str, flo
 
     preload._preload()  # what a forked trial has imported before it starts (workers/preload.py)
     import torch
+    from startup_stages import StageClock, eager_config
 
-    from autotuner.search.space import load_space
-    from autotuner.spec import Device, Knobs, ModelSpec, TrialConfig
     from workers import precision, support
     from workers.data import make_batches
     from workers.models import build_model
     from workers.training import TrainStep, build_optimizer
 
     gpu = torch.cuda.is_available()
-    space = load_space("cpu-demo")
-    measure = space.measure if gpu else space.measure.model_copy(update={"device": Device.CPU})
-    base = (
-        {"precision": "bf16", "attention": "flash"}
-        if gpu
-        else {"precision": "fp32", "attention": "math"}
-    )
-    if attention:
-        base["attention"] = attention
-    config = TrialConfig(
-        study_id="bench-startup",
-        trial_number=0,
-        model=ModelSpec.resolve({"preset": preset}),
-        knobs=Knobs(**base, micro_batch_size=micro_batch, compile_mode="none"),
-        measure=measure,
-    )
+    config = eager_config(preset, micro_batch, attention, study_id="bench-startup", gpu=gpu)
     device = torch.device("cuda" if gpu else "cpu")
     k, m, spec = config.knobs, config.measure, config.model
-    times: dict[str, float] = {}
-    t = time.perf_counter()
-
-    def mark(stage: str) -> None:
-        nonlocal t
-        if gpu:
-            torch.cuda.synchronize()
-        now = time.perf_counter()
-        times[stage] = round(now - t, 4)
-        t = now
+    clock = StageClock(sync=gpu)
+    mark = clock.mark
 
     if gpu:
         torch.cuda.init()
@@ -107,7 +82,7 @@ def child(preset: str, micro_batch: int, attention: str | None) -> dict[str, flo
     step()
     mark("second_step")
     batches.close()
-    return times
+    return clock.times
 
 
 def main(argv: list[str] | None = None) -> int:
