@@ -115,8 +115,9 @@ def prestart_preload(python: str = sys.executable) -> None:
 
     The Ray executor's GPU probe calls it before a study's first trial: the server imports
     torch while the probe does and the study starts, so the first trial is forked rather than
-    paying torch's import (~7 s on the H200 node: 4% of a 3-minute GPT-2 study's wall). A
-    trial whose environment differs in a variable read at import still gets its own server."""
+    importing torch itself (on the H200 node it waited 4.0 s for the server instead of
+    importing for 7.0 s: bench/results/h200_session_20261204d). A trial whose environment
+    differs in a variable read at import still gets its own server."""
     if preload.enabled():
         preload.start_server(python, _trial_env(None))
 
