@@ -81,6 +81,18 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
+def no_core_files() -> None:
+    """Called first thing in a launched trial: a crash writes no core file. Trials share one
+    working directory (trial_workdir) where nothing would remove it, and a GPU process's core
+    runs to gigabytes; the crash is classified from its signal, which needs no core."""
+    if not os.environ.get(PARENT_ENV):
+        return  # run by hand: the user's own limits
+    import resource
+
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+
+
 def trial_workdir() -> Path:
     """The working directory of every trial on this node: one stable directory, not the trial's
     own temporary one (which still holds its config, result and logs, passed by absolute path).

@@ -594,9 +594,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="TrialConfig JSON file, or - for stdin")
     parser.add_argument("--result", required=True, help="TrialResult JSON file, or - for stdout")
     args = parser.parse_args(argv)
-    from workers.launch import die_with_parent
+    from workers.launch import die_with_parent, no_core_files
 
     die_with_parent()
+    no_core_files()
     try:
         config = _read_config(args.config)
     except (OSError, ValueError) as exc:

@@ -6,6 +6,7 @@ its owner, even while it is still importing torch."""
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -170,8 +171,13 @@ def test_every_trial_runs_in_the_nodes_stable_directory(
     forked: bool, monkeypatch: pytest.MonkeyPatch, server: Path
 ) -> None:
     """Not in its own temporary directory: cuDNN's run-time compiled kernels are cached per
-    working directory, and a new one per trial paid their compile in every trial."""
+    working directory, and a new one per trial paid their compile in every trial. A crash
+    leaves no core file in that shared directory, whatever the launcher's core limit."""
     monkeypatch.setenv(preload.ENABLE_ENV, "1" if forked else "0")
+    # Cores allowed here: a fresh trial inherits this limit, and must lower it itself.
+    soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
+    if hard == resource.RLIM_INFINITY or hard >= 1 << 20:
+        resource.setrlimit(resource.RLIMIT_CORE, (1 << 20, hard))
     study = f"st-cwd-{forked}"
     config = make_config(fault="hang").model_copy(update={"study_id": study})
     results = []
@@ -183,11 +189,16 @@ def test_every_trial_runs_in_the_nodes_stable_directory(
         lambda: [p for p in pidfile.running() if p.study_id == study], 60, "the trial's pid file"
     )
     cwd = Path(os.readlink(f"/proc/{trial.pid}/cwd"))
+    limits = Path(f"/proc/{trial.pid}/limits").read_text()
     os.kill(trial.pid, signal.SIGKILL)
     launcher.join(60)
+    resource.setrlimit(resource.RLIMIT_CORE, (soft, hard))
     assert results[0].process_start == ("forked" if forked else "fresh")
     assert cwd == trial_workdir() and cwd.is_dir()
     assert not (cwd / "config.json").exists()  # the trial's own files stay in its temp dir
+    # A crash leaves no core file there (nothing would remove it): core size limit 0.
+    (core,) = [line for line in limits.splitlines() if line.startswith("Max core file size")]
+    assert core.split()[4] == "0", core
 
 
 def _live_servers(path: Path) -> list[int]:
