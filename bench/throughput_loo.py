@@ -22,6 +22,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autotuner.executors.replay import Landscape
+from autotuner.search.costmodel.accuracy import leave_one_out_errors
 from autotuner.search.costmodel.throughput import ThroughputModel
 from autotuner.spec import Knobs, TrialResult, TrialStatus
 from bench.replay import global_batches, hold_global_batch
@@ -50,17 +51,12 @@ def measured_configs(path: str, global_batch: int | None):
 
 
 def leave_one_out(model, target, rows) -> dict[str, Any]:
-    fitted, prior = [], []
+    fitted = leave_one_out_errors(model, target, rows)
+    prior = []
     by_precision: dict[str, list[float]] = {}
-    for i, (knobs, result) in enumerate(rows):
-        tm = ThroughputModel(model, target, 1)
-        prior.append(tm.predict(knobs).tokens_per_s / result.tokens_per_s - 1)
-        for j, (k, r) in enumerate(rows):
-            if j != i:
-                tm.observe(k, r, fit=False)
-        tm.refit()
-        error = tm.predict(knobs).tokens_per_s / result.tokens_per_s - 1
-        fitted.append(error)
+    for (knobs, result), error in zip(rows, fitted, strict=True):
+        prior_model = ThroughputModel(model, target, 1)
+        prior.append(prior_model.predict(knobs).tokens_per_s / result.tokens_per_s - 1)
         by_precision.setdefault(knobs.precision.value, []).append(error)
 
     def summary(errors: list[float]) -> dict[str, float]:

@@ -13,6 +13,7 @@ from autotuner.executors.base import Target
 from autotuner.executors.replay import Landscape
 from autotuner.options import StudyOptions
 from autotuner.search.costmodel import CostModel
+from autotuner.search.costmodel.accuracy import leave_one_out_errors
 from autotuner.search.costmodel.throughput import ThroughputModel
 from autotuner.search.proposer import Proposer
 from autotuner.search.space import parse_space
@@ -59,14 +60,7 @@ def test_fitted_on_h200_trials_it_predicts_the_ones_it_did_not_see() -> None:
     rows = _recorded()
     prior = ThroughputModel(GPT2, REAL_H200, 1)
     prior_err = [abs(prior.predict(k).tokens_per_s / r.tokens_per_s - 1) for k, r in rows]
-    loo = []
-    for i, (knobs, result) in enumerate(rows):
-        tm = ThroughputModel(GPT2, REAL_H200, 1)
-        for j, (k, r) in enumerate(rows):
-            if j != i:
-                tm.observe(k, r, fit=False)
-        tm.refit()
-        loo.append(abs(tm.predict(knobs).tokens_per_s / result.tokens_per_s - 1))
+    loo = [abs(e) for e in leave_one_out_errors(GPT2, REAL_H200, rows)]
     assert np.median(loo) < 0.10
     assert np.median(loo) < np.median(prior_err)
 
@@ -76,36 +70,12 @@ def test_rowwise_and_tensorwise_float8_are_priced_apart() -> None:
     costs more than tensorwise (fp8_rowwise), so neither scaling is mispredicted one way. With
     the two priced alike, rowwise configs came out 22% too fast (median) and tensorwise 3% too
     slow."""
-    from autotuner.spec import ModelSpec
+    from bench.throughput_loo import measured_configs
 
-    landscape = json.loads(LLAMA_1B.read_text())
-    model = ModelSpec.resolve({"preset": "llama-1b"})
-    rows = []
-    for entry in landscape["entries"]:
-        params = {
-            k: v
-            for k, v in entry["params"].items()
-            if k not in ("model", "seq_len", "n_layer", "global_batch_tokens")
-        }
-        result = TrialResult.model_validate(entry["result"])
-        knobs = Knobs.model_validate(params)
-        if (
-            result.tokens_per_s
-            and knobs.micro_batch_size * knobs.grad_accum * model.seq_len == 32768
-        ):
-            rows.append((knobs, result))
+    model, _, rows = measured_configs(str(LLAMA_1B), 32768)
     errors: dict[str, list[float]] = {"fp8-rowwise": [], "fp8-tensorwise": []}
-    for i, (knobs, result) in enumerate(rows):
-        if knobs.precision.value not in errors:
-            continue
-        tm = ThroughputModel(model, REAL_H200, 1)
-        for j, (k, r) in enumerate(rows):
-            if j != i:
-                tm.observe(k, r, fit=False)
-        tm.refit()
-        errors[knobs.precision.value].append(
-            tm.predict(knobs).tokens_per_s / result.tokens_per_s - 1
-        )
+    for (knobs, _), error in zip(rows, leave_one_out_errors(model, REAL_H200, rows), strict=True):
+        errors.get(knobs.precision.value, []).append(error)
     assert min(len(v) for v in errors.values()) >= 8
     rowwise, tensorwise = (float(np.median(v)) for v in errors.values())
     assert abs(rowwise) < 0.1 and abs(tensorwise) < 0.1

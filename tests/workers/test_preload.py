@@ -181,18 +181,22 @@ def test_every_trial_runs_in_the_nodes_stable_directory(
     study = f"st-cwd-{forked}"
     config = make_config(fault="hang").model_copy(update={"study_id": study})
     results = []
-    launcher = threading.Thread(
-        target=lambda: results.append(run_trial_process(config, timeout_s=60)), daemon=True
-    )
-    launcher.start()
-    (trial,) = wait_for(
-        lambda: [p for p in pidfile.running() if p.study_id == study], 60, "the trial's pid file"
-    )
-    cwd = Path(os.readlink(f"/proc/{trial.pid}/cwd"))
-    limits = Path(f"/proc/{trial.pid}/limits").read_text()
-    os.kill(trial.pid, signal.SIGKILL)
-    launcher.join(60)
-    resource.setrlimit(resource.RLIMIT_CORE, (soft, hard))
+    try:
+        launcher = threading.Thread(
+            target=lambda: results.append(run_trial_process(config, timeout_s=60)), daemon=True
+        )
+        launcher.start()
+        (trial,) = wait_for(
+            lambda: [p for p in pidfile.running() if p.study_id == study],
+            60,
+            "the trial's pid file",
+        )
+        cwd = Path(os.readlink(f"/proc/{trial.pid}/cwd"))
+        limits = Path(f"/proc/{trial.pid}/limits").read_text()
+        os.kill(trial.pid, signal.SIGKILL)
+        launcher.join(60)
+    finally:
+        resource.setrlimit(resource.RLIMIT_CORE, (soft, hard))
     assert results[0].process_start == ("forked" if forked else "fresh")
     assert cwd == trial_workdir() and cwd.is_dir()
     assert not (cwd / "config.json").exists()  # the trial's own files stay in its temp dir

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from autotuner.executors.base import Target
 from autotuner.search.costmodel.model import CostModel
 from autotuner.search.costmodel.throughput import ThroughputModel
 from autotuner.spec import Knobs, ModelSpec, TrialResult
@@ -63,6 +64,22 @@ def throughput_errors(
             )
         tm.observe(knobs, result)
     return out
+
+
+def leave_one_out_errors(
+    model: ModelSpec, target: Target, measured: Sequence[tuple[Knobs, TrialResult]]
+) -> list[float]:
+    """Each measured config's relative tokens/s error (+: predicted too fast) from a throughput
+    model fitted to all the others: how well it predicts a config it has not seen."""
+    errors = []
+    for i, (knobs, result) in enumerate(measured):
+        tm = ThroughputModel(model, target, 1)
+        for j, (k, r) in enumerate(measured):
+            if j != i:
+                tm.observe(k, r, fit=False)
+        tm.refit()
+        errors.append(tm.predict(knobs).tokens_per_s / (result.tokens_per_s or 1.0) - 1.0)
+    return errors
 
 
 def error_summary(errors: Sequence[dict[str, Any]]) -> dict[str, Any]:
