@@ -4,6 +4,8 @@
 # machine (one trial per GPU at a time), and the database comes back in $OUT: commit it over
 # bench/results/landscape_recording/MODEL.db.
 #   bash bench/record_landscape_h200.sh MODEL GLOBAL_BATCH MINUTES   # carry .whl
+#   SPACE=bench/spaces/X.yaml bash bench/record_landscape_h200.sh ...  # another space's configs
+# Two sessions in one call add up: the second goes on from the first's database in $OUT.
 # Keep MINUTES under the device call's limit with room for Ray's start and the last trial
 # (9 for a 10-minute call), or run it through bench/tune_bg_h200.sh's pattern.
 set -euo pipefail
@@ -14,7 +16,9 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-100}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 committed=bench/results/landscape_recording/$model.db
 db=$OUT/$model.db
-if [ -f "$committed" ]; then cp "$committed" "$db"; fi
+if [ -f "$committed" ] && [ ! -f "$db" ]; then cp "$committed" "$db"; fi
+space_args=()
+if [ -n "${SPACE:-}" ]; then space_args=(--space "$SPACE"); fi
 python3 bench/record_landscape.py "$model" --global-batch "$global_batch" --minutes "$minutes" \
-  --db "$db" 2>&1 | tee "$OUT/record-$model.log"
+  "${space_args[@]}" --db "$db" 2>&1 | tee -a "$OUT/record-$model.log"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.csv"
