@@ -22,6 +22,8 @@ def test_the_fitted_model_beats_the_prior_on_a_recorded_landscape(tmp_path: Path
     assert report["fitted"]["median_abs"] < report["prior"]["median_abs"]
     by_precision = report["median_signed_by_precision"]
     assert {"bf16", "fp8-rowwise", "fp8-tensorwise"} <= set(by_precision)
+    assert {"cudnn", "efficient", "flash", "flex"} <= set(report["median_signed_by_attention"])
+    assert {"default", "none", "reduce-overhead"} <= set(report["median_signed_by_compile_mode"])
 
 
 def test_a_global_batch_nobody_ran_is_a_clear_error() -> None:
