@@ -93,6 +93,7 @@ TRUE_MEMORY_FACTORS = {
     "static": 1.1,
     "activations": 1.35,
     "activations_compiled": 0.9,
+    "activations_compiled_fp8": 0.8,
     "scores": 1.2,
     "logits": 0.8,
     "logits_compiled": 0.7,

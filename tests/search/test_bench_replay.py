@@ -310,10 +310,13 @@ def test_the_floor_is_the_cheapest_config_within_two_percent_of_the_best() -> No
 
 
 def test_on_the_llama_3b_landscape_the_model_proposes_the_best_right_after_the_fp8_seed() -> None:
-    """The committed H200 landscape at 32,768 tokens a step. Its best (fp8-tensorwise at
-    micro-batch 8: 32,672 tok/s) is the fp8 seed, the second trial. With it dropped, the best is
-    fp8 with CUDA graphs and cuDNN (31,434): the throughput model proposes it right after the
-    expert default and the fp8 seed; with every seed first, three bf16 alternatives ran before."""
+    """The committed H200 landscape at 32,768 tokens a step. Its best (fp8-tensorwise with CUDA
+    graphs and flex attention at micro-batch 16: 34,214 tok/s) is the throughput model's first
+    proposal, right after the expert default and the fp8 seed; with every seed first, two bf16
+    alternatives ran before it. Before compiled float8 had its own activation memory
+    (costmodel/memory.py) the model doubted micro-batch 16 fits (130.6 GiB predicted, 115.7
+    measured) and ran fp8 at micro-batch 4 first. With the best dropped, the best of the rest
+    is the fp8 seed (32,672)."""
     from bench.replay import run_benchmark
 
     landscape = str(
@@ -331,7 +334,9 @@ def test_on_the_llama_3b_landscape_the_model_proposes_the_best_right_after_the_f
         trials[drop] = {
             s: doc["strategies"][s]["trials_to_2pct"]["median"] for s in doc["strategies"]
         }
-    assert trials == {0: {"ours": 2, "ours-allseeds": 2}, 1: {"ours": 3, "ours-allseeds": 6}}, (
+        if drop == 0:
+            assert doc["best"]["params"]["compile_mode"] == "reduce-overhead"
+            assert doc["best"]["params"]["micro_batch_size"] == 16
+    assert trials == {0: {"ours": 3, "ours-allseeds": 5}, 1: {"ours": 2, "ours-allseeds": 2}}, (
         trials
     )
-    assert doc["best"]["params"]["compile_mode"] == "reduce-overhead"

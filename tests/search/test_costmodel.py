@@ -164,3 +164,37 @@ def test_a_cuda_graph_trial_is_fitted_on_its_reserved_peak() -> None:
     assert abs(cm.predict(graphs).need_gib - (8.6 + 0.6)) < 0.5  # reserved + the CUDA context
     assert cm.predict(eager).need_gib > 0.8 * before
     assert cm.calibration.reserved_ratios == []  # 8.6 / 1.4 is no fragmentation
+
+
+def test_compiled_float8_keeps_its_own_activation_memory() -> None:
+    """On the H200 Llama landscapes the uncalibrated estimate of every compiled float8 config's
+    peak was too high, more with the micro-batch (+12% at 2 to +30% at 16 on Llama 1B): under
+    compile float8 keeps less for backward than bf16. Its own component puts the median within
+    6%, leaves eager float8 and compiled bf16 as they were, and a study calibrates it apart."""
+    import statistics
+    from pathlib import Path
+
+    from bench.memory_prior import errors
+
+    results = Path(__file__).resolve().parents[2] / "bench/results"
+
+    def median_error(rows: list, fp8: bool, compiled: bool) -> float:
+        picked = [
+            r["error"]
+            for r in rows
+            if str(r["knobs"]["precision"]).startswith("fp8") == fp8
+            and (str(r["knobs"]["compile_mode"]) != "none") == compiled
+        ]
+        assert len(picked) >= 5, (fp8, compiled)
+        return statistics.median(picked)
+
+    for name, worst_median in (("llama_1b", 0.06), ("llama_3b", 0.03)):
+        rows = errors(results / f"landscape_{name}_h200.json")
+        assert abs(median_error(rows, fp8=True, compiled=True)) < worst_median  # +0.22 / +0.14
+        assert abs(median_error(rows, fp8=True, compiled=False)) < 0.06
+        assert abs(median_error(rows, fp8=False, compiled=True)) < 0.06
+    fp8 = Knobs(precision="fp8-tensorwise", compile_mode="default", micro_batch_size=16)
+    bf16 = Knobs(precision="bf16", compile_mode="default", micro_batch_size=16)
+    assert estimate(GPT2, fp8).components["activations_compiled_fp8"] > 0
+    assert estimate(GPT2, fp8).components["activations_compiled"] == 0
+    assert estimate(GPT2, bf16).components["activations_compiled_fp8"] == 0
