@@ -89,6 +89,7 @@ PRIOR_MULTIPLIER = {
     # fast on all three and could not carry "cuDNN beats flash" from one config to the next.
     # The memory-efficient kernel (CUTLASS, written for sm80) runs at about half flash's rate
     # on the H200: its prior is fitted to the three landscapes (bench/throughput_loo.py).
+    # cuDNN's is lower on Hopper and newer (HOPPER_PRIOR below).
     "attn_flash": 2.0,
     "attn_cudnn": 2.0,
     "attn_efficient": 4.0,
@@ -111,6 +112,13 @@ PRIOR_MULTIPLIER = {
     "fp8_rowwise": 0.7,
     "comm": 0.5,  # mostly overlapped with backward
 }
+# Compute capability 9.0 and newer: cuDNN's attention kernels use Hopper's tensor-memory
+# accelerator and warpgroup matmuls, which SDPA's flash backend (FlashAttention-2) does not. On
+# the H200 cuDNN beat flash in 13 of 14 configs measured both ways (2-6% of the whole step, the
+# one loss GPT-2 at micro-batch 4), so a study's first proposals try it before it has measured
+# it. Its prior was flash's until 2026-12-04: the Llama 1B replay at 32,768 tokens then needed
+# 5 trials to reach fp8 with cuDNN (the best), 3 with this one (bench/results/replay_llama_h200.md).
+HOPPER_PRIOR = {"attn_cudnn": 1.5}
 PRIOR_REL_SD_GPU = 0.5
 PRIOR_REL_SD_CPU = 2.0  # nominal CPU rates are placeholders
 MIN_REL_SD = 0.03  # never claims better than 3%: about the run-to-run noise of a short trial
@@ -142,6 +150,7 @@ class _Hardware:
     flops: float  # dense bf16 FLOP/s per device
     bytes_per_s: float  # HBM (or DRAM) bandwidth
     on_cuda: bool
+    hopper_or_newer: bool = False  # compute capability 9.0 or more
 
     @classmethod
     def of(cls, target: Target) -> _Hardware:
@@ -151,6 +160,7 @@ class _Hardware:
             flops=(peak_flops_for(name) if on_cuda else None) or CPU_FLOPS,
             bytes_per_s=(hbm_bandwidth_for(name) if on_cuda else None) or CPU_BYTES_PER_S,
             on_cuda=on_cuda,
+            hopper_or_newer=on_cuda and (target.compute_capability or (0, 0)) >= (9, 0),
         )
 
 
@@ -265,7 +275,8 @@ class ThroughputModel:
 
     def __post_init__(self) -> None:
         self.hw = _Hardware.of(self.target)
-        self.prior_mean = np.array([PRIOR_MULTIPLIER[t] for t in TERMS])
+        prior = PRIOR_MULTIPLIER | (HOPPER_PRIOR if self.hw.hopper_or_newer else {})
+        self.prior_mean = np.array([prior[t] for t in TERMS])
         rel = PRIOR_REL_SD_GPU if self.hw.on_cuda else PRIOR_REL_SD_CPU
         self.prior_sd = self.prior_mean * rel
         self._refit()
