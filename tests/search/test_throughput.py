@@ -65,35 +65,33 @@ def test_fitted_on_h200_trials_it_predicts_the_ones_it_did_not_see() -> None:
     assert np.median(loo) < np.median(prior_err)
 
 
-def test_rowwise_and_tensorwise_float8_are_priced_apart() -> None:
-    """Leave-one-out over the H200 Llama 1B landscape at 32,768 tokens a step: rowwise scaling
-    costs more than tensorwise (fp8_rowwise), so neither scaling is mispredicted one way. With
-    the two priced alike, rowwise configs came out 22% too fast (median) and tensorwise 3% too
-    slow."""
+def _loo_median_by(knob: str, values: tuple[str, str]) -> tuple[float, float]:
+    """Leave-one-out over the H200 Llama 1B landscape at 32,768 tokens a step: the median
+    signed error of the configs with each of two values of `knob` (at least 8 configs each)."""
     from bench.throughput_loo import measured_configs
 
     model, _, rows = measured_configs(str(LLAMA_1B), 32768)
-    errors: dict[str, list[float]] = {"fp8-rowwise": [], "fp8-tensorwise": []}
+    errors: dict[str, list[float]] = {v: [] for v in values}
     for (knobs, _), error in zip(rows, leave_one_out_errors(model, REAL_H200, rows), strict=True):
-        errors.get(knobs.precision.value, []).append(error)
+        errors.get(getattr(knobs, knob).value, []).append(error)
     assert min(len(v) for v in errors.values()) >= 8
-    rowwise, tensorwise = (float(np.median(v)) for v in errors.values())
+    first, second = (float(np.median(errors[v])) for v in values)
+    return first, second
+
+
+def test_rowwise_and_tensorwise_float8_are_priced_apart() -> None:
+    """Rowwise scaling costs more than tensorwise (fp8_rowwise), so neither scaling is
+    mispredicted one way. With the two priced alike, rowwise configs came out 22% too fast
+    (median) and tensorwise 3% too slow."""
+    rowwise, tensorwise = _loo_median_by("precision", ("fp8-rowwise", "fp8-tensorwise"))
     assert abs(rowwise) < 0.1 and abs(tensorwise) < 0.1
     assert abs(rowwise - tensorwise) < 0.1  # was 0.25 with one price for both
 
 
 def test_each_fused_attention_kernel_has_its_own_price() -> None:
-    """Leave-one-out over the H200 Llama 1B landscape at 32,768 tokens a step: the
-    memory-efficient kernel is priced apart from flash (attn_efficient). With one term for
-    every fused kernel it came out 13% too fast (median) and flash 6% too slow."""
-    from bench.throughput_loo import measured_configs
-
-    model, _, rows = measured_configs(str(LLAMA_1B), 32768)
-    errors: dict[str, list[float]] = {"efficient": [], "flash": []}
-    for (knobs, _), error in zip(rows, leave_one_out_errors(model, REAL_H200, rows), strict=True):
-        errors.get(knobs.attention.value, []).append(error)
-    assert min(len(v) for v in errors.values()) >= 8
-    efficient, flash = (float(np.median(v)) for v in errors.values())
+    """The memory-efficient kernel is priced apart from flash (attn_efficient). With one term
+    for every fused kernel it came out 13% too fast (median) and flash 6% too slow."""
+    efficient, flash = _loo_median_by("attention", ("efficient", "flash"))
     assert abs(efficient) < 0.06 and abs(flash) < 0.06
     assert abs(efficient - flash) < 0.1  # was 0.19 with one term for both
 
