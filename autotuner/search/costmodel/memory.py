@@ -67,10 +67,11 @@ COMPONENTS = (
 # ops in backward instead of saving their outputs, and fuses the loss (calibrated per study).
 COMPILED_ACTIVATION_FACTOR = 0.72
 COMPILED_LOGITS_FACTOR = 0.33  # inductor fuses the loss: bf16 logits and their gradient remain
-# Compiled float8 keeps less again: the float8 casts fuse into the surrounding kernels and what
-# backward needs of a linear's input is kept at one byte an element. Fitted to the H200
-# landscapes (bench/memory_prior.py), where the bf16 factor left every compiled float8 config
-# over-estimated, more with the micro-batch: +12% at micro-batch 2 to +30% at 16 on Llama 1B.
+# Compiled float8 keeps less again (likely: its casts fuse into the surrounding kernels and
+# what backward needs of a linear's input is kept at one byte an element; not traced kernel by
+# kernel). Fitted to the H200 landscapes (bench/memory_prior.py), where the bf16 factor left
+# every compiled float8 config over-estimated, more with the micro-batch: +12% at micro-batch 2
+# to +30% at 16 on Llama 1B.
 COMPILED_FP8_ACTIVATION_FACTOR = 0.5
 
 
