@@ -35,7 +35,10 @@ What is kept (everything else is counted in the landscape's `excluded`):
   whose tokens/s counts the compiling first step); `remeasure` rows are fresh-process
   measurements of a config and are kept;
 - failed trials (oom, compile_error, crash, ...) on their first attempt, as the format allows:
-  a search pays their wall time (a replayed crash is retried by the coordinator, as for real).
+  a search pays their wall time (a replayed crash is retried by the coordinator, as for real);
+  but not a compile budget that the study's time left cut below its space's (a recording
+  session's last minutes: `truncated_compile_budget`), which says how long the session had
+  left, not what the config costs.
 
 Global batch: recorded, never hidden. Each entry's params carry `global_batch_tokens`
 (micro-batch x grad_accum x seq_len; grad_accum derived from the row's global batch when the
@@ -85,6 +88,7 @@ from autotuner.spec import (
     TrialStatus,
     canonical_params,
 )
+from bench.record_landscape import truncated_compile_budget
 from workers.trial import inactive_knobs
 
 # Sizes that make two models the same model (seq_len and n_layer are checked by name, too).
@@ -228,8 +232,9 @@ def read_db(path: Path) -> list[Measurement]:
     out = []
     try:
         rows = con.execute(
-            "SELECT number, state, purpose, attempt, config, result, started_at FROM trials "
-            "ORDER BY study_id, number"
+            "SELECT t.number, t.state, t.purpose, t.attempt, t.config, t.result, t.started_at, "
+            "s.space FROM trials t JOIN studies s ON s.id = t.study_id "
+            "ORDER BY t.study_id, t.number"
         ).fetchall()
     finally:
         con.close()
@@ -244,10 +249,15 @@ def read_db(path: Path) -> list[Measurement]:
             continue
         cfg = json.loads(r["config"])
         measure = cfg.get("measure") or {}
+        raw = json.loads(r["result"])
+        cut = truncated_compile_budget(raw, measure, json.loads(r["space"] or "{}"))
+        if cut:
+            out.append(_skipped(path, dict(r), cut))
+            continue
         out.append(
             Measurement(
                 knobs=_full_knobs(cfg["knobs"]),
-                result=TrialResult.model_validate(json.loads(r["result"])),
+                result=TrialResult.model_validate(raw),
                 source=_rel(path),
                 trial=r["number"],
                 purpose=r["purpose"] or "search",

@@ -65,17 +65,44 @@ def studies_recorded(db: Path) -> int:
 
 def configs_run(db: Path) -> list[dict[str, Any]]:
     """The params of every trial the recording's earlier sessions ran (measured or failed:
-    either is a landscape entry), each once."""
+    either is a landscape entry), each once; not a compile budget the session's time cut
+    short (`truncated_compile_budget`): a later session runs that config again."""
     if not db.exists():
         return []
     with sqlite3.connect(db) as conn:
         if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'trials'").fetchone():
             return []
         rows = conn.execute(
-            "SELECT params FROM trials WHERE state IN ('complete', 'infeasible', 'failed')"
+            "SELECT t.params, t.config, t.result, s.space FROM trials t "
+            "JOIN studies s ON s.id = t.study_id "
+            "WHERE t.state IN ('complete', 'infeasible', 'failed')"
         ).fetchall()
-    unique = {json.dumps(json.loads(p), sort_keys=True) for (p,) in rows}
+    unique = set()
+    for params, config, result, space in rows:
+        measure = (json.loads(config or "{}")).get("measure") or {}
+        if truncated_compile_budget(json.loads(result or "{}"), measure, json.loads(space)):
+            continue
+        unique.add(json.dumps(json.loads(params), sort_keys=True))
     return [json.loads(p) for p in sorted(unique)]
+
+
+def truncated_compile_budget(
+    result: dict[str, Any], measure: dict[str, Any], space: dict[str, Any]
+) -> str | None:
+    """Why a compile-budget failure measured the session, not the config: the budget it ran
+    under (the coordinator lowers it to the study's time left) was shorter than its space's
+    (none: no limit). None for any other result (a trial's result, config["measure"] and its
+    study's space, as stored). A 3-minute recording session stopped a Llama 1B max-autotune
+    trial at 180 s where its space allows 300 (2026-12-04)."""
+    message = result.get("error_message") or ""
+    if result.get("failure_class") != "compile_error" or not message.startswith("compile budget"):
+        return None
+    ran = measure.get("compile_budget_s")
+    declared = (space.get("measure") or {}).get("compile_budget_s")
+    if ran is None or (declared is not None and ran >= declared):
+        return None
+    limit = f"the space's {declared:.0f} s" if declared is not None else "no limit in the space"
+    return f"compile budget cut to the study's time left ({ran:.0f} s; {limit})"
 
 
 def session_space(space: Path, earlier: list[dict[str, Any]], out_dir: Path) -> Path:

@@ -140,27 +140,61 @@ def test_a_databases_pruned_rows_are_not_measurements_even_with_a_result(tmp_pat
     """The cost model's "predicted out of memory" prunes a trial and stores why as its result: a
     recording's database holds such rows, and a landscape that read them as OOMs would answer a
     replayed proposal with a failure nobody measured."""
-    import sqlite3
-
     from autotuner.spec import TrialResult
 
-    db = tmp_path / "rec.db"
-    con = sqlite3.connect(db)
-    con.execute(
-        "CREATE TABLE trials (study_id TEXT, number INT, state TEXT, purpose TEXT, attempt INT,"
-        " config TEXT, result TEXT, started_at TEXT)"
-    )
     config = json.dumps({"knobs": STUDY_KNOBS, "model": LLAMA.model_dump(mode="json")})
     predicted = TrialResult.failure("oom", "predicted out of memory: needs 210.2 GiB")
     measured = TrialResult.failure("oom", "out of memory: CUDA out of memory")
-    for n, state, result in [(0, "pruned", predicted), (1, "infeasible", measured)]:
-        con.execute(
-            "INSERT INTO trials VALUES ('st-1', ?, ?, 'search', 1, ?, ?, ?)",
-            (n, state, config, result.model_dump_json(), f"2026-12-03T18:0{n}:00"),
-        )
-    con.commit()
-    con.close()
+    db = _recording(tmp_path, {}, [("pruned", config, predicted), ("infeasible", config, measured)])
     rows = asm.read_db(db)
     assert [m.purpose for m in rows] == ["skipped", "search"]
     assert rows[0].data_source == "not run"
     assert rows[1].result.failure_class == "oom"
+
+
+def _recording(tmp: Path, space: dict, trials: list[tuple[str, str, Any]]) -> Path:
+    """A recording's database with the columns the assembler reads: one study of `space`,
+    and (state, config, result) trials."""
+    import sqlite3
+
+    db = tmp / "rec.db"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE studies (id TEXT, space TEXT)")
+    con.execute("INSERT INTO studies VALUES ('st-1', ?)", (json.dumps(space),))
+    con.execute(
+        "CREATE TABLE trials (study_id TEXT, number INT, state TEXT, purpose TEXT, attempt INT,"
+        " params TEXT, config TEXT, result TEXT, started_at TEXT)"
+    )
+    for n, (state, config, result) in enumerate(trials):
+        params = json.dumps({"micro_batch_size": n + 1})
+        con.execute(
+            "INSERT INTO trials VALUES ('st-1', ?, ?, 'search', 1, ?, ?, ?, ?)",
+            (n, state, params, config, result.model_dump_json(), f"2026-12-03T18:0{n}:00"),
+        )
+    con.commit()
+    con.close()
+    return db
+
+
+def test_a_compile_budget_the_sessions_time_cut_short_is_no_entry(tmp_path: Path) -> None:
+    """A recording session's last minutes lower a trial's compile budget to the time left: a
+    trial stopped at 180 s where the space allows 300 measured the session, not the config, so
+    it is no landscape entry and a later session runs the config again. One stopped at the
+    space's own budget is an entry (what a search pays for that config)."""
+    from autotuner.spec import TrialResult
+    from bench.record_landscape import configs_run
+
+    def budget_run(seconds: float) -> tuple[str, str, Any]:
+        cfg = {"knobs": STUDY_KNOBS, "model": LLAMA.model_dump(mode="json")}
+        cfg["measure"] = {"compile_budget_s": seconds}
+        message = f"compile budget: the first step ... was still compiling after {seconds:.0f} s"
+        return "infeasible", json.dumps(cfg), TrialResult.failure("compile_error", message)
+
+    space = {"measure": {"compile_budget_s": 300}}
+    db = _recording(tmp_path, space, [budget_run(179.9), budget_run(300.0)])
+    cut, kept = asm.read_db(db)
+    assert cut.purpose == "skipped"
+    why = "compile budget cut to the study's time left (180 s; the space's 300 s)"
+    assert cut.data_source == why
+    assert kept.purpose == "search" and kept.result.failure_class == "compile_error"
+    assert configs_run(db) == [{"micro_batch_size": 2}]

@@ -25,14 +25,21 @@ RAN = {
 def _recording(path: Path) -> Path:
     """A recording database with the trials table's columns that configs_run reads."""
     with sqlite3.connect(path) as conn:
-        conn.execute("CREATE TABLE trials (state TEXT, params TEXT)")
+        conn.execute("CREATE TABLE studies (id TEXT, space TEXT)")
+        conn.execute("INSERT INTO studies VALUES ('st-1', '{}')")
+        conn.execute(
+            "CREATE TABLE trials (study_id TEXT, state TEXT, params TEXT, config TEXT, result TEXT)"
+        )
         rows = [
             ("complete", RAN),
             ("complete", RAN),  # measured twice: one rule
             ("infeasible", {**RAN, "micro_batch_size": 4}),
             ("pruned", {**RAN, "micro_batch_size": 8}),  # never ran: still to measure
         ]
-        conn.executemany("INSERT INTO trials VALUES (?, ?)", [(s, json.dumps(p)) for s, p in rows])
+        conn.executemany(
+            "INSERT INTO trials VALUES ('st-1', ?, ?, '{}', '{}')",
+            [(s, json.dumps(p)) for s, p in rows],
+        )
     return path
 
 
