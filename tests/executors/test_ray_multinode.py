@@ -131,7 +131,8 @@ def test_a_rank_crashing_on_the_other_node_fails_the_trial_naming_it(spread) -> 
     done = _run(spread, config)
     result = done.result
     assert result.failure_class == FailureClass.CRASH, result.error_message
-    assert result.failed_rank == 1 and result.num_ranks == 2
+    # The message says which rank reported what (a CI run on 2026-12-04 named rank 0 here).
+    assert result.failed_rank == 1 and result.num_ranks == 2, result.error_message
     assert "rank 1" in (result.error_message or "") and "SIGSEGV" in (result.error_message or "")
     assert time.monotonic() - start < config.measure.timeout_s
     # The placement group is gone: both GPUs serve the next trial; no rank process is left.
