@@ -29,26 +29,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autotuner.executors.replay import Landscape
-from bench.replay import global_batches, hold_global_batch
 from bench.replay_lib.run import WITHIN
-from bench.replay_lib.universe import auto_space, landscape_model, universe
+from bench.throughput_loo import held_universe
 
 
 def recorded(path: str, global_batch: int | None) -> list[tuple[float, float]]:
     """(tokens/s, wall s) of every recorded config the replay searches (0 tokens/s: failed)."""
-    landscape = Landscape.load(path)
-    model = landscape_model(landscape, None)
-    if global_batch is not None:
-        batches = global_batches(landscape, model)
-        kept = [e for e in landscape.entries if batches[id(e)] == global_batch]
-        if not kept:
-            raise SystemExit(f"{path}: no config ran a global batch of {global_batch:,} tokens")
-        landscape = Landscape(kept, landscape.meta)
-    space = auto_space(landscape)
-    if global_batch is not None:
-        space = hold_global_batch(space, global_batch)
-    return [(r.tokens_per_s or 0.0, r.wall_s or 0.0) for r in universe(landscape, space).values()]
+    table = held_universe(path, global_batch)[3]
+    return [(r.tokens_per_s or 0.0, r.wall_s or 0.0) for r in table.values()]
 
 
 def gpu_s_until_within(

@@ -31,9 +31,9 @@ from bench.replay import global_batches, hold_global_batch
 from bench.replay_lib.universe import auto_space, landscape_model, universe
 
 
-def measured_configs(path: str, global_batch: int | None):
-    """(model, target, [(knobs, result)]) of a landscape's measured configs, at one global
-    batch when given (configs at others are other training runs)."""
+def held_universe(path: str, global_batch: int | None):
+    """(landscape, model, space, {config key: result}) of what the replay searches on a
+    landscape, at one global batch when given (configs at others are other training runs)."""
     landscape = Landscape.load(path)
     model = landscape_model(landscape, None)
     if global_batch is not None:
@@ -45,8 +45,15 @@ def measured_configs(path: str, global_batch: int | None):
     space = auto_space(landscape)
     if global_batch is not None:
         space = hold_global_batch(space, global_batch)
+    return landscape, model, space, universe(landscape, space)
+
+
+def measured_configs(path: str, global_batch: int | None):
+    """(model, target, [(knobs, result)]) of a landscape's measured configs, at one global
+    batch when given (configs at others are other training runs)."""
+    landscape, model, space, table = held_universe(path, global_batch)
     rows: list[tuple[Knobs, TrialResult]] = []
-    for key, result in universe(landscape, space).items():
+    for key, result in table.items():
         if result.status == TrialStatus.OK and result.tokens_per_s:
             rows.append((space.knobs_for(json.loads(key), model, 1), result))
     return model, landscape.target(), rows
