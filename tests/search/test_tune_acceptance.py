@@ -1,7 +1,7 @@
-"""bench/tune_acceptance.py on the committed H200 studies: the latest 10-minute Llama 1B study's
-recommendation is within 3% of the best known config at its global batch, the 3B studies that
-the landscape has since beaten are not, and a recommendation stored before it named its global
-batch is still judged at its knobs' global batch."""
+"""bench/tune_acceptance.py on the committed H200 studies: the 10-minute Llama 1B studies'
+recommendations are within 3% of the best known config at their global batch, the 3B studies
+are not, and a recommendation stored before it named its global batch is still judged at its
+knobs' global batch."""
 
 from __future__ import annotations
 
@@ -14,23 +14,29 @@ RESULTS = Path(__file__).resolve().parents[2] / "bench/results"
 LANDSCAPE_1B = RESULTS / "landscape_llama_1b_h200.json"
 LANDSCAPE_3B = RESULTS / "landscape_llama_3b_h200.json"
 BEST_1B = RESULTS / "h200_session_20261203/best-llama-1b.json"
+LATEST_1B = RESULTS / "h200_session_20261204f/best-llama-1b.json"
+LATEST_3B = RESULTS / "h200_session_20261204f/best-llama-3b.json"
 LATER_3B = RESULTS / "h200_session_20261204b/best-llama-3b.json"
 EARLIER_3B = RESULTS / "h200_session_20261201/best-llama-3b.json"
 
 
-def test_the_llama_1b_study_passes_and_a_slower_one_fails(tmp_path: Path, capsys) -> None:
+def test_the_llama_1b_studies_pass_and_a_slower_one_fails(tmp_path: Path, capsys) -> None:
+    # 2026-12-04: fp8-tensorwise, CUDA graphs, cuDNN, micro-batch 16: 81,807 tok/s, against the
+    # same config with another vocabulary padding in the same study (81,997).
+    assert main(["--best", str(LATEST_1B), "--landscape", str(LANDSCAPE_1B)]) == 0
+    out = capsys.readouterr().out
+    assert "PASS: 99.8% of the best known" in out and "32,768 tokens" in out
+    assert "(the landscape;" in out and "1.25x the expert default" in out
+    # 2026-12-03: fp8-tensorwise, compile default, flash, micro-batch 16: 79,791.
     assert main(["--best", str(BEST_1B), "--landscape", str(LANDSCAPE_1B)]) == 0
     out = capsys.readouterr().out
-    # fp8-tensorwise, compile default, flash, micro-batch 16: 79,791 tok/s in its study, against
-    # the recording's cuDNN variant of it (81,629, measured 2026-12-04).
-    assert "PASS: 97.7% of the best known" in out and "32,768 tokens" in out
-    assert "(the landscape;" in out and "1.20x the expert default" in out
+    assert "PASS: 97.3% of the best known" in out and "1.20x the expert default" in out
 
     slower = json.loads(BEST_1B.read_text())
     slower["best"]["tokens_per_s"] *= 0.9
     (tmp_path / "best.json").write_text(json.dumps(slower))
     assert main(["--best", str(tmp_path / "best.json"), "--landscape", str(LANDSCAPE_1B)]) == 1
-    assert "FAIL: 88.0% of the best known" in capsys.readouterr().out
+    assert "FAIL: 87.6% of the best known" in capsys.readouterr().out
 
 
 def test_recommendations_the_landscape_has_since_beaten_fail(capsys) -> None:
@@ -41,12 +47,16 @@ def test_recommendations_the_landscape_has_since_beaten_fail(capsys) -> None:
     assert "FAIL: 95.5% of the best known" in capsys.readouterr().out
     assert main(["--best", str(EARLIER_3B), "--landscape", str(LANDSCAPE_3B)]) == 1
     assert "FAIL: 89.4% of the best known" in capsys.readouterr().out
+    # 2026-12-04 (sixth): two search trials fitted in the 10 minutes (the expert default, then
+    # fp8 with flash at micro-batch 8: 31,777) before the end checks.
+    assert main(["--best", str(LATEST_3B), "--landscape", str(LANDSCAPE_3B)]) == 1
+    assert "FAIL: 92.9% of the best known" in capsys.readouterr().out
 
 
 def test_an_older_recommendation_is_judged_at_its_knobs_global_batch(capsys) -> None:
     best = RESULTS / "tune_llama_h200/best-llama-1b.json"
     assert "global_batch" not in json.loads(best.read_text())["best"]
-    # Judged (and beaten: 77,895 against 81,629) at the 32,768 tokens its knobs run.
+    # Judged (and beaten: 77,895 against 81,997) at the 32,768 tokens its knobs run.
     assert main(["--best", str(best), "--landscape", str(LANDSCAPE_1B)]) == 1
     out = capsys.readouterr().out
-    assert "global batch 32,768 tokens" in out and "FAIL: 95.4%" in out
+    assert "global batch 32,768 tokens" in out and "FAIL: 95.0%" in out
