@@ -9,9 +9,10 @@
    and model family, newest first and the same preset first, mapped into this space (a value
    the space lacks takes the expert's) and kept only if they pass the policy's screen.
 3. The expert default's closest alternatives: the next micro-batch up, the other fused
-   attention kernel, CUDA graphs (reduce-overhead), fp8 where the GPU has it: the local search
-   an engineer would do by hand, and the sampler's first evidence about the knobs that matter
-   most; fastest predicted first (the throughput model's prior).
+   attention kernel, CUDA graphs (reduce-overhead), fp8 where the GPU has it (with the fused
+   attention kernel the prior expects fastest: a precision's seed may be its only trial): the
+   local search an engineer would do by hand, and the sampler's first evidence about the knobs
+   that matter most; fastest predicted first (the throughput model's prior).
 
 Not every alternative runs up front (`SeedPlan`). Once the expert default and the fastest
 alternative are measured, the throughput model can say where to go next: on the Llama 3B H200
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 
 Z_SEED = 1.0  # the expert's micro-batch fits at the prediction's pessimistic end (mean + 1 sd)
 LEAST_NEED_TIE = 0.01  # where nothing surely fits: needs this close to the least count as equal
+KERNEL_TIE = 0.005  # a kernel predicted this little faster keeps the expert's (no evidence)
 
 # The expert's preference order for each knob (first allowed value wins).
 EXPERT: dict[str, list[Any]] = {
@@ -225,9 +227,31 @@ class Seeder:
             for value in values:
                 alt = {**expert, name: value}
                 if value != expert[name] and _in(domain, value) and self._allowed(alt):
-                    out.append(alt)
+                    out.append(self._fastest_kernel(alt) if name == "precision" else alt)
                     break
         return out
+
+    def _fastest_kernel(self, params: dict[str, Any]) -> dict[str, Any]:
+        """`params` with the fused attention kernel the throughput model's prior expects
+        fastest (the expert's own kernel where none is expected faster). A precision seed
+        may be the only trial its precision gets in a short study: in a 10-minute Llama 3B
+        study on the H200 the fp8 seed, with the expert's flash, was the second and last
+        search trial (31,777 tok/s), while fp8 with cuDNN, which the Hopper prior expects
+        faster and which needs the same memory and compile, runs 33,609
+        (bench/results/h200_session_20261204f)."""
+        domain = self.space.knobs.get("attention")
+        if self.predicted_speed is None or domain is None or isinstance(domain, IntRange):
+            return params
+        speed = self.predicted_speed
+        best, best_speed = params, speed(self.knobs(params))
+        for kernel in EXPERT["attention"]:
+            alt = {**params, "attention": kernel}
+            if kernel == "math" or not _in(domain, kernel) or not self._allowed(alt):
+                continue
+            alt_speed = speed(self.knobs(alt))
+            if alt_speed > best_speed * (1 + KERNEL_TIE):
+                best, best_speed = alt, alt_speed
+        return best
 
     def _fastest_first(self, seeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The alternatives, fastest predicted first (the throughput model's prior: nothing of

@@ -309,14 +309,13 @@ def test_the_floor_is_the_cheapest_config_within_two_percent_of_the_best() -> No
     assert "3 config(s) within 2%" in line and "120 GPU-s" in line and "0.30 of random" in line
 
 
-def test_on_the_llama_3b_landscape_the_model_proposes_the_best_right_after_the_fp8_seed() -> None:
-    """The committed H200 landscape at 32,768 tokens a step. Its best (fp8-tensorwise with CUDA
-    graphs and flex attention at micro-batch 16: 34,214 tok/s) is the throughput model's first
-    proposal, right after the expert default and the fp8 seed; with every seed first, two bf16
-    alternatives ran before it. Before compiled float8 had its own activation memory
-    (costmodel/memory.py) the model doubted micro-batch 16 fits (130.6 GiB predicted, 115.7
-    measured) and ran fp8 at micro-batch 4 first. With the best dropped, the best of the rest
-    is the fp8 seed (32,672)."""
+def test_on_the_llama_3b_landscape_the_fp8_seed_is_within_2pct_of_the_best() -> None:
+    """The committed H200 landscape at 32,768 tokens a step. On Hopper the fp8 seed takes the
+    kernel the prior expects fastest (cuDNN: 33,609 tok/s, 98.2% of the best, fp8-tensorwise
+    with CUDA graphs and flex attention at micro-batch 16: 34,214), so two trials reach 2%,
+    with the best dropped too. With the expert's flash, the seed ran 31,777 and a real
+    10-minute study had no time for a third trial (bench/results/h200_session_20261204f); the
+    replay needed 3 trials (4 with the best dropped)."""
     from bench.replay import run_benchmark
 
     landscape = str(
@@ -337,6 +336,6 @@ def test_on_the_llama_3b_landscape_the_model_proposes_the_best_right_after_the_f
         if drop == 0:
             assert doc["best"]["params"]["compile_mode"] == "reduce-overhead"
             assert doc["best"]["params"]["micro_batch_size"] == 16
-    assert trials == {0: {"ours": 3, "ours-allseeds": 3}, 1: {"ours": 4, "ours-allseeds": 3}}, (
+    assert trials == {0: {"ours": 2, "ours-allseeds": 2}, 1: {"ours": 2, "ours-allseeds": 2}}, (
         trials
     )

@@ -122,6 +122,32 @@ def test_the_alternatives_run_fastest_predicted_first() -> None:
     assert speeds == sorted(speeds, reverse=True)
 
 
+def test_a_precision_seed_takes_the_kernel_the_hardware_prior_expects_fastest() -> None:
+    """Llama 3B: the fp8 seed may be the last search trial of a 10-minute study (H200,
+    2026-12-04: the expert default, then fp8 with flash at 31,777 tok/s, then the end checks),
+    so on Hopper, where the prior expects cuDNN faster (it measured 2-6% faster in 13 of 14
+    H200 configs), the fp8 seed runs cuDNN (33,609 on the H200). On an Ada GPU, which has fp8
+    but no such evidence, it keeps the expert's flash; the expert default keeps flash on both."""
+    from autotuner.search.space import load_space
+    from autotuner.spec import ModelSpec
+
+    llama = ModelSpec.resolve({"preset": "llama-3b"})
+    l40s = Target("cuda", 1, "NVIDIA L40S", (8, 9), 44.5)
+
+    def seeds(target: Target) -> list[dict]:
+        policy = make_policy(load_space("single-gpu"), model=llama, target=target, history_seeds=0)
+        return policy.seeds(Database("sqlite://"))
+
+    for target, kernel in ((H200, "cudnn"), (l40s, "flash")):
+        every = seeds(target)
+        assert every[0]["attention"] == "flash", target
+        fp8 = [p for p in every if p["precision"].startswith("fp8")]
+        assert fp8 and {p["attention"] for p in fp8} == {kernel}, (target, fp8)
+        # Only the kernel moves: the rest is the expert default's.
+        expert = {k: v for k, v in every[0].items() if k not in ("precision", "attention")}
+        assert all({k: p[k] for k in expert} == expert for p in fp8)
+
+
 def test_only_the_fastest_alternative_and_other_precisions_run_before_the_model_proposes() -> None:
     """Llama 3B on the H200: the expert default and its fp8 alternative run first; the bf16
     alternatives (CUDA graphs, cuDNN, the next micro-batch) wait for the throughput model to run
