@@ -90,6 +90,23 @@ def _summary(exc: BaseException, limit: int = 1500) -> str:
     return text if len(text) <= limit else text[:limit] + " ..."
 
 
+# What a collective raises on a rank whose peer process has died: gloo's closed socket (seen on
+# this project's CPU: "Read error [...]: Connection reset by peer") and NCCL's remote error. In a
+# multi-rank trial it is a knock-on of the peer's failure, which the peer (or its launcher)
+# reports: this rank stops as PeerFailed does.
+LOST_PEER_MESSAGES = (
+    "Connection reset by peer",
+    "Connection closed by peer",
+    "remote process exited",
+    "ncclRemoteError",
+)
+
+
+def lost_peer(exc: BaseException) -> bool:
+    """Whether `exc` is a collective's error for a peer that is gone (LOST_PEER_MESSAGES)."""
+    return any(m in str(e) for e in _chain(exc) for m in LOST_PEER_MESSAGES)
+
+
 def classify(exc: BaseException) -> tuple[FailureClass, str, dict]:
     """(failure class, message, extra result fields) for an exception raised by a trial."""
     import torch

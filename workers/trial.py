@@ -125,7 +125,7 @@ def run_trial(config: TrialConfig) -> TrialResult | None:
     from workers import fingerprint as fp_mod
     from workers import memory
     from workers.errors import PeerFailed
-    from workers.failures import classify, compile_error_types
+    from workers.failures import classify, compile_error_types, lost_peer
 
     compile_error_types()
     apply_process_env(config)  # again, for in-process callers (tests); main() did it first
@@ -154,6 +154,10 @@ def run_trial(config: TrialConfig) -> TrialResult | None:
                 f"rank {group.rank} waited {group.timeout_s:.0f} s (the process-group timeout) "
                 f"in a collective: another rank is hung or far slower\n{message}"
             )
+        elif failure_class == FailureClass.CRASH and group is not None and lost_peer(exc):
+            # A knock-on: reported as this rank's crash, it raced the dead peer's report on
+            # another node, and the first to arrive named this rank (CI, 2026-12-04).
+            raise PeerFailed(f"rank {group.rank} lost a peer in a collective: {message}") from exc
         return TrialResult.failure(failure_class, message, **_public(info), **extra)
     finally:
         batches = info.pop("_batches", None)

@@ -64,3 +64,53 @@ def test_unsupported_keeps_the_blamed_knobs():
         "use bf16",
         {"unsupported_knobs": {"precision": "tf32"}},
     )
+
+
+_GLOO_PEER = """
+import os, signal, sys
+import torch, torch.distributed as dist
+rank = int(sys.argv[1])
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[2], rank=rank, world_size=2)
+t = torch.ones(8)
+dist.all_reduce(t)
+if rank == 1:
+    os.kill(os.getpid(), signal.SIGKILL)  # the peer dies between two collectives
+try:
+    dist.all_reduce(t)
+except Exception as exc:
+    print(repr(exc))
+"""
+
+
+def test_a_collective_whose_peer_died_is_a_lost_peer_not_a_crash_of_this_rank() -> None:
+    """Two real gloo ranks; rank 1 dies. What rank 0's next collective raises is a knock-on
+    (workers.trial raises PeerFailed for it: the dead rank's launcher reports the trial). An
+    ordinary error is not."""
+    import socket
+    import subprocess
+    import sys
+
+    from workers.failures import lost_peer
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, "-c", _GLOO_PEER, str(r), port], stdout=subprocess.PIPE, text=True
+        )
+        for r in (0, 1)
+    ]
+    out = ranks[0].communicate(timeout=120)[0]
+    ranks[1].wait(timeout=30)
+    assert out.startswith("RuntimeError("), out
+    assert lost_peer(RuntimeError(out))
+    try:
+        try:
+            raise RuntimeError(out)
+        except RuntimeError as inner:
+            raise ValueError("wrapped") from inner
+    except ValueError as outer:
+        assert lost_peer(outer)  # anywhere in the cause chain
+    assert not lost_peer(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
+    assert classify(RuntimeError(out))[0] == FailureClass.CRASH  # alone it classifies as before
