@@ -69,8 +69,8 @@ def test_unsupported_keeps_the_blamed_knobs():
 _GLOO_PEER = """
 import os, signal, sys
 import torch, torch.distributed as dist
-rank = int(sys.argv[1])
-dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[2], rank=rank, world_size=2)
+rank, port = int(sys.argv[1]), sys.argv[2]
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
 t = torch.ones(8)
 dist.all_reduce(t)
 if rank == 1:
