@@ -91,7 +91,10 @@ def _summary(exc: BaseException, limit: int = 1500) -> str:
 
 
 # What a collective raises on a rank whose peer process has died: gloo's closed socket (seen on
-# this project's CPU: "Read error [...]: Connection reset by peer") and NCCL's remote error. In a
+# this project's CPU: "Read error [...]: Connection reset by peer") and torch's DistBackendError
+# for NCCL's remote error ("remote process exited or there was a network error ... ncclRemoteError:
+# A call failed possibly due to a network error or a remote process exiting prematurely", as
+# reported in NVIDIA/nccl issues 934 and 2076; not yet seen on this project's GPUs). In a
 # multi-rank trial it is a knock-on of the peer's failure, which the peer (or its launcher)
 # reports: this rank stops as PeerFailed does.
 LOST_PEER_MESSAGES = (
