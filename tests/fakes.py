@@ -99,6 +99,7 @@ TRUE_MEMORY_FACTORS = {
     "logits_compiled": 0.7,
     "base": 3.0,
     "optimizer_step": 1.05,
+    "graph_grads": 1.1,
 }
 
 
