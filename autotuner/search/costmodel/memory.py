@@ -17,7 +17,7 @@ product). This module adds the peak-memory estimate that predicts OOM, as a sum 
 | base                   | allocator-visible constants (cuBLAS workspace, RNG, small buffers)      |
 | optimizer_step         | how far the optimizer step's peak exceeds backward's (0 for most)       |
 | graph_grads            | CUDA graphs with accumulation: how far the end of a micro-step's        |
-|                        | backward, its gradient outputs beside the accumulated ones, exceeds both |
+|                        | backward (its gradients beside the accumulated ones) exceeds the others |
 
 Each component is an honest physical estimate; `calibration.py` fits one multiplier per
 component to what the study measures.
