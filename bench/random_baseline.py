@@ -39,13 +39,18 @@ def recorded(path: str, global_batch: int | None) -> list[tuple[float, float]]:
     return [(r.tokens_per_s or 0.0, r.wall_s or 0.0) for r in table.values()]
 
 
+def within(configs: list[tuple[float, float]]) -> list[bool]:
+    """For each config, whether its tokens/s is within 2% of the best's."""
+    best = max(t for t, _ in configs)
+    return [t >= (1 - WITHIN) * best for t, _ in configs]
+
+
 def gpu_s_until_within(
     configs: list[tuple[float, float]], *, draws: int, seed: int = 0
 ) -> list[float]:
     """GPU-seconds random search pays until a config within 2% of the best, for `draws`
     uniform random orders of `configs`."""
-    best = max(t for t, _ in configs)
-    good = [t >= (1 - WITHIN) * best for t, _ in configs]
+    good = within(configs)
     rng = random.Random(seed)
     order = list(range(len(configs)))
     out = []
@@ -63,9 +68,9 @@ def gpu_s_until_within(
 def expected_gpu_s(configs: list[tuple[float, float]]) -> float:
     """The mean in closed form: each config outside 2% is drawn before every one of the K inside
     with probability 1/(K+1), and the first one inside costs their mean wall."""
-    best = max(t for t, _ in configs)
-    inside = [w for t, w in configs if t >= (1 - WITHIN) * best]
-    outside = [w for t, w in configs if t < (1 - WITHIN) * best]
+    good = within(configs)
+    inside = [w for (_, w), g in zip(configs, good, strict=True) if g]
+    outside = [w for (_, w), g in zip(configs, good, strict=True) if not g]
     return statistics.fmean(inside) + sum(outside) / (len(inside) + 1)
 
 
@@ -75,7 +80,7 @@ def summary(configs: list[tuple[float, float]], *, draws: int, runs: int) -> dic
     medians = sorted(statistics.median(rng.sample(costs, runs)) for _ in range(2000))
     return {
         "configs": len(configs),
-        "within_2pct": sum(1 for t, _ in configs if t >= (1 - WITHIN) * max(c[0] for c in configs)),
+        "within_2pct": sum(within(configs)),
         "draws": draws,
         "median_gpu_s": round(statistics.median(costs), 1),
         "mean_gpu_s": round(statistics.fmean(costs), 1),

@@ -69,6 +69,8 @@ EXPERT: dict[str, list[Any]] = {
     "ddp_static_graph": [False, True],
     "fsdp_reduce_dtype": ["fp32", "bf16"],
 }
+# The fused attention kernels, in the expert's order (math materialises the scores: never a seed's).
+FUSED_ATTENTION = [k for k in EXPERT["attention"] if k != "math"]
 
 
 @dataclass
@@ -244,9 +246,9 @@ class Seeder:
             return params
         speed = self.predicted_speed
         best, best_speed = params, speed(self.knobs(params))
-        for kernel in EXPERT["attention"]:
+        for kernel in FUSED_ATTENTION:
             alt = {**params, "attention": kernel}
-            if kernel == "math" or not _in(domain, kernel) or not self._allowed(alt):
+            if not _in(domain, kernel) or not self._allowed(alt):
                 continue
             alt_speed = speed(self.knobs(alt))
             if alt_speed > best_speed * (1 + KERNEL_TIE):
