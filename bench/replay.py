@@ -64,8 +64,12 @@ def run_benchmark(
     drop_best: int = 0,
     extra_notes: list[str] | None = None,
     global_batch: int | None = None,
+    minutes: float | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark; write replay_<name>.json/.md under out_dir when given.
+
+    minutes=M runs each study on simulated time with an M-minute budget and no trial budget,
+    and reports what it recommended (acceptance item 1 of issue 10, replayed).
 
     drop_best=N removes the N best recorded configs first: a stress test of the search when
     the expert default's neighbourhood does not hold the optimum.
@@ -129,6 +133,7 @@ def run_benchmark(
         "best": {"params": json.loads(best_key), "tokens_per_s": best},
         "seeds": seeds,
         "budget": budget,
+        "minutes": minutes,
         "ran_on": "CPU (replay: no GPU time is spent)",
         "ran_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "strategies": {},
@@ -150,6 +155,7 @@ def run_benchmark(
                     target=target,
                     budget=budget,
                     best=best,
+                    minutes=minutes,
                 )
                 runs.append(r)
                 if progress:
@@ -185,6 +191,7 @@ def run_benchmark(
         stem = "replay_" + Path(landscape_path).stem.removeprefix("landscape_")
         stem += f"_gb{global_batch}" if global_batch is not None else ""
         stem += f"_dropbest{drop_best}" if drop_best else ""
+        stem += f"_{minutes:g}min" if minutes is not None else ""
         (out / f"{stem}.json").write_text(json.dumps(doc, indent=1, default=str))
         (out / f"{stem}.md").write_text(markdown(doc))
         doc["written"] = [str(out / f"{stem}.json"), str(out / f"{stem}.md")]
@@ -255,6 +262,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="keep and hold one global batch (tokens per optimizer step)",
     )
+    ap.add_argument(
+        "--minutes",
+        type=float,
+        default=None,
+        help="run each study on simulated time with this time budget (as tune --minutes), "
+        "with no trial budget, and report what it recommended",
+    )
     args = ap.parse_args(argv)
     doc = run_benchmark(
         args.landscape,
@@ -267,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         drop_best=args.drop_best,
         extra_notes=args.note,
         global_batch=args.global_batch,
+        minutes=args.minutes,
         command="python bench/replay.py " + shlex.join(argv or sys.argv[1:]),
     )
     print(markdown(doc))

@@ -69,6 +69,14 @@ def replay(
             "step) and hold it; default: every config, mixed global batches noted.",
         ),
     ] = None,
+    minutes: Annotated[
+        float | None,
+        typer.Option(
+            min=0.1,
+            help="Run each study on simulated time with this time budget, as `tune --minutes` "
+            "on the recorded hardware, and report what it recommended; default: a trial budget.",
+        ),
+    ] = None,
     note: Annotated[list[str] | None, typer.Option(help="A note for the report.")] = None,
     out: Annotated[
         Path | None,
@@ -101,6 +109,7 @@ def replay(
         drop_best=drop_best,
         extra_notes=note,
         global_batch=global_batch,
+        minutes=minutes,
     )
     typer.echo(bench.markdown(doc))
     for path in doc.get("written", []):

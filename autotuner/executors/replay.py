@@ -16,10 +16,21 @@ is answered as the worker would: when its first repeat (the recorded one, or the
 none is recorded or noise is drawn) is below the floor, the answer is that one repeat with
 `stopped_early` set, and the skipped repeats' time (from `phases_s`, when recorded) is not
 charged.
+
+With a `SimulatedClock` the replay runs on simulated time, so that a study's time budget
+(`--minutes`) decides what it measures as it would on the recorded hardware: each answer
+advances the clock by the trial's wall. A config's first trial costs its recorded wall (its
+cold compile included). A re-run of a config already answered (a re-measurement, the winner's
+headroom check or parity trial) costs what the study's own end-time model expects of it
+(search/end_time.py `TrialWalls`: the compile warm, the headroom check's evaluation pass, a
+parity trial's steps), and its answer says so (wall_s, compile_s), as the real re-run's does.
+On the H200's 10-minute Llama 3B study of 2026-12-04 those estimates summed to 4.6 min against
+the 4.8 min its end checks took (bench/results/h200_session_20261204g).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import random
 from collections.abc import Iterable
@@ -27,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from autotuner.executors.base import Completed, Target
+from autotuner.search.end_time import FLOOR_S, WARM_COMPILE_SHARE, TrialWalls
+from autotuner.search.progress import HEADROOM_AND_PARITY, HEADROOM_CHECK, PARITY
 from autotuner.spec import (
     LEGACY_KNOBS,
     FailureClass,
@@ -131,6 +144,25 @@ def stop_early(result: TrialResult, floor: float, repeats: int, *, drawn: bool) 
     )
 
 
+class SimulatedClock:
+    """A study's "now" on simulated time (study/budget.py `Budget.clock`): the real time of its
+    first reading, then moved only by `advance`. Anchored at the first reading, which comes
+    after the study stored its start, so that a budget is spent when the simulated seconds
+    reach it, not a few real milliseconds before."""
+
+    def __init__(self) -> None:
+        self.origin: dt.datetime | None = None
+        self.elapsed_s = 0.0
+
+    def __call__(self) -> dt.datetime:
+        if self.origin is None:
+            self.origin = dt.datetime.now(dt.UTC)
+        return self.origin + dt.timedelta(seconds=self.elapsed_s)
+
+    def advance(self, seconds: float) -> None:
+        self.elapsed_s += max(0.0, seconds)
+
+
 class ReplayExecutor:
     """An executor whose trials finish instantly with their recorded results."""
 
@@ -143,6 +175,7 @@ class ReplayExecutor:
         target: Target | None = None,
         noise_rel: float = 0.0,
         seed: int = 0,
+        clock: SimulatedClock | None = None,
     ) -> None:
         self.knob_names = list(knob_names)
         self.table = landscape.index(self.knob_names)
@@ -154,6 +187,9 @@ class ReplayExecutor:
         self._counter = 0
         self.gpu_seconds = 0.0  # simulated device time of every trial answered so far
         self.submitted: list[TrialConfig] = []
+        self.clock = clock
+        self._walls = TrialWalls()  # what a re-run costs on simulated time
+        self._unrecorded: set[str] = set()  # configs not in the landscape, charged once
 
     def target(self) -> Target:
         return self._target
@@ -174,6 +210,9 @@ class ReplayExecutor:
     def collect(self, timeout_s: float) -> list[Completed]:
         done = [Completed(h, self._answer(c), "replay") for h, c in self._pending.items()]
         self._pending.clear()
+        if self.clock is not None and done:
+            # The trials answered together ran side by side (one slot each).
+            self.clock.advance(max(c.result.wall_s or 0.0 for c in done))
         return done
 
     def cancel(self, handle: str) -> None:
@@ -195,8 +234,41 @@ class ReplayExecutor:
         floor = config.measure.abandon_below_tokens_per_s
         if floor is not None and result.status == TrialStatus.OK:
             result = stop_early(result, floor, config.measure.repeats, drawn=self.noise_rel > 0)
+        if self.clock is not None:
+            result = self._on_simulated_time(config, key, result, recorded=key in self.table)
         self.gpu_seconds += result.wall_s or 0.0
         return result
+
+    def _on_simulated_time(
+        self, config: TrialConfig, key: str, result: TrialResult, *, recorded: bool
+    ) -> TrialResult:
+        """The answer with the wall a trial of this config would take now: a re-run's is the
+        end-time model's estimate, with the compile warm."""
+        params = json.loads(key)
+        if not recorded:
+            # An end check of a config nobody recorded (the numerics check's reference at the
+            # reference precision): it ran once on the hardware, as long as the study expects
+            # an unmeasured config to take. Its retry (the answer is a failure) is free: it is
+            # this replay's artefact.
+            charged = key in self._unrecorded
+            self._unrecorded.add(key)
+            return result.model_copy(
+                update={"wall_s": 0.0 if charged else self._walls.search_trial_s()}
+            )
+        m = config.measure
+        if m.headroom_check:
+            purpose = HEADROOM_AND_PARITY if m.parity_steps else HEADROOM_CHECK
+        elif m.parity_steps:
+            purpose = PARITY
+        else:
+            purpose = "remeasure"
+        if not self._walls.known(params):
+            # A config's first trial: its recorded wall, cold compile included.
+            self._walls.observe(params, result, "search", config.knobs.grad_accum)
+            return result
+        wall_s = max(FLOOR_S, self._walls.expected_s(purpose, params))
+        compile_s = None if result.compile_s is None else result.compile_s * WARM_COMPILE_SHARE
+        return result.model_copy(update={"wall_s": wall_s, "compile_s": compile_s})
 
     def _noisy(self, result: TrialResult) -> TrialResult:
         tps = result.tokens_per_s or 0.0

@@ -146,6 +146,10 @@ class TrialWalls:
             if any(p in phases for p in _HEADROOM_PHASES):
                 self._eval_s.append(sum(phases.get(p, 0.0) for p in _HEADROOM_PHASES))
 
+    def known(self, params: Params) -> bool:
+        """Whether a trial of this config was observed."""
+        return canonical_params(params) in self._longest
+
     def warm_share(self) -> float:
         """A re-run's compile over its config's cold one: the largest the study measured."""
         return max(self._warm_shares) if self._warm_shares else WARM_COMPILE_SHARE

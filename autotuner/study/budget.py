@@ -3,24 +3,33 @@
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from autotuner.search.end_time import TimeLeft
+
+
+def utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
 
 
 @dataclass(frozen=True)
 class Budget:
     """`max_trials` counts launched trials, never retries or pruned proposals; `max_minutes`
-    counts wall-clock time since the study first started (a restart does not reset it)."""
+    counts wall-clock time since the study first started (a restart does not reset it).
+
+    `clock`: what "now" is; a replay on simulated time passes the clock its executor advances
+    by each answered trial's wall (executors/replay.py `SimulatedClock`)."""
 
     max_trials: int | None
     max_minutes: float | None
     started_at: dt.datetime
+    clock: Callable[[], dt.datetime] = field(default=utc_now, compare=False)
 
     def elapsed_s(self) -> float:
         started = self.started_at
         started = started if started.tzinfo else started.replace(tzinfo=dt.UTC)
-        return (dt.datetime.now(dt.UTC) - started).total_seconds()
+        return (self.clock() - started).total_seconds()
 
     def time_left(self) -> TimeLeft | None:
         """Elapsed and budgeted seconds; None without a time budget."""

@@ -15,6 +15,7 @@ become `lost` and are retried once (`lifecycle.StudyLease.take`).
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -46,7 +47,7 @@ from autotuner.storage.models import StudyStatus, Trial, TrialState
 from autotuner.storage.repository import TrialRepo
 from autotuner.storage.session import Database
 from autotuner.study import endgame
-from autotuner.study.budget import Budget
+from autotuner.study.budget import Budget, utc_now
 from autotuner.study.create import create_study
 from autotuner.study.events import Event, OnEvent
 from autotuner.study.lifecycle import StudyLease, default_owner
@@ -91,6 +92,7 @@ class StudyRunner:
         screen: Callable[[Params, Knobs], Prune | None] | None = None,
         wrap_sampler: Callable[[BaseSampler], BaseSampler] | None = None,
         candidates: Callable[[], list[Params]] | None = None,
+        clock: Callable[[], dt.datetime] = utc_now,
     ) -> None:
         self.db = db
         self.study_id = study_id
@@ -104,6 +106,7 @@ class StudyRunner:
         self._screen = screen
         self._wrap_sampler = wrap_sampler
         self._candidates = candidates
+        self._clock = clock  # the time budget's "now" (study/budget.py)
         self.lease = StudyLease(
             db,
             study_id,
@@ -144,7 +147,7 @@ class StudyRunner:
             self.done = True
             return
         self.started_at = study.started_at
-        self.budget = Budget(self.max_trials, self.max_minutes, self.started_at)
+        self.budget = Budget(self.max_trials, self.max_minutes, self.started_at, self._clock)
         self.target = self.executor.target()
         if study.device_type != self.target.device_type:  # submitted without a target, or moved
             self.lease.record_device(self.target.device_type)

@@ -22,8 +22,7 @@ def markdown(doc: dict[str, Any]) -> str:
         f"{doc['space']['name']} ({len(doc['space']['knobs'])} knobs, grid of "
         f"{doc['grid_size']}, {doc['universe_size']} recorded). Best recorded: "
         f"{doc['best']['tokens_per_s']:,.0f} tokens/s with {doc['best']['params']}.",
-        f"Seeds: {doc['seeds']}; trial budget per run: {doc['budget']}. Replayed on: "
-        f"{doc['ran_on']} at {doc['ran_at']}.",
+        f"Seeds: {doc['seeds']}; {_budget(doc)}. Replayed on: {doc['ran_on']} at {doc['ran_at']}.",
         "",
         "Trials and simulated GPU-seconds until the best config found is within 2% of the "
         "landscape's best (a run that never gets there counts as infinite: see hit rate).",
@@ -48,6 +47,8 @@ def markdown(doc: dict[str, Any]) -> str:
             f"({s['ooms_before_2pct_mean']:.1f}) | "
             f"{s['impossible_launched_total']} | {pr} |"
         )
+    if doc.get("minutes") is not None:
+        lines += _time_budget_table(doc)
     acc = doc["acceptance"]
     lines += ["", "Acceptance:", ""]
     lines += [f"- {'PASS' if ok else 'FAIL'}: {text}" for text, ok in acc]
@@ -69,6 +70,33 @@ def markdown(doc: dict[str, Any]) -> str:
             f"{m['tp']}/{m['fp']}/{m['fn']}/{m['tn']} | {_fmt(m['median_abs_rel_error_peak'])} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _budget(doc: dict[str, Any]) -> str:
+    if doc.get("minutes") is None:
+        return f"trial budget per run: {doc['budget']}"
+    return f"time budget per run: {doc['minutes']:g} minutes of simulated time, no trial budget"
+
+
+def _time_budget_table(doc: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        f"What each {doc['minutes']:g}-minute study recommended, on simulated time (each trial "
+        "advances the clock by its recorded wall; a re-run by the study's own end-time "
+        "estimate, its compile warm: autotuner/executors/replay.py):",
+        "",
+        "| strategy | recommended, share of the best: median (lowest) | runs within 3% | search "
+        "trials median | simulated minutes: median (longest) |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name, s in doc["strategies"].items():
+        t = s["time_budget"]
+        lines.append(
+            f"| {name} | {t['recommended_rel_median']:.1%} ({t['recommended_rel_min']:.1%}) | "
+            f"{t['within_3pct']}/{s['runs']} | {_fmt(t['search_trials_median'])} | "
+            f"{t['minutes_median']:.1f} ({t['minutes_max']:.1f}) |"
+        )
+    return lines
 
 
 def _fmt(x: Any) -> str:
@@ -160,6 +188,15 @@ def acceptance(doc: dict[str, Any]) -> list[tuple[str, bool]]:
                 f"ours: median GPU-s {_fmt(a)} vs random {_fmt(b)}, {share} of it "
                 f"(target <= {GPU_S_SHARE_TARGET:g})",
                 ok,
+            )
+        )
+    if ours and "time_budget" in ours:
+        t = ours["time_budget"]
+        out.append(
+            (
+                f"ours: a {doc['minutes']:g}-minute study recommends within 3% of the best in "
+                f"{t['within_3pct']} of {ours['runs']} runs (target: all)",
+                t["within_3pct"] == ours["runs"],
             )
         )
     out.append(

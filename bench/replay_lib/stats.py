@@ -87,7 +87,7 @@ def summarise(runs: list[dict[str, Any]], budget: int) -> dict[str, Any]:
         }
 
     pred = {k: sum(r["predicted_oom"][k] for r in runs) for k in ("tp", "fp", "fn")}
-    return {
+    out = {
         "runs": len(runs),
         "hit_rate": round(sum(r["trials_to_2pct"] is not None for r in runs) / len(runs), 3),
         "trials_to_2pct": stats("trials_to_2pct"),
@@ -105,6 +105,22 @@ def summarise(runs: list[dict[str, Any]], budget: int) -> dict[str, Any]:
             "recall": _ratio(pred["tp"], pred["tp"] + pred["fn"]),
         },
         "budget": budget,
+    }
+    if runs and "minutes" in runs[0]:
+        out["time_budget"] = time_budget(runs)
+    return out
+
+
+def time_budget(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """What studies on simulated time recommended (run_once with `minutes`)."""
+    rel = [r["recommended_rel"] for r in runs]
+    return {
+        "recommended_rel_median": round(statistics.median(rel), 4),
+        "recommended_rel_min": min(rel),
+        "within_3pct": sum(bool(r["recommended_within_3pct"]) for r in runs),
+        "search_trials_median": statistics.median(r["search_trials"] for r in runs),
+        "minutes_median": round(statistics.median(r["minutes"] for r in runs), 2),
+        "minutes_max": max(r["minutes"] for r in runs),
     }
 
 
