@@ -1,0 +1,32 @@
+"""bench/power_cap_probe.py on the CPU: each arm is a real trial process with its measurement
+change, and the summary compares every arm with the search trial's (`synthetic`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.power_cap_probe import main
+
+CPU_KNOBS = {
+    "precision": "fp32",
+    "attention": "math",
+    "compile_mode": "none",
+    "micro_batch_size": 2,
+}
+
+
+def test_the_arms_run_as_trials_and_are_compared_with_the_search_trial(tmp_path: Path) -> None:
+    out = tmp_path / "probe.json"
+    argv = ["--preset", "tiny", "--device", "cpu", "--rounds", "1", "--out", str(out)]
+    argv += ["--arms", "synthetic,after-parity", "--knobs", json.dumps(CPU_KNOBS)]
+    assert main(argv) == 0
+    doc = json.loads(out.read_text())
+    rows = {r["arm"]: r for r in doc["rows"]}
+    assert set(rows) == {"synthetic", "after-parity"}
+    assert all(r["status"] == "ok" and r["tokens_per_s"] for r in rows.values()), rows
+    assert len(rows["synthetic"]["repeats"]) == 3  # a search trial's repeats
+    s = doc["summary"]
+    assert s["synthetic"]["vs_synthetic"] == 1.0
+    assert s["after-parity"]["vs_synthetic"] > 0
+    assert doc["knobs"]["precision"] == "fp32"
