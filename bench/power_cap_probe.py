@@ -3,10 +3,10 @@
 On the H200 every Llama trial runs at the board's power cap (NVML throttle reason SwPowerCap,
 ~690 W, SM clock 1,500-1,650 MHz of 1,980). The winner's headroom check, which trains the
 numerics check's 50 parity steps on a learnable token stream before its timed steps, measured
-the same config 1.6-3.3% faster than its search trial in all four fp8 studies, with its mean SM
-clock higher by about as much (bench/results/h200_session_20261204g/README.md); re-measurements
-in fresh processes agreed with the search trial within 0.6%, and GPT-2's bf16 headroom checks
-(below the cap's clock effect) within 0.3%.
+the same config 1.6-3.3% faster than its search trial in all six fp8 studies where it did, with
+its mean SM clock higher by about as much (bench/results/h200_session_20261204g/README.md); the
+one headroom check without parity steps (2026-12-01), re-measurements in fresh processes and
+GPT-2's bf16 checks agreed with their search trials within 0.6%.
 
 Two explanations predict different things:
 - data-dependent power: a trained model on structured data switches fewer bits than a random
