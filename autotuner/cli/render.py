@@ -63,6 +63,8 @@ def best_table(view: dict[str, Any]) -> RenderableType:
     if rec.get("tokens_per_s_per_gpu") and on_gpu:  # a CPU trial has no GPU to divide by
         table.add_row("tokens/s per GPU", f"{rec['tokens_per_s_per_gpu']:,.0f}")
     table.add_row("MFU", f"{rec['mfu']:.1%}" if rec.get("mfu") is not None else "n/a (no peak)")
+    if (clock := rec.get("gpu_clock")) and clock.get("text"):
+        table.add_row("GPU clock", safe(clock["text"]))
     if rec.get("headroom"):
         for label, text in memory_rows(rec["headroom"]):
             table.add_row(label, safe(text))

@@ -19,13 +19,10 @@ charged.
 
 With a `SimulatedClock` the replay runs on simulated time, so that a study's time budget
 (`--minutes`) decides what it measures as it would on the recorded hardware: each answer
-advances the clock by the trial's wall. A config's first trial costs its recorded wall (its
-cold compile included). A re-run of a config already answered (a re-measurement, the winner's
-headroom check or parity trial) costs what the study's own end-time model expects of it
-(search/end_time.py `TrialWalls`: the compile warm, the headroom check's evaluation pass, a
-parity trial's steps), and its answer says so (wall_s, compile_s), as the real re-run's does.
-On the H200's 10-minute Llama 3B study of 2026-12-04 those estimates summed to 4.6 min against
-the 4.8 min its end checks took (bench/results/h200_session_20261204g).
+advances the clock by the trial's wall (trials answered together ran side by side). `rewall`,
+where given, sets each answer's wall first: the replay benchmark charges a re-run of a config
+what the study's end-time model expects of it (bench/replay_lib/simtime.py), a policy that
+belongs to the layers above this one.
 """
 
 from __future__ import annotations
@@ -33,13 +30,11 @@ from __future__ import annotations
 import datetime as dt
 import json
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from autotuner.executors.base import Completed, Target
-from autotuner.search.end_time import FLOOR_S, WARM_COMPILE_SHARE, TrialWalls
-from autotuner.search.progress import HEADROOM_AND_PARITY, HEADROOM_CHECK, PARITY
 from autotuner.spec import (
     LEGACY_KNOBS,
     FailureClass,
@@ -144,6 +139,11 @@ def stop_early(result: TrialResult, floor: float, repeats: int, *, drawn: bool) 
     )
 
 
+# (config, its canonical knobs, the recorded answer, whether the landscape holds it) -> the
+# answer with the wall this trial takes now.
+Rewall = Callable[[TrialConfig, str, TrialResult, bool], TrialResult]
+
+
 class SimulatedClock:
     """A study's "now" on simulated time (study/budget.py `Budget.clock`): the real time of its
     first reading, then moved only by `advance`. Anchored at the first reading, which comes
@@ -176,6 +176,7 @@ class ReplayExecutor:
         noise_rel: float = 0.0,
         seed: int = 0,
         clock: SimulatedClock | None = None,
+        rewall: Rewall | None = None,
     ) -> None:
         self.knob_names = list(knob_names)
         self.table = landscape.index(self.knob_names)
@@ -188,8 +189,7 @@ class ReplayExecutor:
         self.gpu_seconds = 0.0  # simulated device time of every trial answered so far
         self.submitted: list[TrialConfig] = []
         self.clock = clock
-        self._walls = TrialWalls()  # what a re-run costs on simulated time
-        self._unrecorded: set[str] = set()  # configs not in the landscape, charged once
+        self.rewall = rewall
 
     def target(self) -> Target:
         return self._target
@@ -234,41 +234,10 @@ class ReplayExecutor:
         floor = config.measure.abandon_below_tokens_per_s
         if floor is not None and result.status == TrialStatus.OK:
             result = stop_early(result, floor, config.measure.repeats, drawn=self.noise_rel > 0)
-        if self.clock is not None:
-            result = self._on_simulated_time(config, key, result, recorded=key in self.table)
+        if self.rewall is not None:
+            result = self.rewall(config, key, result, key in self.table)
         self.gpu_seconds += result.wall_s or 0.0
         return result
-
-    def _on_simulated_time(
-        self, config: TrialConfig, key: str, result: TrialResult, *, recorded: bool
-    ) -> TrialResult:
-        """The answer with the wall a trial of this config would take now: a re-run's is the
-        end-time model's estimate, with the compile warm."""
-        params = json.loads(key)
-        if not recorded:
-            # An end check of a config nobody recorded (the numerics check's reference at the
-            # reference precision): it ran once on the hardware, as long as the study expects
-            # an unmeasured config to take. Its retry (the answer is a failure) is free: it is
-            # this replay's artefact.
-            charged = key in self._unrecorded
-            self._unrecorded.add(key)
-            return result.model_copy(
-                update={"wall_s": 0.0 if charged else self._walls.search_trial_s()}
-            )
-        m = config.measure
-        if m.headroom_check:
-            purpose = HEADROOM_AND_PARITY if m.parity_steps else HEADROOM_CHECK
-        elif m.parity_steps:
-            purpose = PARITY
-        else:
-            purpose = "remeasure"
-        if not self._walls.known(params):
-            # A config's first trial: its recorded wall, cold compile included.
-            self._walls.observe(params, result, "search", config.knobs.grad_accum)
-            return result
-        wall_s = max(FLOOR_S, self._walls.expected_s(purpose, params))
-        compile_s = None if result.compile_s is None else result.compile_s * WARM_COMPILE_SHARE
-        return result.model_copy(update={"wall_s": wall_s, "compile_s": compile_s})
 
     def _noisy(self, result: TrialResult) -> TrialResult:
         tps = result.tokens_per_s or 0.0

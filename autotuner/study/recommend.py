@@ -36,6 +36,7 @@ from autotuner.storage.models import Trial, TrialState
 from autotuner.study.batch import global_batch_entry
 from autotuner.study.columns import load_json, measured, memory_record
 from autotuner.study.compile_time import compile_entry
+from autotuner.study.gpu_clock import gpu_clock_entry
 from autotuner.study.input_pipeline import input_pipeline_entry
 
 MIN_NOISE_REL = 0.005  # timing on a quiet machine is never better than this
@@ -245,6 +246,7 @@ def recommend_ranked(
         # beside 382,265 per GPU, the first trial's).
         "tokens_per_s_per_gpu": _median_of(r.tokens_per_s_per_gpu for r in best.results),
         "mfu": result.mfu,
+        "gpu_clock": gpu_clock_entry(result.telemetry),
         "peak_mem_gib": result.peak_mem_gib,
         # The cold compile (a user's first run pays it), not a warm one from the study's cache.
         "compile_s": (compile_info or {}).get("cold_s"),

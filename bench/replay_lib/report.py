@@ -83,7 +83,7 @@ def _time_budget_table(doc: dict[str, Any]) -> list[str]:
         "",
         f"What each {doc['minutes']:g}-minute study recommended, on simulated time (each trial "
         "advances the clock by its recorded wall; a re-run by the study's own end-time "
-        "estimate, its compile warm: autotuner/executors/replay.py):",
+        "estimate, its compile warm: bench/replay_lib/simtime.py):",
         "",
         "| strategy | recommended, share of the best: median (lowest) | runs within 3% | search "
         "trials median | simulated minutes: median (longest) |",

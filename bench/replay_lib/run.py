@@ -26,6 +26,7 @@ from autotuner.storage.models import TrialState
 from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database, dispose_engines
 from autotuner.study.coordinator import StudyRunner, create_study
+from bench.replay_lib.simtime import RerunWalls
 from bench.replay_lib.universe import Snapper, UniverseSampler, grid_size
 
 WITHIN = 0.02
@@ -95,7 +96,13 @@ def run_once(
         seed=seed,
         options=options,
     )
-    executor = ReplayExecutor(landscape, list(space.knobs), target=target, clock=clock)
+    executor = ReplayExecutor(
+        landscape,
+        list(space.knobs),
+        target=target,
+        clock=clock,
+        rewall=RerunWalls() if clock is not None else None,
+    )
     hooks: dict[str, Any] = {}
     if len(table) < grid_size(space):
         # Every proposal (the seeds included) becomes the nearest recorded config: the

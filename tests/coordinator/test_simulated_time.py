@@ -17,6 +17,7 @@ from autotuner.storage.models import StudyStatus, TrialState
 from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
 from autotuner.study.coordinator import StudyRunner, create_study
+from bench.replay_lib.simtime import RerunWalls
 from tests.fakes import measured
 
 MODEL = ModelSpec.resolve({"preset": "tiny"})
@@ -43,7 +44,7 @@ def test_each_answer_advances_the_clock_and_a_rerun_compiles_warm() -> None:
     landscape = Landscape([({"micro_batch_size": 8}, measured(100.0, wall_s=60.0, compile_s=40.0))])
     clock = SimulatedClock()
     start = clock()
-    executor = ReplayExecutor(landscape, KNOBS, clock=clock)
+    executor = ReplayExecutor(landscape, KNOBS, clock=clock, rewall=RerunWalls())
     first = _answer(executor, _config(8))
     assert first.wall_s == 60.0 and clock.elapsed_s == 60.0  # the recorded, cold trial
     again = _answer(executor, _config(8))
@@ -87,7 +88,9 @@ def test_a_time_budget_ends_the_search_on_simulated_time(sqlite_url: str) -> Non
         db, model=MODEL, space=space, max_minutes=10, options=StudyOptions(headroom=0.0)
     )
     clock = SimulatedClock()
-    executor = ReplayExecutor(landscape, KNOBS, target=landscape.target(), clock=clock)
+    executor = ReplayExecutor(
+        landscape, KNOBS, target=landscape.target(), clock=clock, rewall=RerunWalls()
+    )
     StudyRunner(db, study_id, executor, poll_s=0.0, clock=clock).run()
     with db.read() as s:
         study = StudyRepo(s).require(study_id)
