@@ -19,9 +19,11 @@ from sqlalchemy import update
 
 from autotuner.search.objective import Objective
 from autotuner.storage.models import Study
+from autotuner.storage.repository import TrialRepo
 from autotuner.storage.session import Database, upgrade_database
 from autotuner.study import operations
 from autotuner.study.live import store_live_best
+from autotuner.study.recommend import recommend
 from tests.browser import Browser
 from tests.dashboard.conftest import make_app
 from tests.dashboard.test_dashboard_browser import _serve
@@ -241,4 +243,27 @@ def test_a_running_study_with_only_tight_trials_hides_the_export_commands(tmp_pa
             text = b.eval("document.getElementById('best-none').textContent")
             assert text.startswith("No recommendable trial yet: each of the 2 measured"), text
             assert b.eval("document.getElementById('apply').hidden") is True
+            assert b.errors == [], b.errors
+
+
+@pytest.mark.browser
+def test_the_card_says_the_winner_was_timed_at_the_power_cap(tmp_path: Path) -> None:
+    """Llama 3B on one H200 (2026-12-04, seventh session): every trial ran at the board's power
+    cap. The card gives the winner's mean SM clock and the cap, in the words `best` prints."""
+    copy = tmp_path / "llama-3b.db"
+    shutil.copyfile(H200_SESSION.parent / "h200_session_20261204g/tune-llama-3b.db", copy)
+    db = Database(f"sqlite:///{copy}")
+    study_id = operations.list_studies(db)[0]["id"]
+    with db.session() as s:
+        study = s.get(Study, study_id)
+        assert study is not None and "gpu_clock" not in study.recommendation  # stored before
+        trials = TrialRepo(s).list(study_id)
+        # The recommendation as this code computes it at the study's end.
+        study.recommendation = {**study.recommendation, **recommend(trials, Objective.TOKENS_PER_S)}
+    for base in _serve(make_app(db)):
+        with Browser(width=1400, height=900) as b:
+            b.open(f"{base}/studies/{study_id}", ready="document.body.dataset.tableView")
+            text = b.eval("document.getElementById('best-clock').textContent")
+            assert text.startswith("GPU clock: 1,553 MHz mean of 1,980 max, held at the power cap")
+            assert "(691 W, SwPowerCap)" in text, text
             assert b.errors == [], b.errors

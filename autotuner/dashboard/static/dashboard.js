@@ -94,6 +94,7 @@
         node("b", {}, r.tie ? "a tie (within noise)" : "beyond noise")));
     }
     if (b.vs_expert_default && b.vs_expert_default.text) box.append(node("p", { id: "best-vs-default" }, "Against the expert default: " + b.vs_expert_default.text));
+    if (b.gpu_clock && b.gpu_clock.text) box.append(node("p", { id: "best-clock" }, "GPU clock: " + b.gpu_clock.text));
     if (hr.text) box.append(node("p", { id: "best-memory" }, "Memory: " + hr.text));
     if (b.global_batch && b.global_batch.text) box.append(node("p", { id: "best-batch" }, "Global batch: " + b.global_batch.text));
     if (b.input_pipeline && b.input_pipeline.text) box.append(node("p", {}, "Input pipeline: " + b.input_pipeline.text));
