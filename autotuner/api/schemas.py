@@ -178,6 +178,11 @@ class Recommendation(BaseModel):
     tokens_per_s_max: float | None
     tokens_per_s_per_gpu: float | None
     mfu: float | None
+    gpu_clock: dict[str, Any] | None = Field(
+        None,
+        description="The SM clock while the winner was timed (mean_mhz, max_mhz, power_w, "
+        "capped_by: NVML's power-cap or thermal throttle reasons, text)",
+    )
     peak_mem_gib: float | None
     compile_s: float | None
     fingerprint: dict[str, Any] | None = Field(description="The hardware it was measured on")
