@@ -80,7 +80,7 @@ def replay(
     note: Annotated[list[str] | None, typer.Option(help="A note for the report.")] = None,
     out: Annotated[
         Path | None,
-        typer.Option(help="Write replay_<name>.json and .md here (e.g. bench/results)."),
+        typer.Option(help="Write replay_NAME.json and replay_NAME.md here (e.g. bench/results)."),
     ] = None,
 ) -> None:
     """Trials and simulated GPU-seconds until within 2% of the landscape's best, per strategy."""
