@@ -122,3 +122,19 @@ def test_a_10_minute_llama_3b_study_replays_as_it_ran_on_the_h200() -> None:
         assert "re-measurement stopped after 0" in run["stopped"], run["stopped"]
         assert 7.0 < run["minutes"] <= 10.0, run
     assert doc["strategies"]["ours"]["time_budget"]["within_3pct"] == 2
+
+
+def test_a_10_minute_llama_1b_study_has_time_for_the_throughput_models_proposals() -> None:
+    """Llama 1B's trials are shorter (40-90 s): after the two seeds the throughput model's
+    proposals fit too, as in the real 10-minute study (bench/results/h200_session_20261204f:
+    six search trials, then the end checks), and the recommendation is the landscape's best."""
+    from bench.replay import run_benchmark
+
+    landscape = Path(__file__).resolve().parents[2] / "bench/results/landscape_llama_1b_h200.json"
+    doc = run_benchmark(
+        str(landscape), seeds=2, strategies=["ours"], global_batch=32768, minutes=10
+    )
+    for run in doc["runs"]:
+        assert 5 <= run["search_trials"] <= 7, run
+        assert run["recommended_rel"] == 1.0, run
+        assert "search stopped at" in run["stopped"], run["stopped"]
