@@ -9,9 +9,13 @@ the H200 showed:
   its first trial compiled. Its compile is the cold one x the warm share the study measured
   (the largest of its re-runs' warm/cold compile ratios), WARM_COMPILE_SHARE until it has one:
   0.34 (Llama 3B fp8, 157 -> 53 s) and 0.42 (GPT-2 124M, 21 -> 8.8 s) on the H200;
-- the headroom check adds an evaluation pass, which recompiles a forward-only graph: the
-  longest such pass the study measured, else EVAL_COMPILE_SHARE x the cold compile (GPT-2 on the
-  H200: 11.6 s after a 21 s compile, its 2 GB checkpoint included).
+- the headroom check adds an evaluation pass, which recompiles a forward-only graph, and a
+  checkpoint save: the longest such pair the study measured, else EVAL_COMPILE_SHARE x the cold
+  compile plus the checkpoint's bytes (CHECKPOINT_BYTES_PER_PARAM) at CHECKPOINT_BYTES_PER_S.
+  On the H200 the six Llama 1B/3B checks took 0.33-0.55 of the cold compile for the pass and
+  saved at 1.3-1.8 GB/s; the prior had been 0.35 of the compile for both (from GPT-2, whose
+  checkpoint is small), and the 10-minute 3B study of 2026-12-04 (seventh) expected 156 s of a
+  check that took 193 s (29 s of it the save, which nothing counted).
 A parity trial trains PARITY_STEPS steps of one micro-batch each (study/endgame.py) in place of
 the warm-up and the timed repeats, so its estimate swaps those phases for PARITY_STEPS x the
 config's step time / its grad_accum.
@@ -52,7 +56,9 @@ Params = dict[str, Any]
 # pre-imported worker on the H200 (README, "Cheaper trials"), is 2 s.
 FLOOR_S = 2.0
 WARM_COMPILE_SHARE = 0.45  # a re-run's compile / its config's cold compile, until measured
-EVAL_COMPILE_SHARE = 0.35  # the headroom check's evaluation pass / the cold compile
+EVAL_COMPILE_SHARE = 0.45  # the headroom check's evaluation pass / the cold compile (median)
+CHECKPOINT_BYTES_PER_PARAM = 12  # the save's fp32 weights and AdamW's two fp32 moments
+CHECKPOINT_BYTES_PER_S = 1.5e9  # the headroom check's save on the H200 machine (median)
 MARGIN = 1.2  # the checks' sum, plus dispatch, polling and storing between them
 SEARCH_TIME_SHARE = 0.85  # with no end check due, the search stops here and re-measuring begins
 _MEASURED = ("seed", "search", "remeasure")  # full trials of a candidate config
@@ -169,11 +175,13 @@ class TrialWalls:
     def headroom_s(self, params: Params) -> float:
         """The headroom check: a re-run, then an evaluation pass and a checkpoint save."""
         known = self._longest.get(canonical_params(params))
-        extra = (
-            max(self._eval_s)
-            if self._eval_s
-            else EVAL_COMPILE_SHARE * ((known.compile_s or 0.0) if known else 0.0)
-        )
+        if self._eval_s:
+            extra = max(self._eval_s)
+        elif known is None:
+            extra = 0.0
+        else:
+            saved = CHECKPOINT_BYTES_PER_PARAM * (known.param_count or 0) / CHECKPOINT_BYTES_PER_S
+            extra = EVAL_COMPILE_SHARE * (known.compile_s or 0.0) + saved
         return self.rerun_s(params) + extra
 
     def parity_s(self, params: Params) -> float:
