@@ -42,12 +42,15 @@ from autotuner.executors.replay import Landscape
 from autotuner.search.space import SearchSpace, load_space, parse_space
 from autotuner.spec import ModelSpec, TrialStatus, canonical_params
 from autotuner.storage.session import dispose_engines, upgrade_database
+from bench.replay_lib.random_orders import summary as random_orders
 from bench.replay_lib.report import acceptance, floor, markdown, notes
 from bench.replay_lib.run import STRATEGIES, run_once
 from bench.replay_lib.stats import cost_model_offline, summarise
 from bench.replay_lib.universe import auto_space, grid_size, landscape_model, universe
 
 __all__ = ["STRATEGIES", "main", "markdown", "run_benchmark"]
+
+RANDOM_ORDERS = 20_000
 
 
 def run_benchmark(
@@ -164,6 +167,13 @@ def run_benchmark(
             doc["runs"].extend(runs)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    # Random search's GPU-seconds without the noise of `seeds` runs: its median over many
+    # drawn orders of the same configs (bench/replay_lib/random_orders.py), beside the runs' median.
+    doc["random_orders"] = random_orders(
+        [(r.tokens_per_s or 0.0, r.wall_s or 0.0) for r in table.values()],
+        draws=RANDOM_ORDERS,
+        runs=seeds,
+    )
     doc["cost_model_offline"] = cost_model_offline(table, space, spec, target)
     doc["floor"] = floor(table, best)
     doc["acceptance"] = acceptance(doc)

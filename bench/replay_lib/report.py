@@ -128,6 +128,18 @@ def notes(doc: dict[str, Any], table: dict[str, TrialResult]) -> list[str]:
             "search's median: no search can do better than that share on this recording, one "
             "that runs the expert default first not even that."
         )
+    orders, ours = doc.get("random_orders"), doc["strategies"].get("ours")
+    ours_s = ours["gpu_s_to_2pct"]["median"] if ours else None
+    if orders and ours_s and orders["median_gpu_s"]:
+        runs = doc["seeds"]
+        p10, p90 = orders.get(f"median_of_{runs}_p10"), orders.get(f"median_of_{runs}_p90")
+        out.append(
+            f"Random search's median over {orders['draws']:,} drawn orders of the recorded "
+            f"configs (bench/replay_lib/random_orders.py): {orders['median_gpu_s']:,.0f} "
+            f"GPU-s, of which ours is {ours_s / orders['median_gpu_s']:.2f}; a median of {runs} "
+            f"random runs lies between {p10:,.0f} and {p90:,.0f} GPU-s (10th-90th percentile), "
+            "so the ratio against the runs above carries that noise."
+        )
     if doc["universe_size"] < doc["grid_size"]:
         out.append(
             f"The recording holds {doc['universe_size']} configs of a {doc['grid_size']}-config "

@@ -40,6 +40,13 @@ def test_bench_replay_reports_every_strategy(tmp_path: Path) -> None:
     assert doc["strategies"]["tpe"]["impossible_launched_total"] > 0  # fp32 + flash proposed
     assert {"uncalibrated", "leave_one_out"} <= set(doc["cost_model_offline"])
     assert "trials median" in result.output
+    # Random search's GPU-seconds without the noise of 2 runs: the median of drawn orders.
+    orders = doc["random_orders"]
+    assert orders["draws"] == 20_000 and orders["configs"] == doc["universe_size"]
+    assert orders["median_of_2_p10"] <= orders["median_gpu_s"] <= orders["median_of_2_p90"]
+    (line,) = [n for n in doc["notes"] if n.startswith("Random search's median over 20,000")]
+    ours = doc["strategies"]["ours"]["gpu_s_to_2pct"]["median"]
+    assert f"of which ours is {ours / orders['median_gpu_s']:.2f}" in line
 
 
 def test_bench_replay_rejects_an_unknown_strategy(tmp_path: Path) -> None:
