@@ -19,7 +19,10 @@ Two explanations predict different things:
 Each arm runs its config in a fresh process (workers.launch.run_trial_process), the arms in
 turn, `--rounds` times, so that drift over the run is spread over every arm:
 
-    python3 bench/power_cap_probe.py --out $OUT/power-cap-probe.json   (on the H200; ~6 min)
+    python3 bench/power_cap_probe.py --rounds 1 --out $OUT/power-cap-probe.json   (on the H200)
+
+A round of Llama 1B is about 5 minutes (the first compile cold, `after-parity` the longest:
+its parity steps, evaluation pass and checkpoint save), so one round fits a 10-minute call.
 
 What the search should measure follows from the answer: a user's training runs on real data
 with a model that is learning, not on uniform random tokens with random weights.
