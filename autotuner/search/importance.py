@@ -62,6 +62,7 @@ def knob_report(
     total = sum(raw.values())
     importance = {k: round(v / total, 4) for k, v in raw.items()} if total > 0 else {}
     rows = []
+    moved_with = _moved_with(configs, knobs)
     for knob in knobs:
         levels: dict[str, float] = {}
         for params, value in configs:
@@ -88,7 +89,7 @@ def knob_report(
             effect = levels[top] / levels[worst] - 1.0 if levels[worst] > 0 else float("inf")
             row["effect_rel"] = round(effect, 4)
             row["best_level"], row["worst_level"] = top, worst
-            partners = _moved_with(configs, knob, knobs)
+            partners = moved_with[knob]
             if effect <= noise_rel:
                 row["verdict"] = "within noise"
                 row["text"] = (
@@ -116,18 +117,19 @@ def knob_report(
 
 
 def _moved_with(
-    configs: Sequence[tuple[dict[str, Any], float]], knob: str, knobs: list[str]
-) -> list[str]:
-    """The other knobs whose values are one-to-one with this knob's over the configs that set
-    both (each value of one always came with the same value of the other)."""
-    out = []
-    for other in knobs:
-        if other == knob:
-            continue
-        pairs = {(str(p[knob]), str(p[other])) for p, _ in configs if knob in p and other in p}
-        ours, theirs = {a for a, _ in pairs}, {b for _, b in pairs}
-        if len(ours) > 1 and len(pairs) == len(ours) == len(theirs):
-            out.append(other)
+    configs: Sequence[tuple[dict[str, Any], float]], knobs: list[str]
+) -> dict[str, list[str]]:
+    """For each knob, the other knobs whose values are one-to-one with its own over the configs
+    that set both (each value of one always came with the same value of the other). The
+    relation is symmetric: each pair is looked at once."""
+    out: dict[str, list[str]] = {k: [] for k in knobs}
+    for i, knob in enumerate(knobs):
+        for other in knobs[i + 1 :]:
+            pairs = {(str(p[knob]), str(p[other])) for p, _ in configs if knob in p and other in p}
+            ours, theirs = {a for a, _ in pairs}, {b for _, b in pairs}
+            if len(ours) > 1 and len(pairs) == len(ours) == len(theirs):
+                out[knob].append(other)
+                out[other].append(knob)
     return out
 
 

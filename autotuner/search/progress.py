@@ -37,6 +37,8 @@ PROXY = "proxy"
 # configs or their protocol differ), except a proxy's, which the policy learns from with its
 # own model (policy.observe).
 END_CHECKS = frozenset({REFERENCE, PARITY, PARITY_REFERENCE, HEADROOM_CHECK, PROXY})
+# A study's search trials: its seeds and its proposals (neither re-runs nor end checks).
+SEARCH_TRIALS = frozenset({"seed", "search"})
 
 
 class Progress:

@@ -32,6 +32,7 @@ from autotuner.search.progress import (
     PARITY,
     PARITY_REFERENCE,
     PROXY,
+    SEARCH_TRIALS,
 )
 from autotuner.search.sampler import (
     Observation,
@@ -444,7 +445,7 @@ class StudyRunner:
         # check runs to its end.
         budget = (
             self.policy.compile_budget_s(self.max_trials, self.budget.time_left())
-            if purpose in ("seed", "search")
+            if purpose in SEARCH_TRIALS
             else None
         )
 

@@ -12,6 +12,7 @@ from autotuner.executors.replay import Landscape, ReplayExecutor, SimulatedClock
 from autotuner.options import PLAIN_SAMPLER, StudyOptions
 from autotuner.search.numerics import space_changes_numerics
 from autotuner.search.policy import Prune
+from autotuner.search.progress import SEARCH_TRIALS
 from autotuner.search.remeasure import Remeasure
 from autotuner.search.rules import incompatibility
 from autotuner.search.space import SearchSpace
@@ -159,7 +160,7 @@ def run_once(
         out.update(
             minutes=round(clock.elapsed_s / 60, 2),
             search_trials=sum(
-                t.purpose in ("seed", "search") and t.state != TrialState.PRUNED for t in trials
+                t.purpose in SEARCH_TRIALS and t.state != TrialState.PRUNED for t in trials
             ),
             recommended_rel=round(value / best, 4),
             recommended_within_3pct=value >= (1 - RECOMMEND_WITHIN) * best,
