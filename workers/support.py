@@ -13,7 +13,7 @@ import importlib.util
 
 import torch
 
-from autotuner.spec import Attention, CompileMode, Precision, TrialConfig
+from autotuner.spec import Attention, CompileMode, Optimizer, Precision, TrialConfig
 from workers.errors import UnsupportedConfig
 from workers.precision import autocast_dtype
 
@@ -33,6 +33,12 @@ def static_check(
     k = config.knobs
     precision = {"precision": k.precision.value}
     attention = {"attention": k.attention.value}
+    if k.optimizer == Optimizer.ADAMW_8BIT and importlib.util.find_spec("torchao") is None:
+        return UnsupportedConfig(
+            "adamw-8bit is torchao's AdamW8bit: pip install torchao on the worker, or drop "
+            "adamw-8bit from the space's optimizer values",
+            {"optimizer": k.optimizer.value},
+        )
     if config.num_gpus > 1 and ranks != config.num_gpus:
         return UnsupportedConfig(
             f"num_gpus={config.num_gpus} runs one process per GPU but this trial has {ranks}: "

@@ -21,13 +21,20 @@ LEARNING_RATE = 3e-4
 GRAD_CLIP = 1.0
 
 
-def build_optimizer(model: nn.Module, kind: Optimizer) -> torch.optim.AdamW:
-    """AdamW as nanoGPT sets it up: decay on matrices only; foreach or fused kernels."""
+def build_optimizer(model: nn.Module, kind: Optimizer) -> torch.optim.Optimizer:
+    """AdamW as nanoGPT sets it up: decay on matrices only; foreach or fused kernels, or
+    torchao's 8-bit moments."""
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
+    if kind == Optimizer.ADAMW_8BIT:
+        # One compiled kernel per parameter shape (dequantise, update in fp32, requantise);
+        # tensors under 4096 values (norm weights) keep fp32 moments (torchao's rule).
+        from torchao.optim import AdamW8bit
+
+        return AdamW8bit(groups, lr=LEARNING_RATE, betas=(0.9, 0.95))
     # foreach: a few multi-tensor kernels per step. fused: one kernel per dtype/device group
     # (CUDA, and the CPU since torch 2.4).
     impl = {"fused": True} if kind == Optimizer.ADAMW_FUSED else {"foreach": True}

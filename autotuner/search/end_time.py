@@ -11,7 +11,8 @@ the H200 showed:
   0.34 (Llama 3B fp8, 157 -> 53 s) and 0.42 (GPT-2 124M, 21 -> 8.8 s) on the H200;
 - the headroom check adds an evaluation pass, which recompiles a forward-only graph, and a
   checkpoint save: the longest such pair the study measured, else EVAL_COMPILE_SHARE x the cold
-  compile plus the checkpoint's bytes (CHECKPOINT_BYTES_PER_PARAM) at CHECKPOINT_BYTES_PER_S.
+  compile plus the checkpoint's bytes (fp32 weights and the optimizer's state) at
+  CHECKPOINT_BYTES_PER_S.
   On the H200 the six Llama 1B/3B checks took 0.33-0.55 of the cold compile for the pass and
   saved at 1.3-1.8 GB/s; the prior had been 0.35 of the compile for both (from GPT-2, whose
   checkpoint is small), and the 10-minute 3B study of 2026-12-04 (seventh) expected 156 s of a
@@ -49,7 +50,7 @@ from autotuner.search.progress import (
     PARITY_REFERENCE,
     REFERENCE,
 )
-from autotuner.spec import TrialResult, canonical_params
+from autotuner.spec import Optimizer, TrialResult, canonical_params
 
 Params = dict[str, Any]
 # The least a trial costs: the fastest measured, a GPT-2 124M trial forked from the
@@ -57,7 +58,7 @@ Params = dict[str, Any]
 FLOOR_S = 2.0
 WARM_COMPILE_SHARE = 0.45  # a re-run's compile / its config's cold compile, until measured
 EVAL_COMPILE_SHARE = 0.45  # the headroom check's evaluation pass / the cold compile (median)
-CHECKPOINT_BYTES_PER_PARAM = 12  # the save's fp32 weights and AdamW's two fp32 moments
+WEIGHT_BYTES_PER_PARAM = 4  # the save's fp32 weights, beside the optimizer's state
 CHECKPOINT_BYTES_PER_S = 1.5e9  # the headroom check's save on the H200 machine (median)
 MARGIN = 1.2  # the checks' sum, plus dispatch, polling and storing between them
 SEARCH_TIME_SHARE = 0.85  # with no end check due, the search stops here and re-measuring begins
@@ -180,7 +181,9 @@ class TrialWalls:
         elif known is None:
             extra = 0.0
         else:
-            saved = CHECKPOINT_BYTES_PER_PARAM * (known.param_count or 0) / CHECKPOINT_BYTES_PER_S
+            optimizer = Optimizer(params.get("optimizer", Optimizer.ADAMW_FUSED))
+            per_param = WEIGHT_BYTES_PER_PARAM + optimizer.state_bytes_per_param
+            saved = per_param * (known.param_count or 0) / CHECKPOINT_BYTES_PER_S
             extra = EVAL_COMPILE_SHARE * (known.compile_s or 0.0) + saved
         return self.rerun_s(params) + extra
 

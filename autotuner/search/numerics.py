@@ -1,8 +1,9 @@
 """The numerics check of the recommendation (MEASUREMENT.md, "fp8 and other numerics changes").
 
-A winner whose precision changes the numerics (fp16, tf32, fp8-tensorwise, fp8-rowwise) is only
-recommended once a short loss-parity check agrees with the reference precision: bf16 where the
-hardware runs it, else fp32. The check is two parity runs (`MeasureSettings.parity_steps`): the
+A winner whose precision changes the numerics (fp16, tf32, fp8-tensorwise, fp8-rowwise), or
+whose optimizer keeps 8-bit moments (adamw-8bit), is only recommended once a short loss-parity
+check agrees with the reference: bf16 where the hardware runs it, else fp32, with fp32 AdamW
+moments. The check is two parity runs (`MeasureSettings.parity_steps`): the
 reference first (purpose `parity-ref`: the same knobs at the reference precision), then the
 candidate itself: inside its headroom check (a `headroom` row whose config has parity_steps: the
 steps before its warm-up, one process and one compile for both checks; `headroom_plan`), or, with
@@ -44,9 +45,11 @@ from autotuner.search.rules import incompatibility
 from autotuner.search.space import SearchSpace
 from autotuner.spec import (
     Attention,
+    Checkpointing,
     FailureClass,
     Knobs,
     ModelSpec,
+    Optimizer,
     Precision,
     TrialResult,
     canonical_params,
@@ -68,12 +71,16 @@ State = Literal["pending", "passed", "failed", "unchecked"]
 
 
 def changes_numerics(knobs: Knobs) -> bool:
-    return knobs.precision in CHANGES_NUMERICS
+    """A precision of CHANGES_NUMERICS, or 8-bit optimizer moments (quantised every step)."""
+    return knobs.precision in CHANGES_NUMERICS or knobs.optimizer == Optimizer.ADAMW_8BIT
 
 
 def space_changes_numerics(space: SearchSpace, target: Target) -> bool:
     """Whether the space holds a numerics-changing precision the target can run (then the
     end-of-study reserve keeps PARITY_RESERVE trials for the check)."""
+    optimizers = space.knobs.get("optimizer")
+    if isinstance(optimizers, list) and Optimizer.ADAMW_8BIT.value in optimizers:
+        return True
     domain = space.knobs.get("precision")
     values = domain if isinstance(domain, list) else [space.fixed.get("precision", "bf16")]
     for value in values:
@@ -95,8 +102,15 @@ def parity_reference_knobs(knobs: Knobs, target: Target, model: ModelSpec | None
             "attention": Attention.MATH if target.device_type == "cpu" else Attention.EFFICIENT,
         },
     ]
+    base: dict[str, Any] = {}
+    if knobs.optimizer == Optimizer.ADAMW_8BIT:
+        # fp32 moments, and full checkpointing: the candidate spends the 6 B/param its 8-bit
+        # moments free on activations, so at its own checkpointing the reference may not fit
+        # (Llama 8B on one H200); recomputing the blocks repeats the same forward, so the loss
+        # curve is the one the candidate's checkpointing would give.
+        base = {"optimizer": Optimizer.ADAMW_FUSED, "checkpointing": Checkpointing.FULL}
     for update in options:
-        ref = knobs.model_copy(update=update)
+        ref = knobs.model_copy(update={**base, **update})
         if incompatibility(ref, target, model) is None:
             return ref
     return None
@@ -183,10 +197,19 @@ def _curve(t: Trial) -> list[float] | None:
     return TrialResult.model_validate(t.result).loss_curve
 
 
+def reference_label(ref: Trial) -> str:
+    """The reference in words: its precision, and its moments where the candidate's 8-bit
+    ones are checked (a `parity-ref` row holds the params of the candidate it checks)."""
+    precision = Knobs.model_validate(ref.config.get("knobs", {})).precision.value
+    if (ref.params or {}).get("optimizer") == Optimizer.ADAMW_8BIT.value:
+        return f"{precision} with fp32 AdamW moments"
+    return precision
+
+
 def verdict(candidate: TrialResult, reference: Trial) -> Check:
     """Compare a finished candidate parity result with its reference's row."""
     ref_knobs = Knobs.model_validate(reference.config.get("knobs", {}))
-    ref_prec = ref_knobs.precision.value
+    ref_prec, label = ref_knobs.precision.value, reference_label(reference)
     ref_curve = _curve(reference)
     curve = candidate.loss_curve
     if ref_curve is None or not curve:
@@ -195,10 +218,10 @@ def verdict(candidate: TrialResult, reference: Trial) -> Check:
     passed = diff <= TOLERANCE_REL
     n = min(len(curve), len(ref_curve))
     text = (
-        f"loss within {diff:.2%} of {ref_prec} over the last {tail} of {n} parity steps "
+        f"loss within {diff:.2%} of {label} over the last {tail} of {n} parity steps "
         f"(tolerance {TOLERANCE_REL:.0%})"
         if passed
-        else f"loss {diff:.2%} away from {ref_prec} over the last {tail} of {n} parity steps, "
+        else f"loss {diff:.2%} away from {label} over the last {tail} of {n} parity steps, "
         f"beyond the tolerance of {TOLERANCE_REL:.0%}: its numerics do not match the reference"
     )
     return Check("passed" if passed else "failed", text, ref_prec, diff, n)
@@ -209,7 +232,8 @@ def check_of(key: str, trials: Sequence[Trial]) -> Check | None:
     ref = last_row(trials, key, PARITY_REFERENCE)
     if ref is None:
         return None
-    ref_prec = Knobs.model_validate(ref.config.get("knobs", {})).precision.value
+    ref_knobs = Knobs.model_validate(ref.config.get("knobs", {}))
+    ref_prec, label = ref_knobs.precision.value, reference_label(ref)
     state = TrialState(ref.state)
     if state == TrialState.RUNNING:
         return Check("pending", "the parity check is running", ref_prec, trials=[ref.number])
@@ -217,7 +241,7 @@ def check_of(key: str, trials: Sequence[Trial]) -> Check | None:
         why = f"{ref.error_class}: {ref.error_message or ''}".strip(": ")
         return Check(
             "unchecked",
-            f"not checked: the {ref_prec} reference parity trial #{ref.number} failed ({why})",
+            f"not checked: the {label} reference parity trial #{ref.number} failed ({why})",
             ref_prec,
             trials=[ref.number],
         )

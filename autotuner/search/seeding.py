@@ -10,17 +10,20 @@
    the space lacks takes the expert's) and kept only if they pass the policy's screen.
 3. The expert default's closest alternatives: the next micro-batch up, the other fused
    attention kernel, CUDA graphs (reduce-overhead), fp8 where the GPU has it (with the fused
-   attention kernel the prior expects fastest: a precision's seed may be its only trial): the
-   local search an engineer would do by hand, and the sampler's first evidence about the knobs
-   that matter most; fastest predicted first (the throughput model's prior).
+   attention kernel the prior expects fastest: a precision's seed may be its only trial), and
+   where the expert had to recompute to fit, the 8-bit AdamW with the least checkpointing that
+   fits: the local search an engineer would do by hand, and the sampler's first evidence about
+   the knobs that matter most; fastest predicted first (the throughput model's prior).
 
 Not every alternative runs up front (`SeedPlan`). Once the expert default and the fastest
 alternative are measured, the throughput model can say where to go next: on the Llama 3B H200
 landscape it proposed the best config (fp8, CUDA graphs, cuDNN) as its first pick, but only
 after three bf16 alternatives had run first, 240 GPU-seconds that told it little it needed.
 So the expert default, earlier winners, the fastest alternative and any other precision (every
-precision the GPU supports gets one trial) run first; the other alternatives wait until the
-model has nothing worth a trial (options.seeds_yield; the study runs them before the sampler).
+precision the GPU supports gets one trial) run first, and so does the 8-bit AdamW alternative
+where the expert default may not fit (it may be the only config that leaves the headroom); the
+other alternatives wait until the model has nothing worth a trial (options.seeds_yield; the
+study runs them before the sampler).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from sqlalchemy import select
 from autotuner.search.headroom import usable_gib
 from autotuner.search.rules import incompatibility
 from autotuner.search.space import IntRange
-from autotuner.spec import canonical_params
+from autotuner.spec import Optimizer, canonical_params
 from autotuner.storage.models import Study, StudyStatus
 from autotuner.storage.session import Database
 
@@ -127,10 +130,14 @@ class Seeder:
         alternatives: list[dict[str, Any]] = []
         if expert is not None and self.options.neighbour_seeds:
             alternatives = self._fastest_first(self._neighbours(expert))
+        # Where the expert default may not fit with the headroom kept (Llama 8B on one H200),
+        # the 8-bit AdamW seed may be the only config the study can recommend: it runs first.
+        needs_room = expert is not None and not self.expert_fits(expert)
         later: list[dict[str, Any]] = []
         for i, alt in enumerate(alternatives):
             other_precision = alt.get("precision") != expert.get("precision") if expert else False
-            up_front = i == 0 or other_precision or not self.options.seeds_yield
+            small_state = needs_room and alt.get("optimizer") == Optimizer.ADAMW_8BIT.value
+            up_front = i == 0 or other_precision or small_state or not self.options.seeds_yield
             (first if up_front else later).append(alt)
         now = _unique(first)
         return SeedPlan(now, _unique(later, taken=now))
@@ -231,7 +238,37 @@ class Seeder:
                 if value != expert[name] and _in(domain, value) and self._allowed(alt):
                     out.append(self._fastest_kernel(alt) if name == "precision" else alt)
                     break
+        small_state = self._small_state(expert)
+        if small_state is not None:
+            out.append(small_state)
         return out
+
+    def _small_state(self, expert: dict[str, Any]) -> dict[str, Any] | None:
+        """Where the expert default had to recompute to fit (or fits nowhere for sure), the
+        8-bit AdamW that frees 6 B/param, with the least checkpointing that then fits and its
+        largest micro-batch: what an engineer does when the optimizer state crowds out the
+        activations (Llama 8B on one H200: 120 GiB of fp32 state, full checkpointing)."""
+        domain = self.space.knobs.get("optimizer")
+        value = Optimizer.ADAMW_8BIT.value
+        if domain is None or isinstance(domain, IntRange) or not _in(domain, value):
+            return None
+        if "micro_batch_size" not in self.space.knobs or self.limit_gib is None:
+            return None  # no memory to weigh: nothing says the state crowds anything out
+        if expert.get("checkpointing", "none") == "none" and self.expert_fits(expert):
+            return None
+        small = {**expert, "optimizer": value}
+        ckpt = self.space.knobs.get("checkpointing")
+        if isinstance(ckpt, list) and "checkpointing" not in self.space.defaults:
+            options = [{**small, "checkpointing": c} for c in EXPERT["checkpointing"] if c in ckpt]
+        else:
+            options = [small]
+        for tried in options:
+            if not self._allowed(tried):
+                continue
+            mb = self._largest_fitting_mb(tried)
+            if mb is not None:
+                return {**tried, "micro_batch_size": mb}
+        return None
 
     def _fastest_kernel(self, params: dict[str, Any]) -> dict[str, Any]:
         """`params` with the fused attention kernel the throughput model's prior expects

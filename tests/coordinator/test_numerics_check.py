@@ -184,6 +184,49 @@ def test_a_study_can_turn_the_check_off_and_says_so(sqlite_url: str) -> None:
     assert as_ended(num) == num  # final as stored: not rewritten as "the study ended before"
 
 
+@pytest.mark.parametrize("drifting", [(), ("adamw-8bit",)], ids=["matches", "drifts"])
+def test_an_8bit_adamw_winner_is_checked_against_fp32_moments(
+    sqlite_url: str, drifting: tuple[str, ...]
+) -> None:
+    """8-bit AdamW moments change the numerics as a precision does: the winner with them is
+    checked against the same knobs with fp32 moments (fused AdamW), checkpointing every block
+    so the reference fits where only the 8-bit state made room (Llama 8B on one H200)."""
+    db = Database(sqlite_url)
+    knobs = {"optimizer": ["adamw-fused", "adamw-8bit"]}
+    space = parse_space(
+        {"name": "n8", "knobs": knobs, "fixed": {"attention": "efficient", "precision": "bf16"}}
+    )
+    entries = [
+        ({"optimizer": o}, measured(tps, fingerprint=FAKE_GPU, wall_s=10.0))
+        for o, tps in (("adamw-fused", 10_000.0), ("adamw-8bit", 12_000.0))
+    ]
+    model = ModelSpec.resolve({"preset": "tiny"})
+    study_id = create_study(db, model=model, space=space, max_trials=10)
+    executor = FakeParityReplay(Landscape(entries), list(knobs), target=H200, drifting=drifting)
+    StudyRunner(db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600).run()
+    with db.read() as s:
+        trials = TrialRepo(s).list(study_id)
+        rec = StudyRepo(s).require(study_id).recommendation
+    assert rec is not None
+    (ref,) = by_purpose(trials, "parity-ref")
+    assert ref.params["optimizer"] == "adamw-8bit"  # the row names the candidate it checks
+    ran = ref.config["knobs"]
+    assert (ran["optimizer"], ran["checkpointing"], ran["precision"]) == (
+        "adamw-fused",
+        "full",
+        "bf16",
+    )
+    (cand,) = [t for t in candidate_runs(trials) if t.params["optimizer"] == "adamw-8bit"]
+    assert cand.config["knobs"]["optimizer"] == "adamw-8bit"
+    if drifting:
+        assert cand.state == TrialState.INFEASIBLE and cand.error_class == "numerics"
+        assert "away from bf16 with fp32 AdamW moments" in (cand.error_message or "")
+        assert rec["knobs"]["optimizer"] == "adamw-fused"
+    else:
+        assert rec["knobs"]["optimizer"] == "adamw-8bit" and rec["numerics"]["passed"]
+        assert "of bf16 with fp32 AdamW moments" in rec["numerics"]["text"]
+
+
 def test_the_check_needs_a_numerics_changing_precision_the_target_runs() -> None:
     space = parse_space({"name": "s", "knobs": {"precision": ["bf16", "fp8-tensorwise"]}})
     assert space_changes_numerics(space, H200)
@@ -193,6 +236,8 @@ def test_the_check_needs_a_numerics_changing_precision_the_target_runs() -> None
         {"name": "s", "knobs": {"micro_batch_size": [1]}, "fixed": {"precision": "tf32"}}
     )
     assert space_changes_numerics(fixed, H200)
+    eight_bit = parse_space({"name": "s", "knobs": {"optimizer": ["adamw-fused", "adamw-8bit"]}})
+    assert space_changes_numerics(eight_bit, Target("cpu", 0))  # 8-bit moments: any device
 
 
 def test_compare_curves_reads_the_tail() -> None:

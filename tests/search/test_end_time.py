@@ -10,7 +10,6 @@ import pytest
 
 from autotuner.options import StudyOptions
 from autotuner.search.end_time import (
-    CHECKPOINT_BYTES_PER_PARAM,
     CHECKPOINT_BYTES_PER_S,
     EVAL_COMPILE_SHARE,
     FLOOR_S,
@@ -157,13 +156,20 @@ def test_before_any_check_the_save_is_counted_from_the_parameters() -> None:
         param_count=3_212_749_824,
     )
     walls.observe(FP8, first, "seed", grad_accum=2)
-    saved = CHECKPOINT_BYTES_PER_PARAM * 3_212_749_824 / CHECKPOINT_BYTES_PER_S
+    saved = 12 * 3_212_749_824 / CHECKPOINT_BYTES_PER_S  # fp32 weights and moments
     assert 20 < saved < 30  # 38.6 GB at 1.5 GB/s
     assert walls.headroom_s(FP8) == pytest.approx(
         walls.rerun_s(FP8) + EVAL_COMPILE_SHARE * 142.7 + saved
     )
     expected = walls.headroom_and_parity_s(FP8)
     assert expected == pytest.approx(193.2, rel=0.05), expected  # was 154 s
+    # With 8-bit moments the save is 6 B/param, not 12.
+    small = {**FP8, "optimizer": "adamw-8bit"}
+    walls.observe(small, first, "search", grad_accum=2)
+    saved_small = (4 + 2 * (1 + 4 / 256)) * 3_212_749_824 / CHECKPOINT_BYTES_PER_S
+    assert walls.headroom_s(small) - walls.rerun_s(small) == pytest.approx(
+        EVAL_COMPILE_SHARE * 142.7 + saved_small
+    )
 
 
 def test_a_headroom_check_adds_its_evaluation_and_checkpoint_phases() -> None:

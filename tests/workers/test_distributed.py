@@ -140,6 +140,14 @@ def test_ddp_comm_hooks_run(compression, no_orphans):
     _assert_ok(result, 2, "ddp", tokens_per_step=2 * 64)
 
 
+def test_fsdp2_steps_8bit_moments_on_its_shards(no_orphans):
+    """torchao's AdamW8bit keeps its 8-bit moments per DTensor shard: Llama 8B's other route
+    to headroom, beside FSDP2 itself, and the two together."""
+    pytest.importorskip("torchao.optim")
+    config = _config(2, parallel="fsdp2", optimizer="adamw-8bit")
+    _assert_ok(run_trial_process(config), 2, "fsdp2", tokens_per_step=2 * 64)
+
+
 def test_fsdp2_reduces_in_bf16(no_orphans):
     config = _config(2, parallel="fsdp2", precision="bf16", fsdp_reduce_dtype="bf16")
     _assert_ok(run_trial_process(config), 2, "fsdp2", tokens_per_step=2 * 64)

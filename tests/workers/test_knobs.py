@@ -87,6 +87,25 @@ def test_optimizer_implementation(value, fused):
     assert any(not torch.equal(b, a) for b, a in zip(before, after, strict=True))
 
 
+def test_the_8bit_optimizer_keeps_8bit_moments_and_trains() -> None:
+    """adamw-8bit is torchao's AdamW8bit: the matrices' moments are 8-bit tensors (a quarter
+    of fp32's bytes), and a trial with it runs and measures."""
+    pytest.importorskip("torchao.optim")
+    from torchao.optim.subclass_8bit import OptimState8bit
+
+    result = run_trial(make_config(optimizer="adamw-8bit"))
+    assert result.status == TrialStatus.OK, result.error_message
+    step, _ = _build(optimizer="adamw-8bit")
+    step()
+    matrices = [p for p in step.optimizer.param_groups[0]["params"] if p.numel() >= 4096]
+    assert matrices
+    for p in matrices:
+        state = step.optimizer.state[p]
+        assert isinstance(state["exp_avg"], OptimState8bit)
+        assert state["exp_avg"].codes.dtype == torch.uint8
+        assert state["exp_avg"].codes.numel() == p.numel()
+
+
 @pytest.mark.parametrize("mode", ["default", "max-autotune-no-cudagraphs"])
 def test_compile_mode_wraps_the_model_with_that_mode(mode, monkeypatch):
     calls = []

@@ -4,7 +4,8 @@ Parameters and FLOPs per token come from `autotuner.flops` (one convention for t
 product). This module adds the peak-memory estimate that predicts OOM, as a sum of components:
 
 | component              | what it counts (bytes)                                                 |
-| static                 | fp32 weights and AdamW moments (12 B/param), the autocast weight copy   |
+| static                 | fp32 weights and AdamW moments (12 B/param; 8-bit moments: 6), the     |
+|                        | autocast weight copy                                                    |
 |                        | (2), grads kept across micro-steps (4), DDP buckets, compression bufs;  |
 |                        | under FSDP2 the fp32 states are sharded (1/N) and the unsharded         |
 |                        | parameters of the layers being computed (or of all, without reshard)   |
@@ -26,7 +27,8 @@ The peak falls at one of two moments. At the start of backward every activation 
 path are alive, and the gradients (set to None after each step) do not exist yet unless
 accumulation keeps them across micro-steps. At the optimizer step the activations and the
 autocast copies are gone, but every gradient exists (4 B/param) and the foreach AdamW holds one
-fp32 temporary per parameter (its sqrt(v) + eps; the fused kernel none). Where activations are
+fp32 temporary per parameter (its sqrt(v) + eps; the fused kernel none; the 8-bit AdamW two of
+the one parameter it is updating). Where activations are
 small beside the parameters (Llama 8B at micro-batch 1: 8.6 GiB of activations, 30 GiB of
 gradients) the step's is the peak; measured on the CPU with real torch for a 207M-parameter
 model with 42 MB of activations: 3.49 GiB fused and 4.26 GiB foreach, where the backward-only
@@ -85,6 +87,14 @@ def total_params(model: ModelSpec, knobs: Knobs) -> int:
     return param_count(model, vocab_size=vocab) + positions
 
 
+def largest_param(model: ModelSpec, knobs: Knobs) -> int:
+    """Values in the model's largest parameter: the (padded) embedding, an MLP matrix, or
+    GPT-2's fused qkv projection."""
+    vocab = padded_vocab(model.vocab_size, knobs.vocab_pad_multiple)
+    d = model.d_model
+    return max(vocab * d, model.ffn_dim * d, 3 * d * d)
+
+
 def base_gib(on_cuda: bool) -> float:
     """Allocator-visible constants; on the CPU the peak is the RSS, torch's own included."""
     return 0.1 if on_cuda else 0.6
@@ -137,7 +147,7 @@ def estimate(
     )
     comps["base"] = base_gib(on_cuda)
     backward_gib = sum(comps.values()) - comps["base"]
-    step_gib = _optimizer_step_bytes(knobs, n, num_gpus if fsdp else 1, static_b) / GIB
+    step_gib = _optimizer_step_bytes(model, knobs, n, num_gpus if fsdp else 1, static_b) / GIB
     comps["optimizer_step"] = max(0.0, step_gib - backward_gib)
     if on_cuda and not fsdp and knobs.compile_mode == CompileMode.REDUCE_OVERHEAD:
         graph_end_gib = _graph_grads_end_bytes(knobs, n, static_b) / GIB
@@ -158,11 +168,14 @@ def _graph_grads_end_bytes(knobs: Knobs, n: int, static_b: float) -> float:
     return static_b + 4.0 * n
 
 
-def _optimizer_step_bytes(knobs: Knobs, n: int, shards: int, static_b: float) -> float:
+def _optimizer_step_bytes(
+    model: ModelSpec, knobs: Knobs, n: int, shards: int, static_b: float
+) -> float:
     """What is alive while the optimizer steps: the static part less the autocast copies (freed
     with the graph), plus the gradients where accumulation did not already keep them, plus the
     foreach AdamW's one fp32 temporary per parameter; under FSDP2 the gradients and the
-    optimizer's work are sharded (`shards` ranks)."""
+    optimizer's work are sharded (`shards` ranks); the 8-bit AdamW's dequantised moments of one
+    parameter."""
     step_b = static_b
     if shards == 1 and knobs.precision.is_half:
         step_b -= 2.0 * n  # the autocast weight copies (_replica_static_bytes adds them)
@@ -170,12 +183,18 @@ def _optimizer_step_bytes(knobs: Knobs, n: int, shards: int, static_b: float) ->
         step_b += 4.0 * n / shards
     if knobs.optimizer == Optimizer.ADAMW_FOREACH:
         step_b += 4.0 * n / shards
+    elif knobs.optimizer == Optimizer.ADAMW_8BIT:
+        # One parameter at a time, its two moments dequantised to fp32: measured on the CPU
+        # with real torch (an 8192 x 8192 matrix: 512 MiB over the steady state, 2 x 4 B per
+        # value), so the largest matrix sets it (Llama 8B's embedding: 3.9 GiB).
+        step_b += 8.0 * largest_param(model, knobs) / shards
     return step_b
 
 
 def _replica_static_bytes(knobs: Knobs, n: int, num_gpus: int) -> float:
     """One GPU, or DDP: every rank keeps a full replica."""
-    static_b = 12.0 * n  # fp32 weights (4) + AdamW exp_avg, exp_avg_sq (8)
+    # fp32 weights (4) + AdamW exp_avg, exp_avg_sq (8; 8-bit: 2 and the scales)
+    static_b = (4.0 + knobs.optimizer.state_bytes_per_param) * n
     if knobs.precision.is_half:
         static_b += 2.0 * n  # autocast caches the bf16/fp16 copy of each weight for the step
     if knobs.grad_accum > 1:
@@ -192,7 +211,7 @@ def _fsdp_static_bytes(model: ModelSpec, knobs: Knobs, n: int, num_gpus: int) ->
     parameters are all-gathered in the compute dtype one block at a time (with the next one
     prefetched), or kept unsharded from forward to backward without resharding."""
     shard = 1.0 / num_gpus
-    static_b = 12.0 * n * shard
+    static_b = (4.0 + knobs.optimizer.state_bytes_per_param) * n * shard
     if knobs.grad_accum > 1:
         static_b += 4.0 * n * shard
     param_b = 2.0 if knobs.precision.is_half or knobs.precision.is_fp8 else 4.0

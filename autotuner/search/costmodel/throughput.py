@@ -19,6 +19,8 @@ robust). Terms, in seconds per token per GPU:
 | /graphs               | (CUDA graphs replay the step: almost none)                            |
 | optimizer_fused /     | AdamW's bytes per parameter per optimizer step at HBM bandwidth,      |
 | optimizer_foreach     | shared by the step's tokens                                           |
+| optimizer_8bit        | the same for 8-bit moments (half the bytes), plus one compiled call   |
+|                       | per parameter tensor (torchao steps them one by one, from Python)     |
 | fp8_cast              | float8's casts: weights per micro-step, activations per token        |
 | fp8_rowwise           | rowwise scaling's work beyond tensorwise's, in proportion to all the  |
 |                       | float8 work (its matmuls, casts and eager launches)                   |
@@ -71,6 +73,7 @@ TERMS = (
     "launch_graphs",
     "optimizer_fused",
     "optimizer_foreach",
+    "optimizer_8bit",
     "fp8_cast",
     "fp8_rowwise",
     "comm",
@@ -102,6 +105,7 @@ PRIOR_MULTIPLIER = {
     "launch_graphs": 1.0,
     "optimizer_fused": 1.5,
     "optimizer_foreach": 2.5,
+    "optimizer_8bit": 1.5,  # not yet fitted on a GPU: PRIOR_REL_SD's width carries it
     "fp8_cast": 1.5,
     # Rowwise scaling keeps one scale per row of each operand, for the operand and for its
     # transpose in backward (amax along both axes), and its scaled matmul applies them in the
@@ -136,6 +140,11 @@ KERNELS_FIXED = {"eager": 60, "compiled": 20, "graphs": 3}
 # Python dispatch (fitted to the H200 GPT-2 recording: eager fp8 ran at 1/3 of eager bf16).
 FP8_KERNELS_PER_LINEAR = {"eager": 100, "compiled": 2, "graphs": 0}
 ADAMW_BYTES_PER_PARAM = 32  # read param, grad, two moments (fp32); write param and moments
+# The same with 8-bit moments and their fp32 scale per 256 values.
+ADAMW_8BIT_BYTES_PER_PARAM = 12 + 2 * Optimizer.ADAMW_8BIT.state_bytes_per_param
+# torchao's AdamW8bit calls its compiled update once per parameter tensor from Python (the guard
+# check, the call and its kernel's launch): a few eager launches' worth.
+ADAMW_8BIT_CALL_S = 4 * LAUNCH_S
 FP8_WEIGHT_CAST_BYTES = 7  # read fp32 weight, amax pass, write fp8 (per micro-step)
 
 
@@ -222,9 +231,14 @@ def features(model: ModelSpec, knobs: Knobs, hw: _Hardware, num_gpus: int) -> np
         fp8_launches = fp8_kernels * LAUNCH_S / micro_tokens
     x[f"launch_{kind}"] = kernels * LAUNCH_S / micro_tokens + fp8_launches
     params = block_params + head_params
-    opt = "optimizer_fused" if knobs.optimizer == Optimizer.ADAMW_FUSED else "optimizer_foreach"
     shard = num_gpus if num_gpus > 1 and knobs.parallel.startswith("fsdp") else 1
-    x[opt] = params / shard * ADAMW_BYTES_PER_PARAM / hw.bytes_per_s / step_tokens
+    if knobs.optimizer == Optimizer.ADAMW_8BIT:
+        calls = _tensors_per_block(model) * L + 3  # the embedding, the final norm, the head
+        moved = params / shard * ADAMW_8BIT_BYTES_PER_PARAM / hw.bytes_per_s
+        x["optimizer_8bit"] = (moved + calls * ADAMW_8BIT_CALL_S) / step_tokens
+    else:
+        opt = "optimizer_fused" if knobs.optimizer == Optimizer.ADAMW_FUSED else "optimizer_foreach"
+        x[opt] = params / shard * ADAMW_BYTES_PER_PARAM / hw.bytes_per_s / step_tokens
     if knobs.precision.is_fp8:
         weight_cast = block_params * FP8_WEIGHT_CAST_BYTES / hw.bytes_per_s / micro_tokens
         act_cast = L * (3 * d + model.ffn_dim) * 2 * 3.0 / hw.bytes_per_s  # in, grad, out
@@ -249,6 +263,13 @@ def _block_params(model: ModelSpec) -> int:
 
 def _linears_per_block(model: ModelSpec) -> int:
     return 4 if model.family == ModelFamily.GPT2 else 7  # qkv, out, fc1, fc2 / q, k, v, o, 3 MLP
+
+
+def _tensors_per_block(model: ModelSpec) -> int:
+    """Parameter tensors of one block: its linears' weights (GPT-2's biases too) and norms."""
+    if model.family == ModelFamily.GPT2:
+        return 2 * _linears_per_block(model) + 4  # weights, biases, two LayerNorms (w, b)
+    return _linears_per_block(model) + 2  # bias-free linears, two RMSNorms
 
 
 def _comm_bytes(knobs: Knobs, params: int, n: int) -> float:

@@ -95,7 +95,7 @@ def render(f: Facts) -> str:
         )
     notes.append(
         f"model-side knobs (attention {f.attention.value!r}, "
-        f"{'fused' if f.fused_adamw else 'foreach'} AdamW) are in the script: --format pytorch"
+        f"{f.optimizer_label}) are in the script: --format pytorch"
     )
     if f.env:
         notes.append("set the NCCL environment before launching: --format env")

@@ -76,6 +76,18 @@ class Facts:
         return self.knobs.optimizer == Optimizer.ADAMW_FUSED
 
     @property
+    def adamw_8bit(self) -> bool:
+        """torchao's AdamW8bit (8-bit moments) in place of torch's AdamW."""
+        return self.knobs.optimizer == Optimizer.ADAMW_8BIT
+
+    @property
+    def optimizer_label(self) -> str:
+        """The optimizer in words: "fused AdamW", "foreach AdamW", "torchao AdamW8bit"."""
+        if self.adamw_8bit:
+            return "torchao AdamW8bit"
+        return f"{'fused' if self.fused_adamw else 'foreach'} AdamW"
+
+    @property
     def distributed(self) -> bool:
         return self.num_gpus > 1
 

@@ -54,7 +54,14 @@ def render(f: Facts) -> str:
             "no TrainingArguments setting: gradient_checkpointing recomputes whole layers, "
             "which uses less memory and more time than what was measured"
         )
-    kwargs["optim"] = "adamw_torch_fused" if f.fused_adamw else "adamw_torch"
+    # adamw_torch_8bit is torchao's AdamW8bit, what the trial ran (adamw_8bit is bitsandbytes').
+    kwargs["optim"] = (
+        "adamw_torch_8bit"
+        if f.adamw_8bit
+        else "adamw_torch_fused"
+        if f.fused_adamw
+        else "adamw_torch"
+    )
     kwargs["dataloader_num_workers"] = k.loader_workers
     kwargs["dataloader_pin_memory"] = k.pin_memory
     if k.loader_workers > 0:

@@ -79,7 +79,11 @@ def render(f: Facts) -> str:
     if f.fp8_recipe:
         model_side.append(f"torchao float8 ({f.fp8_recipe}) Linear layers")
     model_side.append(f"the {f.attention.value!r} attention kernel")
-    model_side.append(f"AdamW({'fused' if f.fused_adamw else 'foreach'}=True)")
+    model_side.append(
+        "torchao.optim.AdamW8bit"
+        if f.adamw_8bit
+        else f"AdamW({'fused' if f.fused_adamw else 'foreach'}=True)"
+    )
     notes.append(
         "the model-side knobs go in your LightningModule (configure_model, "
         "configure_optimizers): " + ", ".join(model_side) + "; --format pytorch has the code"

@@ -103,6 +103,8 @@ def render(f: Facts) -> str:
             '        fqn not in ("output", "lm_head") and m.in_features % 16 == 0',
             "        and m.out_features % 16 == 0))",
         ]
+    if f.adamw_8bit:
+        imports.append("from torchao.optim import AdamW8bit  # 8-bit moments, fp32 update math")
     compile_call = f"torch.compile({{}}, mode={f.compile_mode!r})" if f.compile_mode else "{}"
     sync = "contextlib.nullcontext()"
     if f.sharded:
@@ -205,5 +207,7 @@ def render(f: Facts) -> str:
 
 
 def _adamw(f: Facts) -> str:
+    if f.adamw_8bit:
+        return "AdamW8bit(model.parameters(), lr=3e-4, betas=(0.9, 0.95))"
     impl = "fused=True" if f.fused_adamw else "foreach=True"
     return f"torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), {impl})"

@@ -44,6 +44,11 @@ def render(f: Facts) -> str:
         dataloader["prefetch_factor"] = k.prefetch_factor
     sections["training.dataloader"] = dataloader
     sections["optimizer"] = {"implementation": "fused" if f.fused_adamw else "foreach"}
+    if f.adamw_8bit:
+        notes.append(
+            "adamw-8bit: torchtitan's [optimizer] has no 8-bit moments; build "
+            "torchao.optim.AdamW8bit in your optimizer builder (--format pytorch has the call)"
+        )
     sections["compile"] = {"enable": f.compile_mode is not None, "components": ["model", "loss"]}
     if f.compile_mode not in (None, "default"):
         notes.append(
