@@ -131,8 +131,12 @@ class Seeder:
         if expert is not None and self.options.neighbour_seeds:
             alternatives = self._fastest_first(self._neighbours(expert))
         # Where the expert default may not fit with the headroom kept (Llama 8B on one H200),
-        # the 8-bit AdamW seed may be the only config the study can recommend: it runs first.
+        # the 8-bit AdamW seed may be the only config the study can recommend: it runs next,
+        # before alternatives that keep the expert's fp32 state (and so its memory).
         needs_room = expert is not None and not self.expert_fits(expert)
+        if needs_room:
+            small = [a for a in alternatives if a.get("optimizer") == Optimizer.ADAMW_8BIT.value]
+            alternatives = small + [a for a in alternatives if a not in small]
         later: list[dict[str, Any]] = []
         for i, alt in enumerate(alternatives):
             other_precision = alt.get("precision") != expert.get("precision") if expert else False
