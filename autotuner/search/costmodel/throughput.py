@@ -142,9 +142,11 @@ FP8_KERNELS_PER_LINEAR = {"eager": 100, "compiled": 2, "graphs": 0}
 ADAMW_BYTES_PER_PARAM = 32  # read param, grad, two moments (fp32); write param and moments
 # The same with 8-bit moments and their fp32 scale per 256 values.
 ADAMW_8BIT_BYTES_PER_PARAM = 12 + 2 * Optimizer.ADAMW_8BIT.state_bytes_per_param
-# torchao's AdamW8bit calls its compiled update once per parameter tensor from Python (the guard
-# check, the call and its kernel's launch): a few eager launches' worth.
-ADAMW_8BIT_CALL_S = 4 * LAUNCH_S
+# torchao's AdamW8bit calls its compiled update once per parameter tensor from Python: dynamo's
+# guards on the tensor-subclass arguments, the call and its kernel's launch. Measured on the
+# 2-core CPU machine with tensors too small to cost compute: 215 us a call (bench/optimizer_step.py
+# and bench/results/optimizer_step_cpu.md); a GPU host's cores are faster (not yet measured).
+ADAMW_8BIT_CALL_S = 1e-4
 FP8_WEIGHT_CAST_BYTES = 7  # read fp32 weight, amax pass, write fp8 (per micro-step)
 
 
