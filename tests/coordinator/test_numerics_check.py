@@ -56,13 +56,17 @@ def run_study(
     max_trials: int = 20,
     fixed: dict[str, Any] | None = None,
     options: StudyOptions | None = None,
+    recorded: Landscape | None = None,
 ) -> tuple[list[Trial], dict[str, Any], FakeParityReplay]:
+    """A study over `knobs` replayed on `recorded` (default: `landscape(knobs)`)."""
     db = Database(sqlite_url)
     fixed = {"attention": "efficient", **(fixed or {})}
     space = parse_space({"name": "numerics", "knobs": knobs, "fixed": fixed})
     model = ModelSpec.resolve({"preset": "tiny"})
     study_id = create_study(db, model=model, space=space, max_trials=max_trials, options=options)
-    executor = FakeParityReplay(landscape(knobs), list(knobs), target=H200, drifting=drifting)
+    executor = FakeParityReplay(
+        recorded or landscape(knobs), list(knobs), target=H200, drifting=drifting
+    )
     StudyRunner(db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600).run()
     with db.read() as s:
         trials = TrialRepo(s).list(study_id)
@@ -191,23 +195,19 @@ def test_an_8bit_adamw_winner_is_checked_against_fp32_moments(
     """8-bit AdamW moments change the numerics as a precision does: the winner with them is
     checked against the same knobs with fp32 moments (fused AdamW), checkpointing every block
     so the reference fits where only the 8-bit state made room (Llama 8B on one H200)."""
-    db = Database(sqlite_url)
     knobs = {"optimizer": ["adamw-fused", "adamw-8bit"]}
-    space = parse_space(
-        {"name": "n8", "knobs": knobs, "fixed": {"attention": "efficient", "precision": "bf16"}}
-    )
     entries = [
         ({"optimizer": o}, measured(tps, fingerprint=FAKE_GPU, wall_s=10.0))
         for o, tps in (("adamw-fused", 10_000.0), ("adamw-8bit", 12_000.0))
     ]
-    model = ModelSpec.resolve({"preset": "tiny"})
-    study_id = create_study(db, model=model, space=space, max_trials=10)
-    executor = FakeParityReplay(Landscape(entries), list(knobs), target=H200, drifting=drifting)
-    StudyRunner(db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600).run()
-    with db.read() as s:
-        trials = TrialRepo(s).list(study_id)
-        rec = StudyRepo(s).require(study_id).recommendation
-    assert rec is not None
+    trials, rec, _ = run_study(
+        sqlite_url,
+        knobs,
+        fixed={"precision": "bf16"},
+        drifting=drifting,
+        max_trials=10,
+        recorded=Landscape(entries),
+    )
     (ref,) = by_purpose(trials, "parity-ref")
     assert ref.params["optimizer"] == "adamw-8bit"  # the row names the candidate it checks
     ran = ref.config["knobs"]
