@@ -200,9 +200,10 @@ class Recommendation(BaseModel):
     )
     numerics: dict[str, Any] | None = Field(
         None,
-        description="The loss-parity check of a winner whose precision changes numerics "
-        "(checked, passed, precision, reference_precision, tolerance_rel, diff_rel, steps, "
-        "parity_trials, skipped: faster configs that failed it, text)",
+        description="The loss-parity check of a winner whose precision (or 8-bit optimizer "
+        "state) changes numerics (checked, passed, precision, name: the numerics in words, "
+        "changes_numerics, reference_precision, tolerance_rel, diff_rel, steps, parity_trials, "
+        "skipped: faster configs that failed it, text)",
     )
     input_pipeline: dict[str, Any] | None = Field(
         None,

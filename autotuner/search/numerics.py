@@ -70,6 +70,17 @@ CHANGES_NUMERICS = frozenset(
 State = Literal["pending", "passed", "failed", "unchecked"]
 
 
+CHANGING_VALUES = frozenset(p.value for p in CHANGES_NUMERICS)
+
+
+def numerics_name(knobs: Knobs) -> str:
+    """The numerics a config trains with, in words: its precision, and its optimizer's moments
+    where they are 8-bit."""
+    if knobs.optimizer == Optimizer.ADAMW_8BIT:
+        return f"{knobs.precision.value} with 8-bit AdamW moments"
+    return knobs.precision.value
+
+
 def changes_numerics(knobs: Knobs) -> bool:
     """A precision of CHANGES_NUMERICS, or 8-bit optimizer moments (quantised every step)."""
     return knobs.precision in CHANGES_NUMERICS or knobs.optimizer == Optimizer.ADAMW_8BIT
@@ -400,11 +411,13 @@ def numerics_entry(
     g = ranked[chosen]
     knobs = candidate_knobs(g)
     precision = knobs.precision.value
+    name = numerics_name(knobs)  # what the texts call it: "bf16 with 8-bit AdamW moments"
     check = checks.get(g.key)
     skipped = [
         {
             "trial_number": other.first.number,
             "precision": candidate_knobs(other).precision.value,
+            "name": numerics_name(candidate_knobs(other)),
             **checks[other.key].entry(),
             "text": checks[other.key].text,
         }
@@ -415,6 +428,8 @@ def numerics_entry(
         "checked": False,
         "passed": None,
         "precision": precision,
+        "name": name,
+        "changes_numerics": changes_numerics(knobs),
         "reference_precision": None,
         "tolerance_rel": TOLERANCE_REL,
         "diff_rel": None,
@@ -430,25 +445,25 @@ def numerics_entry(
         )
     elif not enabled:
         text = (
-            f"{precision} changes numerics and was not checked: this study turned the check off "
+            f"{name} changes numerics and was not checked: this study turned the check off "
             "(options.numerics_check); compare its loss with bf16's before training with it"
         )
         out["ended_unchecked"] = True  # final as it is: no check is to come
     elif check is None:
         text = (
-            f"{precision} changes numerics and was not checked: the parity check runs at the "
+            f"{name} changes numerics and was not checked: the parity check runs at the "
             "end of the study, within its budget of trials and time"
         )
         if skipped:
             text += f" (at most {MAX_CHECKED} candidates are checked)"
     elif check.state == "pending":
-        text = f"{precision} changes numerics; not checked yet: {check.text}"
+        text = f"{name} changes numerics; not checked yet: {check.text}"
         out.update(check.entry())
     else:
         out.update(check.entry())
         out["checked"] = check.state in ("passed", "failed")
         out["passed"] = {"passed": True, "failed": False}.get(check.state)
-        text = f"{precision}: {check.text}"
+        text = f"{name}: {check.text}"
     for s in reversed(skipped):
         if s["state"] == "failed":
             how = (
@@ -458,7 +473,7 @@ def numerics_entry(
                 else ""
             )
             text = (
-                f"trial #{s['trial_number']} ({s['precision']}) was faster but failed the "
+                f"trial #{s['trial_number']} ({s['name']}) was faster but failed the "
                 f"numerics check{how}, so it is not recommended; {text}"
             )
     out.pop("state", None)
@@ -471,11 +486,13 @@ def as_ended(entry: dict[str, Any]) -> dict[str, Any]:
     check never started did not get one, though its live text says the check is still to come
     (a 10-minute Llama 3B study on the H200 ended so: its budget was spent before the check)."""
     never_started = entry.get("checked") is False and not entry.get("parity_trials")
-    changing = entry.get("precision") in {p.value for p in CHANGES_NUMERICS}
+    # Entries stored before `changes_numerics` was written: by their precision.
+    changing = entry.get("changes_numerics", entry.get("precision") in CHANGING_VALUES)
     if not (never_started and changing) or entry.get("ended_unchecked"):
         return entry
+    name = entry.get("name") or entry["precision"]
     text = (
-        f"{entry['precision']} changes numerics and was not checked: the study ended before its "
+        f"{name} changes numerics and was not checked: the study ended before its "
         "parity check against the reference precision ran; compare its loss with bf16's (or "
         "fp32's) before training with it"
     )

@@ -224,7 +224,18 @@ def test_an_8bit_adamw_winner_is_checked_against_fp32_moments(
         assert rec["knobs"]["optimizer"] == "adamw-fused"
     else:
         assert rec["knobs"]["optimizer"] == "adamw-8bit" and rec["numerics"]["passed"]
-        assert "of bf16 with fp32 AdamW moments" in rec["numerics"]["text"]
+        assert (
+            rec["numerics"]["text"].startswith("bf16 with 8-bit AdamW moments: loss within")
+            and "of bf16 with fp32 AdamW moments" in rec["numerics"]["text"]
+        )
+    # A study that ends before the check says so for the 8-bit state too (bf16 itself is
+    # the reference precision: only the entry's own flag tells).
+    unchecked = {**rec["numerics"], "checked": False, "parity_trials": [], "passed": None}
+    unchecked.pop("ended_unchecked", None)
+    ended = as_ended(unchecked)
+    if not drifting:
+        assert ended["ended_unchecked"]
+        assert ended["text"].startswith("bf16 with 8-bit AdamW moments changes numerics")
 
 
 def test_the_check_needs_a_numerics_changing_precision_the_target_runs() -> None:
