@@ -141,3 +141,31 @@ def test_a_running_study_page_updates_live(study: tuple[Database, str]) -> None:
     # The recommendation card (its config measured once more) and the progress line.
     assert f'<b id="best-measurements">{after["measurements"]}</b>' in dom
     assert f"{study['trial_counts']['complete']} complete" in dom
+
+
+def test_the_trials_table_names_a_failure_class_once(study: tuple[Database, str]) -> None:
+    """The policy writes some reasons with their class in front ("dominated: checkpointing=full
+    only recomputes; ..."): the table shows them as they are, as `autotuner trials` does,
+    not as "dominated: dominated: ...", and prefixes the class to those without it."""
+    db, study_id = study
+    with db.session() as s:
+        trials = TrialRepo(s)
+        best = operations.get_best(db, study_id)["best"]
+        assert best is not None
+        for cls, message in (
+            ("dominated", "dominated: checkpointing=full only recomputes"),
+            ("oom", "predicted out of memory: needs 189 GiB"),
+        ):
+            trials.create_pruned(
+                study_id,
+                params=best["params"],
+                config={},
+                error_class=cls,
+                error_message=message,
+            )
+    for base in _serve(make_app(db)):
+        proc = dump_dom(f"{base}/studies/{study_id}")
+    dom = proc.stdout
+    assert ">dominated: checkpointing=full only recomputes<" in dom, proc.stderr[-2000:]
+    assert "dominated: dominated:" not in dom
+    assert ">oom: predicted out of memory: needs 189 GiB<" in dom

@@ -205,7 +205,11 @@
   // ------------------------------------------------------------------ the trials table
   // One line per trial: the error is cut to the cell's width, all of it in the tooltip.
   function errorCell(t) {
-    const text = t.error_class ? `${t.error_class}: ${t.error_message || ""}`
+    // The class once: a message that already starts with it ("dominated: ...") is shown as
+    // it is, as the CLI's trial_note does (cli/render.py).
+    const msg = (t.error_message || "").trim();
+    const text = t.error_class
+      ? (msg.toLowerCase().startsWith(t.error_class.toLowerCase() + ":") ? msg : `${t.error_class}: ${msg}`)
       : t.tight ? `tight: ${fmt.pct(t.memory_free_rel)} of the GPU memory free, less than the headroom` : "";
     // Why a trial was pruned is no error: shown grey (td.why), not red.
     const cls = t.state === "pruned" ? "why" : "err";
