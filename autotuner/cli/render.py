@@ -264,7 +264,7 @@ def trial_note(view: dict[str, Any]) -> str:
 # throughput (study/trial_list.py leaves its tokens/s out): said once under the table.
 _PARITY_NOTES = {
     "parity-ref": "the numerics check's reference: the candidate shown, run at the reference "
-    "precision, its loss per step; no throughput measured",
+    "precision with fp32 AdamW moments, its loss per step; no throughput measured",
     "parity": "the numerics check's parity run of the candidate shown: its loss per step; no "
     "throughput measured",
 }

@@ -366,7 +366,14 @@ def page_view(trial: Trial, related: Sequence[Trial]) -> dict[str, Any] | None:
         if t is None:
             return None
         knobs = Knobs.model_validate(t.config.get("knobs", {}))
-        return {"number": t.number, "precision": knobs.precision.value, "curve": _curve(t)}
+        # What ran, in words: "bf16 with fp32 AdamW moments" against "bf16 with 8-bit ...".
+        name = reference_label(t) if t.purpose == PARITY_REFERENCE else numerics_name(knobs)
+        return {
+            "number": t.number,
+            "precision": knobs.precision.value,
+            "name": name,
+            "curve": _curve(t),
+        }
 
     out: dict[str, Any] = {
         "role": role,

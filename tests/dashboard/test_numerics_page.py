@@ -25,22 +25,28 @@ from tests.fakes import FakeParityReplay, measured
 
 H200 = Target("cuda", 1, "replay", (9, 0), 80.0)
 KNOBS = {"precision": ["bf16", "fp8-tensorwise"]}
+OPTIMIZERS = ("adamw-fused", "adamw-8bit")
 
 
-def _checked_study(db: Database, drifting: tuple[str, ...] = ()) -> tuple[str, int, int]:
-    """A finished study whose fp8 winner ran the numerics check: (id, reference #, candidate #)."""
+def _checked_study(
+    db: Database, drifting: tuple[str, ...] = (), knob: str = "precision"
+) -> tuple[str, int, int]:
+    """A finished study whose winner ran the numerics check: (id, reference #, candidate #).
+    Its winner is fp8 (`knob` "precision") or bf16 with 8-bit moments (`knob` "optimizer")."""
     from autotuner.executors.replay import Landscape
 
+    slow, fast = {"precision": ("bf16", "fp8-tensorwise"), "optimizer": OPTIMIZERS}[knob]
     landscape = Landscape(
         [
-            ({"precision": "bf16"}, measured(18_000.0, peak_mem_gib=8.0, wall_s=10.0)),
-            ({"precision": "fp8-tensorwise"}, measured(20_000.0, peak_mem_gib=8.0, wall_s=10.0)),
+            ({knob: slow}, measured(18_000.0, peak_mem_gib=8.0, wall_s=10.0)),
+            ({knob: fast}, measured(20_000.0, peak_mem_gib=8.0, wall_s=10.0)),
         ]
     )
-    space = parse_space({"name": "numerics", "knobs": KNOBS, "fixed": {"attention": "efficient"}})
+    knobs = {knob: [slow, fast]}
+    space = parse_space({"name": "numerics", "knobs": knobs, "fixed": {"attention": "efficient"}})
     model = ModelSpec.resolve({"preset": "tiny"})
     study_id = create_study(db, model=model, space=space, max_trials=12)
-    executor = FakeParityReplay(landscape, list(KNOBS), target=H200, drifting=drifting)
+    executor = FakeParityReplay(landscape, list(knobs), target=H200, drifting=drifting)
     StudyRunner(db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600).run()
     with db.read() as s:
         trials = TrialRepo(s).list(study_id)
@@ -77,6 +83,19 @@ def test_both_runs_pages_show_the_curves_and_the_verdict(sqlite_url: str) -> Non
     # A measured trial of the search has no numerics card.
     data = client.get(f"/studies/{study_id}/trials/0?format=json").json()
     assert data["numerics"] is None
+
+
+def test_an_8bit_winners_runs_are_named_by_their_moments(sqlite_url: str) -> None:
+    """bf16 against bf16 says nothing: the two runs differ in their AdamW moments."""
+    db = Database(sqlite_url)
+    study_id, ref, cand = _checked_study(db, knob="optimizer")
+    client = TestClient(make_app(db))
+    num = client.get(f"/studies/{study_id}/trials/{ref}?format=json").json()["numerics"]
+    assert num["reference"]["name"] == "bf16 with fp32 AdamW moments"
+    assert num["candidate"]["name"] == "bf16 with 8-bit AdamW moments"
+    page = client.get(f"/studies/{study_id}/trials/{ref}").text
+    assert "this trial, bf16 with fp32 AdamW moments" in page
+    assert f"trial #{cand}</a>, bf16 with 8-bit AdamW moments" in page
 
 
 def test_the_study_page_shows_no_throughput_for_a_parity_run(sqlite_url: str) -> None:

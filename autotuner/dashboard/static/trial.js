@@ -87,7 +87,7 @@
     for (const side of ["reference", "candidate"]) {
       const run = num[side], style = styles[side];
       if (!run || !run.curve) continue;
-      datasets.push({ label: `${side}: #${run.number} ${run.precision}`, borderColor: style.color,
+      datasets.push({ label: `${side}: #${run.number} ${run.name || run.precision}`, borderColor: style.color,
         backgroundColor: style.color, borderDash: style.dash, borderWidth: style.width,
         data: run.curve.map((y, i) => ({ x: i + 1, y })), pointRadius: 0 });
     }
