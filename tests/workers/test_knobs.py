@@ -106,6 +106,23 @@ def test_the_8bit_optimizer_keeps_8bit_moments_and_trains() -> None:
         assert state["exp_avg"].codes.numel() == p.numel()
 
 
+def test_the_8bit_optimizer_without_torchao_is_unsupported_with_the_install(monkeypatch) -> None:
+    import importlib.util
+
+    from workers import support
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        support.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "torchao" else real(name, *a),
+    )
+    refusal = support.static_check(make_config(optimizer="adamw-8bit"), CPU)
+    assert refusal is not None and refusal.knobs == {"optimizer": "adamw-8bit"}
+    assert "pip install torchao" in str(refusal)
+    assert support.static_check(make_config(optimizer="adamw-fused"), CPU) is None
+
+
 @pytest.mark.parametrize("mode", ["default", "max-autotune-no-cudagraphs"])
 def test_compile_mode_wraps_the_model_with_that_mode(mode, monkeypatch):
     calls = []
