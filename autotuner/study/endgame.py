@@ -31,9 +31,10 @@ from autotuner.search.numerics import (
     next_parity,
     parity_reference_knobs,
     verdict,
+    warm_reference,
 )
 from autotuner.search.policy import SearchPolicy
-from autotuner.search.progress import HEADROOM_CHECK, PARITY, PARITY_REFERENCE
+from autotuner.search.progress import HEADROOM_CHECK, PARITY, PARITY_REFERENCE, SEARCH_TRIALS
 from autotuner.search.space import SearchSpace
 from autotuner.spec import (
     FailureClass,
@@ -201,6 +202,9 @@ def launch_parity(runner: Runner) -> bool:
         knobs = parity_reference_knobs(knobs, runner.target, runner.model) or knobs.model_copy(
             update={"precision": Precision.FP32}
         )
+        # With the kernel and compile mode of a graph the study already compiled, if one
+        # differs in nothing else: a warm compile in place of a cold one (warm_reference).
+        knobs = warm_reference(knobs, _compiled_knobs(trials))
     # One micro-batch per optimizer step, for the reference and the candidate alike: the
     # precision's numerics (overflow, underflow, fp8 scaling) show in every micro-step's
     # forward and backward, and the check costs 1/grad_accum of the steps' time (a Llama 3B
@@ -209,6 +213,16 @@ def launch_parity(runner: Runner) -> bool:
     config_for = _with_measure(runner, knobs, parity_steps=PARITY_STEPS)
     _dispatch_check(runner, group.first.params, purpose, config_for)
     return True
+
+
+def _compiled_knobs(trials: list[Trial]) -> list[Knobs]:
+    """What the study's finished search trials ran, earliest first: graphs its compile cache
+    holds."""
+    return [
+        Knobs.model_validate(t.config["knobs"])
+        for t in sorted(trials, key=lambda t: t.number)
+        if t.purpose in SEARCH_TRIALS and t.state == TrialState.COMPLETE and t.config
+    ]
 
 
 def headroom_outcome(out: Outcome) -> Outcome:

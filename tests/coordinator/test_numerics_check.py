@@ -20,10 +20,11 @@ from autotuner.search.numerics import (
     as_ended,
     compare_curves,
     space_changes_numerics,
+    warm_reference,
 )
 from autotuner.search.objective import Objective
 from autotuner.search.space import parse_space
-from autotuner.spec import ModelSpec
+from autotuner.spec import Attention, Checkpointing, CompileMode, Knobs, ModelSpec, Precision
 from autotuner.storage.models import Trial, TrialState
 from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
@@ -61,6 +62,7 @@ def run_study(
     """A study over `knobs` replayed on `recorded` (default: `landscape(knobs)`)."""
     db = Database(sqlite_url)
     fixed = {"attention": "efficient", **(fixed or {})}
+    fixed = {k: v for k, v in fixed.items() if k not in knobs}  # a searched knob is not fixed
     space = parse_space({"name": "numerics", "knobs": knobs, "fixed": fixed})
     model = ModelSpec.resolve({"preset": "tiny"})
     study_id = create_study(db, model=model, space=space, max_trials=max_trials, options=options)
@@ -249,6 +251,55 @@ def test_the_check_needs_a_numerics_changing_precision_the_target_runs() -> None
     assert space_changes_numerics(fixed, H200)
     eight_bit = parse_space({"name": "s", "knobs": {"optimizer": ["adamw-fused", "adamw-8bit"]}})
     assert space_changes_numerics(eight_bit, Target("cpu", 0))  # 8-bit moments: any device
+
+
+def test_the_reference_borrows_a_compiled_graphs_kernel_and_compile_mode() -> None:
+    """Llama 3B's 10-minute study: the expert default (bf16, flash, compile default, mb 8) and
+    the fp8 winner (cuDNN, mb 8) ran; the winner at bf16 is a graph nobody compiled (94 s cold
+    on the H200), while the expert default's differs only in its kernel: the reference takes
+    it, and its compile is warm. Nothing else may differ: not the micro-batch (another loss
+    curve), not checkpointing (what fits), not the precision."""
+    expert = Knobs(precision="bf16", attention="flash", compile_mode="default", micro_batch_size=8)
+    fp8 = expert.model_copy(update={"precision": Precision.FP8_TENSORWISE})
+    winner = fp8.model_copy(
+        update={"attention": Attention.CUDNN, "compile_mode": CompileMode.REDUCE_OVERHEAD}
+    )
+    reference = winner.model_copy(update={"precision": Precision.BF16})
+    warm = warm_reference(reference, [expert.model_copy(update={"grad_accum": 4}), fp8, winner])
+    assert (warm.attention, warm.compile_mode) == (Attention.FLASH, CompileMode.DEFAULT)
+    assert warm.model_dump(exclude={"attention", "compile_mode"}) == reference.model_dump(
+        exclude={"attention", "compile_mode"}
+    )
+    # The reference itself ran: nothing to borrow. Nothing alike ran: itself.
+    assert warm_reference(reference, [expert, reference]) == reference
+    for other in (
+        expert.model_copy(update={"micro_batch_size": 4}),
+        expert.model_copy(update={"checkpointing": Checkpointing.SELECTIVE}),
+        expert.model_copy(update={"attention": Attention.MATH}),
+        fp8,
+    ):
+        assert warm_reference(reference, [other]) == reference, other
+
+
+def test_a_study_runs_its_reference_on_a_graph_it_compiled_and_says_so(sqlite_url: str) -> None:
+    """The fp8 winner runs cuDNN; bf16 with cuDNN never completed here (the recording lacks
+    it: an infra failure if tried), bf16 with flash did (the expert default): the reference
+    runs that, and the numerics text says which kernel the reference ran."""
+    knobs = {"precision": ["bf16", "fp8-tensorwise"], "attention": ["flash", "cudnn"]}
+    tps = {("bf16", "flash"): 18_000.0, ("fp8-tensorwise", "flash"): 19_000.0}
+    tps[("fp8-tensorwise", "cudnn")] = 20_000.0
+    entries = [
+        ({"precision": p, "attention": a}, measured(v, fingerprint=FAKE_GPU, wall_s=10.0))
+        for (p, a), v in tps.items()
+    ]
+    trials, rec, _ = run_study(sqlite_url, knobs, max_trials=8, recorded=Landscape(entries))
+    assert rec["knobs"]["precision"] == "fp8-tensorwise" and rec["knobs"]["attention"] == "cudnn"
+    (ref,) = by_purpose(trials, "parity-ref")
+    ran = ref.config["knobs"]
+    assert (ran["precision"], ran["attention"]) == ("bf16", "flash")
+    num = rec["numerics"]
+    assert num["passed"], num
+    assert num["text"].endswith("the reference ran flash attention, a graph the study had compiled")
 
 
 def test_compare_curves_reads_the_tail() -> None:
