@@ -5,9 +5,10 @@ study already measured (a re-measurement, the winner's headroom check, a parity 
 what the study's own end-time model expects of it (autotuner/search/end_time.py `TrialWalls`:
 the compile warm, the headroom check's evaluation pass, the parity steps), and its answer says
 so (wall_s, compile_s), as the real re-run's does: the study learns a re-run's warm compile
-from it. A config nobody recorded (the numerics check's reference at bf16) ran once on the
-hardware, as long as the study expects an unmeasured config to take; the replay answers it with
-a failure, and that failure's retry is free (an artefact of the replay).
+from it. A config nobody recorded (the numerics check's reference at bf16, where no compiled
+config lends it its kernel: search/numerics.py warm_reference) ran once on the hardware, as
+long as the study expects an unmeasured config to take; the replay answers it with a failure,
+and that failure's retry is free (an artefact of the replay).
 
 On the H200's 10-minute Llama 3B study of 2026-12-04 the end-time estimates summed to 4.5 min
 against the 4.8 min its end checks took (bench/results/h200_session_20261204g)."""
