@@ -458,6 +458,13 @@ class MeasureSettings(_Record):
     # `stopped_early` set. The coordinator sets it for search trials only (the incumbent's
     # tokens/s less a margin far beyond the noise: search/early_stop.py); None: never stop.
     abandon_below_tokens_per_s: float | None = Field(default=None, gt=0)
+    # Run the attention kernel once on a tiny tensor of the trial's head shape before building
+    # (workers/support.py probe_attention: an unsupported kernel is refused in a fraction of a
+    # second, not after minutes of build and compile). The coordinator turns it off where a
+    # trial of the study already ran the same kernel at the same attention dtype: the probe
+    # can only pass again, and on the H200 it cost an eager GPT-2 trial 0.18 s of its ~4.5 s
+    # (bench/results/h200_session_20261204d).
+    attention_probe: bool = True
 
 
 class TrialConfig(_Record):

@@ -201,7 +201,7 @@ def build_step(config: TrialConfig, device, info: dict[str, Any], group=None):
         or None
     )
     part.mark("checks")
-    if refusal is None:
+    if refusal is None and config.measure.attention_probe:
         refusal = support.probe_attention(config, device)
         part.mark("probe")
     if group is not None:

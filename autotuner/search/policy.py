@@ -59,6 +59,7 @@ from autotuner.spec import (
     ModelFamily,
     ModelSpec,
     TrialResult,
+    TrialStatus,
     canonical_params,
 )
 from autotuner.storage.models import Trial, TrialState
@@ -122,6 +123,7 @@ class SearchPolicy:
         self.proposer: Proposer | None = None
         self._incumbent: tuple[float, Params] | None = None  # best measured tokens/s, params
         self._kinds_seen: set[tuple[str, ...]] = set()  # measured, at any depth, or in flight
+        self._kernels_ran: set[tuple[str, str]] = set()  # (attention, its dtype) that ran here
 
     def enable_proposals(
         self,
@@ -186,6 +188,12 @@ class SearchPolicy:
     def knobs(self, params: dict[str, Any]) -> Knobs:
         return self.space.knobs_for(params, self.model, self.gpus)
 
+    def attention_probe(self, knobs: Knobs) -> bool:
+        """Whether a trial of these knobs should probe its attention kernel before building
+        (MeasureSettings.attention_probe): not where one of this study's trials already ran
+        that kernel at that dtype (the model's head shape is the study's)."""
+        return _attention_kernel(knobs) not in self._kernels_ran
+
     def abandon_floor(self) -> float | None:
         """The tokens/s below which a search trial stops after its first repeat
         (search/early_stop.py): far below the incumbent, beyond the study's noise."""
@@ -214,6 +222,8 @@ class SearchPolicy:
         knobs as it ran them when known (a stored trial's config), else rebuilt from params."""
         if result is None or "predicted" in result.notes:
             return
+        if result.status == TrialStatus.OK:  # its attention kernel ran: no probe needed again
+            self._kernels_ran.add(_attention_kernel(knobs or self.knobs(params)))
         if purpose == PROXY:
             self._observe_proxy(params, result, fit=fit)
             return
@@ -426,6 +436,14 @@ class SearchPolicy:
             throughput=self.throughput,
             learned=self.learned,
         )
+
+
+def _attention_kernel(knobs: Knobs) -> tuple[str, str]:
+    """The attention kernel and the dtype it runs in: fp8 trials attend in bf16 (only their
+    Linear layers are float8), tf32 and fp32 in fp32."""
+    precision = knobs.precision
+    dtype = "bf16" if precision.is_fp8 else precision.value if precision.is_half else "fp32"
+    return knobs.attention.value, dtype
 
 
 def _kind(knobs: Knobs) -> tuple[str, ...]:

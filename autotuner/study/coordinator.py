@@ -427,6 +427,7 @@ class StudyRunner:
             knobs,
             number,
             abandon_below=abandon_below,
+            attention_probe=self.policy.attention_probe(knobs),
         )
 
     def _dispatch(

@@ -93,12 +93,16 @@ def trial_config(
     number: int | None,
     *,
     abandon_below: float | None = None,
+    attention_probe: bool = True,
 ) -> TrialConfig:
     """The record the worker runs; on a CPU-only cluster the trial runs on the CPU.
-    `abandon_below`: the early-stop floor of a search trial (search/early_stop.py)."""
+    `abandon_below`: the early-stop floor of a search trial (search/early_stop.py);
+    `attention_probe` False: a trial of the study already ran this attention kernel."""
     measure: MeasureSettings = space.measure
     if abandon_below is not None:
         measure = measure.model_copy(update={"abandon_below_tokens_per_s": abandon_below})
+    if not attention_probe:
+        measure = measure.model_copy(update={"attention_probe": False})
     num_gpus = gpus_per_trial
     if target.device_type == "cpu":
         measure = measure.model_copy(update={"device": Device.CPU})

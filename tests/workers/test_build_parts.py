@@ -8,7 +8,7 @@ from autotuner.spec import FailureClass, TrialStatus
 from workers import phases
 from workers.trial import run_trial
 
-from .conftest import make_config
+from .conftest import fast, make_config
 
 PARTS = ["checks", "probe", "model", "optimizer", "data"]
 
@@ -28,6 +28,21 @@ def test_a_refused_config_reports_the_checks_it_got_through() -> None:
     result = run_trial(make_config(attention="cudnn"))  # no cuDNN attention on a CPU
     assert result.failure_class == FailureClass.UNSUPPORTED, result.error_message
     assert list(result.build_parts_s or {}) == ["checks"]  # refused before the probe
+
+
+def test_a_trial_told_its_kernel_already_ran_skips_the_probe(monkeypatch) -> None:
+    """MeasureSettings.attention_probe off (the coordinator's: a trial of the study already
+    ran this kernel at this dtype): no probe part, and the probe is never called."""
+    from workers import support
+
+    calls: list[str] = []
+    real = support.probe_attention
+    monkeypatch.setattr(support, "probe_attention", lambda *a: calls.append("probe") or real(*a))
+    result = run_trial(make_config(measure=fast(attention_probe=False)))
+    assert result.status == TrialStatus.OK, result.error_message
+    assert list(result.build_parts_s or {}) == [p for p in PARTS if p != "probe"]
+    assert calls == []
+    assert run_trial(make_config()).status == TrialStatus.OK and calls == ["probe"]
 
 
 def test_the_part_clock_synchronises_before_each_mark() -> None:
