@@ -43,9 +43,16 @@ from autotuner.search.numerics import (
     changes_numerics,
     parity_reference_knobs,
     space_changes_numerics,
+    warm_reference,
 )
 from autotuner.search.objective import Objective, memory_violation
-from autotuner.search.progress import END_CHECKS, PARITY_REFERENCE, PROXY, Progress
+from autotuner.search.progress import (
+    END_CHECKS,
+    PARITY_REFERENCE,
+    PROXY,
+    SEARCH_TRIALS,
+    Progress,
+)
 from autotuner.search.proposer import Params, Proposer
 from autotuner.search.remeasure import Remeasure, stop_reason
 from autotuner.search.sampler import Observation
@@ -124,6 +131,7 @@ class SearchPolicy:
         self._incumbent: tuple[float, Params] | None = None  # best measured tokens/s, params
         self._kinds_seen: set[tuple[str, ...]] = set()  # measured, at any depth, or in flight
         self._kernels_ran: set[tuple[str, str]] = set()  # (attention, its dtype) that ran here
+        self._compiled: list[Knobs] = []  # what finished search trials ran: the compile cache's
 
     def enable_proposals(
         self,
@@ -232,6 +240,8 @@ class SearchPolicy:
             self.walls.observe(params, result, purpose)  # a headroom check's warm compile
             return
         knobs = knobs or self.knobs(params)
+        if purpose in SEARCH_TRIALS and result.status == TrialStatus.OK:
+            self._compiled.append(knobs)
         self.walls.observe(params, result, purpose, knobs.grad_accum)
         self._kinds_seen.add(_kind(knobs))
         self.cost.observe(knobs, result, fit=fit)
@@ -402,20 +412,31 @@ class SearchPolicy:
             for purpose, p in due
         ]
 
+    def compiled_knobs(self) -> list[Knobs]:
+        """What the study's finished search trials ran, in the order they finished: graphs its
+        compile cache holds (the numerics reference may borrow one: numerics.warm_reference)."""
+        return list(self._compiled)
+
+    def reference_knobs(self, knobs: Knobs) -> Knobs | None:
+        """What the numerics check's reference of a candidate with these knobs runs: its knobs
+        at the reference precision (and fp32 moments), on a graph the study already compiled
+        where one differs in nothing else. None where neither bf16 nor fp32 runs here."""
+        ref = parity_reference_knobs(knobs, self.target, self.model)
+        return None if ref is None else warm_reference(ref, self._compiled)
+
     def _as_run(self, purpose: str, params: dict[str, Any]) -> dict[str, Any]:
         """The params a check runs: the numerics check's reference runs the candidate's knobs
-        at the reference precision, so it takes what that config's trial took (the Llama 3B
-        study of 2026-12-03 expected its bf16 reference to take the fp8 candidate's cold
-        compile: 86 s, where it ran in 44)."""
+        at the reference precision (`reference_knobs`), so it takes what that config's trial
+        took (the Llama 3B study of 2026-12-03 expected its bf16 reference to take the fp8
+        candidate's cold compile: 86 s, where it ran in 44), warm where it borrows a compiled
+        graph."""
         if purpose != PARITY_REFERENCE:
             return params
-        ref = parity_reference_knobs(self.knobs(params), self.target, self.model)
+        ref = self.reference_knobs(self.knobs(params))
         if ref is None:
             return params
-        ran = {**params, "precision": ref.precision.value}
-        if "attention" in params:
-            ran["attention"] = ref.attention.value
-        return ran
+        ran = ref.model_dump(mode="json")
+        return {k: ran.get(k, v) for k, v in params.items()}
 
     def stop_reason(self, budget_spent: bool) -> str:
         """Why the search stopped, and why re-measuring did, if it was cut short."""

@@ -29,12 +29,10 @@ from autotuner.search.numerics import (
     candidate_knobs,
     headroom_plan,
     next_parity,
-    parity_reference_knobs,
     verdict,
-    warm_reference,
 )
 from autotuner.search.policy import SearchPolicy
-from autotuner.search.progress import HEADROOM_CHECK, PARITY, PARITY_REFERENCE, SEARCH_TRIALS
+from autotuner.search.progress import HEADROOM_CHECK, PARITY, PARITY_REFERENCE
 from autotuner.search.space import SearchSpace
 from autotuner.spec import (
     FailureClass,
@@ -199,12 +197,12 @@ def launch_parity(runner: Runner) -> bool:
     if purpose == PARITY_REFERENCE:
         # Neither bf16 nor fp32 runs it here (not expected): the worker's refusal is
         # stored, and the check reported as not done, rather than skipped silently.
-        knobs = parity_reference_knobs(knobs, runner.target, runner.model) or knobs.model_copy(
+        # On a graph the study already compiled where one differs in nothing else: a warm
+        # compile in place of a cold one (numerics.warm_reference), as the end-time plan
+        # expected (the policy's reference_knobs: one answer for both).
+        knobs = runner.policy.reference_knobs(knobs) or knobs.model_copy(
             update={"precision": Precision.FP32}
         )
-        # With the kernel and compile mode of a graph the study already compiled, if one
-        # differs in nothing else: a warm compile in place of a cold one (warm_reference).
-        knobs = warm_reference(knobs, _compiled_knobs(trials))
     # One micro-batch per optimizer step, for the reference and the candidate alike: the
     # precision's numerics (overflow, underflow, fp8 scaling) show in every micro-step's
     # forward and backward, and the check costs 1/grad_accum of the steps' time (a Llama 3B
@@ -213,16 +211,6 @@ def launch_parity(runner: Runner) -> bool:
     config_for = _with_measure(runner, knobs, parity_steps=PARITY_STEPS)
     _dispatch_check(runner, group.first.params, purpose, config_for)
     return True
-
-
-def _compiled_knobs(trials: list[Trial]) -> list[Knobs]:
-    """What the study's finished search trials ran, earliest first: graphs its compile cache
-    holds."""
-    return [
-        Knobs.model_validate(t.config["knobs"])
-        for t in sorted(trials, key=lambda t: t.number)
-        if t.purpose in SEARCH_TRIALS and t.state == TrialState.COMPLETE and t.config
-    ]
 
 
 def headroom_outcome(out: Outcome) -> Outcome:
