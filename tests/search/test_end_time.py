@@ -224,3 +224,32 @@ def test_the_numerics_reference_is_timed_by_the_config_it_runs() -> None:
     assert reference.params == fp8  # the row carries the candidate it checks
     assert reference.expected_s == pytest.approx(policy.walls.parity_s(bf16))
     assert reference.expected_s < 60.0 < policy.walls.parity_s(fp8)
+
+
+def test_the_plan_times_the_numerics_reference_it_will_run() -> None:
+    """The fp8 winner (cuDNN) is checked against bf16 on the expert default's graph (flash),
+    which the study compiled: the plan's reference is that config, warm, as the endgame runs
+    it (one answer: policy.reference_knobs), not the never-built bf16 cuDNN graph."""
+    from autotuner.search.progress import PARITY_REFERENCE
+    from autotuner.search.space import parse_space
+    from tests.fakes import FAKE_H200, measured
+    from tests.search.conftest import GPT2, make_policy
+
+    space = parse_space(
+        {
+            "name": "ref",
+            "knobs": {"precision": ["bf16", "fp8-tensorwise"], "attention": ["flash", "cudnn"]},
+            "fixed": {"micro_batch_size": 8, "compile_mode": "default"},
+        }
+    )
+    policy = make_policy(space, model=GPT2)
+    expert = {"precision": "bf16", "attention": "flash"}
+    winner = {"precision": "fp8-tensorwise", "attention": "cudnn"}
+    for number, params in enumerate((expert, winner)):
+        result = measured(100_000.0, fingerprint=FAKE_H200, wall_s=60.0, compile_s=40.0)
+        policy.observe(number, params, result, "seed")
+    ref = policy.reference_knobs(policy.knobs(winner))
+    assert ref is not None and (ref.precision.value, ref.attention.value) == ("bf16", "flash")
+    assert policy._as_run(PARITY_REFERENCE, winner) == expert
+    # Warm: the expert default's wall less its compile's warm saving, plus the parity steps.
+    assert policy.walls.expected_s(PARITY_REFERENCE, expert) < 60.0
