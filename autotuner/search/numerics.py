@@ -115,11 +115,11 @@ def parity_reference_knobs(knobs: Knobs, target: Target, model: ModelSpec | None
     ]
     base: dict[str, Any] = {}
     if knobs.optimizer == Optimizer.ADAMW_8BIT:
-        # fp32 moments, and full checkpointing: the candidate spends the 6 B/param its 8-bit
-        # moments free on activations, so at its own checkpointing the reference may not fit
-        # (Llama 8B on one H200); recomputing the blocks repeats the same forward, so the loss
-        # curve is the one the candidate's checkpointing would give.
-        base = {"optimizer": Optimizer.ADAMW_FUSED, "checkpointing": Checkpointing.FULL}
+        # fp32 moments. The model's graph is the candidate's (the optimizer is not compiled
+        # with it), so the reference's compile is warm; where the 6 B/param the 8-bit moments
+        # freed were spent on activations the reference may not fit: the caller who knows the
+        # memory turns on full checkpointing then (`needs_recompute`).
+        base = {"optimizer": Optimizer.ADAMW_FUSED}
     for update in options:
         ref = knobs.model_copy(update={**base, **update})
         if incompatibility(ref, target, model) is None:
@@ -142,13 +142,21 @@ NEUTRAL_ATTENTION = frozenset(
 )
 
 
+def with_recompute(reference: Knobs) -> Knobs:
+    """An 8-bit candidate's reference that would not fit at the candidate's checkpointing
+    (Llama 8B on one H200: fp32 moments take 45 GiB more): every block recomputed, which
+    repeats the same forward, so the loss curve is the one the candidate's checkpointing gives."""
+    return reference.model_copy(update={"checkpointing": Checkpointing.FULL})
+
+
 def warm_reference(reference: Knobs, compiled: Sequence[Knobs]) -> Knobs:
     """`reference` with the attention kernel and compile mode of a config the study already
-    ran (`compiled`, earliest first) that differs from it in nothing else; `reference` itself
-    where none does, or where it was run itself."""
+    ran (`compiled`, earliest first) that differs from it in nothing else but its optimizer
+    (not compiled with the model); `reference` itself where none does, or where its own graph
+    was compiled."""
     if reference.attention not in NEUTRAL_ATTENTION:
         return reference
-    fields = set(Knobs.model_fields) - {"attention", "compile_mode", "grad_accum"}
+    fields = set(Knobs.model_fields) - {"attention", "compile_mode", "grad_accum", "optimizer"}
     want = reference.model_dump(include=fields)
     matches = [
         k

@@ -44,6 +44,7 @@ from autotuner.search.numerics import (
     parity_reference_knobs,
     space_changes_numerics,
     warm_reference,
+    with_recompute,
 )
 from autotuner.search.objective import Objective, memory_violation
 from autotuner.search.progress import (
@@ -74,6 +75,11 @@ from autotuner.storage.session import Database
 
 # Prune, Z_PRUNE and DOMINATED live in screen.py; importable from here for older callers.
 __all__ = ["DOMINATED", "Z_PRUNE", "Prune", "SearchPolicy"]
+
+
+# An 8-bit candidate's reference keeps its checkpointing where the memory model is this sure
+# it fits (mean + z sd), else recomputes every block.
+REFERENCE_FIT_Z = 1.0
 
 
 class SearchPolicy:
@@ -419,10 +425,19 @@ class SearchPolicy:
 
     def reference_knobs(self, knobs: Knobs) -> Knobs | None:
         """What the numerics check's reference of a candidate with these knobs runs: its knobs
-        at the reference precision (and fp32 moments), on a graph the study already compiled
-        where one differs in nothing else. None where neither bf16 nor fp32 runs here."""
+        at the reference precision (and fp32 moments, every block recomputed where those would
+        not fit: the memory model, with no headroom, as a parity run keeps none), on a graph
+        the study already compiled where one differs in nothing else. None where neither bf16
+        nor fp32 runs here."""
         ref = parity_reference_knobs(knobs, self.target, self.model)
-        return None if ref is None else warm_reference(ref, self._compiled)
+        if ref is None:
+            return None
+        if ref.optimizer != knobs.optimizer and self.limit_gib is not None:
+            # A parity run steps one micro-batch at a time (study/endgame.py).
+            one = ref.model_copy(update={"grad_accum": 1})
+            if not self.cost.predict(one, self.limit_gib).surely_fits(REFERENCE_FIT_Z):
+                ref = with_recompute(ref)
+        return warm_reference(ref, self._compiled)
 
     def _as_run(self, purpose: str, params: dict[str, Any]) -> dict[str, Any]:
         """The params a check runs: the numerics check's reference runs the candidate's knobs

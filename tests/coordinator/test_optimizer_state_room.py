@@ -52,6 +52,12 @@ def test_8bit_moments_give_llama_8b_a_recommendation_on_one_h200(sqlite_url: str
     assert first[0].params["optimizer"] == "adamw-fused"
     assert first[0].params["checkpointing"] == "full"
     assert first[1].params["optimizer"] == "adamw-8bit"
+    # Its reference has fp32 moments, which at selective checkpointing would not fit (the
+    # memory model): it recomputes every block, the same loss curve.
+    (ref,) = [t for t in trials if t.purpose == "parity-ref"]
+    ran = ref.config["knobs"]
+    assert (ran["optimizer"], ran["checkpointing"]) == ("adamw-fused", "full")
+    assert ran["micro_batch_size"] == rec["knobs"]["micro_batch_size"]
     num = rec["numerics"]
     assert num["checked"] and num["passed"], num
     assert "bf16 with fp32 AdamW moments" in num["text"]
