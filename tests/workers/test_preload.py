@@ -191,7 +191,6 @@ def test_every_trial_runs_in_the_nodes_stable_directory(
             60,
             "the trial's pid file",
         )
-        cwd = Path(os.readlink(f"/proc/{trial.pid}/cwd"))
 
         def core_limit() -> str:
             limits = Path(f"/proc/{trial.pid}/limits").read_text().splitlines()
@@ -205,6 +204,10 @@ def test_every_trial_runs_in_the_nodes_stable_directory(
             core = "0"
         except AssertionError:
             core = core_limit()
+        # Read once the trial is in main(): a forked trial's pid file is written when its server
+        # has forked it, a moment before the child changes to the working directory (it read
+        # the server's /tmp in one run on a loaded machine).
+        cwd = Path(os.readlink(f"/proc/{trial.pid}/cwd"))
         os.kill(trial.pid, signal.SIGKILL)
         launcher.join(60)
     finally:
