@@ -418,11 +418,6 @@ class SearchPolicy:
             for purpose, p in due
         ]
 
-    def compiled_knobs(self) -> list[Knobs]:
-        """What the study's finished search trials ran, in the order they finished: graphs its
-        compile cache holds (the numerics reference may borrow one: numerics.warm_reference)."""
-        return list(self._compiled)
-
     def reference_knobs(self, knobs: Knobs) -> Knobs | None:
         """What the numerics check's reference of a candidate with these knobs runs: its knobs
         at the reference precision (and fp32 moments, every block recomputed where those would
