@@ -106,3 +106,35 @@ def test_eval_runs_without_autograd_in_eval_mode_and_saves_a_loadable_state(
     state = torch.load(io.BytesIO(kept.getvalue()), weights_only=True)  # a real checkpoint
     assert set(state) == {"model", "optimizer"}
     assert torch.equal(state["model"]["lm_head.weight"], model.state_dict()["lm_head.weight"])
+
+
+def test_an_8bit_optimizers_checkpoint_holds_its_8bit_moments() -> None:
+    """The headroom check of an 8-bit AdamW winner saves its 8-bit moments (2 B/param and their
+    scales where fp32 moments are 8): the size the end-time plan expects of the save
+    (search/end_time.py), and a state torchao loads back."""
+    pytest.importorskip("torchao.optim")
+    config = make_config(optimizer="adamw-8bit")
+    cpu = torch.device("cpu")
+    model = build_model(config.model, config.knobs)
+    optimizer = build_optimizer(model, config.knobs.optimizer)
+    batches = make_batches(config.knobs, config.measure, config.model, cpu, 0)
+    step = TrainStep(
+        model,
+        optimizer,
+        batches,
+        grad_accum=1,
+        autocast=lambda: torch.autocast("cpu", enabled=False),
+        scaler=None,
+        cudagraphs=False,
+    )
+    step()
+    kept = io.BytesIO()
+    size = eval_and_checkpoint(step, kept)
+    eight_bit = sum(p.numel() for p in model.parameters() if p.numel() >= 4096)
+    small = sum(p.numel() for p in model.parameters() if p.numel() < 4096)
+    # fp32 weights, 8-bit moments for the matrices (fp32 for tensors under 4096 values).
+    expected = 4 * (eight_bit + small) + 2.03 * eight_bit + 8 * small
+    assert expected * 0.95 < size < expected * 1.15, (size, expected)
+    state = torch.load(io.BytesIO(kept.getvalue()), weights_only=True)  # torchao allows it
+    fresh = build_optimizer(build_model(config.model, config.knobs), config.knobs.optimizer)
+    fresh.load_state_dict(state["optimizer"])
