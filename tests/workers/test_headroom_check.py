@@ -30,6 +30,19 @@ def _big_files_in(path: str) -> set[str]:
     return {f for f in files if os.path.getsize(f) > 2**20}
 
 
+def _one_micro_batch_step(model, optimizer, batches) -> TrainStep:
+    """An fp32 training step of one micro-batch on the CPU, as a trial builds it."""
+    return TrainStep(
+        model,
+        optimizer,
+        batches,
+        grad_accum=1,
+        autocast=lambda: torch.autocast("cpu", enabled=False),
+        scaler=None,
+        cudagraphs=False,
+    )
+
+
 @pytest.mark.parametrize("knobs", [{}, {"checkpointing": "full", "grad_accum": 2}])
 def test_the_trial_reports_its_peak_with_eval_and_checkpoint(
     knobs: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -74,15 +87,7 @@ def test_eval_runs_without_autograd_in_eval_mode_and_saves_a_loadable_state(
     batches = make_batches(config.knobs, config.measure, config.model, cpu, 0)
     seen: list[tuple[bool, bool]] = []
     model.register_forward_hook(lambda m, i, o: seen.append((m.training, torch.is_grad_enabled())))
-    step = TrainStep(
-        model,
-        optimizer,
-        batches,
-        grad_accum=1,
-        autocast=lambda: torch.autocast("cpu", enabled=False),
-        scaler=None,
-        cudagraphs=False,
-    )
+    step = _one_micro_batch_step(model, optimizer, batches)
     step()  # one training step: the optimizer has its state
     kept = io.BytesIO()
     crc_before = torch.serialization.get_crc32_options()
@@ -118,15 +123,7 @@ def test_an_8bit_optimizers_checkpoint_holds_its_8bit_moments() -> None:
     model = build_model(config.model, config.knobs)
     optimizer = build_optimizer(model, config.knobs.optimizer)
     batches = make_batches(config.knobs, config.measure, config.model, cpu, 0)
-    step = TrainStep(
-        model,
-        optimizer,
-        batches,
-        grad_accum=1,
-        autocast=lambda: torch.autocast("cpu", enabled=False),
-        scaler=None,
-        cudagraphs=False,
-    )
+    step = _one_micro_batch_step(model, optimizer, batches)
     step()
     kept = io.BytesIO()
     size = eval_and_checkpoint(step, kept)
