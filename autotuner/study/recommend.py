@@ -264,7 +264,7 @@ def recommend_ranked(
             best, room, _passed_over_for_memory(best, ranked, keyed, room, options), options
         ),
         "global_batch": global_batch_entry(best, groups, trials, options),
-        "vs_expert_default": _vs_expert_default(best, ranked, options),
+        "vs_expert_default": _vs_expert_default(best, ranked, keyed, options),
     }
     if objective == Objective.TIME_TO_TRAIN:
         rec["time_to_train_h"] = time_to_train_h(result, options)
@@ -304,13 +304,9 @@ def _passed_over_for_memory(
             continue
         if g.key not in eligible:
             # The memory columns, not the results: there may be many such configs.
-            records = [r for t in g.trials if (r := memory_record(t)) is not None]
-            worst = max(records, key=lambda r: headroom.violation(r, options), default=None)
-            if worst is None or headroom.violation(worst, options) <= 0:
+            why = _memory_words(g, options)
+            if why == CEILING_WORDS:
                 continue  # excluded for another reason (the max_mem_gib ceiling)
-            need = headroom.need_gib(worst)
-            free = headroom.free_rel(need, worst.memory_limit_gib)
-            why = f"leaves {free:.1%} free, less than the {options.headroom:.0%} headroom"
         elif (check := room.get(g.key)) is not None and check.state == "failed":
             why = f"failed its headroom check ({check.text})"
         else:
@@ -355,34 +351,67 @@ def scaling_efficiency(trials: Sequence[Trial], best: ConfigMeasurements) -> dic
 
 
 def _vs_expert_default(
-    best: ConfigMeasurements, ranked: Sequence[ConfigMeasurements], options: StudyOptions
+    best: ConfigMeasurements,
+    ranked: Sequence[ConfigMeasurements],
+    keyed: Sequence[tuple[str, Trial]],
+    options: StudyOptions,
 ) -> dict[str, Any] | None:
     """How much faster the winner is than the expert default: the study's first trial (bf16,
     fused attention, compile, the largest micro-batch that fits: search/seeding.py), by the
-    objective's medians. Measured trials only, so the live and final recommendations agree."""
+    objective's medians. Measured trials only, so the live and final recommendations agree.
+    An expert default measured but kept out for memory (`keyed`: every measured config, tight
+    ones too) is still the yardstick, and the text says why it is not the recommendation."""
     if not options.expert_seed:
         return None
     expert = _expert_default(ranked)
+    over_memory = None
+    if expert is None and (expert := _expert_default(_ranked(_expert_rows(keyed)))) is not None:
+        over_memory = _memory_words(expert, options)
     if expert is None:
         return {"trial_number": 0, "text": "the expert default (trial #0) was not measured"}
     speedup = best.median / (expert.median or 1.0)
     noise = max(best.noise_rel, expert.noise_rel)
     if expert is best:
         text = "the expert default is the recommendation: nothing in the space beat it"
-    elif speedup - 1.0 <= noise:
+    elif speedup - 1.0 <= noise and over_memory is None:
         text = f"{speedup:.2f}x the expert default (trial #0): within the noise (±{noise:.1%})"
     else:
         text = f"{speedup:.2f}x the expert default (trial #0, {expert.median:,.0f})"
+    if over_memory is not None:
+        text += f", which is not recommended: it {over_memory}"
     ours, theirs = best.first.global_batch_tokens, expert.first.global_batch_tokens
     if expert is not best and ours and theirs and ours != theirs:
-        text += f", at {ours / theirs:g}x its global batch: another training run"
-    return {
+        sep = "; " if over_memory is not None else ", "
+        text += f"{sep}at {ours / theirs:g}x its global batch: another training run"
+    out: dict[str, Any] = {
         "trial_number": 0,
         "objective_value": expert.median,
         "speedup": round(speedup, 4),
         "noise_rel": noise,
         "text": text,
     }
+    if over_memory is not None:
+        out["not_recommended"] = over_memory
+    return out
+
+
+def _expert_rows(keyed: Sequence[tuple[str, Trial]]) -> list[tuple[str, Trial]]:
+    """The measurements of trial #0's config (the only config `_expert_default` reads)."""
+    key = next((k for k, t in keyed if t.number == 0), None)
+    return [(k, t) for k, t in keyed if k == key] if key is not None else []
+
+
+CEILING_WORDS = "is over the max_mem_gib ceiling"
+
+
+def _memory_words(group: ConfigMeasurements, options: StudyOptions) -> str:
+    """`leaves 9.7% free, less than the 10% headroom` for a config kept out for memory."""
+    records = [r for t in group.trials if (r := memory_record(t)) is not None]
+    worst = max(records, key=lambda r: headroom.violation(r, options), default=None)
+    if worst is None or headroom.violation(worst, options) <= 0:
+        return CEILING_WORDS
+    free = headroom.free_rel(headroom.need_gib(worst), worst.memory_limit_gib)
+    return f"leaves {free:.1%} free, less than the {options.headroom:.0%} headroom"
 
 
 def _expert_default(ranked: Sequence[ConfigMeasurements]) -> ConfigMeasurements | None:

@@ -272,3 +272,22 @@ def test_a_study_whose_every_measured_trial_is_tight_says_what_to_do(sqlite_url:
         cli, ["best", study_id, "--db", sqlite_url, "--headroom", str(tight["headroom_accepting"])]
     )
     assert said.exit_code == 0 and "Re-judged at a" in said.output, said.output
+
+
+def test_an_expert_default_kept_out_for_memory_is_still_the_yardstick(sqlite_url: str) -> None:
+    # Trial #0, the expert default, is micro-batch 16: measured, but tight. The comparison
+    # says how the winner compares with it and why it is not the recommendation, where it
+    # once said the expert default "was not measured" (the H200 Llama 8B study of 2026-12-05).
+    trials, rec, _, _ = run_study(sqlite_url)
+    expert = next(t for t in trials if t.number == 0)
+    assert expert.purpose == "seed" and _mb(expert) == 16
+    entry = rec["vs_expert_default"]
+    assert entry["objective_value"] == POINTS[16][0]
+    assert entry["speedup"] == pytest.approx(POINTS[8][0] / POINTS[16][0], abs=1e-4)
+    words = "leaves 2.0% free, less than the 10% headroom"
+    assert entry["not_recommended"] == words
+    assert entry["text"] == (
+        f"0.86x the expert default (trial #0, 14,000), which is not recommended: it {words}; "
+        "at 0.5x its global batch: another training run"
+    )
+    assert "not measured" not in entry["text"]

@@ -143,10 +143,11 @@ ADAMW_BYTES_PER_PARAM = 32  # read param, grad, two moments (fp32); write param 
 # The same with 8-bit moments and their fp32 scale per 256 values.
 ADAMW_8BIT_BYTES_PER_PARAM = 12 + 2 * Optimizer.ADAMW_8BIT.state_bytes_per_param
 # torchao's AdamW8bit calls its compiled update once per parameter tensor from Python: dynamo's
-# guards on the tensor-subclass arguments, the call and its kernel's launch. Measured on the
-# 2-core CPU machine with tensors too small to cost compute: 215 us a call (bench/optimizer_step.py
-# and bench/results/optimizer_step_cpu.md); a GPU host's cores are faster (not yet measured).
-ADAMW_8BIT_CALL_S = 1e-4
+# guards on the tensor-subclass arguments, the call and its kernel's launch. Measured on the H200
+# machine's host (bench/results/h200_session_20261205, `bench/optimizer_step.py --preset
+# llama-1b`): 276 us for a 16-value tensor, about 390 us a tensor at Llama 1B once its bytes are
+# taken out (the 2-core CPU machine: 215 us a call, bench/results/optimizer_step_cpu.md).
+ADAMW_8BIT_CALL_S = 3.9e-4
 FP8_WEIGHT_CAST_BYTES = 7  # read fp32 weight, amax pass, write fp8 (per micro-step)
 
 
