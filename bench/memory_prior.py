@@ -46,7 +46,7 @@ def errors(path: Path) -> list[dict[str, Any]]:
         knobs = Knobs(**{k: v for k, v in params.items() if k in names})
         est = memory.estimate(model, knobs)
         predicted = prior.predict(est, None)
-        peak = fitted_peak_gib(knobs, result, prior.fragmentation)
+        peak = fitted_peak_gib(knobs, result, prior.fragmentation(knobs.allocator))
         out.append(
             {
                 "error": est.allocated_gib / peak - 1.0,

@@ -27,6 +27,8 @@ import sys  # noqa: E402
 from typing import Any  # noqa: E402
 
 from autotuner.spec import (  # noqa: E402
+    ALLOC_CONF_VAR,
+    ALLOCATOR_SETTINGS,
     CompileMode,
     DataSource,
     Device,
@@ -73,6 +75,8 @@ def inactive_knobs(config: TrialConfig, device_type: str) -> list[str]:
             off.append("prefetch_factor")
         if device_type != "cuda":
             off.append("pin_memory")
+    if device_type != "cuda":
+        off.append("allocator")  # the CUDA caching allocator's mode
     if config.num_gpus <= 1:
         return off + _NCCL + ["parallel"] + _DDP_ONLY + _FSDP_ONLY
     if device_type != "cuda":
@@ -98,6 +102,26 @@ def resolve_device(config: TrialConfig, local_rank: int = 0):
 
 class _InfraError(Exception):
     pass
+
+
+def _allocator_in_effect(allocator: str) -> str:
+    """The note that the CUDA caching allocator runs the mode the knob asked for; raises where it
+    does not. torch parses PYTORCH_CUDA_ALLOC_CONF once, at the allocator's first use: a trial
+    forked from a server whose torch had already parsed it (workers/preload.py) would measure
+    the default allocator under the knob's name."""
+    import torch
+
+    want = ALLOCATOR_SETTINGS[allocator]
+    read = getattr(torch._C, "_accelerator_getAllocatorSettings", None)
+    if read is None:
+        return f"CUDA allocator: {ALLOC_CONF_VAR}={os.environ.get(ALLOC_CONF_VAR, '')}"
+    settings = str(read())
+    if want not in settings.replace(" ", ""):
+        raise _InfraError(
+            f"allocator={allocator} asks the CUDA caching allocator for {want}, but it runs "
+            f"{settings or 'its defaults'!r} ({ALLOC_CONF_VAR} was read before the trial set it)"
+        )
+    return f"CUDA allocator: {settings} ({ALLOC_CONF_VAR}, knob allocator={allocator})"
 
 
 def _compile(model, mode: CompileMode):
@@ -298,6 +322,8 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
     off = inactive_knobs(config, device.type)
     if off:
         notes.append("inactive knobs (no effect in this config): " + ", ".join(off))
+    if device.type == "cuda" and k.allocator != "default":
+        notes.append(_allocator_in_effect(k.allocator))
 
     # What a killed trial's compile left half-built in the cache would fail this one's.
     if k.compile_mode != CompileMode.NONE:

@@ -210,7 +210,8 @@ def cancel_study(study: StudyRef, request: Request) -> dict[str, Any]:
     },
     response_class=PlainTextResponse,
     summary="The best config for a trainer (hf, lightning, torchtitan, accelerate, pytorch), "
-    "its NCCL environment (env), the record (json, yaml) or a script re-running it (torchrun)",
+    "its process environment: NCCL, CUDA allocator (env), the record (json, yaml) or a script "
+    "re-running it (torchrun)",
 )
 def export_best(
     study: StudyRef,

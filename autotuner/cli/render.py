@@ -280,6 +280,7 @@ _SHORT_KNOBS = {
     "micro_batch_size": "mb",
     "grad_accum": "ga",
     "vocab_pad_multiple": "pad",
+    "allocator": "alloc",
     "loader_workers": "workers",
     "prefetch_factor": "prefetch",
     "ddp_bucket_cap_mb": "bucket_mb",

@@ -327,7 +327,8 @@ def export(
             "--format",
             "-f",
             help="hf (Hugging Face TrainingArguments), lightning (Trainer), torchtitan (TOML), "
-            "accelerate (config YAML), pytorch (snippet), env (NCCL environment), json, yaml, "
+            "accelerate (config YAML), pytorch (snippet), env (NCCL and allocator environment), "
+            "json, yaml, "
             "or torchrun (a script that re-runs the winning trial with this repo's runner).",
         ),
     ] = "json",

@@ -84,7 +84,11 @@ def report(
             "memory_limit_gib": cost.limit_gib,
             "calibration": {
                 "measured": cal.measured,
-                "fragmentation": round(cal.fragmentation, 3),
+                "fragmentation": round(cal.fragmentation(), 3),
+                "fragmentation_by_allocator": {
+                    mode: round(cal.fragmentation(mode), 3)
+                    for mode in sorted({"default", *cal.reserved_ratios})
+                },
                 "model_rel_sd": round(cal.rel_sd, 4),
             },
             "errors": error_summary(errors),
@@ -202,8 +206,8 @@ def _replay_memory(cm: CostModel, measured: Sequence[Measured]) -> tuple[list[di
         est, x = found
         refits.before_prediction()
         # The allocated peak as Calibration.predict computes it (x @ beta), without its
-        # fragmentation and sd: that property takes a median over every trial seen, per
-        # call (quadratic over a replay), and the error is of the allocated peak.
+        # fragmentation and sd: that takes a median over every trial seen, per call
+        # (quadratic over a replay), and the error is of the allocated peak.
         predicted = float(x @ cm.calibration.beta)
         out.append(
             {

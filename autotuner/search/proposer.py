@@ -144,7 +144,9 @@ class Proposer:
         limit = self.memory.limit_gib
         if not limit:
             return np.ones(len(cands))
-        need, sd = self.memory.calibration.predict_many(np.array([c.memory for c in cands]))
+        need, sd = self.memory.calibration.predict_many(
+            np.array([c.memory for c in cands]), [c.knobs.allocator for c in cands]
+        )
         z = (limit - need) / np.maximum(sd, 1e-9)
         return 0.5 * (1.0 + _erf(z / math.sqrt(2.0)))
 

@@ -145,6 +145,11 @@ def _device_rules(knobs: Knobs, target: Target, model: ModelSpec | None) -> str 
             f"compile mode {knobs.compile_mode.value!r} captures CUDA graphs, which need a CUDA "
             "GPU; on the CPU use 'default' or 'max-autotune-no-cudagraphs'"
         )
+    if _changed(knobs, "allocator"):
+        return (
+            f"allocator={knobs.allocator} configures the CUDA caching allocator; the CPU does "
+            "not use it, so it would re-measure the default config: leave it out on the CPU"
+        )
     return None
 
 

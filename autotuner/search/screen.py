@@ -149,7 +149,7 @@ class Screen:
         over_limit = pred.surely_over(Z_PRUNE)
         over_ceiling = False
         if self.ceiling_gib:
-            low = pred.allocated_gib - Z_PRUNE * pred.sd_gib / self.cost.calibration.fragmentation
+            low = pred.allocated_gib - Z_PRUNE * pred.sd_gib / pred.fragmentation
             over_ceiling = low > self.ceiling_gib
         if not (over_limit or over_ceiling):
             return None

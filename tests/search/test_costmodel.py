@@ -165,7 +165,7 @@ def test_a_cuda_graph_trial_is_fitted_on_its_reserved_peak() -> None:
     cm.observe(graphs, measured)
     assert abs(cm.predict(graphs).need_gib - (8.6 + 0.6)) < 0.5  # reserved + the CUDA context
     assert cm.predict(eager).need_gib > 0.8 * before
-    assert cm.calibration.reserved_ratios == []  # 8.6 / 1.4 is no fragmentation
+    assert cm.calibration.reserved_ratios == {}  # 8.6 / 1.4 is no fragmentation
 
 
 def test_compiled_float8_keeps_its_own_activation_memory() -> None:

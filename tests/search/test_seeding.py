@@ -222,7 +222,11 @@ def test_where_the_optimizer_state_crowds_out_activations_an_8bit_adamw_seed_run
     assert expert["checkpointing"] == "full" and expert["optimizer"] == "adamw-fused"
     assert not policy.expert_fits(expert)
     plan = policy.seed_plan(db)
-    small = plan.now[1]  # right after the expert default: the alternatives keep its memory
+    # Right after the expert default, the alternatives that make room: its own config under the
+    # expandable allocator (test_where_fragmentation_may_break_the_headroom_...), then 8-bit
+    # moments; the others keep its memory.
+    assert plan.now[1] == {**expert, "allocator": "expandable"}
+    small = plan.now[2]
     assert [p for p in plan.all if p["optimizer"] == "adamw-8bit"] == [small]
     assert small == {
         **expert,
@@ -238,3 +242,32 @@ def test_where_the_optimizer_state_crowds_out_activations_an_8bit_adamw_seed_run
     llama3 = ModelSpec.resolve({"preset": "llama-3b"})
     roomy = make_policy(load_space("single-gpu"), model=llama3, history_seeds=0)
     assert all(p["optimizer"] != "adamw-8bit" for p in roomy.seeds(db))
+
+
+def test_where_fragmentation_may_break_the_headroom_the_expandable_allocator_is_seeded() -> None:
+    """Llama 8B's expert default on one H200 (full checkpointing, micro-batch 8) allocated
+    121.7 GiB and reserved 125.6: 9.7% free, tight (bench/results/h200_session_20261205). The
+    same config under expandable segments is predicted to fit, so it runs right after the
+    expert default, before anything that changes numerics. Where the expert fits (Llama 3B),
+    or the space lacks the knob, there is no such seed."""
+    from autotuner.search.space import load_space
+    from autotuner.spec import ModelSpec
+
+    db = Database("sqlite://")
+    llama8 = ModelSpec.resolve({"preset": "llama-8b"})
+    policy = make_policy(load_space("single-gpu"), model=llama8, history_seeds=0)
+    policy.enable_proposals(seed=0)
+    expert = policy.expert_params()
+    assert expert["allocator"] == "default" and not policy.expert_fits(expert)
+    roomy = {**expert, "allocator": "expandable"}
+    assert policy.seed_plan(db).now[:2] == [expert, roomy]
+    usable = 139.8 * 0.9
+    before, after = (policy.cost.predict(policy.knobs(p), usable) for p in (expert, roomy))
+    assert before.need_gib > usable >= after.need_gib
+    llama3 = ModelSpec.resolve({"preset": "llama-3b"})
+    fits = make_policy(load_space("single-gpu"), model=llama3, history_seeds=0)
+    assert all(p["allocator"] == "default" for p in fits.seeds(db))
+    space = load_space("single-gpu")
+    knobs = {k: v for k, v in space.knobs.items() if k != "allocator"}
+    without = make_policy(space.model_copy(update={"knobs": knobs}), model=llama8, history_seeds=0)
+    assert all("allocator" not in p for p in without.seeds(db))

@@ -58,8 +58,13 @@ VARIANTS: dict[str, tuple[dict[str, Any], int]] = {
         },
         2,
     ),
-    "single-bf16-8bit": (
-        {"precision": "bf16", "checkpointing": "none", "optimizer": "adamw-8bit"},
+    "single-bf16-8bit-expandable": (
+        {
+            "precision": "bf16",
+            "checkpointing": "none",
+            "optimizer": "adamw-8bit",
+            "allocator": "expandable",
+        },
         1,
     ),
     "fsdp2-fp8": (
@@ -325,7 +330,7 @@ def _load_accelerate(text: str, tmp_path: Path):
 
 
 @pytest.mark.parametrize(
-    "name", ["single-bf16-selective", "single-fp32-full-foreach", "single-bf16-8bit"]
+    "name", ["single-bf16-selective", "single-fp32-full-foreach", "single-bf16-8bit-expandable"]
 )
 def test_pytorch_snippet_trains_one_step(name: str) -> None:
     if VARIANTS[name][0].get("optimizer") == "adamw-8bit":
@@ -420,6 +425,18 @@ def test_env_is_real_variables_only() -> None:
     assert not any(name.startswith("AUTOTUNER_") for name in exports)
     one_gpu = _export("single-bf16-selective", "env")
     assert "nothing to set" in one_gpu
+
+
+def test_the_allocator_knob_is_exported_as_the_variable_torch_reads() -> None:
+    text = _export("single-bf16-8bit-expandable", "env")
+    assert "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in text.splitlines()
+    assert "allocator=expandable" in text and "nothing to set" not in text
+    assert "NCCL" not in text.replace("NCCL and", "")  # one GPU: no NCCL variable, no NCCL note
+    # Every trainer's export points at it: the peak memory measured depends on it.
+    for fmt in ("hf", "lightning", "torchtitan", "accelerate", "pytorch"):
+        out = _export("single-bf16-8bit-expandable", fmt)
+        assert "(PYTORCH_CUDA_ALLOC_CONF) before launching: --format env" in out, fmt
+        assert "PYTORCH_CUDA_ALLOC_CONF" not in _export("single-bf16-selective", fmt), fmt
 
 
 def test_export_commands_name_every_trainer_format() -> None:

@@ -10,12 +10,14 @@ memory boundary), whereas a wrongly launched one costs one short failed trial.
 
 The allocator-visible peak (`max_memory_allocated`, what trials report as peak_mem_gib) is what
 is fitted; the OOM test compares that peak x the allocator's fragmentation (reserved/allocated,
-learned from the trials) + the CUDA context against the memory limit.
+learned from the trials per allocator mode, Knobs.allocator) + the CUDA context against the
+memory limit.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,7 +26,13 @@ from autotuner.search.costmodel.memory import COMPONENTS, MemoryEstimate, base_g
 from autotuner.search.costmodel.regression import fit_relative
 
 CUDA_CONTEXT_GIB = 0.6  # the CUDA context and kernel images: outside the allocator's peak
-PRIOR_FRAGMENTATION = 1.05  # max_memory_reserved / max_memory_allocated
+# max_memory_reserved / max_memory_allocated before a study has measured any, per allocator
+# mode. The default allocator's medians on the H200 landscapes were 1.03 (Llama 1B), 1.05 (3B)
+# and 1.09 (GPT-2 124M), up to 1.34 (GPT-2 eager micro-batch 64) and 1.16 (Llama 8B, 8-bit
+# AdamW, micro-batch 1). Expandable segments coalesce what a fresh cudaMalloc per request
+# strands; 1.02 is a prior not yet measured on a GPU (bench/gpu_plan.md row 4), and the
+# study's own trials with that mode replace it.
+PRIOR_FRAGMENTATION = {"default": 1.05, "expandable": 1.02}
 PRIOR_REL_SD = 0.5  # a priori a component may be off by half ...
 # ... except where the H200 trials say it is better known (`python bench/memory_prior.py
 # bench/results/landscape_*_h200.json`: 100 full-depth configs of GPT-2 124M, Llama 1B and 3B,
@@ -51,6 +59,7 @@ class Prediction:
     need_gib: float  # allocated x fragmentation + CUDA context: what must fit in the limit
     sd_gib: float  # one standard deviation of need_gib
     limit_gib: float | None
+    fragmentation: float = 1.0  # the ratio need_gib was computed with
 
     def surely_over(self, z: float) -> bool:
         """Even the optimistic end (need - z sd) is over the limit."""
@@ -80,7 +89,8 @@ class Calibration:
 
     on_cuda: bool
     points: list[_Point] = field(default_factory=list)
-    reserved_ratios: list[float] = field(default_factory=list)
+    # reserved / allocated of the measured trials, per allocator mode
+    reserved_ratios: dict[str, list[float]] = field(default_factory=dict)
     beta: np.ndarray = field(default_factory=lambda: np.ones(len(COMPONENTS)))
     cov: np.ndarray = field(default_factory=lambda: np.eye(len(COMPONENTS)))
     rel_sd: float = 0.05
@@ -92,11 +102,13 @@ class Calibration:
     def overhead_gib(self) -> float:
         return CUDA_CONTEXT_GIB if self.on_cuda else 0.0
 
-    @property
-    def fragmentation(self) -> float:
-        if not self.reserved_ratios:
-            return PRIOR_FRAGMENTATION
-        return float(min(1.5, max(1.0, np.median(self.reserved_ratios))))
+    def fragmentation(self, allocator: str = "default") -> float:
+        """reserved / allocated under this allocator mode: the median of the study's trials
+        that ran with it, else the prior."""
+        ratios = self.reserved_ratios.get(allocator)
+        if not ratios:
+            return PRIOR_FRAGMENTATION.get(allocator, PRIOR_FRAGMENTATION["default"])
+        return float(min(1.5, max(1.0, np.median(ratios))))
 
     @property
     def measured(self) -> int:
@@ -108,13 +120,13 @@ class Calibration:
         """A measured trial: its allocator peak (and reserved peak for fragmentation)."""
         self.points.append(_Point(est.vector(), float(peak_gib)))
         if reserved_gib and peak_gib > 0:
-            self.reserved_ratios.append(reserved_gib / peak_gib)
+            self.reserved_ratios.setdefault(est.allocator, []).append(reserved_gib / peak_gib)
         if fit:
             self._fit()
 
     def add_oom(self, est: MemoryEstimate, need_at_least_gib: float, *, fit: bool = True) -> None:
         """A measured OOM: its need was at least this (GiB, as need_gib, not allocated)."""
-        bound = (need_at_least_gib - self.overhead_gib) / self.fragmentation
+        bound = (need_at_least_gib - self.overhead_gib) / self.fragmentation(est.allocator)
         self.points.append(_Point(est.vector(), max(bound, 0.0), censored=True))
         if fit:
             self._fit()
@@ -126,19 +138,25 @@ class Calibration:
         x = est.vector()
         alloc = float(x @ self.beta)
         var = float(x @ self.cov @ x) + (self.rel_sd * alloc) ** 2
-        frag = self.fragmentation
+        frag = self.fragmentation(est.allocator)
         return Prediction(
             allocated_gib=alloc,
             need_gib=alloc * frag + self.overhead_gib,
             sd_gib=math.sqrt(max(var, 0.0)) * frag,
             limit_gib=limit_gib,
+            fragmentation=frag,
         )
 
-    def predict_many(self, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """`predict`'s need_gib and sd_gib for rows of `MemoryEstimate.vector()` at once."""
+    def predict_many(
+        self, vectors: np.ndarray, allocators: Sequence[str] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`predict`'s need_gib and sd_gib for rows of `MemoryEstimate.vector()` at once, each
+        row under its allocator mode (`allocators`, default: the default allocator)."""
         alloc = vectors @ self.beta
         var = np.einsum("ij,jk,ik->i", vectors, self.cov, vectors) + (self.rel_sd * alloc) ** 2
-        frag = self.fragmentation
+        modes = allocators if allocators is not None else ["default"] * len(alloc)
+        frags = {mode: self.fragmentation(mode) for mode in set(modes)}
+        frag = np.array([frags[mode] for mode in modes]).reshape(alloc.shape)
         return alloc * frag + self.overhead_gib, np.sqrt(np.maximum(var, 0.0)) * frag
 
     def _fit(self) -> None:

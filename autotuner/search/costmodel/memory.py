@@ -110,6 +110,9 @@ class MemoryEstimate:
 
     components: dict[str, float]
     on_cuda: bool
+    # The CUDA allocator's mode (Knobs.allocator): not a component, the calibration's
+    # fragmentation ratio (reserved / allocated) is learned per mode.
+    allocator: str = "default"
 
     def vector(self) -> np.ndarray:
         return np.array([self.components.get(c, 0.0) for c in COMPONENTS])
@@ -152,7 +155,7 @@ def estimate(
     if on_cuda and not fsdp and knobs.compile_mode == CompileMode.REDUCE_OVERHEAD:
         graph_end_gib = _graph_grads_end_bytes(knobs, n, static_b) / GIB
         comps["graph_grads"] = max(0.0, graph_end_gib - max(backward_gib, step_gib))
-    return MemoryEstimate(comps, on_cuda)
+    return MemoryEstimate(comps, on_cuda, knobs.allocator)
 
 
 def _graph_grads_end_bytes(knobs: Knobs, n: int, static_b: float) -> float:

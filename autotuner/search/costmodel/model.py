@@ -44,7 +44,7 @@ class CostModel:
         fit=False only records it (for batches: call `calibration.refit()` after the last)."""
         est = self.estimate(knobs, model)
         if result.peak_mem_gib and result.tokens_per_s:
-            peak = fitted_peak_gib(knobs, result, self.calibration.fragmentation)
+            peak = fitted_peak_gib(knobs, result, self.calibration.fragmentation(knobs.allocator))
             # A CUDA-graph trial's reserved peak is its need: no fragmentation ratio to learn.
             reserved = None if _graph_pool_hidden(knobs, result) else result.peak_reserved_gib
             self.calibration.add_peak(est, peak, reserved, fit=fit)

@@ -97,8 +97,8 @@ def render(f: Facts) -> str:
         f"model-side knobs (attention {f.attention.value!r}, "
         f"{f.optimizer_label}) are in the script: --format pytorch"
     )
-    if f.env:
-        notes.append("set the NCCL environment before launching: --format env")
+    if note := f.env_note:
+        notes.append(note)
     lines = [
         *f.header(),
         "# Accelerate config: accelerate launch --config_file THIS_FILE train.py",

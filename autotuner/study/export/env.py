@@ -1,12 +1,13 @@
 """The process environment the trial ran with, as shell exports: NCCL's own variables (the NCCL
-knobs), the trial's extra environment and, on several GPUs, the NVLink-multicast-off settings.
-Nothing here is an autotuner variable: every name is read by NCCL, torch or NVSHMEM."""
+knobs), the CUDA caching allocator's mode (the allocator knob), the trial's extra environment
+and, on several GPUs, the NVLink-multicast-off settings. Nothing here is an autotuner variable:
+every name is read by NCCL, torch or NVSHMEM."""
 
 from __future__ import annotations
 
 import shlex
 
-from autotuner.spec import NCCL_ENV_VARS, NVLS_OFF_ENV
+from autotuner.spec import ALLOC_CONF_VAR, NCCL_ENV_VARS, NVLS_OFF_ENV
 from autotuner.study.export.facts import Facts
 
 
@@ -21,6 +22,11 @@ def render(f: Facts) -> str:
         lines.append(
             "# NCCL_NVLS_ENABLE=0 etc.: measured with NVLink multicast off (the lent machines "
             "lack it); drop these three where NVLS works"
+        )
+    if f.knobs.allocator != "default":
+        lines.append(
+            f"# {ALLOC_CONF_VAR}: the CUDA allocator mode the trial was measured with "
+            f"(allocator={f.knobs.allocator}); its peak memory depends on it"
         )
     nccl = set(NCCL_ENV_VARS.values())
     if not f.distributed and nccl & set(f.env):

@@ -34,10 +34,22 @@ class Facts:
     device_type: str  # "cuda" or "cpu": where it was measured
     partial: str | None = None
     data_source: str = "synthetic"  # the measurement's input (MeasureSettings.data_source)
-    # Environment the trial's processes had: NCCL knobs, the trial's env, NVLS off.
+    # Environment the trial's processes had: NCCL knobs, the allocator knob, the trial's env,
+    # NVLS off.
     env: dict[str, str] = field(default_factory=dict)
 
     # ---------------------------------------------------------------- derived, neutral
+
+    @property
+    def env_note(self) -> str | None:
+        """What every trainer's export says when the trial's processes had an environment: its
+        variables are read at import or at CUDA's and NCCL's start, before any trainer code."""
+        if not self.env:
+            return None
+        return (
+            f"set the environment the trial ran with ({', '.join(sorted(self.env))}) before "
+            "launching: --format env"
+        )
 
     @property
     def amp_dtype(self) -> str | None:

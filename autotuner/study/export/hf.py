@@ -99,8 +99,8 @@ def render(f: Facts) -> str:
             f"model.resize_token_embeddings(len(tokenizer), "
             f"pad_to_multiple_of={k.vocab_pad_multiple})"
         )
-    if f.env:
-        notes.append("set the NCCL environment before launching: --format env")
+    if note := f.env_note:
+        notes.append(note)
     model_kwargs = {"attn_implementation": _ATTN_IMPLEMENTATION[f.attention]}
     if f.attention in _SDPA_BACKEND:
         notes.append(

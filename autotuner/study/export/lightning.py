@@ -95,8 +95,8 @@ def render(f: Facts) -> str:
         )
     if not f.loader:
         notes.append("the trial read synthetic tokens: the DataLoader settings were not measured")
-    if f.env:
-        notes.append("set the NCCL environment before launching: --format env")
+    if note := f.env_note:
+        notes.append(note)
     lines = [
         *f.header(),
         "# Lightning: Trainer and DataLoader keyword arguments.",

@@ -193,8 +193,10 @@ def render(f: Facts) -> str:
     if f.distributed:
         notes.append(
             f"launch with torchrun --nproc-per-node {f.num_gpus} after "
-            "torch.distributed.init_process_group(); NCCL environment: --format env"
+            "torch.distributed.init_process_group()"
         )
+    if note := f.env_note:
+        notes.append(note)
     lines = [
         *f.header(),
         "# Plain PyTorch: prepare(model, blocks) once, then train_step(...) per optimizer step.",

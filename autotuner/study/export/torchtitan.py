@@ -92,8 +92,8 @@ def render(f: Facts) -> str:
         )
     if not f.loader:
         notes.append("the trial read synthetic tokens: [training.dataloader] was not measured")
-    if f.env:
-        notes.append("set the NCCL environment before launching: --format env")
+    if note := f.env_note:
+        notes.append(note)
     lines = [
         *f.header(),
         "# torchtitan v0.2.2 job config fragment (TOML): merge these sections into your config.",
