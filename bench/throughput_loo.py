@@ -60,7 +60,7 @@ def measured_configs(path: str, global_batch: int | None):
 
 
 # The knobs whose values get a median signed error each: where the model lacks a term.
-BY_KNOB = ("precision", "attention", "compile_mode")
+BY_KNOB = ("precision", "attention", "compile_mode", "micro_batch_size")
 
 
 def leave_one_out(model, target, rows) -> dict[str, Any]:
@@ -71,7 +71,8 @@ def leave_one_out(model, target, rows) -> dict[str, Any]:
         prior_model = ThroughputModel(model, target, 1)
         prior.append(prior_model.predict(knobs).tokens_per_s / result.tokens_per_s - 1)
         for knob in BY_KNOB:
-            by_knob[knob].setdefault(getattr(knobs, knob).value, []).append(error)
+            value = getattr(knobs, knob)
+            by_knob[knob].setdefault(getattr(value, "value", value), []).append(error)
 
     def summary(errors: list[float]) -> dict[str, float]:
         absolute = [abs(e) for e in errors]
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     for knob in BY_KNOB:
         print(f"  median signed error by {knob} (+: predicted too fast)")
         for value, s in report[f"median_signed_by_{knob}"].items():
-            print(f"    {value:<26} {s['median']:+.3f}  ({s['configs']} configs)")
+            print(f"    {value!s:<26} {s['median']:+.3f}  ({s['configs']} configs)")
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")
     return 0

@@ -12,7 +12,14 @@ from autotuner.executors.replay import Landscape, ReplayExecutor, SimulatedClock
 from autotuner.options import StudyOptions
 from autotuner.search.end_time import WARM_COMPILE_SHARE
 from autotuner.search.space import parse_space
-from autotuner.spec import MeasureSettings, ModelSpec, TrialConfig, TrialStatus
+from autotuner.spec import (
+    FailureClass,
+    MeasureSettings,
+    ModelSpec,
+    TrialConfig,
+    TrialResult,
+    TrialStatus,
+)
 from autotuner.storage.models import StudyStatus, TrialState
 from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
@@ -138,3 +145,43 @@ def test_a_10_minute_llama_1b_study_has_time_for_the_throughput_models_proposals
         assert 5 <= run["search_trials"] <= 7, run
         assert run["recommended_rel"] == 1.0, run
         assert "search stopped at" in run["stopped"], run["stopped"]
+
+
+def test_a_retry_that_no_longer_fits_in_the_time_left_is_not_launched(sqlite_url: str) -> None:
+    """A config that timed out after 240 s (a max-autotune compile) is retried once, but only
+    if the retry fits in the time left, as a new proposal must: in a 10-minute replayed GPT-2
+    study the retry ran from 8.5 to 12.5 min."""
+    autotune = "max-autotune-no-cudagraphs"
+    timed_out = TrialResult.failure(
+        FailureClass.TIMEOUT, "trial still running after 240 s (fake)", wall_s=240.0
+    )
+    landscape = Landscape(
+        [
+            ({"compile_mode": "default"}, measured(100.0, wall_s=30.0, compile_s=20.0)),
+            ({"compile_mode": autotune}, timed_out),
+        ]
+    )
+    space = parse_space(
+        {
+            "name": "compile",
+            "knobs": {"compile_mode": ["default", autotune]},
+            "fixed": {"precision": "fp32", "attention": "math", "micro_batch_size": 8},
+        }
+    )
+    db = Database(sqlite_url)
+    study_id = create_study(
+        db, model=MODEL, space=space, max_minutes=8, options=StudyOptions(headroom=0.0)
+    )
+    clock = SimulatedClock()
+    executor = ReplayExecutor(
+        landscape, ["compile_mode"], target=landscape.target(), clock=clock, rewall=RerunWalls()
+    )
+    StudyRunner(db, study_id, executor, poll_s=0.0, clock=clock).run()
+    with db.read() as s:
+        trials = TrialRepo(s).list(study_id)
+    tried = [t for t in trials if t.params.get("compile_mode") == autotune]
+    # Launched once, at 30 s, with the time for it; its retry would end at 510 s of 480.
+    assert [t.error_class for t in tried] == ["timeout"], [
+        (t.number, t.purpose, t.state, t.retry_of) for t in trials
+    ]
+    assert clock.elapsed_s <= 8 * 60, clock.elapsed_s

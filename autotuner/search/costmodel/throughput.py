@@ -21,6 +21,10 @@ robust). Terms, in seconds per token per GPU:
 | optimizer_foreach     | shared by the step's tokens                                           |
 | optimizer_8bit        | the same for 8-bit moments (half the bytes), plus one compiled call   |
 |                       | per parameter tensor (torchao steps them one by one, from Python)     |
+| weights_micro_step    | what each micro-step moves per weight, whatever its tokens: the      |
+|                       | autocast half copy and its gradient's cast back, and with            |
+|                       | accumulation the sum into the kept gradients (big model, small       |
+|                       | micro-batch: Llama 8B at 1 x 8 ran 9.5% under 8 x 1 with recompute)   |
 | fp8_cast              | float8's casts: weights per micro-step, activations per token        |
 | fp8_rowwise           | rowwise scaling's work beyond tensorwise's, in proportion to all the  |
 |                       | float8 work (its matmuls, casts and eager launches)                   |
@@ -74,6 +78,7 @@ TERMS = (
     "optimizer_fused",
     "optimizer_foreach",
     "optimizer_8bit",
+    "weights_micro_step",
     "fp8_cast",
     "fp8_rowwise",
     "comm",
@@ -106,6 +111,7 @@ PRIOR_MULTIPLIER = {
     "optimizer_fused": 1.5,
     "optimizer_foreach": 2.5,
     "optimizer_8bit": 1.5,  # not yet fitted on a GPU: PRIOR_REL_SD's width carries it
+    "weights_micro_step": 1.5,  # memory-bound, as the optimizer's
     "fp8_cast": 1.5,
     # Rowwise scaling keeps one scale per row of each operand, for the operand and for its
     # transpose in backward (amax along both axes), and its scaled matmul applies them in the
@@ -242,6 +248,8 @@ def features(model: ModelSpec, knobs: Knobs, hw: _Hardware, num_gpus: int) -> np
     else:
         opt = "optimizer_fused" if knobs.optimizer == Optimizer.ADAMW_FUSED else "optimizer_foreach"
         x[opt] = params / shard * ADAMW_BYTES_PER_PARAM / hw.bytes_per_s / step_tokens
+    weight_bytes = _weight_bytes_per_micro_step(knobs, block_params, head_params) / shard
+    x["weights_micro_step"] = weight_bytes / hw.bytes_per_s / micro_tokens
     if knobs.precision.is_fp8:
         weight_cast = block_params * FP8_WEIGHT_CAST_BYTES / hw.bytes_per_s / micro_tokens
         act_cast = L * (3 * d + model.ffn_dim) * 2 * 3.0 / hw.bytes_per_s  # in, grad, out
@@ -251,6 +259,29 @@ def features(model: ModelSpec, knobs: Knobs, hw: _Hardware, num_gpus: int) -> np
     if num_gpus > 1:
         x["comm"] = _comm_bytes(knobs, params, num_gpus) / LINK_BYTES_PER_S / step_tokens
     return np.array([x[t] for t in TERMS])
+
+
+def _weight_bytes_per_micro_step(knobs: Knobs, block_params: int, head_params: int) -> float:
+    """Bytes every micro-step moves per weight, whatever its micro-batch: under autocast the
+    half copy of each fp32 weight (read 4, write 2; again where full checkpointing recomputes
+    the forward) and its gradient's cast back to fp32 (read 2, write 4), float8's block weights
+    excepted (their cast is `fp8_cast`'s); with accumulation, each micro-step after the first
+    adds its gradients into the kept ones (read both, write the sum: 12). Per token that is
+    what makes a small micro-batch slow on a big model: Llama 8B at micro-batch 1 x 8 moves
+    about 180 GB a micro-step for 2,048 tokens (on the H200 the 8-bit seed at 1 x 8 ran 9.5%
+    slower than full checkpointing at 8 x 1, bench/results/h200_session_20261205)."""
+    params = block_params + head_params
+    if knobs.precision.is_fp8:
+        cast_params = head_params
+    elif knobs.precision.is_half:
+        cast_params = params
+    else:
+        cast_params = 0
+    copies = 2.0 if knobs.checkpointing == Checkpointing.FULL else 1.0
+    moved = cast_params * (6.0 * copies + 6.0)
+    if knobs.grad_accum > 1:
+        moved += params * 12.0 * (knobs.grad_accum - 1) / knobs.grad_accum
+    return moved
 
 
 def _block_params(model: ModelSpec) -> int:
