@@ -222,21 +222,19 @@ def test_where_the_optimizer_state_crowds_out_activations_an_8bit_adamw_seed_run
     assert expert["checkpointing"] == "full" and expert["optimizer"] == "adamw-fused"
     assert not policy.expert_fits(expert)
     plan = policy.seed_plan(db)
-    # Right after the expert default, the alternatives that make room: its own config under the
-    # expandable allocator (test_where_fragmentation_may_break_the_headroom_...), then 8-bit
-    # moments; the others keep its memory.
+    # Up front with the expert default: its own config under the expandable allocator (see
+    # test_where_fragmentation_may_break_the_headroom_...) and, built on that, the 8-bit seed.
     assert plan.now[1] == {**expert, "allocator": "expandable"}
-    small = plan.now[2]
-    assert [p for p in plan.all if p["optimizer"] == "adamw-8bit"] == [small]
+    (small,) = [p for p in plan.all if p["optimizer"] == "adamw-8bit"]
+    assert small in plan.now
     assert small == {
         **expert,
         "optimizer": "adamw-8bit",
         "checkpointing": "none",
+        "allocator": "expandable",
         "micro_batch_size": small["micro_batch_size"],
     }
     assert policy.expert_fits(small)
-    speed = policy.throughput.predict
-    assert speed(policy.knobs(small)).tokens_per_s > speed(policy.knobs(expert)).tokens_per_s
     # Where the expert fits without checkpointing (Llama 3B), no 8-bit seed: its numerics
     # change for a few percent of the optimizer's time, which the search may still try.
     llama3 = ModelSpec.resolve({"preset": "llama-3b"})
@@ -260,7 +258,13 @@ def test_where_fragmentation_may_break_the_headroom_the_expandable_allocator_is_
     expert = policy.expert_params()
     assert expert["allocator"] == "default" and not policy.expert_fits(expert)
     roomy = {**expert, "allocator": "expandable"}
-    assert policy.seed_plan(db).now[:2] == [expert, roomy]
+    plan = policy.seed_plan(db)
+    assert plan.now[:2] == [expert, roomy]
+    # Every other alternative starts from it, the fp8 seed among those run first: with the
+    # default allocator it keeps about the expert's memory (Llama 8B's fp8 trial on the H200
+    # was as tight as the expert default, bench/results/h200_session_20261203b).
+    assert all(p["allocator"] == "expandable" for p in plan.all[1:])
+    assert any(p["precision"].startswith("fp8") for p in plan.now)
     usable = 139.8 * 0.9
     before, after = (policy.cost.predict(policy.knobs(p), usable) for p in (expert, roomy))
     assert before.need_gib > usable >= after.need_gib

@@ -46,9 +46,7 @@ FORMATS_TABLE: dict[str, Format] = {
     "torchtitan": Format("torchtitan TOML fragment", "application/toml", "toml", torchtitan.render),
     "accelerate": Format("Accelerate config YAML", "application/yaml", "yaml", accelerate.render),
     "pytorch": Format("plain PyTorch snippet", "text/x-python", "py", pytorch.render),
-    "env": Format(
-        "process environment: NCCL, CUDA allocator (shell)", "text/x-shellscript", "sh", env.render
-    ),
+    "env": Format("NCCL and allocator environment", "text/x-shellscript", "sh", env.render),
     "torchrun": Format("script re-running the trial", "text/x-shellscript", "sh"),
 }
 FORMATS = tuple(FORMATS_TABLE)
