@@ -291,3 +291,51 @@ def test_an_expert_default_kept_out_for_memory_is_still_the_yardstick(sqlite_url
         "at 0.5x its global batch: another training run"
     )
     assert "not measured" not in entry["text"]
+
+
+def test_a_config_tight_only_for_the_default_allocators_waste_is_recommended_with_expandable(
+    sqlite_url: str,
+) -> None:
+    """The same allocated peak, two allocators: the default one reserves 12% over it (Llama 8B
+    with 8-bit AdamW at micro-batch 1 on the H200 reserved 16% over), expandable segments 1%.
+    Micro-batch 16 is tight with the first and keeps the headroom with the second, so the study
+    recommends it with expandable segments, and its export sets the variable torch reads."""
+    from autotuner.study.export import render
+
+    frag = {"default": 1.12, "expandable": 1.01}
+    entries = []
+    for mb, tps in ((8, 12_000.0), (16, 14_000.0)):
+        allocated = 0.82 * LIMIT if mb == 16 else 0.5 * LIMIT
+        for allocator, ratio in frag.items():
+            result = measured(
+                tps,
+                peak_mem_gib=allocated,
+                peak_reserved_gib=allocated * ratio,
+                memory_kind="cuda",
+                memory_limit_gib=LIMIT,
+                fingerprint=FAKE_GPU,
+                wall_s=10.0,
+            )
+            entries.append(({"micro_batch_size": mb, "allocator": allocator}, result))
+    knobs = {"micro_batch_size": [8, 16], "allocator": ["default", "expandable"]}
+    db = Database(sqlite_url)
+    space = parse_space({"name": "alloc", "knobs": knobs, "fixed": {"attention": "efficient"}})
+    study_id = create_study(
+        db, model=ModelSpec.resolve({"preset": "tiny"}), space=space, max_trials=10
+    )
+    executor = FakeHeadroomReplay(Landscape(entries), list(knobs), target=GPU, eval_factor={})
+    StudyRunner(db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600).run()
+    with db.read() as s:
+        trials = TrialRepo(s).list(study_id)
+        rec = StudyRepo(s).require(study_id).recommendation
+    assert rec is not None and rec["params"] == {"micro_batch_size": 16, "allocator": "expandable"}
+    tight = [t for t in trials if t.params == {"micro_batch_size": 16, "allocator": "default"}]
+    assert all(trial_view(t, options=StudyOptions())["tight"] for t in tight)
+    assert rec["headroom"]["check"]["state"] == "passed", rec["headroom"]
+    best = next(t for t in trials if t.number == rec["trial_number"])
+    env = render(rec, "env", study_id=study_id, config=best.config)
+    assert "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in env.splitlines()
+    table = _render(
+        best_table({"best": rec, "study": "s", "status": "completed", "total_trials": 4})
+    )
+    assert "expandable" in table, table
