@@ -3,8 +3,9 @@
 In order: the built-in compatibility rules, the space's rules, rules learned from `unsupported`
 results, the OOM boundary (a micro-batch at or above one that ran out of memory, everything
 else equal), the cost model's predicted OOM, a predicted break of the memory headroom
-(headroom.py), and dominated checkpointing. A screened-out
-proposal is recorded as a pruned trial and told to the sampler as a violated constraint.
+(headroom.py), dominated checkpointing, and an allocator twin (the same config under the other
+CUDA allocator mode, which changes only memory). A screened-out proposal is recorded as a
+pruned trial and told to the sampler as a violated constraint.
 
 The screen keeps what finished trials taught it (learned rules, the OOM boundary); the cost
 model it asks is the study's, calibrated by the policy.
@@ -18,10 +19,18 @@ from typing import Any
 from autotuner.executors.base import Target
 from autotuner.options import StudyOptions
 from autotuner.search.costmodel import CostModel, Prediction
-from autotuner.search.headroom import usable_gib
+from autotuner.search.headroom import usable_gib, violation
 from autotuner.search.rules import LearnedRules, incompatibility
 from autotuner.search.space import IntRange, SearchSpace
-from autotuner.spec import Checkpointing, FailureClass, Knobs, ModelSpec, TrialResult, TrialStatus
+from autotuner.spec import (
+    Checkpointing,
+    FailureClass,
+    Knobs,
+    ModelSpec,
+    TrialResult,
+    TrialStatus,
+    canonical_params,
+)
 
 # Prune on a predicted OOM only when even the prediction's optimistic end (mean - Z sd) is over
 # the limit: a config pruned by mistake is lost to the search, one launched by mistake costs a
@@ -65,6 +74,9 @@ class Screen:
         self.cost = cost
         self.learned = LearnedRules()
         self.ooms: list[tuple[dict[str, Any], int, int]] = []  # (other params, micro-batch, n)
+        self.options = options
+        # The other knobs' key -> {allocator mode: (trial number, kept the headroom)}
+        self.allocator_runs: dict[str, dict[str, tuple[int, bool]]] = {}
 
     def check(self, params: dict[str, Any], knobs: Knobs) -> Prune | None:
         """Why not to launch this proposal, or None to launch it."""
@@ -87,7 +99,7 @@ class Screen:
             return oom
         if (tight := self._predicted_tight(knobs)) is not None:
             return tight
-        return self._dominated(knobs)
+        return self._dominated(knobs) or self._allocator_twin(params, knobs)
 
     def learn(self, number: int, params: dict[str, Any], knobs: Knobs, result: TrialResult) -> None:
         """Remember what a finished trial rules out: an unsupported combination, an OOM."""
@@ -100,6 +112,10 @@ class Screen:
         if fclass == FailureClass.OOM:
             rest = {k: v for k, v in params.items() if k != "micro_batch_size"}
             self.ooms.append((rest, knobs.micro_batch_size, number))
+        if result.status == TrialStatus.OK or fclass == FailureClass.OOM:
+            kept = result.status == TrialStatus.OK and violation(result, self.options) <= 0
+            runs = self.allocator_runs.setdefault(_without_allocator(params), {})
+            runs[knobs.allocator] = (number, kept)
 
     def _dominated(self, knobs: Knobs) -> Prune | None:
         # Checkpointing trades compute for memory: at the same micro-batch it is always slower,
@@ -126,6 +142,46 @@ class Screen:
                     0.01,
                 )
         return None
+
+    def _allocator_twin(self, params: dict[str, Any], knobs: Knobs) -> Prune | None:
+        # The allocator's mode changes what is reserved, not what runs: twins differing only in
+        # it run at one speed (a GPT-2 replay with the knob measured 10 such pairs in 20
+        # trials). Expandable segments are worth a trial only where the default allocator may
+        # break the headroom; the default allocator never once its expandable twin has run.
+        domain = self.space.knobs.get("allocator")
+        if domain is None or isinstance(domain, IntRange) or len(domain) < 2:
+            return None
+        runs = self.allocator_runs.get(_without_allocator(params), {})
+        if knobs.allocator == "default" and "expandable" in runs:
+            return Prune(
+                DOMINATED,
+                "dominated: allocator=default reserves more at the same speed; this config "
+                f"ran with allocator=expandable (trial #{runs['expandable'][0]})",
+                0.01,
+            )
+        if knobs.allocator != "expandable":
+            return None
+        if "default" in runs:
+            number, kept = runs["default"]
+            if not kept:
+                return None  # the default allocator broke the headroom: expandable may not
+            why = f"with the default allocator (trial #{number}) it kept the headroom"
+        else:
+            default = knobs.model_copy(update={"allocator": "default"})
+            usable = usable_gib(self.cost.limit_gib, self.headroom)
+            pred = self.cost.predict(default, usable)
+            if usable is None or not pred.surely_fits(Z_PRUNE):
+                return None
+            why = (
+                f"with the default allocator it keeps the headroom (cost model: "
+                f"{pred.need_gib:.1f} ± {pred.sd_gib:.1f} GiB of {usable:.1f} usable)"
+            )
+        return Prune(
+            DOMINATED,
+            f"dominated: allocator=expandable changes only what is reserved, at the same "
+            f"speed; {why}",
+            0.01,
+        )
 
     def _oom_boundary(self, params: dict[str, Any], knobs: Knobs) -> Prune | None:
         # Memory grows with the micro-batch, everything else equal: at or above a micro-batch
@@ -184,6 +240,10 @@ class Screen:
             max(pred.need_gib / usable - 1.0, 0.01),
             _predicted_result(pred, "cost model, headroom"),
         )
+
+
+def _without_allocator(params: dict[str, Any]) -> str:
+    return canonical_params({k: v for k, v in params.items() if k != "allocator"})
 
 
 def _predicted_result(pred: Prediction, source: str) -> TrialResult:

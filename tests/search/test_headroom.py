@@ -13,7 +13,7 @@ from rich.console import Console
 from autotuner.api.schemas import Recommendation, TrialView
 from autotuner.cli.render import best_table, trials_table
 from autotuner.executors.base import Target
-from autotuner.executors.replay import Landscape
+from autotuner.executors.replay import Landscape, ReplayExecutor
 from autotuner.options import StudyOptions
 from autotuner.search.costmodel import CostModel
 from autotuner.search.costmodel.calibration import CUDA_CONTEXT_GIB
@@ -331,6 +331,11 @@ def test_a_config_tight_only_for_the_default_allocators_waste_is_recommended_wit
     assert rec is not None and rec["params"] == {"micro_batch_size": 16, "allocator": "expandable"}
     tight = [t for t in trials if t.params == {"micro_batch_size": 16, "allocator": "default"}]
     assert all(trial_view(t, options=StudyOptions())["tight"] for t in tight)
+    # Micro-batch 8 keeps the headroom with the default allocator: its expandable twin, the
+    # same speed, is never launched (pruned as dominated, no GPU time).
+    twins = [t for t in trials if t.params == {"micro_batch_size": 8, "allocator": "expandable"}]
+    assert twins and all(t.state == "pruned" and t.error_class == "dominated" for t in twins)
+    assert "allocator=expandable changes only what is reserved" in (twins[0].error_message or "")
     assert rec["headroom"]["check"]["state"] == "passed", rec["headroom"]
     best = next(t for t in trials if t.number == rec["trial_number"])
     env = render(rec, "env", study_id=study_id, config=best.config)
@@ -339,3 +344,27 @@ def test_a_config_tight_only_for_the_default_allocators_waste_is_recommended_wit
         best_table({"best": rec, "study": "s", "status": "completed", "total_trials": 4})
     )
     assert "expandable" in table, table
+
+
+def test_a_study_searching_the_allocator_does_not_measure_twins_that_fit_either_way(
+    sqlite_url: str,
+) -> None:
+    """The allocator's mode changes what is reserved, not the speed: on a GPT-2 landscape that
+    fits with the default allocator, a study over a space with the knob measured 10 pairs of
+    twins (the same config under both modes) in its first 20 trials before the screen knew
+    that. Now none: each config runs under one allocator."""
+    import json
+
+    from tests.search.conftest import GPT2, H200, KNOBS, gpt2_landscape, gpt2_space
+
+    knobs = {**KNOBS, "allocator": ["default", "expandable"]}
+    db = Database(sqlite_url)
+    study_id = create_study(db, model=GPT2, space=gpt2_space(knobs), max_trials=25)
+    executor = ReplayExecutor(gpt2_landscape(knobs), list(knobs), target=H200)
+    StudyRunner(db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600).run()
+    with db.read() as s:
+        trials = TrialRepo(s).list(study_id)
+    ran = [t for t in trials if t.state == "complete" and t.purpose in ("seed", "search")]
+    assert len(ran) >= 10
+    rest = [json.dumps({k: v for k, v in t.params.items() if k != "allocator"}) for t in ran]
+    assert len(set(rest)) == len(rest), "a config measured under both allocator modes"
