@@ -20,7 +20,8 @@ Two views per knob, both honest about noise:
 
 A knob whose values moved only together with another knob's (every config with one value of
 it had one value of the other, and the other way round) has no effect of its own to report:
-its verdict is `confounded`, naming the knob it moved with. A 10-minute Llama 3B study
+its verdict is `confounded`, naming the knob it moved with. A knob that changes only memory
+(`allocator`) is `memory only`: no config runs under both of its values. A 10-minute Llama 3B study
 measures two configs, the expert default and the fp8 seed, which differ in precision and (on
 Hopper) attention kernel: the 32.8% between them was reported as what each knob alone is
 worth.
@@ -40,6 +41,10 @@ from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
 from autotuner.numbers import number
 
 PERMUTATIONS = 10
+# Knobs that change what memory is reserved, not the speed. The screen never runs a config under
+# both values (search/screen.py: allocator twins), so the values' bests are other configs' bests:
+# their ratio is no effect of the knob's.
+MEMORY_ONLY_KNOBS = frozenset({"allocator"})
 MIN_CONFIGS_FOR_IMPORTANCE = 6
 MAX_CONFIGS_FOR_IMPORTANCE = 500  # a random sample of them past this (bounds the cost)
 
@@ -83,6 +88,14 @@ def knob_report(
         if len(levels) < 2:
             row.update(effect_rel=None, verdict="not explored")
             row["text"] = f"not explored: only {next(iter(levels), '-')} was measured"
+        elif knob in MEMORY_ONLY_KNOBS:
+            row.update(effect_rel=None, verdict="memory only")
+            shown = ", ".join(f"{level} {number(value)}" for level, value in row["levels"].items())
+            row["text"] = (
+                "memory only: it changes what is reserved, not the speed; a config runs with "
+                "expandable segments only where the default may break the memory headroom, so each "
+                f"value's best is another config's (best with {shown})"
+            )
         else:
             top = max(levels, key=lambda k: levels[k])
             worst = min(levels, key=lambda k: levels[k])
@@ -111,7 +124,7 @@ def knob_report(
                     f"(noise ±{noise_rel:.1%}; best overall {number(best)})"
                 )
         rows.append(row)
-    order = {"matters": 0, "confounded": 1, "within noise": 2, "not explored": 3}
+    order = {"matters": 0, "confounded": 1, "memory only": 2, "within noise": 3, "not explored": 4}
     rows.sort(key=lambda r: (order[r["verdict"]], -(r["effect_rel"] or 0.0)))
     return rows
 
