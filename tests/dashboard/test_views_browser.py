@@ -362,3 +362,25 @@ def test_the_studies_list_filters_on_the_server_and_keeps_them_live(sqlite_url: 
             assert "choose one of cuda, cpu" in error
             errors = _page_errors(b)
             assert all("400" in e for e in errors), errors  # only the page's own status
+
+
+def test_a_long_knob_verdict_wraps_inside_its_card(served: tuple[Database, str, str, str]) -> None:
+    """A knob's verdict is a sentence; the allocator's "memory only: ..." ran past the card's
+    right edge, clipped, when the table's cells did not wrap (seen in a screenshot)."""
+    from autotuner.storage.repository import StudyRepo
+
+    db, base, big, _ = served
+    sentence = "memory only: it changes what is reserved, not the speed; " * 6
+    with db.session() as s:
+        study = StudyRepo(s).require(big)
+        assert study.recommendation is not None
+        study.recommendation = {
+            **study.recommendation,
+            "importance": [{"knob": "allocator", "text": sentence.strip()}],
+        }
+    with Browser(width=1000, height=900) as b:
+        b.open(f"{base}/studies/{big}", ready="document.getElementById('importance') !== null")
+        table = "document.getElementById('importance')"
+        widths = b.eval(f"[{table}.scrollWidth, {table}.parentElement.clientWidth]")
+        assert widths[0] <= widths[1], widths
+        assert _page_errors(b) == []
