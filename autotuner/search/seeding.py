@@ -135,8 +135,8 @@ class Seeder:
         if expert is not None and self.options.neighbour_seeds:
             alternatives = self._fastest_first(self._neighbours(expert))
         # Where the expert default may not fit with the headroom kept (Llama 8B on one H200),
-        # the 8-bit AdamW seed may be the only config the study can recommend: it runs next,
-        # before alternatives that keep the expert's fp32 state (and so its memory).
+        # the alternatives that make room (the expandable allocator, 8-bit AdamW moments) may
+        # be the only configs the study can recommend: they run up front.
         needs_room = expert is not None and not self.expert_fits(expert)
         if needs_room:
             # The expert's own config under the allocator that strands less runs first: its
