@@ -89,13 +89,10 @@ def test_the_expandable_allocator_takes_effect_and_strands_less_than_the_default
     peaks = {}
     for allocator in ("default", "expandable"):
         config = _config(
-            {"preset": "gpt2-124m"},
-            {
-                "precision": "bf16",
-                "attention": "flash",
-                "micro_batch_size": 32,
-                "allocator": allocator,
-            },
+            {"preset": "gpt2-124m"}, {"precision": "bf16", "attention": "flash"}
+        ).model_copy(deep=True)
+        config.knobs = config.knobs.model_copy(
+            update={"micro_batch_size": 32, "allocator": allocator}
         )
         r = run_trial_process(config, timeout_s=300)
         assert r.status == TrialStatus.OK, f"{allocator}: {r.failure_class}: {r.error_message}"
