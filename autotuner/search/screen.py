@@ -51,6 +51,7 @@ class Prune:
     message: str
     violation: float
     result: TrialResult | None = None  # kept on the pruned row (a predicted OOM's numbers)
+    instead: dict[str, Any] | None = None  # params to run in its place (an allocator twin)
 
 
 class Screen:
@@ -161,12 +162,14 @@ class Screen:
             )
         if knobs.allocator != "expandable":
             return None
+        instead = None
         if "default" in runs:
             number, kept = runs["default"]
             if not kept:
                 return None  # the default allocator broke the headroom: expandable may not
             why = f"with the default allocator (trial #{number}) it kept the headroom"
         else:
+            instead = {**params, "allocator": "default"}
             default = knobs.model_copy(update={"allocator": "default"})
             usable = usable_gib(self.cost.limit_gib, self.headroom)
             pred = self.cost.predict(default, usable)
@@ -181,6 +184,7 @@ class Screen:
             f"dominated: allocator=expandable changes only what is reserved, at the same "
             f"speed; {why}",
             0.01,
+            instead=instead,
         )
 
     def _oom_boundary(self, params: dict[str, Any], knobs: Knobs) -> Prune | None:

@@ -323,6 +323,12 @@ class StudyRunner:
             if prune is not None:
                 self._record_pruned(ask, params, knobs, prune)
                 self._idle_proposals += 1
+                if prune.instead is not None and canonical_params(prune.instead) not in (
+                    self._taken()
+                ):
+                    # The same config without what made it redundant (an unneeded allocator
+                    # mode): a seed's purpose survives its twin being pruned.
+                    self.optuna.enqueue_trial(prune.instead, skip_if_exists=False)
                 continue
             if self._too_late(knobs):
                 # Not a property of the config (no row, nothing infeasible told): it does not

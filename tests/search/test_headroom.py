@@ -368,3 +368,50 @@ def test_a_study_searching_the_allocator_does_not_measure_twins_that_fit_either_
     assert len(ran) >= 10
     rest = [json.dumps({k: v for k, v in t.params.items() if k != "allocator"}) for t in ran]
     assert len(set(rest)) == len(rest), "a config measured under both allocator modes"
+
+
+def test_an_unneeded_expandable_proposal_runs_as_its_default_twin(sqlite_url: str) -> None:
+    """A seed (here the expert default, from the space's defaults) asking for expandable
+    segments where the cost model is sure the default allocator keeps the headroom is pruned as
+    dominated, and its default twin runs in its place: the seed's purpose survives (the Llama 8B
+    8-bit seed, planned with expandable, became prunable once the expert default's measurement
+    tightened the model)."""
+    result = measured(
+        12_000.0,
+        peak_mem_gib=0.3 * LIMIT,
+        peak_reserved_gib=0.31 * LIMIT,
+        memory_kind="cuda",
+        memory_limit_gib=LIMIT,
+        fingerprint=FAKE_GPU,
+        wall_s=10.0,
+    )
+    kernels = ["efficient", "flash", "cudnn", "math"]
+    entries = [
+        ({"micro_batch_size": 8, "allocator": a, "attention": k}, result)
+        for a in ("default", "expandable")
+        for k in kernels
+    ]
+    knobs = {"micro_batch_size": [8], "allocator": ["default", "expandable"], "attention": kernels}
+    db = Database(sqlite_url)
+    space = parse_space(
+        {
+            "name": "alloc-default",
+            "knobs": knobs,
+            "defaults": {"allocator": "expandable", "attention": "efficient"},
+        }
+    )
+    study_id = create_study(
+        db, model=ModelSpec.resolve({"preset": "tiny"}), space=space, max_trials=6
+    )
+    executor = FakeHeadroomReplay(Landscape(entries), list(knobs), target=GPU, eval_factor={})
+    StudyRunner(db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600).run()
+    with db.read() as s:
+        trials = TrialRepo(s).list(study_id)
+    # The expert default and the cuDNN seed, both with expandable segments, are pruned; their
+    # default twins run next, in that order, once the seeds queued with them are out.
+    pruned, ran = trials[:2], trials[2:4]
+    for twin, other in zip(pruned, ran, strict=True):
+        assert twin.params["allocator"] == "expandable" and twin.state == "pruned"
+        assert "with the default allocator it keeps the headroom" in (twin.error_message or "")
+        assert other.params == {**twin.params, "allocator": "default"}
+        assert other.state == "complete"
