@@ -33,6 +33,14 @@ CUDA_CONTEXT_GIB = 0.6  # the CUDA context and kernel images: outside the alloca
 # strands; 1.02 is a prior not yet measured on a GPU (bench/gpu_plan.md row 4), and the
 # study's own trials with that mode replace it.
 PRIOR_FRAGMENTATION = {"default": 1.05, "expandable": 1.02}
+# How far one config's ratio may sit from the mode's median, before the study has seen a spread
+# of its own: the default allocator's ratios on the H200 landscapes (compiled and eager, CUDA
+# graphs aside) spread by about 0.05 around their medians, and Llama 8B's two trials were 1.03
+# and 1.16. The study's own ratios replace it as they come (FRAGMENTATION_PRIOR_WEIGHT
+# pseudo-observations of the prior). Without it the 8B 8-bit seed was predicted to need
+# 104 GiB with no more doubt than its allocation's, and reserved 122.
+PRIOR_FRAGMENTATION_SD = {"default": 0.05, "expandable": 0.02}
+FRAGMENTATION_PRIOR_WEIGHT = 2.0
 PRIOR_REL_SD = 0.5  # a priori a component may be off by half ...
 # ... except where the H200 trials say it is better known (`python bench/memory_prior.py
 # bench/results/landscape_*_h200.json`: 100 full-depth configs of GPT-2 124M, Llama 1B and 3B,
@@ -102,6 +110,17 @@ class Calibration:
     def overhead_gib(self) -> float:
         return CUDA_CONTEXT_GIB if self.on_cuda else 0.0
 
+    def fragmentation_sd(self, allocator: str = "default") -> float:
+        """The spread of one config's reserved/allocated ratio around the mode's: the prior's,
+        pooled with the study's own ratios in that mode."""
+        prior = PRIOR_FRAGMENTATION_SD.get(allocator, PRIOR_FRAGMENTATION_SD["default"])
+        ratios = self.reserved_ratios.get(allocator, [])
+        if len(ratios) < 2:
+            return prior
+        spread = float(np.sum((np.array(ratios) - np.mean(ratios)) ** 2))
+        k = FRAGMENTATION_PRIOR_WEIGHT
+        return math.sqrt((k * prior**2 + spread) / (k + len(ratios) - 1))
+
     def fragmentation(self, allocator: str = "default") -> float:
         """reserved / allocated under this allocator mode: the median of the study's trials
         that ran with it, else the prior."""
@@ -139,10 +158,11 @@ class Calibration:
         alloc = float(x @ self.beta)
         var = float(x @ self.cov @ x) + (self.rel_sd * alloc) ** 2
         frag = self.fragmentation(est.allocator)
+        frag_var = (alloc * self._frag_sd(est.allocator)) ** 2
         return Prediction(
             allocated_gib=alloc,
             need_gib=alloc * frag + self.overhead_gib,
-            sd_gib=math.sqrt(max(var, 0.0)) * frag,
+            sd_gib=math.sqrt(max(var, 0.0) * frag**2 + frag_var),
             limit_gib=limit_gib,
             fragmentation=frag,
         )
@@ -156,8 +176,15 @@ class Calibration:
         var = np.einsum("ij,jk,ik->i", vectors, self.cov, vectors) + (self.rel_sd * alloc) ** 2
         modes = allocators if allocators is not None else ["default"] * len(alloc)
         frags = {mode: self.fragmentation(mode) for mode in set(modes)}
+        sds = {mode: self._frag_sd(mode) for mode in set(modes)}
         frag = np.array([frags[mode] for mode in modes]).reshape(alloc.shape)
-        return alloc * frag + self.overhead_gib, np.sqrt(np.maximum(var, 0.0)) * frag
+        frag_sd = np.array([sds[mode] for mode in modes]).reshape(alloc.shape)
+        sd = np.sqrt(np.maximum(var, 0.0) * frag**2 + (alloc * frag_sd) ** 2)
+        return alloc * frag + self.overhead_gib, sd
+
+    def _frag_sd(self, allocator: str) -> float:
+        """fragmentation_sd where the allocator reports a reserved peak (a GPU), else 0."""
+        return self.fragmentation_sd(allocator) if self.on_cuda else 0.0
 
     def _fit(self) -> None:
         k = len(COMPONENTS)
