@@ -293,6 +293,25 @@ def test_an_expert_default_kept_out_for_memory_is_still_the_yardstick(sqlite_url
     assert "not measured" not in entry["text"]
 
 
+def _study_of(
+    sqlite_url: str, entries: list[Any], space: dict[str, Any], *, max_trials: int
+) -> tuple[str, list[Trial], dict[str, Any] | None]:
+    """A study of `space` on the fake GPU's landscape `entries`, run to its end."""
+    db = Database(sqlite_url)
+    study_id = create_study(
+        db,
+        model=ModelSpec.resolve({"preset": "tiny"}),
+        space=parse_space(space),
+        max_trials=max_trials,
+    )
+    knobs = list(space["knobs"])
+    executor = FakeHeadroomReplay(Landscape(entries), knobs, target=GPU, eval_factor={})
+    StudyRunner(db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600).run()
+    with db.read() as s:
+        trials = TrialRepo(s).list(study_id)
+        return study_id, trials, StudyRepo(s).require(study_id).recommendation
+
+
 def test_a_config_tight_only_for_the_default_allocators_waste_is_recommended_with_expandable(
     sqlite_url: str,
 ) -> None:
@@ -318,16 +337,8 @@ def test_a_config_tight_only_for_the_default_allocators_waste_is_recommended_wit
             )
             entries.append(({"micro_batch_size": mb, "allocator": allocator}, result))
     knobs = {"micro_batch_size": [8, 16], "allocator": ["default", "expandable"]}
-    db = Database(sqlite_url)
-    space = parse_space({"name": "alloc", "knobs": knobs, "fixed": {"attention": "efficient"}})
-    study_id = create_study(
-        db, model=ModelSpec.resolve({"preset": "tiny"}), space=space, max_trials=10
-    )
-    executor = FakeHeadroomReplay(Landscape(entries), list(knobs), target=GPU, eval_factor={})
-    StudyRunner(db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600).run()
-    with db.read() as s:
-        trials = TrialRepo(s).list(study_id)
-        rec = StudyRepo(s).require(study_id).recommendation
+    space = {"name": "alloc", "knobs": knobs, "fixed": {"attention": "efficient"}}
+    study_id, trials, rec = _study_of(sqlite_url, entries, space, max_trials=10)
     assert rec is not None and rec["params"] == {"micro_batch_size": 16, "allocator": "expandable"}
     tight = [t for t in trials if t.params == {"micro_batch_size": 16, "allocator": "default"}]
     assert all(trial_view(t, options=StudyOptions())["tight"] for t in tight)
@@ -392,21 +403,12 @@ def test_an_unneeded_expandable_proposal_runs_as_its_default_twin(sqlite_url: st
         for k in kernels
     ]
     knobs = {"micro_batch_size": [8], "allocator": ["default", "expandable"], "attention": kernels}
-    db = Database(sqlite_url)
-    space = parse_space(
-        {
-            "name": "alloc-default",
-            "knobs": knobs,
-            "defaults": {"allocator": "expandable", "attention": "efficient"},
-        }
-    )
-    study_id = create_study(
-        db, model=ModelSpec.resolve({"preset": "tiny"}), space=space, max_trials=6
-    )
-    executor = FakeHeadroomReplay(Landscape(entries), list(knobs), target=GPU, eval_factor={})
-    StudyRunner(db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600).run()
-    with db.read() as s:
-        trials = TrialRepo(s).list(study_id)
+    space = {
+        "name": "alloc-default",
+        "knobs": knobs,
+        "defaults": {"allocator": "expandable", "attention": "efficient"},
+    }
+    _, trials, _ = _study_of(sqlite_url, entries, space, max_trials=6)
     # The expert default and the cuDNN seed, both with expandable segments, are pruned; their
     # default twins run next, in that order, once the seeds queued with them are out.
     pruned, ran = trials[:2], trials[2:4]
