@@ -21,8 +21,8 @@ Two views per knob, both honest about noise:
 A knob whose values moved only together with another knob's (every config with one value of
 it had one value of the other, and the other way round) has no effect of its own to report:
 its verdict is `confounded`, naming the knob it moved with. A knob that changes only memory
-(`allocator`) is `memory only`: no config runs under both of its values. A 10-minute Llama 3B study
-measures two configs, the expert default and the fp8 seed, which differ in precision and (on
+(`allocator`) is `memory only`: no config runs under both of its values. A 10-minute Llama 3B
+study measures two configs, the expert default and the fp8 seed, which differ in precision and (on
 Hopper) attention kernel: the 32.8% between them was reported as what each knob alone is
 worth.
 """
@@ -44,7 +44,11 @@ PERMUTATIONS = 10
 # Knobs that change what memory is reserved, not the speed. The screen never runs a config under
 # both values (search/screen.py: allocator twins), so the values' bests are other configs' bests:
 # their ratio is no effect of the knob's.
-MEMORY_ONLY_KNOBS = frozenset({"allocator"})
+# Each with where the screen lets its other value run.
+MEMORY_ONLY_KNOBS = {
+    "allocator": "a config runs with expandable segments only where the default may break the "
+    "memory headroom",
+}
 MIN_CONFIGS_FOR_IMPORTANCE = 6
 MAX_CONFIGS_FOR_IMPORTANCE = 500  # a random sample of them past this (bounds the cost)
 
@@ -92,9 +96,9 @@ def knob_report(
             row.update(effect_rel=None, verdict="memory only")
             shown = ", ".join(f"{level} {number(value)}" for level, value in row["levels"].items())
             row["text"] = (
-                "memory only: it changes what is reserved, not the speed; a config runs with "
-                "expandable segments only where the default may break the memory headroom, so each "
-                f"value's best is another config's (best with {shown})"
+                f"memory only: it changes what is reserved, not the speed; "
+                f"{MEMORY_ONLY_KNOBS[knob]}, so each value's best is another config's (best with "
+                f"{shown})"
             )
         else:
             top = max(levels, key=lambda k: levels[k])

@@ -38,7 +38,6 @@ from sqlalchemy import select
 
 from autotuner.search.headroom import usable_gib
 from autotuner.search.rules import incompatibility
-from autotuner.search.screen import Z_PRUNE
 from autotuner.search.space import IntRange
 from autotuner.spec import Optimizer, canonical_params
 from autotuner.storage.models import Study, StudyStatus
@@ -267,14 +266,13 @@ class Seeder:
         return [roomy, *(self._default_allocator_if_it_fits(a) for a in out[1:])]
 
     def _default_allocator_if_it_fits(self, alt: dict[str, Any]) -> dict[str, Any]:
-        """`alt` with the default allocator where the cost model is as sure it keeps the
-        headroom as the screen needs to call the expandable twin dominated (screen.py
-        `_allocator_twin`): otherwise the seed would be pruned, not run (the 8-bit seed of
-        Llama 8B, at 101 ± 15 GiB of 126 usable)."""
-        default = {**alt, "allocator": "default"}
-        usable = usable_gib(self.limit_gib, self.options.headroom if self.cost.on_cuda else 0.0)
-        fits = self.cost.predict(self.knobs(default), usable).surely_fits(Z_PRUNE)
-        return default if fits else alt
+        """`alt` as the screen would run it: where it calls the expandable twin dominated
+        (screen.py `_allocator_twin`, the cost model sure the default allocator keeps the
+        headroom), the default twin it names; otherwise the seed would be pruned, not run (the
+        8-bit seed of Llama 8B, at 101 ± 15 GiB of 126 usable)."""
+        prune = self.screen(alt, self.knobs(alt))
+        instead = getattr(prune, "instead", None)
+        return dict(instead) if instead is not None else alt
 
     def _expandable(self, expert: dict[str, Any]) -> dict[str, Any] | None:
         """Where the expert default may not fit with the headroom, the same config under the

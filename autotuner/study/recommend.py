@@ -304,8 +304,8 @@ def _passed_over_for_memory(
             continue
         if g.key not in eligible:
             # The memory columns, not the results: there may be many such configs.
-            why = _memory_words(g, options)
-            if why == CEILING_WORDS:
+            why = _headroom_words(g, options)
+            if why is None:
                 continue  # excluded for another reason (the max_mem_gib ceiling)
         elif (check := room.get(g.key)) is not None and check.state == "failed":
             why = f"failed its headroom check ({check.text})"
@@ -366,7 +366,7 @@ def _vs_expert_default(
     expert = _expert_default(ranked)
     over_memory = None
     if expert is None and (expert := _expert_default(_ranked(_expert_rows(keyed)))) is not None:
-        over_memory = _memory_words(expert, options)
+        over_memory = _headroom_words(expert, options) or "is over the max_mem_gib ceiling"
     if expert is None:
         return {"trial_number": 0, "text": "the expert default (trial #0) was not measured"}
     speedup = best.median / (expert.median or 1.0)
@@ -401,15 +401,13 @@ def _expert_rows(keyed: Sequence[tuple[str, Trial]]) -> list[tuple[str, Trial]]:
     return [(k, t) for k, t in keyed if k == key] if key is not None else []
 
 
-CEILING_WORDS = "is over the max_mem_gib ceiling"
-
-
-def _memory_words(group: ConfigMeasurements, options: StudyOptions) -> str:
-    """`leaves 9.7% free, less than the 10% headroom` for a config kept out for memory."""
+def _headroom_words(group: ConfigMeasurements, options: StudyOptions) -> str | None:
+    """`leaves 9.7% free, less than the 10% headroom` for a config kept out for its headroom;
+    None when none of its measurements broke it (kept out by the max_mem_gib ceiling)."""
     records = [r for t in group.trials if (r := memory_record(t)) is not None]
     worst = max(records, key=lambda r: headroom.violation(r, options), default=None)
     if worst is None or headroom.violation(worst, options) <= 0:
-        return CEILING_WORDS
+        return None
     free = headroom.free_rel(headroom.need_gib(worst), worst.memory_limit_gib)
     return f"leaves {free:.1%} free, less than the {options.headroom:.0%} headroom"
 
