@@ -326,3 +326,23 @@ class FakeHeadroomReplay(ReplayExecutor):
                 "peak_reserved_with_eval_ckpt_gib": (result.peak_reserved_gib or 0.0) * factor,
             }
         )
+
+
+# --------------------------------------------------------------------------- worker deaths
+
+
+class FakeWorkerDeathReplay(ReplayExecutor):
+    """A ReplayExecutor whose worker dies during the trials numbered in `die_on` (1-based, in
+    submission order): those answer as an infra failure, which the coordinator retries once;
+    every other trial gets its recorded result."""
+
+    def __init__(self, *args: Any, die_on: set[int], **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.die_on = die_on
+        self._answered = 0
+
+    def _answer(self, config: TrialConfig) -> TrialResult:
+        self._answered += 1
+        if self._answered in self.die_on:
+            return TrialResult.failure(FailureClass.INFRA, "the Ray worker died (fake)")
+        return super()._answer(config)

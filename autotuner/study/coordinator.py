@@ -125,6 +125,12 @@ class StudyRunner:
         self._late: set[str] = set()  # proposals not launched: no time left for them
         self.done = False
         self._idle_proposals = 0
+        # Configs to run next, in order (the seeds, a pruned seed's twin first). Kept here,
+        # not in Optuna's waiting queue, and handed to Optuna one at a time just before its
+        # ask: Optuna's ask pops the oldest waiting trial, so a retry enqueued behind queued
+        # seeds got a seed's config, ran it unscreened as "the retry", and the failed config
+        # never ran again.
+        self._queue: list[Params] = []
         # Seeds that wait until the throughput model has no proposal (search/seeding.py).
         self._later_seeds: list[Params] = []
         self._exhausted = False
@@ -223,8 +229,7 @@ class StudyRunner:
             now, later = plan.now, plan.later
             if self._seeds is not None:  # each part mapped on its own (a part may be empty)
                 now, later = (self._seeds(part) if part else [] for part in (now, later))
-            for params in now:
-                self.optuna.enqueue_trial(params)
+            self._queue = list(now)
             self._later_seeds = later
 
     # ------------------------------------------------------------------ loop
@@ -302,7 +307,7 @@ class StudyRunner:
                 params, retry_of = retry
                 self.optuna.enqueue_trial(params, skip_if_exists=False)
             else:
-                self._enqueue_guided()
+                self._enqueue_next()
                 if grid_exhausted(self.optuna):
                     break  # every grid point proposed and finished: the search is over
             ask = self.optuna.ask(self.distributions)
@@ -327,8 +332,8 @@ class StudyRunner:
                     self._taken()
                 ):
                     # The same config without what made it redundant (an unneeded allocator
-                    # mode): a seed's purpose survives its twin being pruned.
-                    self.optuna.enqueue_trial(prune.instead, skip_if_exists=False)
+                    # mode): a seed's purpose survives its twin being pruned, in its place.
+                    self._queue.insert(0, prune.instead)
                 continue
             if self._too_late(knobs):
                 # Not a property of the config (no row, nothing infeasible told): it does not
@@ -367,8 +372,10 @@ class StudyRunner:
         """With options.proxy_layers: the throughput model's next config, when its kind was
         never measured, first on the shallower proxy model (policy.proxy_for). It is not told
         to the sampler and never a candidate; the next proposal is made knowing it."""
-        if self.policy.proxy_model() is None or self.optuna.get_trials(
-            deepcopy=False, states=(OptunaState.WAITING,)
+        if (
+            self.policy.proxy_model() is None
+            or self._queue
+            or self.optuna.get_trials(deepcopy=False, states=(OptunaState.WAITING,))
         ):
             return False
         params = self.policy.suggest(self._taken())
@@ -383,6 +390,15 @@ class StudyRunner:
         knobs = self.space.knobs_for(params, proxy, self.gpus_per_trial)
         self._dispatch(None, params, knobs, None, purpose=PROXY, model=proxy)
         return True
+
+    def _enqueue_next(self) -> None:
+        """Hand Optuna the next queued config (a seed), else the throughput model's proposal."""
+        if self._queue and not self.optuna.get_trials(
+            deepcopy=False, states=(OptunaState.WAITING,)
+        ):
+            self.optuna.enqueue_trial(self._queue.pop(0), skip_if_exists=False)
+            return
+        self._enqueue_guided()
 
     def _enqueue_guided(self) -> None:
         """Queue the throughput model's proposal for the next ask, once the seeds have run

@@ -9,12 +9,12 @@ from autotuner.executors.replay import ReplayExecutor
 from autotuner.options import StudyOptions
 from autotuner.search.policy import Prune
 from autotuner.search.space import parse_space
-from autotuner.spec import Knobs, ModelSpec
+from autotuner.spec import Knobs, ModelSpec, canonical_params
 from autotuner.storage.models import StudyStatus, TrialState
 from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
 from autotuner.study.coordinator import StudyRunner, create_study
-from tests.fakes import synthetic_landscape
+from tests.fakes import FakeWorkerDeathReplay, synthetic_landscape
 
 KNOBS = {
     "micro_batch_size": [4, 8, 16, 32, 64, 128],
@@ -123,6 +123,28 @@ def test_restart_resumes_without_losing_or_repeating(db: Database) -> None:
         launched = [t for t in trials if t.state != TrialState.PRUNED and t.retry_of is None]
         assert len(launched) == 10
         assert [t.number for t in trials] == list(range(len(trials)))
+
+
+def test_a_seed_whose_worker_died_is_retried_with_its_own_config(db: Database) -> None:
+    """The retry of the expert default (the first seed), while the other seeds wait: Optuna's
+    ask pops the oldest waiting trial, and the retry once got the next seed's config, ran it
+    unscreened as "the retry", and the expert default never ran again."""
+    study_id = create_study(db, model=MODEL, space=SPACE, max_trials=8)
+    executor = FakeWorkerDeathReplay(synthetic_landscape(KNOBS), list(KNOBS), die_on={1})
+    runner = StudyRunner(db, study_id, executor, poll_s=0.0)
+    runner.start()
+    assert len(runner.policy.seed_keys) >= 2, "the test needs a seed behind the expert default"
+    runner.run()
+    with db.session() as s:
+        trials = TrialRepo(s).list(study_id)
+    first, retry = trials[0], trials[1]
+    assert first.state == TrialState.FAILED and first.purpose == "seed"
+    assert retry.retry_of == first.number and retry.params == first.params
+    assert retry.state == TrialState.COMPLETE
+    # The waiting seeds still ran, each once, after it.
+    ran = [canonical_params(t.params) for t in trials if t.retry_of is None]
+    for seed in runner.policy.seed_keys:
+        assert ran.count(seed) == 1
 
 
 def test_cancel_stops_the_study(db: Database) -> None:

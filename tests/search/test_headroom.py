@@ -409,9 +409,10 @@ def test_an_unneeded_expandable_proposal_runs_as_its_default_twin(sqlite_url: st
         "defaults": {"allocator": "expandable", "attention": "efficient"},
     }
     _, trials, _ = _study_of(sqlite_url, entries, space, max_trials=6)
-    # The expert default and the cuDNN seed, both with expandable segments, are pruned; their
-    # default twins run next, in that order, once the seeds queued with them are out.
-    pruned, ran = trials[:2], trials[2:4]
+    # The expert default and the cuDNN seed, both with expandable segments, are pruned; each
+    # one's default twin runs in its place, before the next seed (it once waited for every
+    # seed queued with it).
+    pruned, ran = trials[0:4:2], trials[1:4:2]
     for twin, other in zip(pruned, ran, strict=True):
         assert twin.params["allocator"] == "expandable" and twin.state == "pruned"
         assert "with the default allocator it keeps the headroom" in (twin.error_message or "")
