@@ -73,7 +73,9 @@ MinutesOption = Annotated[
         min=0.1,
         help="Time budget: nothing is launched after this many minutes. The search stops "
         "early enough for the winner's end checks (headroom, numerics) to fit, and a trial "
-        "expected to end past the budget is not started; a trial already running finishes.",
+        "expected to end past the budget is not started; a trial already running finishes. "
+        "End checks that could not fit (a first trial took most of the budget) are not "
+        "started, and the recommendation says its winner is unchecked.",
     ),
 ]
 SamplerOption = Annotated[str, typer.Option(help="tpe (default), random, grid or gp.")]

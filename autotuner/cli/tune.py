@@ -236,8 +236,9 @@ class _TuneProgress:
             )
         elif event.kind == "lost":
             self.progress.console.print(f"trial #{event.trial_number} was lost; retrying once")
-        elif event.kind in ("search_over", "remeasure_cut"):
-            # The time budget's end is kept for the end checks (search/end_time.py).
+        elif event.kind in ("search_over", "remeasure_cut", "checks_cut"):
+            # The time budget's end is kept for the end checks, or they did not fit in it
+            # (search/end_time.py).
             self.progress.console.print(f"[yellow]{safe(event.message)}[/]", highlight=False)
 
 

@@ -62,6 +62,11 @@ WEIGHT_BYTES_PER_PARAM = 4  # the save's fp32 weights, beside the optimizer's st
 CHECKPOINT_BYTES_PER_S = 1.5e9  # the headroom check's save on the H200 machine (median)
 MARGIN = 1.2  # the checks' sum, plus dispatch, polling and storing between them
 SEARCH_TIME_SHARE = 0.85  # with no end check due, the search stops here and re-measuring begins
+# The end checks start only if expected to end within this share of the budget past it: an
+# estimate a little long must not cost the winner its checks, and a study whose first trial
+# took 4.3 of its 10 minutes must not run 8.7 more of checks (a replayed Llama 3B study did,
+# to 13.0 min: bench/results/replay_minutes_h200).
+END_GRACE_SHARE = 0.1
 _MEASURED = ("seed", "search", "remeasure")  # full trials of a candidate config
 _RERUNS = ("remeasure", HEADROOM_CHECK)  # the same config again: its compile is warm
 # What the headroom check adds to a re-run (workers/phases.py): its evaluation pass and its
@@ -260,16 +265,35 @@ def search_stop(
     return None
 
 
+def checks_cut(time: TimeLeft, checks: list[DueCheck]) -> str | None:
+    """Why the end checks must not start (they would end past the budget and its grace), or
+    None to run them. Decided once, before the first: they are a unit (the numerics check's
+    reference is worth nothing without the candidate's parity steps after it)."""
+    if not checks:
+        return None
+    need_s = sum(c.expected_s for c in checks)
+    over_s = need_s - time.remaining_s
+    if over_s <= END_GRACE_SHARE * time.budget_s:
+        return None
+    return (
+        f"end checks not started at {time.at()}: they would end {duration(over_s)} past the "
+        f"time budget ({describe(checks)})"
+    )
+
+
 def remeasure_cut(
     time: TimeLeft, rerun: DueCheck, checks: list[DueCheck], done: int, planned: int
 ) -> str | None:
-    """Why the next re-measurement must not run (the end checks would not fit after it), or
-    None to run it."""
-    if not checks:
-        return None
+    """Why the next re-measurement must not run (it, and the end checks after it, would not
+    fit in the time left), or None to run it."""
     keep_s = needed_s(checks)
     if time.remaining_s >= rerun.expected_s + keep_s:
         return None
+    if not checks:
+        return (
+            f"re-measurement stopped after {done} of {planned} at {time.at()}: the next "
+            f"takes {duration(rerun.expected_s)}, with {duration(time.remaining_s)} left"
+        )
     return (
         f"re-measurement stopped after {done} of {planned} at {time.at()} to leave time for "
         f"the end checks ({describe(checks)}; {duration(keep_s)} with a {MARGIN:.1f}x "

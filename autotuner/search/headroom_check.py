@@ -144,6 +144,21 @@ def next_check(ranked: Sequence[C], trials: Sequence[Trial], options: StudyOptio
     return alive[i]
 
 
+NOT_CHECKED_YET = "not checked yet with an evaluation pass and a checkpoint save"
+NOT_CHECKED_ENDED = (
+    "not checked with an evaluation pass and a checkpoint save: the study ended before its "
+    "check ran"
+)
+
+
+def as_ended(entry: dict[str, Any]) -> dict[str, Any]:
+    """The `headroom` entry once the study has ended: a check still to come never runs (its
+    budget was spent, or the check would have ended past the time budget: `stopped` says)."""
+    if entry.get("check") is not None or NOT_CHECKED_YET not in entry.get("text", ""):
+        return entry
+    return {**entry, "text": entry["text"].replace(NOT_CHECKED_YET, NOT_CHECKED_ENDED)}
+
+
 def headroom_entry(
     best: Any, checks: dict[str, Check], passed_over: list[dict[str, Any]], options: StudyOptions
 ) -> dict[str, Any]:
@@ -159,7 +174,7 @@ def headroom_entry(
     if check is not None:
         text += f"; checked: {check.text}"
     elif options.headroom > 0:
-        text += "; not checked yet with an evaluation pass and a checkpoint save"
+        text += f"; {NOT_CHECKED_YET}"
     out["text"] = "; ".join([*passed_over_text(passed_over), text])
     return out
 

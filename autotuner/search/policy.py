@@ -33,6 +33,7 @@ from autotuner.search.end_time import (
     DueCheck,
     TimeLeft,
     TrialWalls,
+    checks_cut,
     duration,
     needed_s,
     remeasure_cut,
@@ -128,6 +129,8 @@ class SearchPolicy:
         self.walls = TrialWalls()
         self.costs = TrialCosts()  # what a proposal's trial is expected to take
         self.time_stop: str | None = None
+        self.checks_note: str | None = None  # why the end checks did not start (end_time.py)
+        self._end_checks_decided = False
         self.remeasure_note: str | None = None
         self.late = 0  # proposals not launched for time (too_late), and why the first was not
         self._first_late: str | None = None
@@ -343,7 +346,7 @@ class SearchPolicy:
             return True
         if time is None:
             return False
-        due = self._checks_due(max_trials)
+        due = self._checks_kept(max_trials, time)
         self.time_stop = search_stop(
             time, due, self.walls, reserves_share=self.remeasure.reserves_time
         )
@@ -356,7 +359,7 @@ class SearchPolicy:
         if time is None:
             return None
         trial_s = self.costs.expected_s(knobs)
-        keep_s = needed_s(self._checks_due(max_trials))
+        keep_s = needed_s(self._checks_kept(max_trials, time))
         if time.remaining_s >= trial_s + keep_s:
             return None
         mode = knobs.compile_mode
@@ -378,7 +381,7 @@ class SearchPolicy:
         wall: an estimate, this is the limit)."""
         if time is None:
             return None
-        keep_s = needed_s(self._checks_due(max_trials))
+        keep_s = needed_s(self._checks_kept(max_trials, time))
         return max(FLOOR_S, time.remaining_s - keep_s)
 
     @property
@@ -400,12 +403,31 @@ class SearchPolicy:
         rerun = self.walls.due([("remeasure", planned[0])])[0]
         total = len(self.remeasure.plan(self.progress.values, max_trials))
         why = remeasure_cut(
-            time, rerun, self._checks_due(max_trials), self.progress.remeasured, total
+            time, rerun, self._checks_kept(max_trials, time), self.progress.remeasured, total
         )
         if why is None:
             return planned
         self.remeasure.cut, self.remeasure_note = True, why
         return self.remeasure.next(self.progress, max_trials)
+
+    def end_checks_cut(self, max_trials: int | None, time: TimeLeft | None) -> str | None:
+        """Why the end checks must not start, or None to run them; asked when the first is
+        due and answered once (end_time.checks_cut). A winner left unchecked says so (its
+        `numerics` and `headroom` entries); the reason is in the recommendation's `stopped`."""
+        if self._end_checks_decided or time is None:
+            return self.checks_note
+        self._end_checks_decided = True
+        self.checks_note = checks_cut(time, self._checks_due(max_trials))
+        return self.checks_note
+
+    def _checks_kept(self, max_trials: int | None, time: TimeLeft) -> list[DueCheck]:
+        """The end checks to keep time for: those due, unless they could not end inside the
+        budget (and its grace) even if the search stopped now. Then no time is kept for them:
+        the search goes on with what fits, and the end decides again for the winner it has
+        then (a replayed Llama 3B study stopped after one 4.3-minute trial to keep 9 minutes
+        of checks, and ran them to 13.0 min of its 10)."""
+        due = self._checks_due(max_trials)
+        return [] if checks_cut(time, due) is not None else due
 
     def _checks_due(self, max_trials: int | None) -> list[DueCheck]:
         due = self.remeasure.checks_due(
@@ -454,7 +476,7 @@ class SearchPolicy:
         if self.late and reason == "search space exhausted":
             # The proposals ran out because none fitted in the time left, not the space.
             reason = "no proposal fitted in the time left"
-        notes = [n for n in (self.late_note, self.remeasure_note) if n]
+        notes = [n for n in (self.late_note, self.remeasure_note, self.checks_note) if n]
         return "; ".join([reason, *notes])
 
     def report(self, trials: list[Trial]) -> dict[str, Any]:

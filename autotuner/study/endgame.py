@@ -99,6 +99,12 @@ def launch_remeasure(runner: Runner) -> bool:
     if runner.policy.remeasure_note is not None and said is None:
         runner.on_event(Event("remeasure_cut", message=runner.policy.remeasure_note))
     if planned is None:
+        said = runner.policy.checks_note
+        if runner.policy.end_checks_cut(runner.max_trials, runner.budget.time_left()):
+            if said is None:
+                runner.on_event(Event("checks_cut", message=runner.policy.checks_note))
+            runner._exhausted = True
+            return False
         return launch_headroom(runner) or launch_parity(runner)
     params, purpose = planned
     if purpose == "reference":

@@ -12,7 +12,8 @@ class Event:
     """Something a watcher (progress bar, log) may want to show."""
 
     # launched | finished | pruned | retry | lost | done; search_over and remeasure_cut (the
-    # search or the re-measurements stopped to leave the end checks their time: `message`)
+    # search or the re-measurements stopped to leave the end checks their time: `message`);
+    # checks_cut (the end checks would end past the time budget and did not start)
     kind: str
     trial_number: int | None = None
     params: dict[str, Any] | None = None

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotuner.options import StudyOptions
+from autotuner.search import headroom_check
 from autotuner.search.numerics import as_ended
 from autotuner.search.objective import Objective
 from autotuner.search.space import SearchSpace
@@ -182,8 +183,11 @@ class StudyLease:
             if rec is not None:
                 rec["importance"] = knob_importance(ranked, rec["noise_rel"])
                 rec.update(evidence(trials))
-                if rec.get("numerics"):  # a check still to come, as the study ends, never runs
+                # A check still to come, as the study ends, never runs.
+                if rec.get("numerics"):
                     rec["numerics"] = as_ended(rec["numerics"])
+                if rec.get("headroom"):
+                    rec["headroom"] = headroom_check.as_ended(rec["headroom"])
         with self.db.session() as s:
             studies = StudyRepo(s)
             study = studies.require(self.study_id)

@@ -12,6 +12,7 @@ from types import EllipsisType
 from typing import Any
 
 from autotuner.options import StudyOptions
+from autotuner.search import headroom_check
 from autotuner.search.numerics import as_ended
 from autotuner.status import ENDED_STATUSES
 from autotuner.storage.models import Study, Trial, TrialState
@@ -144,11 +145,17 @@ def best_view(
 
 
 def _as_of_status(status: str, rec: dict[str, Any] | None) -> dict[str, Any] | None:
-    """`rec` as true for a study in `status`: once it has ended, a numerics check that never
-    started did not run (the end of a study stores it so; this reads a study recorded before)."""
-    if rec is None or status not in ENDED_STATUSES or not rec.get("numerics"):
+    """`rec` as true for a study in `status`: once it has ended, a numerics or headroom check
+    that never started did not run (the end of a study stores it so; this reads a study
+    recorded before)."""
+    if rec is None or status not in ENDED_STATUSES:
         return rec
-    return {**rec, "numerics": as_ended(rec["numerics"])}
+    out = dict(rec)
+    if rec.get("numerics"):
+        out["numerics"] = as_ended(rec["numerics"])
+    if rec.get("headroom"):
+        out["headroom"] = headroom_check.as_ended(rec["headroom"])
+    return out
 
 
 def predictions_view(recommendation: dict[str, Any] | None, number: int) -> dict[str, Any]:

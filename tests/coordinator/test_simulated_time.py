@@ -185,3 +185,88 @@ def test_a_retry_that_no_longer_fits_in_the_time_left_is_not_launched(sqlite_url
         (t.number, t.purpose, t.state, t.retry_of) for t in trials
     ]
     assert clock.elapsed_s <= 8 * 60, clock.elapsed_s
+
+
+def test_end_checks_that_cannot_fit_leave_the_time_to_the_search(sqlite_url: str) -> None:
+    """The first trial, compiled, took 380 of the 600 s: its headroom check (a warm re-run,
+    an evaluation pass: about 350 s) cannot end inside the budget whatever the search does.
+    The search goes on with what fits (eager trials of 60 s) instead of stopping to keep time
+    for a check that would run to 12 min (a replayed Llama 3B study ran its checks from 4.3 to
+    13.0 min of 10); the study ends inside its budget and says the check did not fit."""
+    compiled = {"wall_s": 380.0, "compile_s": 300.0}
+    landscape = Landscape(
+        [
+            ({"micro_batch_size": 8, "compile_mode": "default"}, measured(100.0, **compiled)),
+            ({"micro_batch_size": 16, "compile_mode": "default"}, measured(160.0, **compiled)),
+            ({"micro_batch_size": 8, "compile_mode": "none"}, measured(90.0, wall_s=60.0)),
+            ({"micro_batch_size": 16, "compile_mode": "none"}, measured(150.0, wall_s=60.0)),
+        ]
+    )
+    space = parse_space(
+        {
+            "name": "slow-first",
+            "knobs": {"micro_batch_size": [8, 16], "compile_mode": ["default", "none"]},
+            "fixed": {"precision": "fp32", "attention": "math"},
+            "defaults": {"micro_batch_size": 8, "compile_mode": "default"},
+        }
+    )
+    db = Database(sqlite_url)
+    study_id = create_study(db, model=MODEL, space=space, max_minutes=10)
+    clock = SimulatedClock()
+    executor = ReplayExecutor(
+        landscape,
+        ["micro_batch_size", "compile_mode"],
+        target=landscape.target(),
+        clock=clock,
+        rewall=RerunWalls(),
+    )
+    events = []
+    StudyRunner(db, study_id, executor, poll_s=0.0, clock=clock, on_event=events.append).run()
+    with db.read() as s:
+        trials = TrialRepo(s).list(study_id)
+        rec = StudyRepo(s).require(study_id).recommendation
+    ran = [(t.purpose, t.params, t.state) for t in trials]
+    assert ran[0][1] == {"micro_batch_size": 8, "compile_mode": "default"}, ran
+    searched = [t for t in trials if t.purpose in ("seed", "search") and t.state == "complete"]
+    assert len(searched) >= 2, ran
+    assert clock.elapsed_s <= 10 * 60, (clock.elapsed_s, ran)
+    # The winner is one the search found in that time, and its check is one that fits.
+    checks = [t for t in trials if t.purpose == "headroom"]
+    assert [t.params["compile_mode"] for t in checks] == ["none"], ran
+    assert rec is not None and rec["params"] == checks[0].params
+    assert rec["headroom"]["check"] is not None
+    assert not [e for e in events if e.kind == "checks_cut"]
+
+
+def test_end_checks_that_cannot_fit_do_not_start_and_the_winner_says_so(sqlite_url: str) -> None:
+    """One config, compiled, took 380 of the 600 s; its headroom check (about 350 s) would end
+    more than the grace past the budget. It does not start (the time left re-measures the
+    config once, warm): the study ends inside its budget, its recommendation says why in
+    `stopped`, and its headroom says the check did not run."""
+    compiled = measured(100.0, wall_s=380.0, compile_s=300.0)
+    landscape = Landscape([({"micro_batch_size": 8}, compiled)])
+    space = parse_space(
+        {
+            "name": "one-compiled",
+            "knobs": {"micro_batch_size": [8]},
+            "fixed": {"precision": "fp32", "attention": "math", "compile_mode": "default"},
+        }
+    )
+    db = Database(sqlite_url)
+    study_id = create_study(db, model=MODEL, space=space, max_minutes=10)
+    clock = SimulatedClock()
+    executor = ReplayExecutor(
+        landscape, KNOBS, target=landscape.target(), clock=clock, rewall=RerunWalls()
+    )
+    events = []
+    StudyRunner(db, study_id, executor, poll_s=0.0, clock=clock, on_event=events.append).run()
+    with db.read() as s:
+        trials = TrialRepo(s).list(study_id)
+        rec = StudyRepo(s).require(study_id).recommendation
+    assert [t.purpose for t in trials] == ["seed", "remeasure"]
+    assert clock.elapsed_s <= 600.0
+    cut = [e.message for e in events if e.kind == "checks_cut"]
+    assert len(cut) == 1 and "the headroom check" in cut[0] and "past the time budget" in cut[0]
+    assert rec is not None and cut[0] in rec["stopped"]
+    assert rec["headroom"]["check"] is None
+    assert rec["headroom"]["text"].endswith("the study ended before its check ran")

@@ -13,12 +13,14 @@ from autotuner.search.end_time import (
     CHECKPOINT_BYTES_PER_S,
     EVAL_COMPILE_SHARE,
     FLOOR_S,
+    END_GRACE_SHARE,
     MARGIN,
     SEARCH_TIME_SHARE,
     WARM_COMPILE_SHARE,
     DueCheck,
     TimeLeft,
     TrialWalls,
+    checks_cut,
     remeasure_cut,
     search_stop,
 )
@@ -80,7 +82,24 @@ def test_a_remeasurement_runs_only_if_the_checks_still_fit_after_it() -> None:
     assert remeasure_cut(TimeLeft(0, 100.0 + MARGIN * 100.0), rerun, checks, 1, 4) is None
     why = remeasure_cut(TimeLeft(1, 100.0 + MARGIN * 100.0), rerun, checks, 1, 4)
     assert why is not None and why.startswith("re-measurement stopped after 1 of 4")
-    assert remeasure_cut(TimeLeft(479, 480), rerun, [], 1, 4) is None  # no check to protect
+    # With no check due, the re-measurement itself must still end inside the budget (one
+    # started with 1 s left ran past it).
+    assert remeasure_cut(TimeLeft(380, 480), rerun, [], 1, 4) is None
+    alone = remeasure_cut(TimeLeft(381, 480), rerun, [], 1, 4)
+    assert alone is not None and "the next takes 100 s, with 99 s left" in alone
+
+
+def test_end_checks_start_only_if_they_end_within_the_grace_past_the_budget() -> None:
+    checks = [DueCheck("parity-ref", FP8, 200.0), DueCheck("headroom+parity", FP8, 160.0)]
+    grace = END_GRACE_SHARE * 600
+    # 360 s of checks: started with 360 s left, or up to the grace less, they run.
+    assert checks_cut(TimeLeft(240, 600), checks) is None
+    assert checks_cut(TimeLeft(240 + grace, 600), checks) is None
+    why = checks_cut(TimeLeft(241 + grace, 600), checks)
+    assert why is not None and why.startswith("end checks not started at")
+    assert "they would end 61 s past the time budget" in why
+    assert "(the numerics check's reference 3.3 min, the headroom and numerics check" in why
+    assert checks_cut(TimeLeft(599, 600), []) is None  # nothing due: nothing to cut
 
 
 def test_the_checks_due_follow_the_best_config_so_far() -> None:
