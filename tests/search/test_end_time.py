@@ -11,9 +11,9 @@ import pytest
 from autotuner.options import StudyOptions
 from autotuner.search.end_time import (
     CHECKPOINT_BYTES_PER_S,
+    END_GRACE_SHARE,
     EVAL_COMPILE_SHARE,
     FLOOR_S,
-    END_GRACE_SHARE,
     MARGIN,
     SEARCH_TIME_SHARE,
     WARM_COMPILE_SHARE,
