@@ -58,8 +58,8 @@ if TYPE_CHECKING:
 Z_SEED = 1.0  # the expert's micro-batch fits at the prediction's pessimistic end (mean + 1 sd)
 LEAST_NEED_TIE = 0.01  # where nothing surely fits: needs this close to the least count as equal
 KERNEL_TIE = 0.005  # a kernel predicted this little faster keeps the expert's (no evidence)
-# The fastest alternative runs before the expert default where the prior predicts it this many
-# times as fast. The prior's fp8/bf16 ratio of the seeds on the H200: GPT-2 124M 1.10 (fp8
+# The fastest alternative, where it is another precision, runs before the expert default where
+# the prior predicts it this many times as fast. The prior's fp8/bf16 ratio of the seeds on the H200: GPT-2 124M 1.10 (fp8
 # measured 0.78x: small matmuls), Llama 1B 1.22 and 3B 1.27 (fp8 won there); its median error
 # on a single config is 5-7% on Llama (bench/results/throughput_loo_h200), so a ratio near 1
 # says nothing about which is faster.
@@ -372,8 +372,11 @@ class Seeder:
         return sorted(seeds, key=lambda p: -speed(self.knobs(p)))
 
     def _clearly_faster(self, alt: dict[str, Any], expert: dict[str, Any]) -> bool:
-        """Whether the prior predicts `alt` FIRST_IF_FASTER or more times the expert default's
-        speed: then it runs before it. Both run up front either way (the same trials, the same
+        """Whether `alt` is another precision (fp8) that the prior predicts FIRST_IF_FASTER or
+        more times the expert default's speed: then it runs before it. Only a precision: its
+        gain is the matmul rate, the prior's firmest term; a larger micro-batch's is per-step
+        overhead, its weakest (a 4-layer test model's next micro-batch is predicted 1.2x and
+        more, and the space's own `defaults` name the config a user expects to start from). Both run up front either way (the same trials, the same
         GPU-seconds in all); the study only knows its likely winner one trial sooner. Not where
         the expert may not fit: its measurement is what tells the memory model how tight the
         alternatives that make room are (Llama 8B). Nor under a time budget (`plan`'s
@@ -382,7 +385,7 @@ class Seeder:
         numerics reference's warm one, and it is the recommendation's yardstick. A replayed
         10-minute 3B study that ran fp8 first stopped its search after it (its reference then
         a cold compile, 2.6 min expected) and never measured the expert default."""
-        if self.predicted_speed is None:
+        if self.predicted_speed is None or alt.get("precision") == expert.get("precision"):
             return False
         speed = self.predicted_speed
         return speed(self.knobs(alt)) >= FIRST_IF_FASTER * speed(self.knobs(expert))
