@@ -59,8 +59,9 @@ Z_SEED = 1.0  # the expert's micro-batch fits at the prediction's pessimistic en
 LEAST_NEED_TIE = 0.01  # where nothing surely fits: needs this close to the least count as equal
 KERNEL_TIE = 0.005  # a kernel predicted this little faster keeps the expert's (no evidence)
 # The fastest alternative, where it is another precision, runs before the expert default where
-# the prior predicts it this many times as fast. The prior's fp8/bf16 ratio of the seeds on the H200: GPT-2 124M 1.10 (fp8
-# measured 0.78x: small matmuls), Llama 1B 1.22 and 3B 1.27 (fp8 won there); its median error
+# the prior predicts it this many times as fast. The prior's fp8/bf16 ratio of the seeds on the
+# H200: GPT-2 124M 1.10 (fp8 measured 0.78x: small matmuls), Llama 1B 1.22 and 3B 1.27 (fp8
+# won there); its median error
 # on a single config is 5-7% on Llama (bench/results/throughput_loo_h200), so a ratio near 1
 # says nothing about which is faster.
 FIRST_IF_FASTER = 1.15
@@ -376,8 +377,8 @@ class Seeder:
         more times the expert default's speed: then it runs before it. Only a precision: its
         gain is the matmul rate, the prior's firmest term; a larger micro-batch's is per-step
         overhead, its weakest (a 4-layer test model's next micro-batch is predicted 1.2x and
-        more, and the space's own `defaults` name the config a user expects to start from). Both run up front either way (the same trials, the same
-        GPU-seconds in all); the study only knows its likely winner one trial sooner. Not where
+        more). Both run up front either way (the same trials, the same GPU-seconds in all);
+        the study only knows its likely winner one trial sooner. Not where
         the expert may not fit: its measurement is what tells the memory model how tight the
         alternatives that make room are (Llama 8B). Nor under a time budget (`plan`'s
         `timed`), where the search may stop for the end checks after one trial: the expert
