@@ -267,3 +267,55 @@ def test_the_card_says_the_winner_was_timed_at_the_power_cap(tmp_path: Path) -> 
             assert text.startswith("GPU clock: 1,553 MHz mean of 1,980 max, held at the power cap")
             assert "(691 W, SwPowerCap)" in text, text
             assert b.errors == [], b.errors
+
+
+@pytest.mark.browser
+def test_the_card_says_why_the_end_checks_did_not_run(sqlite_url: str) -> None:
+    """A 10-minute study whose one compiled trial took 380 s: its headroom check would have
+    ended 5.8 min past the budget and did not start. The card says why the search stopped and
+    that the check did not run, as `best` does."""
+    from autotuner.executors.replay import Landscape, ReplayExecutor, SimulatedClock
+    from autotuner.search.space import parse_space
+    from autotuner.spec import ModelSpec
+    from autotuner.study.coordinator import StudyRunner, create_study
+    from bench.replay_lib.simtime import RerunWalls
+    from tests.fakes import measured
+
+    compiled = measured(
+        100.0,
+        wall_s=380.0,
+        compile_s=300.0,
+        peak_mem_gib=10.0,
+        memory_kind="cuda",
+        memory_limit_gib=80.0,
+    )
+    landscape = Landscape([({"micro_batch_size": 8}, compiled)])
+    space = parse_space(
+        {
+            "name": "one-compiled",
+            "knobs": {"micro_batch_size": [8]},
+            "fixed": {"precision": "fp32", "attention": "math", "compile_mode": "default"},
+        }
+    )
+    db = Database(sqlite_url)
+    study_id = create_study(
+        db, model=ModelSpec.resolve({"preset": "tiny"}), space=space, max_minutes=10
+    )
+    clock = SimulatedClock()
+    executor = ReplayExecutor(
+        landscape,
+        ["micro_batch_size"],
+        target=landscape.target(),
+        clock=clock,
+        rewall=RerunWalls(),
+    )
+    StudyRunner(db, study_id, executor, poll_s=0.0, clock=clock).run()
+    for base in _serve(make_app(db)):
+        with Browser(width=1400, height=900) as b:
+            b.open(f"{base}/studies/{study_id}", ready="document.body.dataset.charts")
+            search = b.eval("document.getElementById('best-search').textContent")
+            assert search.startswith("Search: ") and "end checks not started at" in search
+            assert "past the time budget (the headroom check" in search, search
+            memory = b.eval("document.getElementById('best-memory').textContent")
+            assert memory.endswith("the study ended before its check ran"), memory
+            assert b.errors == [], b.errors

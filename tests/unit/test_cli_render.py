@@ -122,3 +122,31 @@ def test_best_of_an_ended_study_without_a_measured_trial_says_so_not_yet() -> No
     running = said("running", measured=2)
     assert "no completed trial" not in running, running
     assert "no recommendable trial yet: each of the 2 measured so far" in running, running
+
+
+def test_best_says_whether_the_headroom_check_ran() -> None:
+    """A winner whose headroom check never ran says so in `best`, not only in the JSON: the
+    study ended first (its budget spent, or the check would have ended past the time budget),
+    or it is still to come."""
+    from autotuner.cli.render import memory_rows
+    from autotuner.search.headroom_check import NOT_CHECKED_ENDED, NOT_CHECKED_YET, as_ended
+
+    entry = {
+        "peak_gib": 10.6,
+        "peak_kind": "cuda",
+        "limit_gib": 80.0,
+        "headroom_rel": 0.1,
+        "free_rel": 0.87,
+        "spare_gib": 61.4,
+        "enforced": True,
+        "text": f"peak 10.6 GiB of 80.0 GiB: 86.8% free; {NOT_CHECKED_YET}",
+        "check": None,
+    }
+    running = dict(memory_rows(entry))
+    assert running["headroom check"] == "not run yet (at the end of the search)"
+    ended = as_ended(entry)
+    assert NOT_CHECKED_ENDED in ended["text"] and NOT_CHECKED_YET not in ended["text"]
+    assert dict(memory_rows(ended))["headroom check"] == "not run: the study ended before it"
+    checked = {**entry, "check": {"text": "passed: 14.1% free"}}
+    assert as_ended(checked) == checked
+    assert dict(memory_rows(checked))["headroom check"] == "passed: 14.1% free"

@@ -100,6 +100,9 @@
     if (b.input_pipeline && b.input_pipeline.text) box.append(node("p", {}, "Input pipeline: " + b.input_pipeline.text));
     if (b.numerics && b.numerics.text) box.append(node("p", {}, "Numerics: " + b.numerics.text));
     if (b.scaling && b.scaling.text) box.append(node("p", {}, "Scaling: " + b.scaling.text));
+    // Why the search, the re-measurements or the end checks stopped (`best` prints it as
+    // "search"): a time budget's cuts are the reader's to know.
+    if (b.stopped) box.append(node("p", { id: "best-search" }, "Search: " + b.stopped));
     if (b.importance && b.importance.length) {
       const imp = node("table", { class: "kv", id: "importance" });
       for (const row of b.importance) imp.append(node("tr", {}, node("th", {}, row.knob), node("td", {}, row.text || row.importance)));
