@@ -8,9 +8,8 @@ sampler; this class owns the judgement, one study at a time, and composes one pa
 - **learn** from each finished trial: calibrate the cost model (`costmodel/`), teach the screen
   what failed, track the best value and the noise (`progress.py`), and tell the sampler how
   infeasible a trial was (`feedback.py`);
-- **seed** a new study (`seeding.py`): the expert default (after its fastest alternative where
-  the prior expects that one clearly faster), then earlier winners on the same GPU and model
-  family, then the expert's closest alternatives;
+- **seed** a new study (`seeding.py`): the expert default, then earlier winners on the same GPU
+  and model family, then the expert's closest alternatives;
 - **finish** (`remeasure.py`): stop once no trial has improved beyond noise for `patience`
   trials or the budget is spent, then re-measure the top candidates, interleaved A B A B;
 - **report** the evidence for the recommendation (`evidence.py`).
@@ -304,11 +303,10 @@ class SearchPolicy:
         and model family, then the expert's closest alternatives."""
         return self.seed_plan(db).all
 
-    def seed_plan(self, db: Database, *, timed: bool = False) -> SeedPlan:
+    def seed_plan(self, db: Database) -> SeedPlan:
         """The seeds to run first, and those that wait for the throughput model to run out of
-        proposals (seeding.SeedPlan); without proposals (options.guided off) every one first.
-        `timed`: the study has a time budget (the expert default then always runs first)."""
-        plan = self._seeder().plan(db, timed=timed)
+        proposals (seeding.SeedPlan); without proposals (options.guided off) every one first."""
+        plan = self._seeder().plan(db)
         if self.proposer is None:
             plan = SeedPlan(plan.all)
         self.seed_keys = {canonical_params(p) for p in plan.all}

@@ -222,11 +222,10 @@ class StudyRunner:
         self.attempted |= past.attempted
         self.retry_queue.extend(past.retries)
         if not trials:
-            # The expert default first (after its alternative where the prior expects that one
-            # clearly faster), so the study starts from a good config; then earlier
+            # The expert default first, so the study starts from a good config; then earlier
             # winners on this GPU and model family, and the expert's alternatives that do not
             # wait for the throughput model (search/seeding.py).
-            plan = self.policy.seed_plan(self.db, timed=self.max_minutes is not None)
+            plan = self.policy.seed_plan(self.db)
             now, later = plan.now, plan.later
             if self._seeds is not None:  # each part mapped on its own (a part may be empty)
                 now, later = (self._seeds(part) if part else [] for part in (now, later))

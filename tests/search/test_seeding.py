@@ -8,7 +8,6 @@ import pytest
 from autotuner.executors.base import Target
 from autotuner.search.costmodel import CostModel
 from autotuner.search.headroom import usable_gib
-from autotuner.search.seeding import FIRST_IF_FASTER
 from autotuner.spec import Knobs, canonical_params
 from autotuner.storage.session import Database
 from tests.search.conftest import GPT2, H200, gpt2_space, make_policy
@@ -109,50 +108,18 @@ def test_seeds_cover_fp8_where_the_gpu_has_it() -> None:
 
 def test_the_alternatives_run_fastest_predicted_first() -> None:
     """Llama 3B on the H200: fp8 is the alternative the throughput model's prior expects to be
-    fastest, so it runs early, not last (a 10-minute study found its fp8 winner only at 8.4
-    min, too late for its numerics check); predicted 1.27x the expert default, it runs before
-    it (FIRST_IF_FASTER): replayed on the H200 landscapes, ours then finds the 3B best in 1
-    trial instead of 2, at 155 GPU-s instead of 237."""
+    fastest, so it runs right after the expert default, not last (a 10-minute study found its
+    fp8 winner only at 8.4 min, too late for its numerics check)."""
     from autotuner.search.space import load_space
     from autotuner.spec import ModelSpec
 
     llama = ModelSpec.resolve({"preset": "llama-3b"})
     policy = make_policy(load_space("single-gpu"), model=llama, history_seeds=0)
     seeds = policy.seeds(Database("sqlite://"))
-    expert = policy.expert_params()
-    assert seeds[0]["precision"] == "fp8-tensorwise" and seeds[1] == expert
-    speed = lambda p: policy.throughput.predict(policy.knobs(p)).tokens_per_s  # noqa: E731
-    assert speed(seeds[0]) >= FIRST_IF_FASTER * speed(expert)
-    speeds = [speed(p) for p in [seeds[0], *seeds[2:]]]
+    assert seeds[0] == policy.expert_params()
+    assert seeds[1]["precision"] == "fp8-tensorwise"
+    speeds = [policy.throughput.predict(policy.knobs(p)).tokens_per_s for p in seeds[1:]]
     assert speeds == sorted(speeds, reverse=True)
-
-
-def test_the_expert_default_runs_first_unless_an_alternative_is_clearly_faster() -> None:
-    """GPT-2 124M on the H200: the prior puts fp8 at 1.10x bf16, within its error (fp8
-    measured 0.78x there), so the expert default keeps its place; Llama 8B, where the expert
-    default may not fit, keeps it first too: its measurement tells the memory model how tight
-    the alternatives that make room are. So does any study with a time budget."""
-    from autotuner.search.space import load_space
-    from autotuner.spec import ModelSpec
-
-    db = Database("sqlite://")
-    for preset in ("gpt2-124m", "llama-8b"):
-        model = ModelSpec.resolve({"preset": preset})
-        policy = make_policy(load_space("single-gpu"), model=model, history_seeds=0)
-        policy.enable_proposals(seed=0)
-        plan = policy.seed_plan(db)
-        assert plan.now[0] == policy.expert_params(), preset
-        fp8 = [p for p in plan.now if p["precision"].startswith("fp8")]
-        assert fp8, preset  # fp8 still runs up front, after it
-    # Under a time budget the expert default runs first on Llama 3B too: the search may stop
-    # for the end checks after one trial, and the expert default is the recommendation's
-    # yardstick and the numerics reference's compiled graph.
-    llama3 = ModelSpec.resolve({"preset": "llama-3b"})
-    policy = make_policy(load_space("single-gpu"), model=llama3, history_seeds=0)
-    policy.enable_proposals(seed=0)
-    assert policy.seed_plan(db).now[0]["precision"] == "fp8-tensorwise"
-    timed = policy.seed_plan(db, timed=True).now
-    assert timed[0] == policy.expert_params() and timed[1]["precision"] == "fp8-tensorwise"
 
 
 def test_a_precision_seed_takes_the_kernel_the_hardware_prior_expects_fastest() -> None:
@@ -167,16 +134,17 @@ def test_a_precision_seed_takes_the_kernel_the_hardware_prior_expects_fastest() 
     llama = ModelSpec.resolve({"preset": "llama-3b"})
     l40s = Target("cuda", 1, "NVIDIA L40S", (8, 9), 44.5)
 
-    for target, kernel in ((H200, "cudnn"), (l40s, "flash")):
+    def seeds(target: Target) -> list[dict]:
         policy = make_policy(load_space("single-gpu"), model=llama, target=target, history_seeds=0)
-        every = policy.seeds(Database("sqlite://"))
-        assert policy.expert_params()["attention"] == "flash", target
+        return policy.seeds(Database("sqlite://"))
+
+    for target, kernel in ((H200, "cudnn"), (l40s, "flash")):
+        every = seeds(target)
+        assert every[0]["attention"] == "flash", target
         fp8 = [p for p in every if p["precision"].startswith("fp8")]
         assert fp8 and {p["attention"] for p in fp8} == {kernel}, (target, fp8)
         # Only the kernel moves: the rest is the expert default's.
-        expert = {
-            k: v for k, v in policy.expert_params().items() if k not in ("precision", "attention")
-        }
+        expert = {k: v for k, v in every[0].items() if k not in ("precision", "attention")}
         assert all({k: p[k] for k in expert} == expert for p in fp8)
 
 
@@ -196,9 +164,8 @@ def test_only_the_fastest_alternative_and_other_precisions_run_before_the_model_
     policy.enable_proposals(seed=0)
     plan = policy.seed_plan(db)
     assert plan.all == every and len(every) >= 4
-    # fp8 first: the prior expects it clearly faster (FIRST_IF_FASTER).
-    assert plan.now[1] == policy.expert_params()
-    assert [p["precision"] for p in plan.now] == ["fp8-tensorwise", "bf16"]
+    assert plan.now[0] == policy.expert_params()
+    assert [p["precision"] for p in plan.now[1:]] == ["fp8-tensorwise"]
     assert plan.later and {p["precision"] for p in plan.later} == {"bf16"}
     assert policy.seed_keys == {canonical_params(p) for p in every}  # all labelled seeds
 
