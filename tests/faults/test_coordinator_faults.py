@@ -121,7 +121,14 @@ def test_a_dead_coordinator_thread_makes_healthz_unhealthy(pg_url: str) -> None:
     with TestClient(app) as client:
         app.state.scheduler = scheduler
         scheduler.start()
-        wait_for(lambda: client.get("/healthz").status_code == 503, 10, "healthz to say 503")
+
+        # The thread records the error and then exits: a read between the two sees 503 with
+        # the thread still alive (a fresh-clone CI run did, 2026-12-06), so wait for both.
+        def dead() -> bool:
+            answer = client.get("/healthz")
+            return answer.status_code == 503 and not answer.json()["coordinator"]["thread_alive"]
+
+        wait_for(dead, 10, "healthz to say 503 with the thread dead")
         coordinator = client.get("/healthz").json()["coordinator"]
         assert coordinator["thread_alive"] is False and coordinator["state"] == "error"
         scheduler.stop()
