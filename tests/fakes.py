@@ -346,3 +346,47 @@ class FakeWorkerDeathReplay(ReplayExecutor):
         if self._answered in self.die_on:
             return TrialResult.failure(FailureClass.INFRA, "the Ray worker died (fake)")
         return super()._answer(config)
+
+
+# --------------------------------------------------------------------------- time budget
+
+
+def run_study_whose_checks_cannot_fit(db: Any, on_event: Any = None) -> tuple[str, Any]:
+    """A 10-minute study on simulated time whose one config, compiled, takes 380 s: its
+    headroom check (a warm re-run and an evaluation pass, about 350 s) would end more than the
+    grace past the budget (search/end_time.py `checks_cut`). Returns (study id, clock)."""
+    from autotuner.executors.replay import SimulatedClock
+    from autotuner.search.space import parse_space
+    from autotuner.spec import ModelSpec
+    from autotuner.study.coordinator import StudyRunner, create_study
+    from bench.replay_lib.simtime import RerunWalls
+
+    compiled = measured(
+        100.0,
+        wall_s=380.0,
+        compile_s=300.0,
+        peak_mem_gib=10.0,
+        memory_kind="cuda",
+        memory_limit_gib=80.0,
+    )
+    landscape = Landscape([({"micro_batch_size": 8}, compiled)])
+    space = parse_space(
+        {
+            "name": "one-compiled",
+            "knobs": {"micro_batch_size": [8]},
+            "fixed": {"precision": "fp32", "attention": "math", "compile_mode": "default"},
+        }
+    )
+    model = ModelSpec.resolve({"preset": "tiny"})
+    study_id = create_study(db, model=model, space=space, max_minutes=10)
+    clock = SimulatedClock()
+    executor = ReplayExecutor(
+        landscape,
+        ["micro_batch_size"],
+        target=landscape.target(),
+        clock=clock,
+        rewall=RerunWalls(),
+    )
+    hooks = {"on_event": on_event} if on_event is not None else {}
+    StudyRunner(db, study_id, executor, poll_s=0.0, clock=clock, **hooks).run()
+    return study_id, clock

@@ -155,20 +155,15 @@ def memory_rows(hr: dict[str, Any]) -> list[tuple[str, str]]:
             rows.append(("headroom", f"{head:.0%} kept: {spare:.1f} GiB to spare"))
         else:
             rows.append(("headroom", f"{head:.0%} not kept: tight by {-spare:.1f} GiB"))
-    from autotuner.search.headroom_check import (
-        NOT_CHECKED_ENDED,
-        NOT_CHECKED_YET,
-        passed_over_text,
-    )
+    from autotuner.search.headroom_check import NOT_CHECKED_YET, passed_over_text
 
     check = hr.get("check")
-    text = hr.get("text") or ""
     if check:
         rows.append(("headroom check", check["text"]))
-    elif NOT_CHECKED_ENDED in text:
+    elif hr.get("ended_unchecked"):
         # Its budget was spent, or it would have ended past the time budget (`search` says).
         rows.append(("headroom check", "not run: the study ended before it"))
-    elif NOT_CHECKED_YET in text:
+    elif NOT_CHECKED_YET in (hr.get("text") or ""):
         rows.append(("headroom check", "not run yet (at the end of the search)"))
 
     rows += [("passed over", line) for line in passed_over_text(hr.get("passed_over") or [])]

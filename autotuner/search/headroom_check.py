@@ -154,9 +154,11 @@ NOT_CHECKED_ENDED = (
 def as_ended(entry: dict[str, Any]) -> dict[str, Any]:
     """The `headroom` entry once the study has ended: a check still to come never runs (its
     budget was spent, or the check would have ended past the time budget: `stopped` says)."""
-    if entry.get("check") is not None or NOT_CHECKED_YET not in entry.get("text", ""):
+    text = entry.get("text", "")
+    if entry.get("check") is not None or not (NOT_CHECKED_YET in text or NOT_CHECKED_ENDED in text):
         return entry
-    return {**entry, "text": entry["text"].replace(NOT_CHECKED_YET, NOT_CHECKED_ENDED)}
+    text = text.replace(NOT_CHECKED_YET, NOT_CHECKED_ENDED)  # stored so before the flag too
+    return {**entry, "text": text, "ended_unchecked": True}  # as numerics.as_ended marks it
 
 
 def headroom_entry(

@@ -25,7 +25,7 @@ from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
 from autotuner.study.coordinator import StudyRunner, create_study
 from bench.replay_lib.simtime import RerunWalls
-from tests.fakes import measured
+from tests.fakes import measured, run_study_whose_checks_cannot_fit
 
 MODEL = ModelSpec.resolve({"preset": "tiny"})
 KNOBS = ["micro_batch_size"]
@@ -243,23 +243,9 @@ def test_end_checks_that_cannot_fit_do_not_start_and_the_winner_says_so(sqlite_u
     more than the grace past the budget. It does not start (the time left re-measures the
     config once, warm): the study ends inside its budget, its recommendation says why in
     `stopped`, and its headroom says the check did not run."""
-    compiled = measured(100.0, wall_s=380.0, compile_s=300.0)
-    landscape = Landscape([({"micro_batch_size": 8}, compiled)])
-    space = parse_space(
-        {
-            "name": "one-compiled",
-            "knobs": {"micro_batch_size": [8]},
-            "fixed": {"precision": "fp32", "attention": "math", "compile_mode": "default"},
-        }
-    )
     db = Database(sqlite_url)
-    study_id = create_study(db, model=MODEL, space=space, max_minutes=10)
-    clock = SimulatedClock()
-    executor = ReplayExecutor(
-        landscape, KNOBS, target=landscape.target(), clock=clock, rewall=RerunWalls()
-    )
     events = []
-    StudyRunner(db, study_id, executor, poll_s=0.0, clock=clock, on_event=events.append).run()
+    study_id, clock = run_study_whose_checks_cannot_fit(db, on_event=events.append)
     with db.read() as s:
         trials = TrialRepo(s).list(study_id)
         rec = StudyRepo(s).require(study_id).recommendation

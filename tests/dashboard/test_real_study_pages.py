@@ -274,42 +274,10 @@ def test_the_card_says_why_the_end_checks_did_not_run(sqlite_url: str) -> None:
     """A 10-minute study whose one compiled trial took 380 s: its headroom check would have
     ended 5.8 min past the budget and did not start. The card says why the search stopped and
     that the check did not run, as `best` does."""
-    from autotuner.executors.replay import Landscape, ReplayExecutor, SimulatedClock
-    from autotuner.search.space import parse_space
-    from autotuner.spec import ModelSpec
-    from autotuner.study.coordinator import StudyRunner, create_study
-    from bench.replay_lib.simtime import RerunWalls
-    from tests.fakes import measured
+    from tests.fakes import run_study_whose_checks_cannot_fit
 
-    compiled = measured(
-        100.0,
-        wall_s=380.0,
-        compile_s=300.0,
-        peak_mem_gib=10.0,
-        memory_kind="cuda",
-        memory_limit_gib=80.0,
-    )
-    landscape = Landscape([({"micro_batch_size": 8}, compiled)])
-    space = parse_space(
-        {
-            "name": "one-compiled",
-            "knobs": {"micro_batch_size": [8]},
-            "fixed": {"precision": "fp32", "attention": "math", "compile_mode": "default"},
-        }
-    )
     db = Database(sqlite_url)
-    study_id = create_study(
-        db, model=ModelSpec.resolve({"preset": "tiny"}), space=space, max_minutes=10
-    )
-    clock = SimulatedClock()
-    executor = ReplayExecutor(
-        landscape,
-        ["micro_batch_size"],
-        target=landscape.target(),
-        clock=clock,
-        rewall=RerunWalls(),
-    )
-    StudyRunner(db, study_id, executor, poll_s=0.0, clock=clock).run()
+    study_id, _ = run_study_whose_checks_cannot_fit(db)
     for base in _serve(make_app(db)):
         with Browser(width=1400, height=900) as b:
             b.open(f"{base}/studies/{study_id}", ready="document.body.dataset.charts")
