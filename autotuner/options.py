@@ -81,7 +81,10 @@ class StudyOptions(BaseModel):
     # benchmark's baselines). A user has no reason to turn them off.
     rules: bool = Field(default=True, description="Prune combinations that cannot run.")
     cost_model: bool = Field(default=True, description="Prune predicted out-of-memory configs.")
-    expert_seed: bool = Field(default=True, description="Run the expert default first.")
+    expert_seed: bool = Field(
+        default=True,
+        description="Run the expert default among the first seeds: the winner's yardstick.",
+    )
     guided: bool = Field(
         default=True,
         description="Propose by the throughput model's expected improvement per GPU-second.",

@@ -83,8 +83,9 @@ class TrialView(_View):
     number: int = Field(description="0, 1, 2... within the study")
     state: TrialState
     purpose: str = Field(
-        description="search, seed (an expert default), remeasure, or an end check of the "
-        "winner: reference, parity, parity-ref, headroom"
+        description="search, expert-default (the seed the winner is compared with), seed "
+        "(another config an engineer would try first), remeasure, proxy (a shallower model), "
+        "or an end check of the winner: reference, parity, parity-ref, headroom"
     )
     attempt: int = Field(description="2 for the one retry of an infra failure")
     retry_of: int | None = Field(description="The trial number this one retries")
@@ -220,8 +221,8 @@ class Recommendation(BaseModel):
     )
     vs_expert_default: dict[str, Any] | None = Field(
         None,
-        description="The winner against the expert default, trial #0 (objective_value, speedup, "
-        "noise_rel, text)",
+        description="The winner against the expert default, the trial whose purpose is "
+        "expert-default (trial_number, objective_value, speedup, noise_rel, text)",
     )
     global_batch: dict[str, Any] | None = Field(
         None,

@@ -39,6 +39,7 @@ from autotuner.cli.common import (
     study_request,
 )
 from autotuner.cli.render import compact_params, show_best
+from autotuner.search.progress import EXPERT_DEFAULT
 
 
 @friendly_errors
@@ -219,9 +220,13 @@ class _TuneProgress:
             elif event.tokens_per_s:
                 if not label:
                     self.best = max(self.best, event.tokens_per_s)
-                line = f"#{event.trial_number} {label}{event.tokens_per_s:,.0f} tok/s  {params}"
+                shown = label or _SEED_LABELS.get(event.purpose or "", "")
+                line = f"#{event.trial_number} {shown}{event.tokens_per_s:,.0f} tok/s  {params}"
             else:
-                line = f"#{event.trial_number} {event.state}: {safe(event.message)}  {params}"
+                shown = label or _SEED_LABELS.get(event.purpose or "", "")
+                line = (
+                    f"#{event.trial_number} {shown}{event.state}: {safe(event.message)}  {params}"
+                )
             # One step per trial of the budget (`max_trials`), as the result counts them: a
             # failed trial that is retried advances when its retry ends; one that is not (an end
             # check, a re-measurement, a second attempt) advances now, or the bar stops short.
@@ -242,6 +247,8 @@ class _TuneProgress:
             self.progress.console.print(f"[yellow]{safe(event.message)}[/]", highlight=False)
 
 
+# A candidate labelled for what it is compared with (it counts for the best, unlike the above).
+_SEED_LABELS = {EXPERT_DEFAULT: "expert default: "}
 _PURPOSE_LABELS = {
     "proxy": "proxy (shallow model): ",
     "headroom": "headroom check: ",

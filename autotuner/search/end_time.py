@@ -49,6 +49,7 @@ from autotuner.search.progress import (
     PARITY,
     PARITY_REFERENCE,
     REFERENCE,
+    SEARCH_TRIALS,
 )
 from autotuner.spec import Optimizer, TrialResult, canonical_params
 
@@ -67,7 +68,7 @@ SEARCH_TIME_SHARE = 0.85  # with no end check due, the search stops here and re-
 # took 4.3 of its 10 minutes must not run 8.7 more of checks (a replayed Llama 3B study did,
 # to 13.0 min: bench/results/replay_minutes_h200).
 END_GRACE_SHARE = 0.1
-_MEASURED = ("seed", "search", "remeasure")  # full trials of a candidate config
+_MEASURED = SEARCH_TRIALS | {"remeasure"}  # full trials of a candidate config
 _RERUNS = ("remeasure", HEADROOM_CHECK)  # the same config again: its compile is warm
 # What the headroom check adds to a re-run (workers/phases.py): its evaluation pass and its
 # checkpoint save, apart since 2026-12-02; before, both were in `checks`.

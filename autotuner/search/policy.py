@@ -8,8 +8,9 @@ sampler; this class owns the judgement, one study at a time, and composes one pa
 - **learn** from each finished trial: calibrate the cost model (`costmodel/`), teach the screen
   what failed, track the best value and the noise (`progress.py`), and tell the sampler how
   infeasible a trial was (`feedback.py`);
-- **seed** a new study (`seeding.py`): the expert default, then earlier winners on the same GPU
-  and model family, then the expert's closest alternatives;
+- **seed** a new study (`seeding.py`): the expert default (after its fastest alternative where
+  the prior expects that one clearly faster), then earlier winners on the same GPU and model
+  family, then the expert's closest alternatives;
 - **finish** (`remeasure.py`): stop once no trial has improved beyond noise for `patience`
   trials or the budget is spent, then re-measure the top candidates, interleaved A B A B;
 - **report** the evidence for the recommendation (`evidence.py`).
@@ -19,7 +20,7 @@ Options: `autotuner.options.StudyOptions` (one typed model; its defaults live th
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from autotuner.executors.base import Target
@@ -50,6 +51,7 @@ from autotuner.search.numerics import (
 from autotuner.search.objective import Objective, memory_violation
 from autotuner.search.progress import (
     END_CHECKS,
+    EXPERT_DEFAULT,
     PARITY_REFERENCE,
     PROXY,
     SEARCH_TRIALS,
@@ -134,7 +136,8 @@ class SearchPolicy:
         self.remeasure_note: str | None = None
         self.late = 0  # proposals not launched for time (too_late), and why the first was not
         self._first_late: str | None = None
-        self.seed_keys: set[str] = set()
+        # Each seed's purpose by its canonical params: EXPERT_DEFAULT or "seed" (`purpose`).
+        self.seed_roles: dict[str, str] = {}
         self.throughput = ThroughputModel(model, target, max(gpus_per_trial, 1))
         self.proposer: Proposer | None = None
         self._incumbent: tuple[float, Params] | None = None  # best measured tokens/s, params
@@ -303,14 +306,40 @@ class SearchPolicy:
         and model family, then the expert's closest alternatives."""
         return self.seed_plan(db).all
 
-    def seed_plan(self, db: Database) -> SeedPlan:
+    def seed_plan(self, db: Database, *, timed: bool = False) -> SeedPlan:
         """The seeds to run first, and those that wait for the throughput model to run out of
-        proposals (seeding.SeedPlan); without proposals (options.guided off) every one first."""
-        plan = self._seeder().plan(db)
+        proposals (seeding.SeedPlan); without proposals (options.guided off) every one first.
+        `timed`: the study has a time budget (the expert default then always runs first)."""
+        plan = self._seeder().plan(db, timed=timed)
         if self.proposer is None:
-            plan = SeedPlan(plan.all)
-        self.seed_keys = {canonical_params(p) for p in plan.all}
+            plan = SeedPlan(plan.all, expert=plan.expert)
+        self.mark_seeds(plan.all, plan.expert)
         return plan
+
+    def mark_seeds(self, seeds: list[dict[str, Any]], expert: dict[str, Any] | None) -> None:
+        """Label these configs' trials as seeds, `expert`'s as the expert default (`purpose`);
+        again after a caller maps the seeds to other configs (the replays' recorded ones)."""
+        self.seed_roles = {canonical_params(p): "seed" for p in seeds}
+        if expert is not None:
+            self.seed_roles[canonical_params(expert)] = EXPERT_DEFAULT
+
+    def inherit_purpose(self, twin: dict[str, Any], of: dict[str, Any]) -> None:
+        """`twin` runs in `of`'s place (a pruned seed's default-allocator twin): the same role,
+        so an expert default pruned for an unneeded allocator mode is still the yardstick."""
+        role = self.seed_roles.get(canonical_params(of))
+        if role is not None:
+            self.seed_roles[canonical_params(twin)] = role
+
+    def restore_purposes(self, trials: Sequence[Any]) -> None:
+        """A restarted coordinator's seeds: the roles its trials were stored with, so a retry
+        of a seed (the expert default's first of all) keeps its role."""
+        for t in trials:
+            if t.purpose in (EXPERT_DEFAULT, "seed"):
+                self.seed_roles.setdefault(canonical_params(t.params), t.purpose)
+
+    @property
+    def seed_keys(self) -> set[str]:
+        return set(self.seed_roles)
 
     def expert_params(self) -> dict[str, Any]:
         return self._seeder().expert_params()
@@ -332,7 +361,8 @@ class SearchPolicy:
         )
 
     def purpose(self, params: dict[str, Any]) -> str:
-        return "seed" if canonical_params(params) in self.seed_keys else "search"
+        """A trial's stored purpose: EXPERT_DEFAULT, "seed" or "search"."""
+        return self.seed_roles.get(canonical_params(params), "search")
 
     # ------------------------------------------------------------------ finishing
 

@@ -37,8 +37,13 @@ PROXY = "proxy"
 # configs or their protocol differ), except a proxy's, which the policy learns from with its
 # own model (policy.observe).
 END_CHECKS = frozenset({REFERENCE, PARITY, PARITY_REFERENCE, HEADROOM_CHECK, PROXY})
+# The expert default's trials (search/seeding.py): the seed the recommendation is compared with
+# (study/recommend.py `vs_expert_default`), marked so because it need not run first (a clearly
+# faster seed may run before it) and its first trial may fail, be retried or be pruned for its
+# twin: no trial number says which trial it is.
+EXPERT_DEFAULT = "expert-default"
 # A study's search trials: its seeds and its proposals (neither re-runs nor end checks).
-SEARCH_TRIALS = frozenset({"seed", "search"})
+SEARCH_TRIALS = frozenset({EXPERT_DEFAULT, "seed", "search"})
 
 
 class Progress:

@@ -4,7 +4,11 @@
    allows them (bf16, a fused attention kernel, compile default, no checkpointing, fused AdamW,
    padded vocab), and the largest micro-batch the cost model is confident fits the memory
    with the headroom kept (options.headroom); where none fits without checkpointing, with the
-   checkpointing that lets one fit, else the config predicted to need the least.
+   checkpointing that lets one fit, else the config predicted to need the least. It runs
+   second, after its fastest alternative, where that one is another precision the throughput
+   model's prior expects FIRST_IF_FASTER times as fast, the study has no time budget and the
+   expert surely fits: the same trials up front, the likely winner one trial sooner. Its trials
+   are marked `expert-default` (progress.EXPERT_DEFAULT): the recommendation's yardstick.
 2. Winners of earlier completed studies on the same GPU (device name and compute capability)
    and model family, newest first and the same preset first, mapped into this space (a value
    the space lacks takes the expert's) and kept only if they pass the policy's screen.
@@ -56,6 +60,12 @@ if TYPE_CHECKING:
 Z_SEED = 1.0  # the expert's micro-batch fits at the prediction's pessimistic end (mean + 1 sd)
 LEAST_NEED_TIE = 0.01  # where nothing surely fits: needs this close to the least count as equal
 KERNEL_TIE = 0.005  # a kernel predicted this little faster keeps the expert's (no evidence)
+# The fastest alternative, where it is another precision, runs before the expert default where
+# the prior predicts it this many times as fast. The prior's fp8/bf16 ratio of the seeds on the
+# H200: GPT-2 124M 1.10 (fp8 measured 0.78x: small matmuls), Llama 1B 1.22 and 3B 1.27 (fp8
+# won there); its median error on a single config is 5-7% on Llama
+# (bench/results/throughput_loo_h200), so a ratio near 1 says nothing about which is faster.
+FIRST_IF_FASTER = 1.15
 
 # The expert's preference order for each knob (first allowed value wins).
 EXPERT: dict[str, list[Any]] = {
@@ -87,6 +97,9 @@ class SeedPlan:
 
     now: list[dict[str, Any]]
     later: list[dict[str, Any]] = field(default_factory=list)
+    # The expert default's params (one of `now`), None where options.expert_seed is off: its
+    # trials are marked so (progress.EXPERT_DEFAULT), whatever their number.
+    expert: dict[str, Any] | None = None
 
     @property
     def all(self) -> list[dict[str, Any]]:
@@ -122,17 +135,16 @@ class Seeder:
         another compile mode): the local search an engineer would do by hand."""
         return self.plan(db).all
 
-    def plan(self, db: Database) -> SeedPlan:
+    def plan(self, db: Database, *, timed: bool = False) -> SeedPlan:
         """The seeds split into those run first and those that yield to the throughput model
-        (the module docstring says why; options.seeds_yield off: every one first)."""
+        (the module docstring says why; options.seeds_yield off: every one first). `timed`:
+        the study has a time budget, and the expert default runs first (`_clearly_faster`)."""
         first: list[dict[str, Any]] = []
         expert = self.expert_params() if self.options.expert_seed else None
         if expert is not None:
-            # First, always: the recommendation's yardstick is trial #0 (study/recommend.py
-            # `_expert_default`, batch.py, input_pipeline.py read it so). Running a clearly
-            # faster fp8 seed before it (2026-12-06) found the Llama 1B and 3B best one trial
-            # sooner in the replays, but compared the winner with itself; it needs the expert
-            # default marked explicitly first.
+            # First, unless the prior expects another precision clearly faster (below). Its
+            # trials are marked as the expert default (SeedPlan.expert), which is how the
+            # recommendation finds its yardstick, whatever their number.
             first.append(expert)
         if self.options.history_seeds > 0:
             first.extend(self._history(db))
@@ -149,6 +161,14 @@ class Seeder:
             # (on Llama 8B they are slower), but run up front too.
             same = [a for a in alternatives if _allocator_only(a, expert)]
             alternatives = same + [a for a in alternatives if a not in same]
+        if (
+            expert is not None
+            and not needs_room
+            and not timed
+            and alternatives
+            and self._clearly_faster(alternatives[0], expert)
+        ):
+            first.insert(0, alternatives[0])
         later: list[dict[str, Any]] = []
         for i, alt in enumerate(alternatives):
             other_precision = alt.get("precision") != expert.get("precision") if expert else False
@@ -158,7 +178,7 @@ class Seeder:
             up_front = i == 0 or other_precision or makes_room or not self.options.seeds_yield
             (first if up_front else later).append(alt)
         now = _unique(first)
-        return SeedPlan(now, _unique(later, taken=now))
+        return SeedPlan(now, _unique(later, taken=now), expert=expert)
 
     def expert_params(self) -> dict[str, Any]:
         """bf16, a fused attention kernel, compile default, and the largest micro-batch that the
@@ -358,6 +378,26 @@ class Seeder:
             return seeds
         speed = self.predicted_speed
         return sorted(seeds, key=lambda p: -speed(self.knobs(p)))
+
+    def _clearly_faster(self, alt: dict[str, Any], expert: dict[str, Any]) -> bool:
+        """Whether `alt` is another precision (fp8) that the prior predicts FIRST_IF_FASTER or
+        more times the expert default's speed: then it runs before it. Only a precision: its
+        gain is the matmul rate, the prior's firmest term; a larger micro-batch's is per-step
+        overhead, its weakest (a 4-layer test model's next micro-batch is predicted 1.2x and
+        more, and the space's own `defaults` name the config a user expects to start from).
+        Both run up front either way (the same trials, the same GPU-seconds in all); the study
+        only knows its likely winner one trial sooner. Not where
+        the expert may not fit: its measurement is what tells the memory model how tight the
+        alternatives that make room are (Llama 8B). Nor under a time budget (`plan`'s
+        `timed`), where the search may stop for the end checks after one trial: the expert
+        default compiles fastest (bf16: 64-70 s on Llama 3B, fp8 157 s), its graph is the
+        numerics reference's warm one, and it is the recommendation's yardstick. A replayed
+        10-minute 3B study that ran fp8 first stopped its search after it (its reference then
+        a cold compile, 2.6 min expected) and never measured the expert default."""
+        if self.predicted_speed is None or alt.get("precision") == expert.get("precision"):
+            return False
+        speed = self.predicted_speed
+        return speed(self.knobs(alt)) >= FIRST_IF_FASTER * speed(self.knobs(expert))
 
     def _allowed(self, partial: dict[str, Any]) -> bool:
         domains = self.space.knobs

@@ -9,7 +9,7 @@ A space is data, not code, so a user can submit their own over the API. Schema:
       grad_accum: {low: 1, high: 8, log: true}   # an int range (log spacing optional)
       precision: {values: [bf16, fp32]}           # a categorical, long form
     fixed: {checkpointing: none}      # knob values every trial uses (not searched)
-    defaults: {precision: bf16}       # the expert seed (first trial); unset knobs take the
+    defaults: {precision: bf16}       # the expert default (a seed); unset knobs take the
                                       # first value of their domain
     global_batch_tokens: 524288       # optional: keep the global batch fixed; grad_accum is
                                       # derived as global / (micro_batch * seq_len * gpus)

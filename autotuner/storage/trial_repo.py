@@ -105,11 +105,13 @@ class TrialRepo:
         error_class: str,
         error_message: str,
         owner: str | None = None,
+        purpose: str = "search",
     ) -> Trial:
         """A trial ruled out before launch: recorded as pruned, finished at once."""
         return self._create(
             study_id,
             owner=owner,
+            purpose=purpose,
             state=TrialState.PRUNED,
             params=params,
             config=config,
@@ -132,7 +134,7 @@ class TrialRepo:
         _check_owner(study_id, locked.owner, owner)
         last = self.session.scalar(select(func.max(Trial.number)).where(Trial.study_id == study_id))
         _fits("worker", fields.get("worker"), 200, "use a shorter worker name")
-        _fits("purpose", fields.get("purpose"), 16, "use search, seed or remeasure")
+        _fits("purpose", fields.get("purpose"), 16, "use search, seed, expert-default or remeasure")
         fields.setdefault("purpose", "search")
         fields.setdefault("attempt", 1)
         trial = Trial(

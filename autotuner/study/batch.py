@@ -5,7 +5,8 @@ ranks x seq_len. Two configs that run different global batches are two different
 (different convergence), not one run made faster. With a global batch held by the study
 (`--global-batch`, a space's `global_batch_tokens`) every trial runs the same one; without,
 the recommendation says which one the winner ran, and when the trials differ, compares it with
-the expert default's (the study's first seed) and names the best config at that global batch.
+the expert default's (the seed marked so: progress.EXPERT_DEFAULT) and names the best config
+at that global batch.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from autotuner.options import StudyOptions
-from autotuner.search.progress import END_CHECKS
+from autotuner.search.progress import END_CHECKS, EXPERT_DEFAULT
 from autotuner.storage.models import Trial, TrialState, global_batch_tokens
 from autotuner.study.columns import column_or_json
 
@@ -50,8 +51,8 @@ def global_batch_entry(
         return out
     # The first measured seed: the live recommendation reads only measured trials
     # (study/live.py), and must say what the end-of-study one says.
-    seeds = sorted((t for t in measured if t.purpose == "seed"), key=lambda t: t.number)
-    expert = seeds[0] if seeds and options.expert_seed else None
+    ran = sorted((t for t in measured if t.purpose == EXPERT_DEFAULT), key=lambda t: t.number)
+    expert = ran[0] if ran and options.expert_seed else None
     expert_tokens = of_trial(expert) if expert is not None else None
     if expert is None or expert_tokens is None:
         out["text"] = (

@@ -42,6 +42,7 @@ from autotuner.search.sampler import (
     replay,
     tell,
 )
+from autotuner.search.seeding import SeedPlan
 from autotuner.search.space import SearchSpace
 from autotuner.spec import Knobs, ModelSpec, TrialConfig, canonical_params
 from autotuner.storage.models import StudyStatus, Trial, TrialState
@@ -222,15 +223,31 @@ class StudyRunner:
         self.attempted |= past.attempted
         self.retry_queue.extend(past.retries)
         if not trials:
-            # The expert default first, so the study starts from a good config; then earlier
+            # The expert default first (after its alternative where the prior expects that one
+            # clearly faster), so the study starts from a good config; then earlier
             # winners on this GPU and model family, and the expert's alternatives that do not
             # wait for the throughput model (search/seeding.py).
-            plan = self.policy.seed_plan(self.db)
+            plan = self.policy.seed_plan(self.db, timed=self.max_minutes is not None)
             now, later = plan.now, plan.later
             if self._seeds is not None:  # each part mapped on its own (a part may be empty)
                 now, later = (self._seeds(part) if part else [] for part in (now, later))
+                self.policy.mark_seeds(now + later, self._mapped_expert(plan, now))
             self._queue = list(now)
             self._later_seeds = later
+        else:
+            self.policy.restore_purposes(trials)
+
+    def _mapped_expert(self, plan: SeedPlan, now: list[Params]) -> Params | None:
+        """What runs in the expert default's place once the `seeds` hook mapped `plan.now` to
+        `now`: the config at its place where the hook kept every seed, else the expert default
+        mapped alone. Not that where a seed ran before it: the replay's hook maps each seed to
+        the nearest recorded config not yet taken, so alone an unrecorded expert default could
+        map to the fp8 seed's config, and the fp8 seed would be marked the expert default."""
+        if plan.expert is None or self._seeds is None:
+            return plan.expert
+        if plan.expert in plan.now and len(now) == len(plan.now):
+            return now[plan.now.index(plan.expert)]
+        return self._seeds([plan.expert])[0]
 
     # ------------------------------------------------------------------ loop
 
@@ -333,6 +350,7 @@ class StudyRunner:
                 ):
                     # The same config without what made it redundant (an unneeded allocator
                     # mode): a seed's purpose survives its twin being pruned, in its place.
+                    self.policy.inherit_purpose(prune.instead, params)
                     self._queue.insert(0, prune.instead)
                 continue
             if self._too_late(knobs):
@@ -431,7 +449,9 @@ class StudyRunner:
         return prune if prune is not None else self.policy.screen(params, knobs)
 
     def _record_pruned(self, ask: optuna.Trial, params: Params, knobs: Knobs, prune: Prune) -> None:
-        number = self.trials.record_pruned(params, self._config(knobs, None), prune)
+        number = self.trials.record_pruned(
+            params, self._config(knobs, None), prune, self.policy.purpose(params)
+        )
         obs = Observation(params, 0.0, prune.violation)
         tell(self.optuna, ask, obs)
         self.measured[canonical_params(params)] = obs

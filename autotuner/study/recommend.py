@@ -30,7 +30,7 @@ from autotuner.search import headroom, headroom_check
 from autotuner.search.importance import knob_report
 from autotuner.search.numerics import checks_of, choose, numerics_entry
 from autotuner.search.objective import Objective, time_to_train_h
-from autotuner.search.progress import END_CHECKS
+from autotuner.search.progress import END_CHECKS, EXPERT_DEFAULT
 from autotuner.spec import TrialResult, canonical_params, spread_rel
 from autotuner.storage.models import Trial, TrialState
 from autotuner.study.batch import global_batch_entry
@@ -356,8 +356,8 @@ def _vs_expert_default(
     keyed: Sequence[tuple[str, Trial]],
     options: StudyOptions,
 ) -> dict[str, Any] | None:
-    """How much faster the winner is than the expert default: the study's first trial (bf16,
-    fused attention, compile, the largest micro-batch that fits: search/seeding.py), by the
+    """How much faster the winner is than the expert default: the seed marked so (bf16, fused
+    attention, compile, the largest micro-batch that fits: search/seeding.py), by the
     objective's medians. Measured trials only, so the live and final recommendations agree.
     An expert default measured but kept out for memory (`keyed`: every measured config, tight
     ones too) is still the yardstick, and the text says why it is not the recommendation."""
@@ -368,15 +368,18 @@ def _vs_expert_default(
     if expert is None and (expert := _expert_default(_ranked(_expert_rows(keyed)))) is not None:
         over_memory = _headroom_words(expert, options) or "is over the max_mem_gib ceiling"
     if expert is None:
-        return {"trial_number": 0, "text": "the expert default (trial #0) was not measured"}
+        return {"trial_number": None, "text": "the expert default was not measured"}
     speedup = best.median / (expert.median or 1.0)
     noise = max(best.noise_rel, expert.noise_rel)
+    number = _expert_trial(expert).number
     if expert is best:
         text = "the expert default is the recommendation: nothing in the space beat it"
     elif speedup - 1.0 <= noise and over_memory is None:
-        text = f"{speedup:.2f}x the expert default (trial #0): within the noise (±{noise:.1%})"
+        text = (
+            f"{speedup:.2f}x the expert default (trial #{number}): within the noise (±{noise:.1%})"
+        )
     else:
-        text = f"{speedup:.2f}x the expert default (trial #0, {expert.median:,.0f})"
+        text = f"{speedup:.2f}x the expert default (trial #{number}, {expert.median:,.0f})"
     if over_memory is not None:
         text += f", which is not recommended: it {over_memory}"
     ours, theirs = best.first.global_batch_tokens, expert.first.global_batch_tokens
@@ -384,7 +387,7 @@ def _vs_expert_default(
         sep = "; " if over_memory is not None else ", "
         text += f"{sep}at {ours / theirs:g}x its global batch: another training run"
     out: dict[str, Any] = {
-        "trial_number": 0,
+        "trial_number": number,
         "objective_value": expert.median,
         "speedup": round(speedup, 4),
         "noise_rel": noise,
@@ -396,8 +399,9 @@ def _vs_expert_default(
 
 
 def _expert_rows(keyed: Sequence[tuple[str, Trial]]) -> list[tuple[str, Trial]]:
-    """The measurements of trial #0's config (the only config `_expert_default` reads)."""
-    key = next((k for k, t in keyed if t.number == 0), None)
+    """The measurements of the expert default's config (the only config `_expert_default`
+    reads)."""
+    key = next((k for k, t in keyed if t.purpose == EXPERT_DEFAULT), None)
     return [(k, t) for k, t in keyed if k == key] if key is not None else []
 
 
@@ -413,9 +417,13 @@ def _headroom_words(group: ConfigMeasurements, options: StudyOptions) -> str | N
 
 
 def _expert_default(ranked: Sequence[ConfigMeasurements]) -> ConfigMeasurements | None:
-    """The measured config of trial #0 when it is the expert-default seed."""
-    expert = next((g for g in ranked if any(t.number == 0 for t in g.trials)), None)
-    return expert if expert is not None and expert.first.purpose == "seed" else None
+    """The measured config of the expert-default seed (none where the study ran none)."""
+    return next((g for g in ranked if any(t.purpose == EXPERT_DEFAULT for t in g.trials)), None)
+
+
+def _expert_trial(expert: ConfigMeasurements) -> Trial:
+    """The expert default's own measured trial (its config's others are re-measurements)."""
+    return next(t for t in expert.trials if t.purpose == EXPERT_DEFAULT)
 
 
 def _runner_up(best: ConfigMeasurements, second: ConfigMeasurements) -> dict[str, Any]:

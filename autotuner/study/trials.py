@@ -305,8 +305,11 @@ class TrialBook:
         self._maybe_orphaned = False
         return out
 
-    def record_pruned(self, params: dict[str, Any], config: TrialConfig, prune: Prune) -> int:
-        """Store a proposal ruled out before launch; returns its trial number."""
+    def record_pruned(
+        self, params: dict[str, Any], config: TrialConfig, prune: Prune, purpose: str = "search"
+    ) -> int:
+        """Store a proposal ruled out before launch (a seed's keeps its purpose); returns its
+        trial number."""
         with self.db.session() as s:
             t = TrialRepo(s).create_pruned(
                 self.study_id,
@@ -315,6 +318,7 @@ class TrialBook:
                 error_class=prune.error_class,
                 error_message=prune.message,
                 owner=self.owner,
+                purpose=purpose,
             )
             if prune.result is not None:  # a predicted OOM keeps its numbers
                 t.result = prune.result.model_dump(mode="json")

@@ -8,6 +8,7 @@ import pytest
 from autotuner.executors.replay import ReplayExecutor
 from autotuner.options import StudyOptions
 from autotuner.search.policy import Prune
+from autotuner.search.progress import EXPERT_DEFAULT, SEARCH_TRIALS
 from autotuner.search.space import parse_space
 from autotuner.spec import Knobs, ModelSpec, canonical_params
 from autotuner.storage.models import StudyStatus, TrialState
@@ -62,7 +63,7 @@ def test_first_trial_is_the_expert_default_and_budget_is_respected(db: Database)
         launched = [t for t in trials if t.state != TrialState.PRUNED]
         assert len(launched) == 12 == len(executor.submitted)
         first = launched[0]
-        assert first.purpose == "seed"
+        assert first.purpose == EXPERT_DEFAULT
         assert first.params["micro_batch_size"] == 16 and first.params["precision"] == "bf16"
         numbers = [t.number for t in trials]
         assert numbers == sorted(set(numbers)) == list(range(len(trials)))
@@ -125,6 +126,31 @@ def test_restart_resumes_without_losing_or_repeating(db: Database) -> None:
         assert [t.number for t in trials] == list(range(len(trials)))
 
 
+def test_the_expert_default_lost_in_a_restart_is_retried_as_the_expert_default(
+    db: Database,
+) -> None:
+    """The coordinator dies while trial #0, the expert default, runs: the restarted one retries
+    it as the expert default (the roles come back from the stored trials), so the
+    recommendation still has its yardstick. It was labelled `search` before: a restarted
+    coordinator plans no seeds."""
+    runner, executor = _runner(db, trials=6)
+    runner.start()
+    while not executor.submitted:
+        runner.step()
+    assert runner.in_flight
+    with db.session() as s:
+        StudyRepo(s).release(runner.study_id, runner.owner)
+    StudyRunner(db, runner.study_id, executor, poll_s=0.0).run()
+    with db.session() as s:
+        trials = TrialRepo(s).list(runner.study_id)
+        rec = StudyRepo(s).require(runner.study_id).recommendation
+    lost = trials[0]
+    assert lost.state == TrialState.LOST and lost.purpose == EXPERT_DEFAULT
+    retry = next(t for t in trials if t.retry_of == 0)
+    assert retry.purpose == EXPERT_DEFAULT and retry.state == TrialState.COMPLETE
+    assert rec is not None and rec["vs_expert_default"]["trial_number"] == retry.number
+
+
 def test_a_seed_whose_worker_died_is_retried_with_its_own_config(db: Database) -> None:
     """The retry of the expert default (the first seed), while the other seeds wait: Optuna's
     ask pops the oldest waiting trial, and the retry once got the next seed's config, ran it
@@ -138,13 +164,38 @@ def test_a_seed_whose_worker_died_is_retried_with_its_own_config(db: Database) -
     with db.session() as s:
         trials = TrialRepo(s).list(study_id)
     first, retry = trials[0], trials[1]
-    assert first.state == TrialState.FAILED and first.purpose == "seed"
+    assert first.state == TrialState.FAILED and first.purpose == EXPERT_DEFAULT
     assert retry.retry_of == first.number and retry.params == first.params
+    assert retry.purpose == EXPERT_DEFAULT  # the retry is the expert default too
     assert retry.state == TrialState.COMPLETE
     # The waiting seeds still ran, each once, after it.
     ran = [canonical_params(t.params) for t in trials if t.retry_of is None]
     for seed in runner.policy.seed_keys:
         assert ran.count(seed) == 1
+
+
+def test_the_retried_expert_default_is_still_the_recommendations_yardstick(db: Database) -> None:
+    """Trial #0, the expert default, fails (its worker died) and #1, its retry, measures it:
+    the recommendation compares the winner with #1. It once looked for trial #0 only and said
+    the expert default "was not measured", while the global-batch entry named the retry."""
+    study_id = create_study(db, model=MODEL, space=SPACE, max_trials=8)
+    executor = FakeWorkerDeathReplay(synthetic_landscape(KNOBS), list(KNOBS), die_on={1})
+    StudyRunner(db, study_id, executor, poll_s=0.0).run()
+    with db.session() as s:
+        trials = TrialRepo(s).list(study_id)
+        rec = StudyRepo(s).require(study_id).recommendation
+    first, retry = trials[0], trials[1]
+    assert first.state == TrialState.FAILED and first.purpose == EXPERT_DEFAULT
+    assert retry.retry_of == 0 and retry.state == TrialState.COMPLETE
+    assert rec is not None
+    vs = rec["vs_expert_default"]
+    assert vs["trial_number"] == 1, vs
+    assert "not measured" not in vs["text"]
+    assert vs["objective_value"] == retry.objective_value
+    # A larger micro-batch wins, at another global batch: both entries name the retry.
+    assert rec["trial_number"] != 1 and "x the expert default (trial #1," in vs["text"], vs
+    expert_batch = rec["global_batch"]["expert_default"]
+    assert expert_batch is not None and expert_batch["trial_number"] == vs["trial_number"]
 
 
 def test_cancel_stops_the_study(db: Database) -> None:
@@ -244,7 +295,7 @@ def test_a_grid_study_ends_when_its_grid_is_visited(
         study = StudyRepo(s).require(study_id)
         trials = TrialRepo(s).list(study_id)
     grid = 6 * 2 * 2 * 2
-    searched = [t for t in trials if t.purpose in ("search", "seed") and t.retry_of is None]
+    searched = [t for t in trials if t.purpose in SEARCH_TRIALS and t.retry_of is None]
     assert len({tuple(sorted(t.params.items())) for t in searched}) == len(searched) == grid
     assert study.status == StudyStatus.COMPLETED
     assert "search space exhausted" in (study.recommendation or {}).get("stopped", "")

@@ -15,6 +15,7 @@ import pytest
 from autotuner.executors.base import Target
 from autotuner.executors.replay import Landscape
 from autotuner.search.numerics import runs_parity_steps
+from autotuner.search.progress import SEARCH_TRIALS
 from autotuner.search.space import parse_space
 from autotuner.spec import ModelSpec
 from autotuner.storage.models import TrialState
@@ -102,8 +103,8 @@ def test_the_numerics_check_runs_inside_the_time_budget(sqlite_url: str) -> None
     assert said[0].startswith("search stopped at") and "numerics check" in said[0]
     assert "to leave time for the end checks" in said[0]
     assert rec["stopped"].startswith(said[0])
-    stop_at = next(t.number for t in trials if t.purpose not in ("seed", "search"))
-    searched = [t for t in trials if t.purpose in ("seed", "search")]
+    stop_at = next(t.number for t in trials if t.purpose not in SEARCH_TRIALS)
+    searched = [t for t in trials if t.purpose in SEARCH_TRIALS]
     assert all(t.number < stop_at for t in searched)
     # The search ran until then, not only the seeds: the time was used.
     assert len(searched) >= 4
@@ -187,7 +188,7 @@ def test_a_trial_that_would_compile_past_the_budget_is_not_launched(sqlite_url: 
     end = _utc(study.started_at) + dt.timedelta(minutes=budget_min, seconds=0.5)
     last = max(_utc(t.finished_at) for t in trials if t.finished_at is not None)
     assert last <= end, f"the last trial ended {(last - end).total_seconds():.1f} s late"
-    ran = [t.params for t in trials if t.purpose in ("seed", "search")]
+    ran = [t.params for t in trials if t.purpose in SEARCH_TRIALS]
     # Each search trial could compile only while the study had time left for it, the end
     # checks kept; the end checks themselves run to their end.
     budgets = [t.config["measure"]["compile_budget_s"] for t in trials if t.purpose == "search"]

@@ -23,6 +23,7 @@ from autotuner.search.numerics import (
     warm_reference,
 )
 from autotuner.search.objective import Objective
+from autotuner.search.progress import EXPERT_DEFAULT, SEARCH_TRIALS
 from autotuner.search.space import parse_space
 from autotuner.spec import (
     Attention,
@@ -380,7 +381,7 @@ def test_parity_trials_run_one_micro_batch_per_step(sqlite_url: str) -> None:
     knobs = {"precision": ["bf16", "fp8-tensorwise"]}
     trials, rec, _ = run_study(sqlite_url, knobs, fixed={"grad_accum": 4})
     assert rec["knobs"]["precision"] == "fp8-tensorwise" and rec["numerics"]["passed"] is True
-    searched = [t for t in trials if t.purpose in ("seed", "search")]
+    searched = [t for t in trials if t.purpose in SEARCH_TRIALS]
     assert searched and all(t.config["knobs"]["grad_accum"] == 4 for t in searched)
     (ref,) = by_purpose(trials, "parity-ref")
     (cand,) = candidate_runs(trials)
@@ -415,7 +416,8 @@ def test_the_parity_trials_events_say_what_ran_and_their_loss(sqlite_url: str) -
     assert ref.loss_curve is not None and len(ref.loss_curve) == PARITY_STEPS
     assert cand.loss_curve is not None and len(cand.loss_curve) == PARITY_STEPS
     # A measured trial ran what its row names.
-    assert all(e.ran == {} for e in events if e.kind == "finished" and e.purpose == "seed")
+    seeds = [e for e in events if e.kind == "finished" and e.purpose in (EXPERT_DEFAULT, "seed")]
+    assert seeds and all(e.ran == {} for e in seeds)
 
 
 def test_without_a_headroom_check_the_candidate_runs_a_parity_trial(sqlite_url: str) -> None:
@@ -440,7 +442,7 @@ def test_one_trial_left_goes_to_the_headroom_check_alone(sqlite_url: str) -> Non
     from autotuner.study.recommend import group_measurements
 
     trials, _, _ = run_study(sqlite_url, {"precision": ["bf16", "fp8-tensorwise"]})
-    measured = [t for t in trials if t.purpose in ("seed", "search")]
+    measured = [t for t in trials if t.purpose in SEARCH_TRIALS]
     ranked = group_measurements(measured, StudyOptions())
     best = ranked[0]
     assert candidate_knobs_precision(best) == "fp8-tensorwise"

@@ -11,6 +11,7 @@ import pytest
 from autotuner.executors.replay import Landscape, ReplayExecutor, SimulatedClock
 from autotuner.options import StudyOptions
 from autotuner.search.end_time import WARM_COMPILE_SHARE
+from autotuner.search.progress import EXPERT_DEFAULT, SEARCH_TRIALS
 from autotuner.search.space import parse_space
 from autotuner.spec import (
     FailureClass,
@@ -227,7 +228,7 @@ def test_end_checks_that_cannot_fit_leave_the_time_to_the_search(sqlite_url: str
         rec = StudyRepo(s).require(study_id).recommendation
     ran = [(t.purpose, t.params, t.state) for t in trials]
     assert ran[0][1] == {"micro_batch_size": 8, "compile_mode": "default"}, ran
-    searched = [t for t in trials if t.purpose in ("seed", "search") and t.state == "complete"]
+    searched = [t for t in trials if t.purpose in SEARCH_TRIALS and t.state == "complete"]
     assert len(searched) >= 2, ran
     assert clock.elapsed_s <= 10 * 60, (clock.elapsed_s, ran)
     # The winner is one the search found in that time, and its check is one that fits.
@@ -249,7 +250,7 @@ def test_end_checks_that_cannot_fit_do_not_start_and_the_winner_says_so(sqlite_u
     with db.read() as s:
         trials = TrialRepo(s).list(study_id)
         rec = StudyRepo(s).require(study_id).recommendation
-    assert [t.purpose for t in trials] == ["seed", "remeasure"]
+    assert [t.purpose for t in trials] == [EXPERT_DEFAULT, "remeasure"]
     assert clock.elapsed_s <= 600.0
     cut = [e.message for e in events if e.kind == "checks_cut"]
     assert len(cut) == 1 and "the headroom check" in cut[0] and "past the time budget" in cut[0]

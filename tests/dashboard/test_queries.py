@@ -14,6 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import event
 
+from autotuner.search.progress import EXPERT_DEFAULT
 from autotuner.search.space import parse_space
 from autotuner.spec import FailureClass, ModelSpec, TrialResult
 from autotuner.storage.models import Study, TrialState
@@ -92,9 +93,9 @@ LIMIT_GIB = 80.0
 
 
 def _study_of(db: Database, n: int) -> str:
-    """A study of `n` trials shaped like a long real one: a seed, distinct search configs (a
-    tenth out of memory, some pruned, some tight, two global batches, loader data with the
-    winner waiting for its batches), two re-measurements of the top two, and the winner's
+    """A study of `n` trials shaped like a long real one: the expert default, distinct search
+    configs (a tenth out of memory, some pruned, some tight, two global batches, loader data
+    with the winner waiting for its batches), two re-measurements of the top two, and the winner's
     headroom check. Each trial is written as the coordinator writes it (TrialRepo)."""
     space = parse_space({"name": "count", "knobs": KNOBS})
     study_id = create_study(
@@ -122,7 +123,7 @@ def _study_of(db: Database, n: int) -> str:
 
     with db.session() as s:
         repo = TrialRepo(s)
-        plan = [(mb, "seed" if mb == 1 else "search") for mb in range(1, n)]
+        plan = [(mb, EXPERT_DEFAULT if mb == 1 else "search") for mb in range(1, n)]
         plan += [(3, "remeasure"), (2, "remeasure"), (3, "remeasure"), (2, "remeasure")]
         plan += [(3, "headroom")]
         for mb, purpose in plan:

@@ -17,6 +17,7 @@ from autotuner.executors.replay import Landscape, ReplayExecutor
 from autotuner.options import StudyOptions
 from autotuner.search.costmodel import CostModel
 from autotuner.search.costmodel.calibration import CUDA_CONTEXT_GIB
+from autotuner.search.progress import EXPERT_DEFAULT, SEARCH_TRIALS
 from autotuner.search.screen import HEADROOM, Z_PRUNE, Screen
 from autotuner.search.space import parse_space
 from autotuner.spec import Knobs, ModelSpec
@@ -104,7 +105,7 @@ def test_a_config_with_2_percent_to_spare_is_tight_and_the_margin_is_shown(
     assert abs(hr["spare_gib"] - (72.0 - peak)) < 1e-6
     assert "10.8% free, headroom 10% kept (0.6 GiB to spare)" in hr["text"], hr["text"]
     [over] = hr["passed_over"]
-    tight = next(t for t in trials if _mb(t) == 16 and t.purpose in ("seed", "search"))
+    tight = next(t for t in trials if _mb(t) == 16 and t.purpose in SEARCH_TRIALS)
     assert over["trial_number"] == tight.number
     assert over["why"] == "leaves 2.0% free, less than the 10% headroom"
     # The tight trial stays in the table, marked.
@@ -143,7 +144,7 @@ def test_a_winner_whose_eval_and_checkpoint_break_the_headroom_is_passed_over(
     hr = rec["headroom"]
     assert hr["check"]["state"] == "passed" and hr["check"]["trial_number"] == checks[1].number
     whys = {p["trial_number"]: p["why"] for p in hr["passed_over"]}
-    failed = next(t.number for t in trials if _mb(t) == 8 and t.purpose in ("seed", "search"))
+    failed = next(t.number for t in trials if _mb(t) == 8 and t.purpose in SEARCH_TRIALS)
     assert whys[failed].startswith("failed its headroom check"), whys
     assert "less than the 10% headroom" in whys[failed]
     assert "was faster but failed its headroom check" in hr["text"]
@@ -280,7 +281,7 @@ def test_an_expert_default_kept_out_for_memory_is_still_the_yardstick(sqlite_url
     # once said the expert default "was not measured" (the H200 Llama 8B study of 2026-12-05).
     trials, rec, _, _ = run_study(sqlite_url)
     expert = next(t for t in trials if t.number == 0)
-    assert expert.purpose == "seed" and _mb(expert) == 16
+    assert expert.purpose == EXPERT_DEFAULT and _mb(expert) == 16
     entry = rec["vs_expert_default"]
     assert entry["objective_value"] == POINTS[16][0]
     assert entry["speedup"] == pytest.approx(POINTS[8][0] / POINTS[16][0], abs=1e-4)
@@ -375,7 +376,7 @@ def test_a_study_searching_the_allocator_does_not_measure_twins_that_fit_either_
     StudyRunner(db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600).run()
     with db.read() as s:
         trials = TrialRepo(s).list(study_id)
-    ran = [t for t in trials if t.state == "complete" and t.purpose in ("seed", "search")]
+    ran = [t for t in trials if t.state == "complete" and t.purpose in SEARCH_TRIALS]
     assert len(ran) >= 10
     rest = [json.dumps({k: v for k, v in t.params.items() if k != "allocator"}) for t in ran]
     assert len(set(rest)) == len(rest), "a config measured under both allocator modes"
@@ -408,7 +409,7 @@ def test_an_unneeded_expandable_proposal_runs_as_its_default_twin(sqlite_url: st
         "knobs": knobs,
         "defaults": {"allocator": "expandable", "attention": "efficient"},
     }
-    _, trials, _ = _study_of(sqlite_url, entries, space, max_trials=6)
+    _, trials, rec = _study_of(sqlite_url, entries, space, max_trials=6)
     # The expert default and the cuDNN seed, both with expandable segments, are pruned; each
     # one's default twin runs in its place, before the next seed (it once waited for every
     # seed queued with it).
@@ -418,3 +419,7 @@ def test_an_unneeded_expandable_proposal_runs_as_its_default_twin(sqlite_url: st
         assert "with the default allocator it keeps the headroom" in (twin.error_message or "")
         assert other.params == {**twin.params, "allocator": "default"}
         assert other.state == "complete"
+    # The expert default's twin is the expert default (the recommendation's yardstick): it
+    # once was trial #0, pruned here, and the expert default "was not measured".
+    assert [t.purpose for t in trials[:4]] == [EXPERT_DEFAULT, EXPERT_DEFAULT, "seed", "seed"]
+    assert rec is not None and rec["vs_expert_default"]["trial_number"] == ran[0].number

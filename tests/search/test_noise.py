@@ -7,6 +7,7 @@ import itertools
 import zlib
 
 from autotuner.executors.replay import Landscape
+from autotuner.search.progress import SEARCH_TRIALS
 from autotuner.search.space import parse_space
 from autotuner.storage.models import TrialState
 from tests.fakes import FAKE_H200, measured
@@ -53,7 +54,7 @@ def test_top_candidates_are_remeasured_interleaved_and_a_tie_is_called_a_tie(db,
     )
     remeasured = [t for t in trials if t.purpose == "remeasure"]
     assert len(remeasured) == 2 * 2  # top 2, A B A B
-    searched = [x.number for x in trials if x.purpose in ("search", "seed")]
+    searched = [x.number for x in trials if x.purpose in SEARCH_TRIALS]
     assert all(t.number > max(searched) for t in remeasured)
     a, b = remeasured[0].params, remeasured[1].params
     assert a != b and [t.params for t in remeasured] == [a, b, a, b]

@@ -72,7 +72,7 @@ def test_submit_run_and_read_back(service: Service) -> None:
     assert [t["number"] for t in trials] == list(range(len(trials)))
     assert sum(t["state"] != "pruned" for t in trials) == 6
     one = client.get(f"/api/studies/{study['id']}/trials/0").json()
-    assert one["purpose"] == "seed" and one["config"]["knobs"]["micro_batch_size"] == 16
+    assert one["purpose"] == "expert-default" and one["config"]["knobs"]["micro_batch_size"] == 16
     assert one["result"]["status"] == "ok"
 
     best = client.get("/api/studies/api-roundtrip/best").json()  # by name works too

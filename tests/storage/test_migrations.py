@@ -339,3 +339,78 @@ def test_0005_backfills_stopped_early_from_the_result_json(empty_url: str) -> No
         engine.dispose()
     assert flags == [True, False, False, False, False, False]
     assert _diff(empty_url) == []
+
+
+def test_0007_marks_trial_0_and_its_retries_as_the_expert_default(empty_url: str) -> None:
+    """Before 0007 the expert default was trial #0 when a seed: its rows (and its retries')
+    become `expert-default`; other seeds, search trials, and a study that ran no expert seed
+    (its #0 a history seed) keep theirs; downgrading gives the seeds back."""
+    import datetime as dt
+
+    from sqlalchemy import text
+
+    config = alembic_config(empty_url)
+    command.upgrade(config, "0006")
+    now = dt.datetime.now(dt.UTC)
+    insert_study = text(
+        "INSERT INTO studies (id, name, status, model_spec, space, objective, gpus_per_trial, "
+        "sampler, seed, options, created_at) VALUES (:id, 's', 'running', '{}', '{}', "
+        "'tokens_per_s', 1, 'tpe', 0, :options, :now)"
+    )
+    insert_trial = text(
+        "INSERT INTO trials (study_id, number, state, purpose, attempt, params, config, "
+        "created_at, retried, retry_of) VALUES (:study, :n, 'complete', :purpose, 1, '{}', '{}', "
+        ":now, false, :retry_of)"
+    )
+    rows = {
+        # study: (purpose, retry_of) by trial number
+        "st-on": [("seed", None), ("seed", 0), ("seed", None), ("search", None)],
+        "st-off": [("seed", None), ("search", None)],  # options: expert_seed off
+        "st-search": [("search", None), ("seed", None)],  # #0 not a seed
+    }
+    engine = create_engine(normalize_url(empty_url), poolclass=NullPool)
+    try:
+        with engine.begin() as c:
+            for study, trials in rows.items():
+                options = '{"expert_seed": false}' if study == "st-off" else "{}"
+                c.execute(insert_study, {"id": study, "options": options, "now": now})
+                for number, (purpose, retry_of) in enumerate(trials):
+                    c.execute(
+                        insert_trial,
+                        {
+                            "study": study,
+                            "n": number,
+                            "purpose": purpose,
+                            "retry_of": retry_of,
+                            "now": now,
+                        },
+                    )
+        read = text("SELECT study_id, number, purpose FROM trials ORDER BY study_id, number")
+        command.upgrade(config, "head")
+        with engine.connect() as c:
+            up = [tuple(r) for r in c.execute(read)]
+        command.downgrade(config, "0006")
+        with engine.connect() as c:
+            down = [tuple(r) for r in c.execute(read)]
+    finally:
+        engine.dispose()
+    assert up == [
+        ("st-off", 0, "seed"),
+        ("st-off", 1, "search"),
+        ("st-on", 0, "expert-default"),
+        ("st-on", 1, "expert-default"),  # the retry of #0
+        ("st-on", 2, "seed"),
+        ("st-on", 3, "search"),
+        ("st-search", 0, "search"),
+        ("st-search", 1, "seed"),
+    ]
+    assert [p for *_, p in down] == [
+        "seed",
+        "search",
+        "seed",
+        "seed",
+        "seed",
+        "search",
+        "search",
+        "seed",
+    ]

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from autotuner.search.objective import Objective
+from autotuner.search.progress import EXPERT_DEFAULT
 from autotuner.spec import TrialConfig, TrialResult, TrialStatus
 from autotuner.storage.models import Trial, TrialState
 from autotuner.study.input_pipeline import INPUT_WAIT_THRESHOLD
@@ -249,7 +250,12 @@ def test_a_winner_that_fixed_the_starved_default_says_so() -> None:
     default = make_config(measure=data, loader_workers=0, pin_memory=False)
     workers = make_config(measure=data, loader_workers=8, prefetch_factor=2)
     rows = [
-        _row(0, default, measured(60_000.0, input_wait_share=0.88, gpu_idle_share=0.77), "seed"),
+        _row(
+            0,
+            default,
+            measured(60_000.0, input_wait_share=0.88, gpu_idle_share=0.77),
+            EXPERT_DEFAULT,
+        ),
         _row(1, workers, measured(293_000.0, input_wait_share=0.002, gpu_idle_share=0.001)),
     ]
     rec = recommend(rows, Objective.TOKENS_PER_S)
@@ -262,6 +268,6 @@ def test_a_winner_that_fixed_the_starved_default_says_so() -> None:
         "time waiting for data, GPU idle 77%: these loader settings removed it"
     )
     # A default that was not starved adds nothing.
-    rows[0] = _row(0, default, measured(60_000.0, input_wait_share=0.01), "seed")
+    rows[0] = _row(0, default, measured(60_000.0, input_wait_share=0.01), EXPERT_DEFAULT)
     rec = recommend(rows, Objective.TOKENS_PER_S)
     assert rec is not None and "default" not in rec["input_pipeline"]
