@@ -331,11 +331,12 @@ class SearchPolicy:
             self.seed_roles[canonical_params(twin)] = role
 
     def restore_purposes(self, trials: Sequence[Any]) -> None:
-        """A restarted coordinator's seeds: the roles its trials were stored with, so a retry
-        of a seed (the expert default's first of all) keeps its role."""
+        """A restarted coordinator's seeds: the roles its trials were stored with (over the
+        stored plan's), so a retry of a seed (the expert default's first of all) keeps its
+        role."""
         for t in trials:
             if t.purpose in (EXPERT_DEFAULT, "seed"):
-                self.seed_roles.setdefault(canonical_params(t.params), t.purpose)
+                self.seed_roles[canonical_params(t.params)] = t.purpose
 
     @property
     def seed_keys(self) -> set[str]:

@@ -178,6 +178,11 @@ class Study(Base):
     owner: Mapped[str | None] = mapped_column(String(64))
     lease_expires_at: Mapped[dt.datetime | None]
     best_trial_number: Mapped[int | None] = mapped_column(Integer)
+    # The seeds as the coordinator planned them at the start (migration 0008): {"now": [params],
+    # "later": [params], "expert": params | null}. A restarted coordinator queues again those
+    # not run yet, and marks the expert default's trials as before; the plan itself would
+    # differ by then (the cost model has learned from the trials since).
+    seeds: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
     recommendation: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
     error_message: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)

@@ -134,6 +134,7 @@ class StudyRunner:
         self._queue: list[Params] = []
         # Seeds that wait until the throughput model has no proposal (search/seeding.py).
         self._later_seeds: list[Params] = []
+        self._stored_seeds: dict[str, Any] | None = None  # the study row's seed plan
         self._exhausted = False
         self._search_exhausted = False
 
@@ -151,6 +152,7 @@ class StudyRunner:
         self.max_trials, self.max_minutes = study.max_trials, study.max_minutes
         self.gpus_per_trial, self.options = study.gpus_per_trial, study.options
         self.sampler_name, self.seed = study.sampler, study.seed
+        self._stored_seeds = study.seeds
         if study.over:
             self.done = True
             return
@@ -222,20 +224,29 @@ class StudyRunner:
         self.measured.update(past.measured)
         self.attempted |= past.attempted
         self.retry_queue.extend(past.retries)
+        seeds = self._stored_seeds
         if not trials:
             # The expert default first (after its alternative where the prior expects that one
             # clearly faster), so the study starts from a good config; then earlier
             # winners on this GPU and model family, and the expert's alternatives that do not
             # wait for the throughput model (search/seeding.py).
             plan = self.policy.seed_plan(self.db, timed=self.max_minutes is not None)
-            now, later = plan.now, plan.later
+            now, later, expert = plan.now, plan.later, plan.expert
             if self._seeds is not None:  # each part mapped on its own (a part may be empty)
                 now, later = (self._seeds(part) if part else [] for part in (now, later))
-                self.policy.mark_seeds(now + later, self._mapped_expert(plan, now))
-            self._queue = list(now)
-            self._later_seeds = later
-        else:
-            self.policy.restore_purposes(trials)
+                expert = self._mapped_expert(plan, now)
+            # Stored, so a restart queues what has not run (the plan would differ by then).
+            seeds = {"now": now, "later": later, "expert": expert}
+            self.lease.hold_seeds(seeds)
+        if seeds is not None:
+            self.policy.mark_seeds(seeds["now"] + seeds["later"], seeds["expert"])
+
+            def not_run(part: list[Params]) -> list[Params]:
+                return [p for p in part if canonical_params(p) not in self.attempted]
+
+            self._queue, self._later_seeds = not_run(seeds["now"]), not_run(seeds["later"])
+        # What the trials were stored as wins (a study from before the stored plan has none).
+        self.policy.restore_purposes(trials)
 
     def _mapped_expert(self, plan: SeedPlan, now: list[Params]) -> Params | None:
         """What runs in the expert default's place once the `seeds` hook mapped `plan.now` to

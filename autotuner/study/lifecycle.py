@@ -56,6 +56,7 @@ class StudySettings:
     over: bool  # completed, cancelled or failed: nothing left to run
     started_at: dt.datetime
     device_type: str | None  # what the trials were last known to run on: cuda, cpu
+    seeds: dict[str, Any] | None = None  # the seed plan stored at the start (hold_seeds)
 
 
 class StudyLease:
@@ -110,26 +111,34 @@ class StudyLease:
                 over=over,
                 started_at=study.started_at or dt.datetime.now(dt.UTC),
                 device_type=study.device_type,
+                seeds=study.seeds,
             )
 
     def hold_space(self, space: SearchSpace) -> None:
         """Store the study's space as the coordinator settled it at the start (the global
         batch taken from the expert default), so a restart runs the same one. Fenced by the
         lease like every write."""
-        with self.db.session() as s:
-            study = StudyRepo(s).require(self.study_id)
-            if study.owner != self.owner:
-                raise LeaseLost(f"study {self.study_id} is held by {study.owner}, not by us")
-            study.space = space.model_dump(mode="json", by_alias=True)
+        self._set(space=space.model_dump(mode="json", by_alias=True))
+
+    def hold_seeds(self, plan: dict[str, Any]) -> None:
+        """Store the seed plan as the coordinator made it at the start, so a restart queues
+        the seeds that had not run (and knows the expert default's config). Fenced by the
+        lease like every write."""
+        self._set(seeds=plan)
 
     def record_device(self, device_type: str) -> None:
         """Store what the trials run on (`cuda` or `cpu`): the study page says "trials on the
         CPU" or "N GPUs per trial" before any trial has reported, and the list filters on it."""
+        self._set(device_type=device_type)
+
+    def _set(self, **columns: Any) -> None:
+        """Write these columns of the study row while we hold its lease."""
         with self.db.session() as s:
             study = StudyRepo(s).require(self.study_id)
             if study.owner != self.owner:
                 raise LeaseLost(f"study {self.study_id} is held by {study.owner}, not by us")
-            study.device_type = device_type
+            for name, value in columns.items():
+                setattr(study, name, value)
 
     def keep_alive(self, running_trial_ids: list[int]) -> None:
         """At most once per heartbeat interval: beat the running trials, renew the lease."""

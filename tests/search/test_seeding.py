@@ -216,6 +216,51 @@ def test_where_fp8_runs_first_the_winner_is_compared_with_the_expert_default(
         assert winner_is_expert and vs["speedup"] == 1.0, vs
 
 
+def test_seeds_not_run_before_a_restart_run_after_it(db) -> None:
+    """The coordinator dies with its second seed in flight: the restarted one runs the seeds it
+    had queued (the study row keeps the plan), in their order, before anything else, and marks
+    the expert default as before. A restart planned no seeds before: the study went on with
+    the sampler alone, and could skip the fp8 seed the Llama studies' best hangs on."""
+    from autotuner.executors.replay import ReplayExecutor
+    from autotuner.options import StudyOptions
+    from autotuner.storage.models import TrialState
+    from autotuner.storage.repository import StudyRepo, TrialRepo
+    from autotuner.study.coordinator import StudyRunner, create_study
+    from tests.fakes import physical_landscape
+
+    knobs: dict[str, list[Any]] = {
+        **FP8_KNOBS,
+        "micro_batch_size": [4, 8, 16, 32, 64],
+        "attention": ["flash", "cudnn"],
+        "compile_mode": ["default", "none", "reduce-overhead"],
+    }
+    space = gpt2_space(knobs, defaults={"precision": "bf16", "compile_mode": "default"})
+    landscape = physical_landscape(LLAMA_1B, knobs, fixed={"vocab_pad_multiple": 64})
+    # Every seed up front (none waits for the throughput model): more than two to queue.
+    options = StudyOptions(seeds_yield=False, history_seeds=0)
+    study_id = create_study(db, model=LLAMA_1B, space=space, max_trials=12, options=options)
+    executor = ReplayExecutor(landscape, list(knobs), target=H200)
+    runner = StudyRunner(db, study_id, executor, poll_s=0.0)
+    runner.start()
+    with db.read() as s:
+        plan = StudyRepo(s).require(study_id).seeds
+    assert plan is not None and len(plan["now"]) >= 4, "the test needs seeds to queue"
+    while len(executor.submitted) < 2:
+        runner.step()
+    with db.session() as s:
+        StudyRepo(s).release(study_id, runner.owner)
+    StudyRunner(db, study_id, executor, poll_s=0.0).run()
+    with db.read() as s:
+        trials = TrialRepo(s).list(study_id)
+    ran = [canonical_params(t.params) for t in trials if t.state != TrialState.PRUNED]
+    seeds = [canonical_params(p) for p in plan["now"]]
+    # #0, #1 (lost in the restart), its retry, then the queued seeds in their order.
+    assert ran[:2] == seeds[:2] and ran[2] == seeds[1], (ran, seeds)
+    assert ran[3 : len(seeds) + 1] == seeds[2:], (ran, seeds)
+    [expert] = {t.number for t in trials if t.purpose == EXPERT_DEFAULT and t.retry_of is None}
+    assert canonical_params(trials[expert].params) == canonical_params(plan["expert"])
+
+
 def test_a_seeds_hook_marks_the_config_that_runs_in_the_expert_defaults_place(db) -> None:
     """The replay maps each seed to the nearest recorded config not yet taken (the `seeds`
     hook, bench/replay_lib/universe.py): with the fp8 seed first, an unrecorded expert default
