@@ -386,9 +386,9 @@ class Seeder:
         overhead, its weakest (a 4-layer test model's next micro-batch is predicted 1.2x and
         more, and the space's own `defaults` name the config a user expects to start from).
         Both run up front either way (the same trials, the same GPU-seconds in all); the study
-        only knows its likely winner one trial sooner. Not where
-        the expert may not fit: its measurement is what tells the memory model how tight the
-        alternatives that make room are (Llama 8B). Nor under a time budget (`plan`'s
+        only knows its likely winner one trial sooner. Not where the expert may not fit: its
+        measurement is what tells the memory model how tight the alternatives that make room
+        are (Llama 8B). Nor under a time budget (`plan`'s
         `timed`), where the search may stop for the end checks after one trial: the expert
         default compiles fastest (bf16: 64-70 s on Llama 3B, fp8 157 s), its graph is the
         numerics reference's warm one, and it is the recommendation's yardstick. A replayed
