@@ -250,10 +250,7 @@ def test_a_running_study_with_only_tight_trials_hides_the_export_commands(tmp_pa
 def test_the_card_says_the_winner_was_timed_at_the_power_cap(tmp_path: Path) -> None:
     """Llama 3B on one H200 (2026-12-04, seventh session): every trial ran at the board's power
     cap. The card gives the winner's mean SM clock and the cap, in the words `best` prints."""
-    copy = tmp_path / "llama-3b.db"
-    shutil.copyfile(H200_SESSION.parent / "h200_session_20261204g/tune-llama-3b.db", copy)
-    db = Database(f"sqlite:///{copy}")
-    study_id = operations.list_studies(db)[0]["id"]
+    db, study_id = _committed(tmp_path, "llama-3b", H200_SESSION.parent / "h200_session_20261204g")
     with db.session() as s:
         study = s.get(Study, study_id)
         assert study is not None and "gpu_clock" not in study.recommendation  # stored before
