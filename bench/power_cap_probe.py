@@ -21,8 +21,9 @@ turn, `--rounds` times, so that drift over the run is spread over every arm:
 
     python3 bench/power_cap_probe.py --rounds 1 --out $OUT/power-cap-probe.json   (on the H200)
 
-A round of Llama 1B is about 5 minutes (the first compile cold, `after-parity` the longest:
-its parity steps, evaluation pass and checkpoint save), so one round fits a 10-minute call.
+A round of Llama 1B is 8-9 minutes on the H200 (each arm about 2: 131 and 119 s measured on
+2026-12-06, the first compile cold; `after-parity` the longest: its parity steps, evaluation
+pass and checkpoint save), so one round needs a whole 10-minute call.
 
 What the search should measure follows from the answer: a user's training runs on real data
 with a model that is learning, not on uniform random tokens with random weights.
