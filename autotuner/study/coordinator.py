@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterable
+from dataclasses import asdict
 from typing import Any
 
 import optuna
@@ -134,7 +135,6 @@ class StudyRunner:
         self._queue: list[Params] = []
         # Seeds that wait until the throughput model has no proposal (search/seeding.py).
         self._later_seeds: list[Params] = []
-        self._stored_seeds: dict[str, Any] | None = None  # the study row's seed plan
         self._exhausted = False
         self._search_exhausted = False
 
@@ -152,7 +152,6 @@ class StudyRunner:
         self.max_trials, self.max_minutes = study.max_trials, study.max_minutes
         self.gpus_per_trial, self.options = study.gpus_per_trial, study.options
         self.sampler_name, self.seed = study.sampler, study.seed
-        self._stored_seeds = study.seeds
         if study.over:
             self.done = True
             return
@@ -183,7 +182,7 @@ class StudyRunner:
         self.policy.enable_proposals(
             seed=self.seed, screen=self._screen_proposal, candidates=self._candidates
         )
-        self._rebuild()
+        self._rebuild(SeedPlan(**study.seeds) if study.seeds is not None else None)
 
     def _hold_expert_global_batch(self, accum: int) -> None:
         """The space holds the expert default's global batch: its micro-batch (the cost model's
@@ -215,7 +214,9 @@ class StudyRunner:
             options=self.options,
         )
 
-    def _rebuild(self) -> None:
+    def _rebuild(self, stored: SeedPlan | None) -> None:
+        """The sampler, the counts and the retries from the stored trials; the seeds still to
+        run from `stored`, the plan the study row keeps (planned and stored now if none ran)."""
         with self.db.session() as s:
             trials = TrialRepo(s).list(self.study_id)
             past = history(trials, self.policy)
@@ -224,27 +225,26 @@ class StudyRunner:
         self.measured.update(past.measured)
         self.attempted |= past.attempted
         self.retry_queue.extend(past.retries)
-        seeds = self._stored_seeds
+        seeds = stored
         if not trials:
             # The expert default first (after its alternative where the prior expects that one
             # clearly faster), so the study starts from a good config; then earlier
             # winners on this GPU and model family, and the expert's alternatives that do not
             # wait for the throughput model (search/seeding.py).
             plan = self.policy.seed_plan(self.db, timed=self.max_minutes is not None)
-            now, later, expert = plan.now, plan.later, plan.expert
+            seeds = plan
             if self._seeds is not None:  # each part mapped on its own (a part may be empty)
-                now, later = (self._seeds(part) if part else [] for part in (now, later))
-                expert = self._mapped_expert(plan, now)
+                now, later = (self._seeds(part) if part else [] for part in (plan.now, plan.later))
+                seeds = SeedPlan(now, later, expert=self._mapped_expert(plan, now))
             # Stored, so a restart queues what has not run (the plan would differ by then).
-            seeds = {"now": now, "later": later, "expert": expert}
-            self.lease.hold_seeds(seeds)
+            self.lease.hold_seeds(asdict(seeds))
         if seeds is not None:
-            self.policy.mark_seeds(seeds["now"] + seeds["later"], seeds["expert"])
+            self.policy.mark_seeds(seeds.all, seeds.expert)
 
             def not_run(part: list[Params]) -> list[Params]:
                 return [p for p in part if canonical_params(p) not in self.attempted]
 
-            self._queue, self._later_seeds = not_run(seeds["now"]), not_run(seeds["later"])
+            self._queue, self._later_seeds = not_run(seeds.now), not_run(seeds.later)
         # What the trials were stored as wins (a study from before the stored plan has none).
         self.policy.restore_purposes(trials)
 
