@@ -338,10 +338,6 @@ class SearchPolicy:
             if t.purpose in (EXPERT_DEFAULT, "seed"):
                 self.seed_roles[canonical_params(t.params)] = t.purpose
 
-    @property
-    def seed_keys(self) -> set[str]:
-        return set(self.seed_roles)
-
     def expert_params(self) -> dict[str, Any]:
         return self._seeder().expert_params()
 

@@ -159,7 +159,7 @@ def test_a_seed_whose_worker_died_is_retried_with_its_own_config(db: Database) -
     executor = FakeWorkerDeathReplay(synthetic_landscape(KNOBS), list(KNOBS), die_on={1})
     runner = StudyRunner(db, study_id, executor, poll_s=0.0)
     runner.start()
-    assert len(runner.policy.seed_keys) >= 2, "the test needs a seed behind the expert default"
+    assert len(runner.policy.seed_roles) >= 2, "the test needs a seed behind the expert default"
     runner.run()
     with db.session() as s:
         trials = TrialRepo(s).list(study_id)
@@ -170,7 +170,7 @@ def test_a_seed_whose_worker_died_is_retried_with_its_own_config(db: Database) -
     assert retry.state == TrialState.COMPLETE
     # The waiting seeds still ran, each once, after it.
     ran = [canonical_params(t.params) for t in trials if t.retry_of is None]
-    for seed in runner.policy.seed_keys:
+    for seed in runner.policy.seed_roles:
         assert ran.count(seed) == 1
 
 

@@ -348,7 +348,7 @@ def test_only_the_fastest_alternative_and_other_precisions_run_before_the_model_
     assert plan.now[1] == policy.expert_params()
     assert [p["precision"] for p in plan.now] == ["fp8-tensorwise", "bf16"]
     assert plan.later and {p["precision"] for p in plan.later} == {"bf16"}
-    assert policy.seed_keys == {canonical_params(p) for p in every}  # all labelled seeds
+    assert set(policy.seed_roles) == {canonical_params(p) for p in every}  # all labelled seeds
 
     off = make_policy(load_space("single-gpu"), model=llama, history_seeds=0, seeds_yield=False)
     off.enable_proposals(seed=0)
