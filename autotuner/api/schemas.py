@@ -204,7 +204,8 @@ class Recommendation(BaseModel):
         description="The loss-parity check of a winner whose precision (or 8-bit optimizer "
         "state) changes numerics (checked, passed, precision, name: the numerics in words, "
         "changes_numerics, reference_precision, tolerance_rel, diff_rel, steps, parity_trials, "
-        "skipped: faster configs that failed it, text)",
+        "skipped: faster configs that failed it, preferred_over: a faster config it ties "
+        "whose numerics were not checked, text)",
     )
     input_pipeline: dict[str, Any] | None = Field(
         None,

@@ -28,7 +28,12 @@ from typing import Any
 from autotuner.options import StudyOptions
 from autotuner.search import headroom, headroom_check
 from autotuner.search.importance import knob_report
-from autotuner.search.numerics import checks_of, choose, numerics_entry
+from autotuner.search.numerics import (
+    checks_of,
+    choose,
+    numerics_entry,
+    prefer_reference_numerics,
+)
 from autotuner.search.objective import Objective, time_to_train_h
 from autotuner.search.progress import END_CHECKS, EXPERT_DEFAULT
 from autotuner.spec import TrialResult, canonical_params, spread_rel
@@ -224,12 +229,24 @@ def recommend_ranked(
     # with its failing check.
     failed = {key for key, check in checks.items() if check.state == "failed"}
     failed |= {key for key in room if key not in {g.key for g in eligible}}
+    tied_over: ConfigMeasurements | None = None
     if chosen is None:
         groups = eligible
     else:
         groups = [eligible[chosen], *(g for g in eligible[chosen + 1 :] if g.key not in failed)]
+        # The winner's records and those of the configs that tie it, in one statement: on a
+        # tie, the one with the reference's numerics may be recommended instead.
+        tied = _ties(groups)
+        load_json([t for g in (groups[0], *tied) for t in g.trials])
+        preferred = prefer_reference_numerics(
+            groups, 0, checks, [groups.index(g) for g in tied]
+        )
+        if preferred:
+            # The faster config stays as the runner-up, the first alternative.
+            tied_over = groups[0]
+            groups = [groups[preferred], *(g for g in groups if g is not groups[preferred])]
     best = groups[0]
-    load_json(best.trials)  # the winner's records, in one statement
+    load_json(best.trials)  # the winner's records, in one statement (if not read above)
     result = best.results[0]
     compile_info = compile_entry(best)
     rec: dict[str, Any] = {
@@ -258,7 +275,11 @@ def recommend_ranked(
         "noise_rel": round(study_noise_rel(ranked), 4),
         "runner_up": None,
         "numerics": numerics_entry(
-            eligible, eligible.index(best), checks, enabled=options.numerics_check
+            eligible,
+            eligible.index(best),
+            checks,
+            enabled=options.numerics_check,
+            tied_over=tied_over,
         ),
         "headroom": headroom_check.headroom_entry(
             best, room, _passed_over_for_memory(best, ranked, keyed, room, options), options
@@ -426,6 +447,28 @@ def _expert_trial(expert: ConfigMeasurements) -> Trial:
     return next(t for t in expert.trials if t.purpose == EXPERT_DEFAULT)
 
 
+# How many configs tied with the winner are looked at for the reference's numerics: their
+# configs are read (one statement for all), and a study of identical configs ties them all.
+TIE_LOOKAHEAD = 8
+
+
+def _tie(best: ConfigMeasurements, other: ConfigMeasurements) -> bool:
+    """Whether two configs' medians are closer than their noise (the runner-up's `tie`)."""
+    margin = best.median / (other.median or 1.0) - 1.0
+    return margin <= max(best.noise_rel, other.noise_rel)
+
+
+def _ties(groups: Sequence[ConfigMeasurements]) -> list[ConfigMeasurements]:
+    """The configs after groups[0] that tie it, up to TIE_LOOKAHEAD; ranked by median, so the
+    first that does not tie ends them."""
+    out: list[ConfigMeasurements] = []
+    for g in groups[1 : TIE_LOOKAHEAD + 1]:
+        if not _tie(groups[0], g):
+            break
+        out.append(g)
+    return out
+
+
 def _runner_up(best: ConfigMeasurements, second: ConfigMeasurements) -> dict[str, Any]:
     margin = best.median / (second.median or 1.0) - 1.0
     noise = max(best.noise_rel, second.noise_rel)
@@ -436,7 +479,7 @@ def _runner_up(best: ConfigMeasurements, second: ConfigMeasurements) -> dict[str
         "margin_rel": margin,
         "noise_rel": noise,
         # Medians closer than their spread are indistinguishable: say so.
-        "tie": margin <= noise,
+        "tie": _tie(best, second),
         "measurements": len(second.trials),
     }
     pairs = _interleaved_pairs(best, second)
@@ -446,11 +489,18 @@ def _runner_up(best: ConfigMeasurements, second: ConfigMeasurements) -> dict[str
             "winner_ahead": sum(1 for a, b in pairs if a > b),
             "ratios": [round(a / b, 4) for a, b in pairs],
         }
-    out["text"] = (
-        f"a tie: {margin:+.1%} is within the noise (±{noise:.1%}); either config will do"
-        if out["tie"]
-        else f"wins by {margin:+.1%}, beyond the noise (±{noise:.1%})"
-    )
+    if margin < 0:
+        # Recommended on a tie for its numerics (numerics.prefer_reference_numerics).
+        out["text"] = (
+            f"a tie: the runner-up is {-margin / (1 + margin):.1%} faster, within the noise "
+            f"(±{noise:.1%}), but changes numerics unchecked"
+        )
+    elif out["tie"]:
+        out["text"] = (
+            f"a tie: {margin:+.1%} is within the noise (±{noise:.1%}); either config will do"
+        )
+    else:
+        out["text"] = f"wins by {margin:+.1%}, beyond the noise (±{noise:.1%})"
     return out
 
 

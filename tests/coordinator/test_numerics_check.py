@@ -457,3 +457,58 @@ def candidate_knobs_precision(group: Any) -> str:
     from autotuner.search.numerics import candidate_knobs
 
     return candidate_knobs(group).precision.value
+
+
+def tied_landscape(fp8_speedup: float) -> Landscape:
+    """bf16 and fp8 whose medians are `fp8_speedup` apart (each measured within ±1%)."""
+    return Landscape(
+        [
+            ({"precision": p}, measured(tps, peak_mem_gib=8.0, fingerprint=FAKE_GPU, wall_s=10.0))
+            for p, tps in (("bf16", 10_000.0), ("fp8-tensorwise", 10_000.0 * fp8_speedup))
+        ]
+    )
+
+
+def test_on_a_tie_an_unchecked_winner_gives_way_to_the_reference_numerics(
+    sqlite_url: str,
+) -> None:
+    """fp8 0.6% ahead of bf16, inside the ±1% noise, with no trials left for its check: bf16
+    is recommended, fp8 is the runner-up, and both texts say why (a Llama 8B study on the H200
+    ended so, 8-bit AdamW moments 1.6% ahead of fused AdamW inside a 2.4% noise)."""
+    knobs = {"precision": ["bf16", "fp8-tensorwise"]}
+    trials, rec, executor = run_study(
+        sqlite_url, knobs, max_trials=2, recorded=tied_landscape(1.006)
+    )
+    assert not executor.parity
+    assert rec["knobs"]["precision"] == "bf16"
+    fp8 = next(t for t in trials if t.params["precision"] == "fp8-tensorwise")
+    runner = rec["runner_up"]
+    assert runner["trial_number"] == fp8.number and runner["tie"]
+    assert "the runner-up is 0.6% faster" in runner["text"]
+    num = rec["numerics"]
+    assert num["precision"] == "bf16" and not num["changes_numerics"]
+    assert num["preferred_over"] == {
+        "trial_number": fp8.number,
+        "precision": "fp8-tensorwise",
+        "name": "fp8-tensorwise",
+        "state": "unchecked",
+    }
+    assert f"trial #{fp8.number} (fp8-tensorwise) ties it" in num["text"]
+    assert Recommendation.model_validate(rec).numerics == num
+
+
+def test_beyond_the_noise_the_unchecked_winner_stays_recommended(sqlite_url: str) -> None:
+    knobs = {"precision": ["bf16", "fp8-tensorwise"]}
+    _, rec, _ = run_study(sqlite_url, knobs, max_trials=2, recorded=tied_landscape(1.05))
+    assert rec["knobs"]["precision"] == "fp8-tensorwise"
+    assert "preferred_over" not in rec["numerics"]
+    assert rec["runner_up"]["text"].startswith("wins by +5.0%")
+
+
+def test_on_a_tie_a_winner_whose_check_passed_stays_recommended(sqlite_url: str) -> None:
+    knobs = {"precision": ["bf16", "fp8-tensorwise"]}
+    _, rec, executor = run_study(sqlite_url, knobs, recorded=tied_landscape(1.006))
+    assert executor.parity
+    assert rec["knobs"]["precision"] == "fp8-tensorwise"
+    assert rec["numerics"]["passed"] and "preferred_over" not in rec["numerics"]
+    assert rec["runner_up"]["tie"] and "either config will do" in rec["runner_up"]["text"]
