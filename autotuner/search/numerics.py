@@ -386,9 +386,7 @@ def prefer_reference_numerics(
     inside a 2.4% noise)."""
     g = ranked[chosen]
     check = checks.get(g.key)
-    if (check is not None and check.state == "passed") or not changes_numerics(
-        candidate_knobs(g)
-    ):
+    if (check is not None and check.state == "passed") or not changes_numerics(candidate_knobs(g)):
         return chosen
     for i in tied:
         if not changes_numerics(candidate_knobs(ranked[i])):
@@ -579,10 +577,14 @@ def numerics_entry(
             "name": numerics_name(other),
             "state": state,
         }
-        how = {
-            "pending": "its check has not finished",
-            "unchecked": "its check could not tell",
-        }.get(state, "it was not checked") if check is not None else "it was not checked"
+        how = (
+            {
+                "pending": "its check has not finished",
+                "unchecked": "its check could not tell",
+            }.get(state, "it was not checked")
+            if check is not None
+            else "it was not checked"
+        )
         text = (
             f"trial #{tied_over.first.number} ({numerics_name(other)}) ties it within the "
             f"noise but changes numerics and {how}, so the config with the reference "

@@ -238,9 +238,7 @@ def recommend_ranked(
         # tie, the one with the reference's numerics may be recommended instead.
         tied = _ties(groups)
         load_json([t for g in (groups[0], *tied) for t in g.trials])
-        preferred = prefer_reference_numerics(
-            groups, 0, checks, [groups.index(g) for g in tied]
-        )
+        preferred = prefer_reference_numerics(groups, 0, checks, [groups.index(g) for g in tied])
         if preferred:
             # The faster config stays as the runner-up, the first alternative.
             tied_over = groups[0]
