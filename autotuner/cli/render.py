@@ -79,11 +79,14 @@ def best_table(view: dict[str, Any]) -> RenderableType:
     runner = rec.get("runner_up")
     if runner:
         verdict = "a tie (within noise)" if runner["tie"] else "beyond noise"
-        table.add_row(
-            "margin",
-            f"{runner['margin_rel']:+.1%} over trial #{runner['trial_number']}, "
-            f"noise ±{runner['noise_rel']:.1%}: {verdict}",
+        margin = runner["margin_rel"]
+        # Negative where a tie was settled for the reference numerics (the numerics row).
+        ahead = (
+            f"{margin:+.1%} over trial #{runner['trial_number']}"
+            if margin >= 0
+            else f"trial #{runner['trial_number']} {-margin / (1 + margin):.1%} faster"
         )
+        table.add_row("margin", f"{ahead}, noise ±{runner['noise_rel']:.1%}: {verdict}")
     if (expert := rec.get("vs_expert_default")) and expert.get("text"):
         table.add_row("vs default", safe(expert["text"]))
     if rec.get("numerics"):

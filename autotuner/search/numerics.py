@@ -577,18 +577,16 @@ def numerics_entry(
             "name": numerics_name(other),
             "state": state,
         }
-        how = (
-            {
-                "pending": "its check has not finished",
-                "unchecked": "its check could not tell",
-            }.get(state, "it was not checked")
-            if check is not None
-            else "it was not checked"
-        )
+        how = "changes numerics unchecked"
+        if check is not None:
+            how = {
+                "pending": "changes numerics and its check has not finished",
+                "unchecked": "changes numerics and its check could not tell",
+            }.get(state, how)
         text = (
             f"trial #{tied_over.first.number} ({numerics_name(other)}) ties it within the "
-            f"noise but changes numerics and {how}, so the config with the reference "
-            f"numerics is recommended; {text}"
+            f"noise but {how}, so this config, with the reference numerics, is "
+            f"recommended; {text}"
         )
     out.pop("state", None)
     out["text"] = text

@@ -495,6 +495,12 @@ def test_on_a_tie_an_unchecked_winner_gives_way_to_the_reference_numerics(
     }
     assert f"trial #{fp8.number} (fp8-tensorwise) ties it" in num["text"]
     assert Recommendation.model_validate(rec).numerics == num
+    # `best` names the faster runner-up as faster, not as a negative margin.
+    view = {"best": rec, "study": "s", "status": "completed", "total_trials": len(trials)}
+    console = Console(width=80, record=True)
+    console.print(best_table(view))
+    line = next(x for x in console.export_text().splitlines() if "margin" in x)
+    assert f"trial #{fp8.number} 0.6% faster, noise ±1.0%: a tie" in line, line
 
 
 def test_beyond_the_noise_the_unchecked_winner_stays_recommended(sqlite_url: str) -> None:

@@ -167,3 +167,35 @@ def test_the_study_table_says_parity_run_where_a_throughput_would_be(
         measured = "document.querySelector('#trials tr[data-number=\"0\"] td:nth-child(3)')"
         assert b.eval(f"{measured}.textContent").replace(",", "").isdigit()
         assert list(b.errors) == []
+
+
+@pytest.mark.browser
+def test_the_study_page_says_why_a_tied_faster_config_is_not_recommended(
+    sqlite_url: str,
+) -> None:
+    """8-bit moments 0.6% ahead of fused AdamW, inside the noise, with no trial left for their
+    check: the page recommends fused AdamW and names the faster runner-up, and why."""
+    from autotuner.executors.replay import Landscape
+
+    db = Database(sqlite_url)
+    landscape = Landscape(
+        [
+            ({"optimizer": "adamw-fused"}, measured(20_000.0, peak_mem_gib=8.0, wall_s=10.0)),
+            ({"optimizer": "adamw-8bit"}, measured(20_120.0, peak_mem_gib=7.0, wall_s=10.0)),
+        ]
+    )
+    knobs = {"optimizer": list(OPTIMIZERS)}
+    space = parse_space({"name": "tie", "knobs": knobs, "fixed": {"attention": "efficient"}})
+    model = ModelSpec.resolve({"preset": "tiny"})
+    study_id = create_study(db, model=model, space=space, max_trials=2)
+    executor = FakeParityReplay(landscape, list(knobs), target=H200)
+    StudyRunner(db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600).run()
+    for base in _serve(make_app(db)):
+        with Browser(width=1280, height=900) as b:
+            b.open(f"{base}/studies/{study_id}", ready="document.body.dataset.tableView")
+            margin = b.eval("document.getElementById('best-margin').textContent")
+            assert margin.startswith("Runner-up, trial #"), margin
+            assert "0.6% faster, within the noise" in margin, margin
+            text = b.eval("document.getElementById('best').textContent")
+            assert "(bf16 with 8-bit AdamW moments) ties it within the noise" in text
+            assert list(b.errors) == []

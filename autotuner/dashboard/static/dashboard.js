@@ -89,8 +89,11 @@
     for (const k of Object.keys(b.params).sort()) kv.append(node("tr", {}, node("th", {}, k), node("td", {}, b.params[k])));
     box.append(kv);
     const r = b.runner_up;
-    if (r) {
-      box.append(node("p", {}, `Margin over trial #${r.trial_number}: ${(100 * r.margin_rel >= 0 ? "+" : "") + (100 * r.margin_rel).toFixed(1)}%, noise ±${(100 * r.noise_rel).toFixed(1)}%: `,
+    if (r && r.margin_rel < 0) {
+      // Recommended on a tie for its reference numerics: the runner-up is the faster one.
+      box.append(node("p", { id: "best-margin" }, `Runner-up, trial #${r.trial_number}: `, node("b", {}, r.text)));
+    } else if (r) {
+      box.append(node("p", { id: "best-margin" }, `Margin over trial #${r.trial_number}: +${(100 * r.margin_rel).toFixed(1)}%, noise ±${(100 * r.noise_rel).toFixed(1)}%: `,
         node("b", {}, r.tie ? "a tie (within noise)" : "beyond noise")));
     }
     if (b.vs_expert_default && b.vs_expert_default.text) box.append(node("p", { id: "best-vs-default" }, "Against the expert default: " + b.vs_expert_default.text));
