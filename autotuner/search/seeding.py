@@ -105,6 +105,16 @@ class SeedPlan:
     def all(self) -> list[dict[str, Any]]:
         return self.now + self.later
 
+    def replaced(self, seed: dict[str, Any], by: dict[str, Any]) -> SeedPlan:
+        """The plan with `by` in `seed`'s place (a pruned seed's twin runs instead of it)."""
+        key = canonical_params(seed)
+
+        def swap(p: dict[str, Any]) -> dict[str, Any]:
+            return by if canonical_params(p) == key else p
+
+        expert = None if self.expert is None else swap(self.expert)
+        return SeedPlan([swap(p) for p in self.now], [swap(p) for p in self.later], expert)
+
 
 class Seeder:
     """The seeds of one study, judged by the study's screen (rules and cost model)."""

@@ -135,6 +135,7 @@ class StudyRunner:
         self._queue: list[Params] = []
         # Seeds that wait until the throughput model has no proposal (search/seeding.py).
         self._later_seeds: list[Params] = []
+        self._seed_plan: SeedPlan | None = None  # the stored plan (None: a study from before it)
         self._exhausted = False
         self._search_exhausted = False
 
@@ -238,6 +239,7 @@ class StudyRunner:
                 seeds = SeedPlan(now, later, expert=self._mapped_expert(plan, now))
             # Stored, so a restart queues what has not run (the plan would differ by then).
             self.lease.hold_seeds(asdict(seeds))
+        self._seed_plan = seeds  # as stored: a pruned seed's twin replaces it (_seed_in_place)
         if seeds is not None:
             self.policy.mark_seeds(seeds.all, seeds.expert)
 
@@ -247,6 +249,17 @@ class StudyRunner:
             self._queue, self._later_seeds = not_run(seeds.now), not_run(seeds.later)
         # What the trials were stored as wins (a study from before the stored plan has none).
         self.policy.restore_purposes(trials)
+
+    def _seed_in_place(self, seed: Params, twin: Params) -> None:
+        """Store the seed plan with `twin` in `seed`'s place, where `seed` is one of it. The
+        pruned row makes `seed` attempted, so a coordinator restarted after it would drop the
+        seed from its queue and, with the old plan, never run the twin: the expert default
+        could be lost so. Stored before that row: a restart between the two runs the twin."""
+        plan = self._seed_plan
+        if plan is None or canonical_params(seed) not in {canonical_params(p) for p in plan.all}:
+            return
+        self._seed_plan = plan.replaced(seed, twin)
+        self.lease.hold_seeds(asdict(self._seed_plan))
 
     def _mapped_expert(self, plan: SeedPlan, now: list[Params]) -> Params | None:
         """What runs in the expert default's place once the `seeds` hook mapped `plan.now` to
@@ -354,15 +367,18 @@ class StudyRunner:
                 continue
             prune = self._screen_proposal(params, knobs) if retry_of is None else None
             if prune is not None:
+                # The same config without what made it redundant (an unneeded allocator mode)
+                # runs in its place, with its purpose (a seed's, the expert default's).
+                twin = prune.instead
+                if twin is not None and canonical_params(twin) in self._taken():
+                    twin = None
+                if twin is not None:
+                    self._seed_in_place(params, twin)  # before the pruned row: see there
                 self._record_pruned(ask, params, knobs, prune)
                 self._idle_proposals += 1
-                if prune.instead is not None and canonical_params(prune.instead) not in (
-                    self._taken()
-                ):
-                    # The same config without what made it redundant (an unneeded allocator
-                    # mode): a seed's purpose survives its twin being pruned, in its place.
-                    self.policy.inherit_purpose(prune.instead, params)
-                    self._queue.insert(0, prune.instead)
+                if twin is not None:
+                    self.policy.inherit_purpose(twin, params)
+                    self._queue.insert(0, twin)
                 continue
             if self._too_late(knobs):
                 # Not a property of the config (no row, nothing infeasible told): it does not

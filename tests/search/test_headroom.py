@@ -382,12 +382,9 @@ def test_a_study_searching_the_allocator_does_not_measure_twins_that_fit_either_
     assert len(set(rest)) == len(rest), "a config measured under both allocator modes"
 
 
-def test_an_unneeded_expandable_proposal_runs_as_its_default_twin(sqlite_url: str) -> None:
-    """A seed (here the expert default, from the space's defaults) asking for expandable
-    segments where the cost model is sure the default allocator keeps the headroom is pruned as
-    dominated, and its default twin runs in its place: the seed's purpose survives (the Llama 8B
-    8-bit seed, planned with expandable, became prunable once the expert default's measurement
-    tightened the model)."""
+def _twin_study() -> tuple[list[Any], dict[str, Any]]:
+    """A landscape and space whose expert default and cuDNN seed ask for expandable segments
+    where the default allocator surely keeps the headroom: both are pruned for their twins."""
     result = measured(
         12_000.0,
         peak_mem_gib=0.3 * LIMIT,
@@ -409,6 +406,60 @@ def test_an_unneeded_expandable_proposal_runs_as_its_default_twin(sqlite_url: st
         "knobs": knobs,
         "defaults": {"allocator": "expandable", "attention": "efficient"},
     }
+    return entries, space
+
+
+class _Killed(BaseException):
+    """The coordinator's process dies here (kill -9, as the fault tests do it for real)."""
+
+
+def test_the_expert_defaults_twin_runs_after_a_restart_between_its_prune_and_its_launch(
+    sqlite_url: str,
+) -> None:
+    """The coordinator dies after pruning the expert default for its twin and before launching
+    the twin. The pruned row marks the expert default as attempted, so the restarted one drops
+    it from its queue; it used to lose the twin with it, and the study its yardstick. The
+    stored seed plan now names the twin in its place."""
+    entries, space = _twin_study()
+    db = Database(sqlite_url)
+    study_id = create_study(
+        db, model=ModelSpec.resolve({"preset": "tiny"}), space=parse_space(space), max_trials=6
+    )
+    knobs = list(space["knobs"])
+    executor = FakeHeadroomReplay(Landscape(entries), knobs, target=GPU, eval_factor={})
+    runner = StudyRunner(db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600)
+
+    def killed(*_: Any) -> bool:
+        raise _Killed
+
+    runner._too_late = killed  # type: ignore[method-assign]  # the twin's launch is next
+    runner.start()
+    with pytest.raises(_Killed):
+        while True:
+            runner.step()
+    with db.read() as s:
+        rows = TrialRepo(s).list(study_id)
+    assert [(t.state, t.params["allocator"]) for t in rows] == [("pruned", "expandable")]
+    with db.session() as s:
+        StudyRepo(s).release(study_id, runner.owner)
+    executor = FakeHeadroomReplay(Landscape(entries), knobs, target=GPU, eval_factor={})
+    StudyRunner(db, study_id, executor, poll_s=0.0, heartbeat_interval_s=3600).run()
+    with db.read() as s:
+        trials = TrialRepo(s).list(study_id)
+        rec = StudyRepo(s).require(study_id).recommendation
+    twin = trials[1]
+    assert twin.params == {**trials[0].params, "allocator": "default"}
+    assert twin.purpose == EXPERT_DEFAULT and twin.state == "complete"
+    assert rec is not None and rec["vs_expert_default"]["trial_number"] == twin.number
+
+
+def test_an_unneeded_expandable_proposal_runs_as_its_default_twin(sqlite_url: str) -> None:
+    """A seed (here the expert default, from the space's defaults) asking for expandable
+    segments where the cost model is sure the default allocator keeps the headroom is pruned as
+    dominated, and its default twin runs in its place: the seed's purpose survives (the Llama 8B
+    8-bit seed, planned with expandable, became prunable once the expert default's measurement
+    tightened the model)."""
+    entries, space = _twin_study()
     _, trials, rec = _study_of(sqlite_url, entries, space, max_trials=6)
     # The expert default and the cuDNN seed, both with expandable segments, are pruned; each
     # one's default twin runs in its place, before the next seed (it once waited for every
