@@ -27,6 +27,12 @@ pass and checkpoint save), so one round needs a whole 10-minute call.
 
 What the search should measure follows from the answer: a user's training runs on real data
 with a model that is learning, not on uniform random tokens with random weights.
+
+Answered on 2026-12-06 for the 1B fp8 winner (bench/results/h200_session_20261206c/README.md):
+the data. `loader` ran 2.2% and `after-parity` 1.9% faster than `synthetic`, at a 3.4% and 2.7%
+higher clock; `long-warmup` was no faster (-0.3%, the session before). Whether the effect
+differs by config (and so could reorder configs) is the next question:
+`--knobs '{"precision": "bf16", "attention": "flash"}' --arms synthetic,loader`.
 """
 
 from __future__ import annotations
