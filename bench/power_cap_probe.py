@@ -87,6 +87,11 @@ def row(arm: str, round_: int, r: Any) -> dict[str, Any]:
         "sm_clock_mean_mhz": t and t.sm_clock_mean_mhz and round(t.sm_clock_mean_mhz),
         "power_mean_w": t and t.power_mean_w and round(t.power_mean_w),
         "throttle_reasons": t.throttle_reasons if t else None,
+        # Whole-trial peaks: with `--knobs` a compile mode's memory is measured here too (the
+        # reduce-overhead figure in gpu_validation_h200.md predates the whole-trial peak).
+        "peak_mem_gib": r.peak_mem_gib and round(r.peak_mem_gib, 2),
+        "peak_reserved_gib": r.peak_reserved_gib and round(r.peak_reserved_gib, 2),
+        "compile_s": r.compile_s and round(r.compile_s, 1),
         "wall_s": r.wall_s and round(r.wall_s, 1),
         "error": (r.error_message or "")[-300:] or None,
     }

@@ -26,6 +26,7 @@ def test_the_arms_run_as_trials_and_are_compared_with_the_search_trial(tmp_path:
     assert set(rows) == {"synthetic", "after-parity"}
     assert all(r["status"] == "ok" and r["tokens_per_s"] for r in rows.values()), rows
     assert len(rows["synthetic"]["repeats"]) == 3  # a search trial's repeats
+    assert all(r["peak_mem_gib"] and r["peak_mem_gib"] > 0 for r in rows.values()), rows
     s = doc["summary"]
     assert s["synthetic"]["vs_synthetic"] == 1.0
     assert s["after-parity"]["vs_synthetic"] > 0
