@@ -8,7 +8,9 @@ the H200 showed:
 - a re-run compiles warm: the study's compile cache (workers/compile_cache.py) holds the graphs
   its first trial compiled. Its compile is the cold one x the warm share the study measured
   (the largest of its re-runs' warm/cold compile ratios), WARM_COMPILE_SHARE until it has one:
-  0.34 (Llama 3B fp8, 157 -> 53 s) and 0.42 (GPT-2 124M, 21 -> 8.8 s) on the H200;
+  0.34 (Llama 3B fp8, 157 -> 53 s) and 0.42 (GPT-2 124M, 21 -> 8.8 s) on the H200. A config
+  that recomputes activations (checkpointing) is learned apart, from RECOMPUTE_WARM_SHARE: on
+  the H200 no checkpointed graph ever hit the cache (below);
 - the headroom check adds an evaluation pass, which recompiles a forward-only graph, and a
   checkpoint save: the longest such pair the study measured, else EVAL_COMPILE_SHARE x the cold
   compile plus the checkpoint's bytes (fp32 weights and the optimizer's state) at
@@ -38,6 +40,7 @@ it no longer does) against the 171 s expected (bench/results/h200_session_202612
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from statistics import median
 from typing import Any
@@ -58,6 +61,13 @@ Params = dict[str, Any]
 # pre-imported worker on the H200 (README, "Cheaper trials"), is 2 s.
 FLOOR_S = 2.0
 WARM_COMPILE_SHARE = 0.45  # a re-run's compile / its config's cold compile, until measured
+# The same for a config that checkpoints activations. On the H200 (2026-12-06, Llama 8B, full
+# recompute) each of three checkpointed trials missed the study's compile cache, an exact re-run
+# among them (104 s against its 88 s cold compile), where the study's re-run without
+# checkpointing hit it (37 s of 111). Expected warm, that re-measurement (57 s expected, 120 s
+# taken) spent the time kept for the end checks, and the winner went unchecked. On the CPU a
+# checkpointed graph does hit the cache: a study that sees it learns its share (the largest).
+RECOMPUTE_WARM_SHARE = 1.0
 EVAL_COMPILE_SHARE = 0.45  # the headroom check's evaluation pass / the cold compile (median)
 WEIGHT_BYTES_PER_PARAM = 4  # the save's fp32 weights, beside the optimizer's state
 CHECKPOINT_BYTES_PER_S = 1.5e9  # the headroom check's save on the H200 machine (median)
@@ -127,11 +137,15 @@ def describe(checks: list[DueCheck]) -> str:
 class TrialWalls:
     """What each measured config's trial took, and the study's typical search trial."""
 
-    def __init__(self) -> None:
+    def __init__(self, recomputes: Callable[[Params], bool] | None = None) -> None:
+        """`recomputes`: whether a config checkpoints activations (its compile-cache class:
+        RECOMPUTE_WARM_SHARE); without it, every config is in one class."""
+        self._recomputes = recomputes
         self._longest: dict[str, TrialResult] = {}  # canonical params -> its longest trial
         self._grad_accum: dict[str, int] = {}
         self._search_walls: list[float] = []
-        self._warm_shares: list[float] = []  # a re-run's compile / the config's cold one
+        # A re-run's compile / the config's cold one, by cache class (recomputes or not).
+        self._warm_shares: dict[bool, list[float]] = {False: [], True: []}
         self._eval_s: list[float] = []  # the headroom checks' evaluation pass and save
 
     def observe(
@@ -140,7 +154,7 @@ class TrialWalls:
         key = canonical_params(params)
         known = self._longest.get(key)
         if purpose in _RERUNS and known is not None:
-            self._learn_rerun(known, result, purpose)
+            self._learn_rerun(params, known, result, purpose)
         if purpose not in _MEASURED or not result.wall_s:
             return
         if purpose != "remeasure":
@@ -151,9 +165,12 @@ class TrialWalls:
         if known is None or result.wall_s > (known.wall_s or 0.0):
             self._longest[key] = result
 
-    def _learn_rerun(self, first: TrialResult, rerun: TrialResult, purpose: str) -> None:
+    def _learn_rerun(
+        self, params: Params, first: TrialResult, rerun: TrialResult, purpose: str
+    ) -> None:
         if first.compile_s and rerun.compile_s is not None:
-            self._warm_shares.append(min(1.0, rerun.compile_s / first.compile_s))
+            share = min(1.0, rerun.compile_s / first.compile_s)
+            self._warm_shares[self._cache_class(params)].append(share)
         if purpose == HEADROOM_CHECK:
             phases = rerun.phases_s or {}
             if any(p in phases for p in _HEADROOM_PHASES):
@@ -163,9 +180,17 @@ class TrialWalls:
         """Whether a trial of this config was observed."""
         return canonical_params(params) in self._longest
 
-    def warm_share(self) -> float:
-        """A re-run's compile over its config's cold one: the largest the study measured."""
-        return max(self._warm_shares) if self._warm_shares else WARM_COMPILE_SHARE
+    def warm_share(self, params: Params | None = None) -> float:
+        """A re-run's compile over its config's cold one: the largest the study measured for
+        configs of its cache class, else the class's prior."""
+        recomputes = self._cache_class(params)
+        shares = self._warm_shares[recomputes]
+        if shares:
+            return max(shares)
+        return RECOMPUTE_WARM_SHARE if recomputes else WARM_COMPILE_SHARE
+
+    def _cache_class(self, params: Params | None) -> bool:
+        return params is not None and self._recomputes is not None and self._recomputes(params)
 
     def search_trial_s(self) -> float:
         """A search trial launched now: the median wall of the study's search trials."""
@@ -177,7 +202,7 @@ class TrialWalls:
         known = self._longest.get(canonical_params(params))
         if known is None:
             return self.search_trial_s()
-        return max(FLOOR_S, (known.wall_s or 0.0) - self._compile_saved(known))
+        return max(FLOOR_S, (known.wall_s or 0.0) - self._compile_saved(params, known))
 
     def headroom_s(self, params: Params) -> float:
         """The headroom check: a re-run, then an evaluation pass and a checkpoint save."""
@@ -204,7 +229,7 @@ class TrialWalls:
         phases = known.phases_s or {}
         skipped = sum(phases.get(p, 0.0) for p in _REPLACED_BY_PARITY)
         steps = PARITY_STEPS * (known.step_time_s or 0.0) / self._grad_accum.get(key, 1)
-        return max(FLOOR_S, known.wall_s - self._compile_saved(known) - skipped + steps)
+        return max(FLOOR_S, known.wall_s - self._compile_saved(params, known) - skipped + steps)
 
     def headroom_and_parity_s(self, params: Params) -> float:
         """A headroom check that runs the numerics check's candidate steps first: the check,
@@ -218,8 +243,8 @@ class TrialWalls:
         )
         return self.headroom_s(params) + steps
 
-    def _compile_saved(self, known: TrialResult) -> float:
-        return (known.compile_s or 0.0) * (1.0 - self.warm_share())
+    def _compile_saved(self, params: Params, known: TrialResult) -> float:
+        return (known.compile_s or 0.0) * (1.0 - self.warm_share(params))
 
     def due(self, checks: list[tuple[str, Params]]) -> list[DueCheck]:
         """Each (purpose, params) with its expected seconds."""

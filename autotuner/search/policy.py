@@ -65,6 +65,7 @@ from autotuner.search.seeding import Seeder, SeedPlan
 from autotuner.search.space import SearchSpace
 from autotuner.search.trial_cost import TrialCosts
 from autotuner.spec import (
+    Checkpointing,
     CompileMode,
     Knobs,
     ModelFamily,
@@ -128,7 +129,7 @@ class SearchPolicy:
         self.feedback = Feedback(cost=self.cost, options=options, knobs=self.knobs)
         # What each config's trial took: the end checks' time (end_time.py). Why the search or
         # the re-measurements stopped for them, once they did (the study's events, `stopped`).
-        self.walls = TrialWalls()
+        self.walls = TrialWalls(recomputes=self._recomputes)
         self.costs = TrialCosts()  # what a proposal's trial is expected to take
         self.time_stop: str | None = None
         self.checks_note: str | None = None  # why the end checks did not start (end_time.py)
@@ -207,6 +208,10 @@ class SearchPolicy:
 
     def knobs(self, params: dict[str, Any]) -> Knobs:
         return self.space.knobs_for(params, self.model, self.gpus)
+
+    def _recomputes(self, params: dict[str, Any]) -> bool:
+        """Whether the config checkpoints activations (end_time.RECOMPUTE_WARM_SHARE)."""
+        return self.knobs(params).checkpointing != Checkpointing.NONE
 
     def attention_probe(self, knobs: Knobs) -> bool:
         """Whether a trial of these knobs should probe its attention kernel before building

@@ -17,22 +17,29 @@ from __future__ import annotations
 
 import json
 
-from autotuner.search.end_time import FLOOR_S, WARM_COMPILE_SHARE, TrialWalls
+from autotuner.search.end_time import FLOOR_S, TrialWalls
 from autotuner.search.progress import HEADROOM_AND_PARITY, HEADROOM_CHECK, PARITY
-from autotuner.spec import TrialConfig, TrialResult
+from autotuner.spec import Checkpointing, TrialConfig, TrialResult, canonical_params
 
 
 class RerunWalls:
     """The `rewall` of a replay on simulated time."""
 
     def __init__(self) -> None:
-        self._walls = TrialWalls()
+        # A checkpointed config's re-run compiles cold (end_time.RECOMPUTE_WARM_SHARE).
+        self._recomputes: dict[str, bool] = {}
+        self._walls = TrialWalls(
+            recomputes=lambda p: self._recomputes.get(canonical_params(p), False)
+        )
         self._unrecorded: set[str] = set()  # configs not in the landscape, charged once
 
     def __call__(
         self, config: TrialConfig, key: str, result: TrialResult, recorded: bool
     ) -> TrialResult:
         params = json.loads(key)
+        self._recomputes[canonical_params(params)] = (
+            config.knobs.checkpointing != Checkpointing.NONE
+        )
         if not recorded:
             charged = key in self._unrecorded
             self._unrecorded.add(key)
@@ -50,5 +57,6 @@ class RerunWalls:
         else:
             purpose = "remeasure"
         wall_s = max(FLOOR_S, self._walls.expected_s(purpose, params))
-        compile_s = None if result.compile_s is None else result.compile_s * WARM_COMPILE_SHARE
+        share = self._walls.warm_share(params)
+        compile_s = None if result.compile_s is None else result.compile_s * share
         return result.model_copy(update={"wall_s": wall_s, "compile_s": compile_s})

@@ -15,6 +15,7 @@ from autotuner.search.end_time import (
     EVAL_COMPILE_SHARE,
     FLOOR_S,
     MARGIN,
+    RECOMPUTE_WARM_SHARE,
     SEARCH_TIME_SHARE,
     WARM_COMPILE_SHARE,
     DueCheck,
@@ -272,3 +273,49 @@ def test_the_plan_times_the_numerics_reference_it_will_run() -> None:
     assert policy._as_run(PARITY_REFERENCE, winner) == expert
     # Warm: the expert default's wall less its compile's warm saving, plus the parity steps.
     assert policy.walls.expected_s(PARITY_REFERENCE, expert) < 60.0
+
+
+# Llama 8B on the H200 (2026-12-06): full recompute, its trial 106 s with 88 s of cold compile.
+CKPT = {"precision": "bf16", "micro_batch_size": 8, "checkpointing": "full"}
+PLAIN = {"precision": "bf16", "micro_batch_size": 2, "checkpointing": "none"}
+
+
+def _recomputing_walls() -> TrialWalls:
+    walls = TrialWalls(recomputes=lambda p: p.get("checkpointing", "none") != "none")
+    walls.observe(CKPT, measured(9_474.0, wall_s=106.0, compile_s=88.0), "seed")
+    walls.observe(PLAIN, measured(9_443.0, wall_s=128.0, compile_s=111.0), "seed")
+    return walls
+
+
+def test_a_checkpointed_configs_rerun_is_expected_to_compile_cold() -> None:
+    """On the H200 no checkpointed graph hit the study's compile cache: its re-measurement was
+    expected at 57 s (warm) and took 120 s, and the end checks it crowded out never ran."""
+    walls = _recomputing_walls()
+    assert RECOMPUTE_WARM_SHARE == 1.0
+    assert walls.warm_share(CKPT) == 1.0 and walls.rerun_s(CKPT) == 106.0
+    assert walls.warm_share(PLAIN) == WARM_COMPILE_SHARE
+    assert walls.rerun_s(PLAIN) == 128.0 - 111.0 * (1 - WARM_COMPILE_SHARE)
+    # The re-measurement the 8B study ran at 5.8 of its 10 minutes: with the headroom check
+    # kept for, it does not fit any more.
+    time = TimeLeft(elapsed_s=5.8 * 60, budget_s=600.0)
+    checks = walls.due([("headroom", CKPT)])
+    rerun = walls.due([("remeasure", CKPT)])[0]
+    assert remeasure_cut(time, rerun, checks, done=0, planned=4) is not None
+
+
+def test_each_cache_class_learns_its_own_warm_share() -> None:
+    """The plain config's re-run hit the cache (37 s of 111); the checkpointed one's missed
+    (104 s of 88, capped at 1). Neither teaches the other: the study-wide largest share once
+    called every re-run cold after one miss."""
+    walls = _recomputing_walls()
+    walls.observe(PLAIN, measured(9_916.0, wall_s=55.0, compile_s=37.0), "remeasure")
+    walls.observe(CKPT, measured(9_581.0, wall_s=120.0, compile_s=104.0), "remeasure")
+    assert walls.warm_share(PLAIN) == pytest.approx(37.0 / 111.0)
+    assert walls.warm_share(CKPT) == 1.0
+    # A study where a checkpointed graph does hit the cache (the CPU) learns that too.
+    cpu = TrialWalls(recomputes=lambda p: p.get("checkpointing", "none") != "none")
+    cpu.observe(CKPT, measured(100.0, wall_s=35.0, compile_s=29.0), "seed")
+    cpu.observe(CKPT, measured(100.0, wall_s=8.0, compile_s=1.8), "remeasure")
+    assert cpu.warm_share(CKPT) == pytest.approx(1.8 / 29.0)
+    # Without a classifier every config is one class, as before.
+    assert TrialWalls().warm_share(CKPT) == WARM_COMPILE_SHARE
