@@ -129,3 +129,25 @@ def test_8bit_adamw_runs_and_frees_what_the_memory_model_says():
     freed = peaks["adamw-fused"] - peaks["adamw-8bit"]
     expected = predicted["adamw-fused"] - predicted["adamw-8bit"]
     assert freed > 0 and freed == pytest.approx(expected, rel=0.35), (peaks, predicted)
+
+
+def test_a_checkpointed_compiled_config_rerun_hits_the_studys_compile_cache(tmp_path, monkeypatch):
+    """Two trials of one compiled config with full checkpointing, in one study's cache: the
+    second compiles from it. On the H200 (torch 2.11) every checkpointed Llama 8B trial
+    missed it while the recompute preserved the RNG state (graphsafe_run_with_rng_state in
+    the graph: inductor bypasses its FX-graph cache for it); a block without dropout no longer
+    preserves it (workers/models/checkpointing.py)."""
+    monkeypatch.setenv("AUTOTUNER_COMPILE_CACHE_DIR", str(tmp_path))
+    config = _config(
+        GPT2_2L, {"precision": "bf16", "attention": "flash", "checkpointing": "full"}
+    ).model_copy(update={"study_id": "st-ckpt-cache"})
+    config.knobs = config.knobs.model_copy(update={"compile_mode": "default"})
+    first, second = (run_trial_process(config, timeout_s=600) for _ in range(2))
+    for r in (first, second):
+        assert r.status == TrialStatus.OK, f"{r.failure_class}: {r.error_message}"
+    assert first.compile_cache_misses and not first.compile_cache_hits
+    assert second.compile_cache_hits and not second.compile_cache_misses, (
+        second.compile_cache_hits,
+        second.compile_cache_misses,
+    )
+    print(f"compile: cold {first.compile_s:.1f} s, from the cache {second.compile_s:.1f} s")

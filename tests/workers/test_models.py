@@ -116,3 +116,44 @@ def test_hf_model_routes_attention_through_attend(monkeypatch):
     x = torch.randint(0, 500, (2, 64))
     model(x, x).backward()
     assert calls == ["flash", "flash"]
+
+
+@pytest.mark.parametrize(
+    "preset, dropout, replays",
+    [("llama-tiny", 0.0, False), ("tiny", 0.0, False), ("tiny", 0.2, True)],
+)
+def test_a_checkpointed_block_replays_the_rng_only_where_it_draws_from_it(
+    monkeypatch, preset, dropout, replays
+):
+    """Preserving the RNG state for a recompute with nothing random in it buys nothing, and on
+    CUDA it keeps every checkpointed graph out of inductor's FX-graph cache (seen on the H200:
+    Llama 8B's checkpointed trials all compiled cold). A block with dropout must replay it."""
+    import workers.models.checkpointing as ckpt
+
+    calls: list[bool] = []
+    real = ckpt.checkpoint
+
+    def observed(*args, **kwargs):  # the real checkpoint, its preserve_rng_state recorded
+        calls.append(kwargs["preserve_rng_state"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ckpt, "checkpoint", observed)
+    spec = ModelSpec.resolve({"preset": preset, "dropout": dropout})
+    _fwd_bwd_ops(build_model(spec, Knobs(attention="math", checkpointing="full")))
+    assert calls == [replays] * spec.n_layer
+
+
+def test_a_dropout_models_recompute_replays_its_masks():
+    """With dropout, the checkpointed model's gradients are the plain model's, seed for seed:
+    the recompute drew the forward's masks again."""
+    spec = ModelSpec.resolve({"preset": "tiny", "dropout": 0.2})
+    x = torch.randint(0, spec.vocab_size, (2, 32))
+    grads = {}
+    for mode in ("none", "full"):
+        torch.manual_seed(0)
+        model = build_model(spec, Knobs(attention="math", checkpointing=mode))
+        model.train()
+        torch.manual_seed(1)
+        model(x, x).backward()
+        grads[mode] = torch.cat([p.grad.flatten() for p in model.parameters()])
+    assert torch.allclose(grads["none"], grads["full"], atol=1e-6)

@@ -53,13 +53,14 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(spec.d_model)
         self.mlp = MLP(spec)
         self.checkpointing = checkpointing
+        self.random = spec.dropout > 0  # its recompute must replay the dropout masks
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln_1(x))
         return x + self.mlp(self.ln_2(x))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return run_block(self._forward, self.checkpointing, x)
+        return run_block(self._forward, self.checkpointing, x, random=self.random)
 
 
 class GPT(nn.Module):

@@ -85,7 +85,8 @@ class Block(nn.Module):
         return x + self.feed_forward(self.ffn_norm(x))
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-        return run_block(self._forward, self.checkpointing, x, rope)
+        # No dropout in this family: nothing random to replay in the recompute.
+        return run_block(self._forward, self.checkpointing, x, rope, random=False)
 
 
 class Llama(nn.Module):
