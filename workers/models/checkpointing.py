@@ -54,12 +54,13 @@ def run_block(
     """Call `fn(*args)` (one block's forward) under the checkpointing mode. `random`: the block
     draws random numbers (dropout), so its recompute must replay the forward's RNG state.
 
-    A block without randomness does not preserve the RNG state: there is nothing to replay,
-    and under torch.compile on CUDA preserving it puts graphsafe_run_with_rng_state in the
-    graph, which inductor's FX-graph cache bypasses (pytorch/pytorch#185562, after torch 2.11):
-    every checkpointed trial then compiled cold, a re-run of the same config included (Llama 8B
-    on the H200: 104 s against 88 s cold, where a config without checkpointing re-ran in 37 s
-    of 111)."""
+    A block without randomness does not preserve the RNG state: there is nothing to replay.
+    And on the H200 every checkpointed trial compiled cold, a re-run of the same config
+    included (Llama 8B: 104 s against 88 s cold, where a config without checkpointing re-ran
+    in 37 s of 111), while on the CPU a checkpointed re-run hits the cache. The likely cause:
+    under torch.compile on CUDA, preserving the state puts graphsafe_run_with_rng_state in the
+    graph, which inductor's FX-graph cache bypasses (pytorch/pytorch#185562, merged after the
+    torch 2.11 the H200 runs). tests/gpu checks the cache hit on a GPU."""
     if mode == Checkpointing.NONE or not torch.is_grad_enabled():
         return fn(*args)
     context = {} if mode == Checkpointing.FULL else {"context_fn": _selective_context}
