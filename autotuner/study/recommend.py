@@ -491,7 +491,7 @@ def _runner_up(best: ConfigMeasurements, second: ConfigMeasurements) -> dict[str
         # Recommended on a tie for its numerics (numerics.prefer_reference_numerics).
         out["text"] = (
             f"a tie: the runner-up is {-margin / (1 + margin):.1%} faster, within the noise "
-            f"(±{noise:.1%}), but changes numerics unchecked"
+            f"(±{noise:.1%}), but changes numerics without a passed check"
         )
     elif out["tie"]:
         out["text"] = (
