@@ -205,7 +205,8 @@ class Recommendation(BaseModel):
         "state) changes numerics (checked, passed, precision, name: the numerics in words, "
         "changes_numerics, reference_precision, tolerance_rel, diff_rel, steps, parity_trials, "
         "skipped: faster configs that failed it, preferred_over: a faster config it ties "
-        "whose numerics were not checked, text)",
+        "whose check has not passed, with that check's state: not run, pending or unchecked; "
+        "text)",
     )
     input_pipeline: dict[str, Any] | None = Field(
         None,

@@ -570,19 +570,17 @@ def numerics_entry(
     if tied_over is not None:
         other = candidate_knobs(tied_over)
         check = checks.get(tied_over.key)
-        state = check.state if check is not None else "unchecked"
+        state = check.state if check is not None else "not run"
         out["preferred_over"] = {
             "trial_number": tied_over.first.number,
             "precision": other.precision.value,
             "name": numerics_name(other),
             "state": state,
         }
-        how = "changes numerics unchecked"
-        if check is not None:
-            how = {
-                "pending": "changes numerics and its check has not finished",
-                "unchecked": "changes numerics and its check could not tell",
-            }.get(state, how)
+        how = {
+            "pending": "changes numerics and its check has not finished",
+            "unchecked": "changes numerics and its check could not tell",
+        }.get(state, "changes numerics unchecked")
         text = (
             f"trial #{tied_over.first.number} ({numerics_name(other)}) ties it within the "
             f"noise but {how}, so this config, with the reference numerics, is "

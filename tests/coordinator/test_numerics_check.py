@@ -491,7 +491,7 @@ def test_on_a_tie_an_unchecked_winner_gives_way_to_the_reference_numerics(
         "trial_number": fp8.number,
         "precision": "fp8-tensorwise",
         "name": "fp8-tensorwise",
-        "state": "unchecked",
+        "state": "not run",
     }
     assert f"trial #{fp8.number} (fp8-tensorwise) ties it" in num["text"]
     assert Recommendation.model_validate(rec).numerics == num
