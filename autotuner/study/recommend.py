@@ -236,9 +236,9 @@ def recommend_ranked(
         groups = [eligible[chosen], *(g for g in eligible[chosen + 1 :] if g.key not in failed)]
         # The winner's records and those of the configs that tie it, in one statement: on a
         # tie, the one with the reference's numerics may be recommended instead.
-        tied = _ties(groups)
-        load_json([t for g in (groups[0], *tied) for t in g.trials])
-        preferred = prefer_reference_numerics(groups, 0, checks, [groups.index(g) for g in tied])
+        tied = _ties(groups)  # groups[1 : tied + 1]
+        load_json([t for g in groups[: tied + 1] for t in g.trials])
+        preferred = prefer_reference_numerics(groups, 0, checks, range(1, tied + 1))
         if preferred:
             # The faster config stays as the runner-up, the first alternative.
             tied_over = groups[0]
@@ -456,15 +456,15 @@ def _tie(best: ConfigMeasurements, other: ConfigMeasurements) -> bool:
     return margin <= max(best.noise_rel, other.noise_rel)
 
 
-def _ties(groups: Sequence[ConfigMeasurements]) -> list[ConfigMeasurements]:
-    """The configs after groups[0] that tie it, up to TIE_LOOKAHEAD; ranked by median, so the
+def _ties(groups: Sequence[ConfigMeasurements]) -> int:
+    """How many configs after groups[0] tie it, up to TIE_LOOKAHEAD; ranked by median, so the
     first that does not tie ends them."""
-    out: list[ConfigMeasurements] = []
+    n = 0
     for g in groups[1 : TIE_LOOKAHEAD + 1]:
         if not _tie(groups[0], g):
             break
-        out.append(g)
-    return out
+        n += 1
+    return n
 
 
 def _runner_up(best: ConfigMeasurements, second: ConfigMeasurements) -> dict[str, Any]:
