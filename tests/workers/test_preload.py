@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import resource
+import select
 import signal
 import subprocess
 import sys
@@ -332,18 +333,28 @@ def test_the_launcher_hears_of_a_forked_trials_exit_at_once(server: Path, tmp_pa
     cfg_path.write_text(config.model_dump_json())
     argv = ["--config", str(cfg_path), "--result", str(tmp_path / "result.json")]
     env = _trial_env(config, tmp_path)
-    waits = []
-    for i in range(5):
+    waits, teardowns = [], []
+    for i in range(7):
         stderr = tmp_path / f"stderr-{i}.log"
         proc = preload.fork_trial(
             sys.executable, argv, env, str(tmp_path), tmp_path / "stdout.log", stderr
         )
         assert proc is not None, "the module's server should have forked the trial"
         wait_for(lambda f=stderr: f.exists() and "sleeping" in f.read_text(), 60, "its build")
-        time.sleep(0.05 * i)  # the kill lands anywhere in the server's tick
+        exited = os.pidfd_open(proc.pid)  # readable once the kernel has torn the trial down
+        time.sleep(0.03 * i)  # the kill lands anywhere in the server's tick
         killed_at = time.monotonic()
         os.kill(proc.pid, signal.SIGKILL)
+        assert select.select([exited], [], [], 10)[0], "the killed trial did not exit"
+        exited_at = time.monotonic()
+        os.close(exited)
         assert proc.wait(timeout=10) == -signal.SIGKILL
-        waits.append(time.monotonic() - killed_at)
-    # With the tick, waits spread over 0-0.2 s (median ~0.1); with the pidfd, milliseconds.
-    assert sorted(waits)[2] < 0.04, f"waits after the kill: {[round(w, 3) for w in waits]}"
+        waits.append(time.monotonic() - exited_at)
+        teardowns.append(exited_at - killed_at)
+    # Timed from the trial's exit, not from the kill: tearing down a process that imported
+    # torch takes the kernel 10-50 ms, more on a slower machine, and that is no part of what
+    # the server does. With the tick, waits spread over 0-0.2 s (median ~0.1); with the pidfd,
+    # a few milliseconds.
+    report = f"waits after the exit: {[round(w, 3) for w in waits]}; "
+    report += f"teardowns: {[round(t, 3) for t in teardowns]}"
+    assert sorted(waits)[3] < 0.02, report
