@@ -22,7 +22,9 @@ from .conftest import make_config, start_preload_server
 
 
 def _compiled(study_id: str, number: int, grad_accum: int = 2, **measure):
-    config = make_config(compile_mode="default", attention="flash", grad_accum=grad_accum)
+    config = make_config(
+        model={"n_layer": 1}, compile_mode="default", attention="flash", grad_accum=grad_accum
+    )
     return config.model_copy(
         update={
             "study_id": study_id,
