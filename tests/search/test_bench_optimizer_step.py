@@ -11,6 +11,7 @@ import pytest
 from bench.optimizer_step import main
 
 
+@pytest.mark.slow  # torchao's 8-bit step compiles on the CPU: about a minute
 def test_each_optimizer_is_timed_against_fused_adamw(tmp_path: Path, capsys) -> None:
     pytest.importorskip("torchao.optim")
     out = tmp_path / "step.json"

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from bench.power_cap_probe import main
 
 CPU_KNOBS = {
@@ -16,6 +18,7 @@ CPU_KNOBS = {
 }
 
 
+@pytest.mark.slow  # real trials in fresh processes, one per arm
 def test_the_arms_run_as_trials_and_are_compared_with_the_search_trial(tmp_path: Path) -> None:
     out = tmp_path / "probe.json"
     argv = ["--preset", "tiny", "--device", "cpu", "--rounds", "1", "--out", str(out)]

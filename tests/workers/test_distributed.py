@@ -140,6 +140,7 @@ def test_ddp_comm_hooks_run(compression, no_orphans):
     _assert_ok(result, 2, "ddp", tokens_per_step=2 * 64)
 
 
+@pytest.mark.slow  # torchao's 8-bit step compiles in each rank
 def test_fsdp2_steps_8bit_moments_on_its_shards(no_orphans):
     """torchao's AdamW8bit keeps its 8-bit moments per DTensor shard: Llama 8B's other route
     to headroom, beside FSDP2 itself, and the two together."""

@@ -113,6 +113,7 @@ def test_eval_runs_without_autograd_in_eval_mode_and_saves_a_loadable_state(
     assert torch.equal(state["model"]["lm_head.weight"], model.state_dict()["lm_head.weight"])
 
 
+@pytest.mark.slow  # torchao's 8-bit step compiles on the CPU
 def test_an_8bit_optimizers_checkpoint_holds_its_8bit_moments() -> None:
     """The headroom check of an 8-bit AdamW winner saves its 8-bit moments (2 B/param and their
     scales where fp32 moments are 8): the size the end-time plan expects of the save

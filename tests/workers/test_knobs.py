@@ -87,6 +87,7 @@ def test_optimizer_implementation(value, fused):
     assert any(not torch.equal(b, a) for b, a in zip(before, after, strict=True))
 
 
+@pytest.mark.slow  # torchao's 8-bit step compiles on the CPU
 def test_the_8bit_optimizer_keeps_8bit_moments_and_trains() -> None:
     """adamw-8bit is torchao's AdamW8bit: the matrices' moments are 8-bit tensors (a quarter
     of fp32's bytes), and a trial with it runs and measures."""

@@ -35,6 +35,7 @@ def _measured_and_estimate(optimizer: str) -> tuple[float, memory.MemoryEstimate
     return result.peak_mem_gib, estimate, memory.total_params(config.model, config.knobs)
 
 
+@pytest.mark.slow  # two trials of an 86M-parameter model
 def test_the_optimizer_steps_peak_is_modelled() -> None:
     fused, fused_est, n = _measured_and_estimate("adamw-fused")
     foreach, foreach_est, _ = _measured_and_estimate("adamw-foreach")
