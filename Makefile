@@ -34,6 +34,9 @@ demo: setup
 # limits (marker `timing`) run after it, alone, where load from the others cannot decide them.
 # 3 processes on 2 cores keep both busy while tests wait on processes: 552-582 s here against
 # 634 s with 2 (fresh clone, this 2-core machine), plus ~130 s of timing tests.
+# Collection order is kept on purpose: running the minute-long tests first took 714 s against
+# 605 s (2026-12-06), as the CPU-bound compiles then ran beside each other and the tests that
+# wait on processes beside each other, where the default order mixes the two.
 TEST_WORKERS ?= 3
 test: setup
 	$(PY) -m pytest -m "not gpu and not timing" -n $(TEST_WORKERS) $(PYTEST_ARGS)

@@ -66,22 +66,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             marks.add(MARK_BY_FILE[path.name])
         for mark in sorted(marks):
             item.add_marker(mark)
-    items.sort(key=_module_cost(items))
-
-
-# Longest first: with the suite spread over TEST_WORKERS processes, a minute-long test drawn
-# last keeps one process busy after the others ran out of work. A module's tests stay together
-# (module fixtures: a Ray cluster, a service), ordered by their heaviest marker.
-COST_BY_MARK = {"slow": 0, "trials": 1, "ray": 1, "service": 1, "browser": 1}
-
-
-def _module_cost(items: list[pytest.Item]):
-    cost: dict[Path, int] = {}
-    for item in items:
-        marks = {m.name for m in item.iter_markers()}
-        rank = min((COST_BY_MARK[m] for m in marks if m in COST_BY_MARK), default=2)
-        cost[item.path] = min(cost.get(item.path, 2), rank)
-    return lambda item: cost[item.path]
 
 
 PG_ENV = "AUTOTUNER_TEST_PG"
