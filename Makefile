@@ -9,7 +9,7 @@ GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 TORCH ?= torch==2.13.0$(if $(GPU),,+cpu)
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 PYTEST_ARGS ?=
-# The inner loop: no GPU, no Ray head, no service or trial processes, nothing slow (~1 min).
+# The inner loop: no GPU, no Ray head, no service or trial processes, nothing slow (~2.5 min).
 FAST_TESTS := not (gpu or slow or ray or service or trials or browser)
 
 .PHONY: setup demo test test-fast lint format gpu-test
@@ -42,8 +42,9 @@ test: setup
 	$(PY) -m pytest -m "not gpu and not timing" -n $(TEST_WORKERS) $(PYTEST_ARGS)
 	$(PY) -m pytest -m "not gpu and timing" $(PYTEST_ARGS)
 
+# In TEST_WORKERS processes too: 145 s against 221 s in one (2026-12-06, 579 tests on 2 cores).
 test-fast: setup
-	$(PY) -m pytest -m "$(FAST_TESTS)" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "$(FAST_TESTS)" -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check autotuner workers tests bench
