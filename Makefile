@@ -33,7 +33,8 @@ demo: setup
 # database, Ray cluster, ports and temp dirs are its own); the tests that assert wall-clock
 # limits (marker `timing`) run after it, alone, where load from the others cannot decide them.
 # 3 processes on 2 cores keep both busy while tests wait on processes: 552-582 s here against
-# 634 s with 2 (fresh clone, this 2-core machine), plus ~130 s of timing tests.
+# 634 s with 2 (fresh clone, this 2-core machine), plus ~130 s of timing tests; with 4, 711 s
+# against 601 s with 3 (2026-12-06).
 # Collection order is kept on purpose: running the minute-long tests first took 714 s against
 # 605 s (2026-12-06), as the CPU-bound compiles then ran beside each other and the tests that
 # wait on processes beside each other, where the default order mixes the two.
