@@ -184,7 +184,7 @@ class TrialWalls:
         """Whether a trial of this config was observed."""
         return canonical_params(params) in self._longest
 
-    def warm_share(self, params: Params | None = None) -> float:
+    def warm_share(self, params: Params) -> float:
         """A re-run's compile over its config's cold one: the largest the study measured for
         configs of its cache class, else the class's prior."""
         recomputes = self._cache_class(params)
@@ -193,8 +193,8 @@ class TrialWalls:
             return max(shares)
         return RECOMPUTE_WARM_SHARE if recomputes else WARM_COMPILE_SHARE
 
-    def _cache_class(self, params: Params | None) -> bool:
-        return params is not None and self._recomputes is not None and self._recomputes(params)
+    def _cache_class(self, params: Params) -> bool:
+        return self._recomputes is not None and self._recomputes(params)
 
     def search_trial_s(self) -> float:
         """A search trial launched now: the median wall of the study's search trials."""

@@ -137,7 +137,7 @@ def test_a_rerun_compiles_warm_as_the_study_measured_it() -> None:
     walls = TrialWalls()
     walls.observe(FP8, _llama_3b_fp8(), "seed", grad_accum=4)
     # Before any re-run: the prior share of the cold compile.
-    assert walls.warm_share() == WARM_COMPILE_SHARE
+    assert walls.warm_share(FP8) == WARM_COMPILE_SHARE
     assert walls.rerun_s(FP8) == 170.7 - 157.3 * (1 - WARM_COMPILE_SHARE)
     expected_headroom = walls.rerun_s(FP8) + EVAL_COMPILE_SHARE * 157.3
     assert walls.headroom_s(FP8) == expected_headroom  # no parameter count: no save counted
@@ -147,7 +147,7 @@ def test_a_rerun_compiles_warm_as_the_study_measured_it() -> None:
     )
     walls.observe(FP8, check, "headroom")
     share = 53.2 / 157.3
-    assert walls.warm_share() == share
+    assert walls.warm_share(FP8) == share
     assert walls.rerun_s(FP8) == 170.7 - 157.3 * (1 - share)
     assert walls.headroom_s(FP8) == walls.rerun_s(FP8) + 141.0
     # A parity trial: warm, no warm-up or timed repeats, 50 steps of one micro-batch.
