@@ -252,6 +252,30 @@ class Attention(StrEnum):
     FLEX = "flex"  # FlexAttention with a causal block mask (needs torch.compile to be fast)
 
 
+class CompileScope(StrEnum):
+    """What `torch.compile` wraps (inactive when compile_mode is none)."""
+
+    MODEL = "model"  # the whole model: one graph per step (the loss and output layer included)
+    # Each repeated transformer block compiled on its own (regional compilation, as torchtitan
+    # compiles its blocks): one block's graph is traced once and reused by every layer, so the
+    # compile takes a fraction of the whole model's; the embedding, final norm, output layer and
+    # loss run eagerly.
+    BLOCK = "block"
+
+
+class Kernels(StrEnum):
+    """Fused kernels from Liger-Kernel (Triton, CUDA only)."""
+
+    NONE = "none"
+    # The output layer and the cross-entropy in one chunked kernel: the logits (micro-batch x
+    # sequence x vocab, kept in fp32 for the loss) are never materialised, which frees the
+    # largest single activation of a large-vocabulary model.
+    FUSED_CE = "fused-ce"
+    # fused-ce plus Liger's RMSNorm/LayerNorm, SwiGLU and RoPE kernels (for a Hugging Face
+    # model: the architectures Liger patches, `liger_kernel.transformers`).
+    LIGER = "liger"
+
+
 class Checkpointing(StrEnum):
     NONE = "none"
     SELECTIVE = "selective"  # recompute the attention/MLP inner activations, keep block outputs
@@ -281,6 +305,8 @@ class Knobs(_Record):
     compile_mode: CompileMode = CompileMode.NONE
     attention: Attention = Attention.EFFICIENT
     checkpointing: Checkpointing = Checkpointing.NONE
+    compile_scope: CompileScope = CompileScope.MODEL
+    kernels: Kernels = Kernels.NONE
     optimizer: Optimizer = Optimizer.ADAMW_FUSED
     vocab_pad_multiple: Literal[1, 64, 128] = 1
     # The CUDA caching allocator's mode (PYTORCH_CUDA_ALLOC_CONF, set before CUDA starts):
