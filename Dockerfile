@@ -35,5 +35,5 @@ FROM control AS worker
 # --build-arg TORCH=... to match your driver, the same on every GPU host.
 ARG TORCH="torch==2.13.0"
 USER root
-RUN pip install "${TORCH}" && pip install -e ".[worker]"
+RUN pip install "${TORCH}" && pip install -e ".[worker,kernels]"
 USER autotuner

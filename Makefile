@@ -6,6 +6,7 @@ PY := $(VENV)/bin/python
 # not carry: it comes from a local wheel if pip's configured sources have one, else from
 # PyTorch's CPU index. Any other build: `make setup TORCH=...`.
 GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
+comma := ,
 TORCH ?= torch==2.13.0$(if $(GPU),,+cpu)
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 PYTEST_ARGS ?=
@@ -22,7 +23,7 @@ $(VENV)/.installed: pyproject.toml
 	@echo "installing $(TORCH) ($(if $(GPU),NVIDIA GPU found,no NVIDIA GPU: the CPU build))"
 	$(PY) -m pip install -q "$(TORCH)" $(if $(GPU),,2>/dev/null || \
 		$(PY) -m pip install -q "$(TORCH)" --extra-index-url $(TORCH_CPU_INDEX))
-	$(PY) -m pip install -q -e ".[worker,dev]"
+	$(PY) -m pip install -q -e ".[worker,dev$(if $(GPU),$(comma)kernels,)]"
 	touch $@
 
 demo: setup

@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from autotuner.spec import CompileMode, Knobs, Precision, TrialConfig
+from autotuner.spec import CompileMode, CompileScope, Knobs, Precision, TrialConfig
 from workers.errors import PeerFailed, UnsupportedConfig
 from workers.launch import LIMIT_ENV
 
@@ -237,7 +237,7 @@ def _ddp(model, k: Knobs, group: Group, compile_fn):
 
     # Compile first, then wrap (nanoGPT's order): dynamo sees the active DDP module at run time
     # and splits the graph at bucket boundaries (DDPOptimizer) so all-reduces overlap backward;
-    # the compile scope is the whole model, as on one GPU, so scaling compares like with like.
+    # the compile scope is the knob's, as on one GPU, so scaling compares like with like.
     inner = compile_fn(model)
     cuda = group.device.type == "cuda"
     ddp = DDP(
@@ -286,8 +286,9 @@ def _fsdp2(model, config: TrialConfig, compile_fn):
     if blocks is not None:
         for i in range(len(blocks)):
             # torchtitan's order: compile each block, then shard it. Dynamo does not trace
-            # FSDP2's hooks, so per-block graphs are what a whole-model compile would get too.
-            blocks[i] = compile_fn(blocks[i])
+            # FSDP2's hooks, so per-block graphs are what a whole-model compile would get too:
+            # under FSDP2 every compile is per block, whatever compile_scope says.
+            blocks[i] = compile_fn(blocks[i], scope=CompileScope.MODEL)
             fully_shard(blocks[i], mp_policy=mp, reshard_after_forward=reshard)
     # The root holds what is left: embeddings, the final norm and the (tied) output layer.
     fully_shard(model, mp_policy=mp, reshard_after_forward=reshard)

@@ -13,7 +13,7 @@ import importlib.util
 
 import torch
 
-from autotuner.spec import Attention, CompileMode, Optimizer, Precision, TrialConfig
+from autotuner.spec import Attention, CompileMode, Kernels, Optimizer, Precision, TrialConfig
 from workers.errors import UnsupportedConfig
 from workers.precision import autocast_dtype
 
@@ -39,6 +39,20 @@ def static_check(
             "adamw-8bit from the space's optimizer values",
             {"optimizer": k.optimizer.value},
         )
+    if k.kernels != Kernels.NONE:
+        kernels = {"kernels": k.kernels.value}
+        if device.type != "cuda":
+            return UnsupportedConfig(
+                f"kernels {k.kernels.value!r} are Liger-Kernel's Triton kernels, which need a "
+                "CUDA GPU; on the CPU use kernels 'none'",
+                kernels,
+            )
+        if importlib.util.find_spec("liger_kernel") is None:
+            return UnsupportedConfig(
+                f"kernels {k.kernels.value!r} need Liger-Kernel on the worker: pip install "
+                "liger-kernel, or drop them from the space's kernels values",
+                kernels,
+            )
     if config.num_gpus > 1 and ranks != config.num_gpus:
         return UnsupportedConfig(
             f"num_gpus={config.num_gpus} runs one process per GPU but this trial has {ranks}: "

@@ -124,14 +124,6 @@ def _allocator_in_effect(allocator: str) -> str:
     return f"CUDA allocator: {settings} ({ALLOC_CONF_VAR}, knob allocator={allocator})"
 
 
-def _compile(model, mode: CompileMode):
-    import torch
-
-    if mode == CompileMode.NONE:
-        return model
-    return torch.compile(model, mode=mode.value)
-
-
 def run_trial(config: TrialConfig) -> TrialResult | None:
     """Run one trial, or one rank of it, in this process (never raises for a failed config).
 
@@ -206,6 +198,7 @@ def build_step(config: TrialConfig, device, info: dict[str, Any], group=None):
     import torch
 
     from workers import faults, precision, support
+    from workers.compiling import compile_model
     from workers.data import make_batches
     from workers.models import build_model
     from workers.models.factory import FactoryLM
@@ -261,10 +254,15 @@ def build_step(config: TrialConfig, device, info: dict[str, Any], group=None):
     if group is None:
         # The optimizer holds the original parameters; the compiled wrapper shares them.
         optimizer = build_optimizer(model, k.optimizer)
-        runnable = _compile(model, k.compile_mode)
+        runnable, compiled = compile_model(model, k.compile_mode, k.compile_scope)
+        if compiled:
+            info["notes"].append(compiled)
     else:
         runnable, grad_sync = distributed.parallelize(
-            model, config, group, lambda module: _compile(module, k.compile_mode)
+            model,
+            config,
+            group,
+            lambda module, scope=k.compile_scope: compile_model(module, k.compile_mode, scope)[0],
         )
         # After the wrapper: FSDP2 replaced the parameters by this rank's shards.
         optimizer = build_optimizer(model, k.optimizer)

@@ -70,7 +70,7 @@ def test_checkpointing_wraps_the_listed_blocks() -> None:
     import torch
 
     from workers.models import build_model
-    from workers.models.factory import CheckpointedBlock
+    from workers.models.checkpointing import CheckpointedBlock
 
     idx = torch.randint(0, SIZES["vocab_size"], (2, SIZES["seq_len"]))
     matmuls = {}

@@ -64,6 +64,8 @@ def test_fp32_turns_tf32_off():
         ({"attention": "efficient"}, {"attention": "efficient"}),
         ({"attention": "cudnn"}, {"attention": "cudnn"}),
         ({"attention": "flex"}, {"attention": "flex"}),
+        ({"kernels": "fused-ce"}, {"kernels": "fused-ce"}),
+        ({"kernels": "liger"}, {"kernels": "liger"}),
     ],
 )
 def test_values_without_a_cpu_kernel_are_unsupported_with_a_remedy(knobs, blamed):

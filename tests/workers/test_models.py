@@ -157,3 +157,29 @@ def test_a_dropout_models_recompute_replays_its_masks():
         model(x, x).backward()
         grads[mode] = torch.cat([p.grad.flatten() for p in model.parameters()])
     assert torch.allclose(grads["none"], grads["full"], atol=1e-6)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers")
+def test_hf_checkpointing_recomputes_the_decoder_layers_as_the_built_in_blocks():
+    spec = ModelSpec.resolve(HF_SPEC)
+    ops = {
+        mode: _fwd_bwd_ops(build_model(spec, Knobs(attention="flash", checkpointing=mode)), 500)
+        for mode in ("none", "selective", "full")
+    }
+    attn = "_scaled_dot_product_flash_attention_for_cpu"
+    L = spec.n_layer
+    matmuls = {m: ops[m]["mm"] + ops[m]["addmm"] + ops[m]["bmm"] for m in ops}
+    assert ops["none"]["silu"] == L and ops["full"]["silu"] == 2 * L
+    assert ops["full"][attn] == 2 * L and matmuls["full"] > matmuls["none"]
+    assert ops["selective"]["silu"] == 2 * L
+    assert ops["selective"][attn] == L and matmuls["selective"] == matmuls["none"]
+
+
+def test_fused_kernels_are_refused_for_a_factory_model_naming_the_knob():
+    spec = ModelSpec.resolve({"factory": "examples/my_model.py:build", **_FACTORY_SIZES})
+    with pytest.raises(UnsupportedConfig, match="kernels 'none'") as refused:
+        build_model(spec, Knobs(attention="math", kernels="fused-ce"))
+    assert refused.value.knobs == {"kernels": "fused-ce"}
+
+
+_FACTORY_SIZES = {"n_layer": 2, "d_model": 64, "n_head": 4, "vocab_size": 256, "seq_len": 32}

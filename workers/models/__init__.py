@@ -2,15 +2,15 @@
 forward(idx, targets) returns the mean next-token loss; the trial moves it to the device.
 
 The knobs that shape the model are applied here, at build time: vocab padding, the attention
-backend, activation checkpointing. Precision (autocast, float8) and torch.compile wrap the built
-model in workers/precision.py and workers/trial.py.
+backend, activation checkpointing, the fused kernels. Precision (autocast, float8) and
+torch.compile wrap the built model in workers/precision.py and workers/compiling.py.
 """
 
 from __future__ import annotations
 
 import torch.nn as nn
 
-from autotuner.spec import Knobs, ModelFamily, ModelSpec
+from autotuner.spec import Kernels, Knobs, ModelFamily, ModelSpec
 
 
 def padded_vocab_size(vocab_size: int, multiple: int) -> int:
@@ -37,15 +37,23 @@ def build_model(spec: ModelSpec, knobs: Knobs) -> nn.Module:
     if spec.family == ModelFamily.GPT2:
         from workers.models.gpt import GPT
 
-        return GPT(spec, **kwargs)
+        return GPT(spec, **kwargs, kernels=knobs.kernels)
     if spec.family == ModelFamily.LLAMA:
         from workers.models.llama import Llama
 
-        return Llama(spec, **kwargs)
+        return Llama(spec, **kwargs, kernels=knobs.kernels)
     if spec.family == ModelFamily.FACTORY:
+        from workers.errors import UnsupportedConfig
         from workers.models.factory import build_factory
 
+        if knobs.kernels != Kernels.NONE:
+            # The factory's model returns logits: the output layer is inside code we do not see.
+            raise UnsupportedConfig(
+                f"kernels {knobs.kernels.value!r} fuse the output layer into the loss, and a "
+                "factory model returns logits; use kernels 'none' for family 'factory'",
+                {"kernels": knobs.kernels.value},
+            )
         return build_factory(spec, **kwargs)
     from workers.models.hf import build_hf
 
-    return build_hf(spec, **kwargs)
+    return build_hf(spec, **kwargs, kernels=knobs.kernels)

@@ -11,9 +11,11 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
+import torch.nn as nn
 from torch.utils.checkpoint import (
     CheckpointPolicy,
     checkpoint,
@@ -65,3 +67,26 @@ def run_block(
         return fn(*args)
     context = {} if mode == Checkpointing.FULL else {"context_fn": _selective_context}
     return checkpoint(fn, *args, use_reentrant=False, preserve_rng_state=random, **context)
+
+
+class CheckpointedBlock(nn.Module):
+    """A block whose forward we do not write (a factory's, a Hugging Face decoder layer) run
+    under the checkpointing knob. `random`: the block draws random numbers (dropout)."""
+
+    def __init__(self, block: nn.Module, mode: Checkpointing, random: bool = True):
+        super().__init__()
+        self.block, self.mode, self.random = block, mode, random
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return run_block(lambda *a: self.block(*a, **kwargs), self.mode, *args, random=self.random)
+
+
+def checkpoint_blocks(
+    model: nn.Module, blocks: Iterable[nn.Module], mode: Checkpointing, random: bool = True
+) -> None:
+    """Wrap each of `model`'s `blocks` in a CheckpointedBlock, in place."""
+    names = {id(m): name for name, m in model.named_modules()}
+    for block in blocks:
+        parent_name, _, child = names[id(block)].rpartition(".")
+        parent = model.get_submodule(parent_name)
+        parent.register_module(child, CheckpointedBlock(block, mode, random))

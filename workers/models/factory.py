@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from autotuner.spec import Attention, Checkpointing, ModelSpec
 from workers.errors import UnsupportedConfig
 from workers.models.attention import attend
-from workers.models.checkpointing import run_block
+from workers.models.checkpointing import checkpoint_blocks
 
 
 class FactoryError(UnsupportedConfig):
@@ -68,17 +68,6 @@ class FactoryLM(nn.Module):
     def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         logits = self.inner(idx)
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
-
-
-class CheckpointedBlock(nn.Module):
-    """One of the user's blocks run under the checkpointing knob (workers/models/checkpointing)."""
-
-    def __init__(self, block: nn.Module, mode: Checkpointing):
-        super().__init__()
-        self.block, self.mode = block, mode
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return run_block(lambda *a: self.block(*a, **kwargs), self.mode, *args)
 
 
 def build_factory(
@@ -210,11 +199,7 @@ def _checkpoint_blocks(ref: str, model: nn.Module, mode: Checkpointing) -> None:
             f"{ref} a `.blocks` nn.ModuleList or a `transformer_blocks()` method listing them",
             {"checkpointing": mode.value},
         )
-    names = {id(m): name for name, m in model.named_modules()}
-    for block in blocks:
-        parent_name, _, child = names[id(block)].rpartition(".")
-        parent = model.get_submodule(parent_name)
-        parent.register_module(child, CheckpointedBlock(block, mode))
+    checkpoint_blocks(model, blocks, mode)
 
 
 def _check_output(spec: ModelSpec, model: nn.Module, vocab: int) -> None:

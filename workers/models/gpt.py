@@ -10,7 +10,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autotuner.spec import Attention, Checkpointing, ModelSpec
+from autotuner.spec import Attention, Checkpointing, Kernels, ModelSpec
+from workers.models import kernels as fused
 from workers.models.attention import attend
 from workers.models.checkpointing import run_block
 
@@ -46,11 +47,18 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, spec: ModelSpec, attention: Attention, checkpointing: Checkpointing):
+    def __init__(
+        self,
+        spec: ModelSpec,
+        attention: Attention,
+        checkpointing: Checkpointing,
+        kernels: Kernels = Kernels.NONE,
+    ):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(spec.d_model)
+        # GPT-2's MLP is not gated: Liger has no kernel for it, only for the LayerNorms.
+        self.ln_1 = fused.layer_norm(spec.d_model, kernels)
         self.attn = CausalSelfAttention(spec, attention)
-        self.ln_2 = nn.LayerNorm(spec.d_model)
+        self.ln_2 = fused.layer_norm(spec.d_model, kernels)
         self.mlp = MLP(spec)
         self.checkpointing = checkpointing
         self.random = spec.dropout > 0  # its recompute must replay the dropout masks
@@ -73,16 +81,17 @@ class GPT(nn.Module):
         padded_vocab: int,
         attention: Attention,
         checkpointing: Checkpointing,
+        kernels: Kernels = Kernels.NONE,
     ):
         super().__init__()
-        self.spec = spec
+        self.spec, self.kernels = spec, kernels
         self.wte = nn.Embedding(padded_vocab, spec.d_model)
         self.wpe = nn.Embedding(spec.seq_len, spec.d_model)
         self.drop = nn.Dropout(spec.dropout)
         self.blocks = nn.ModuleList(
-            Block(spec, attention, checkpointing) for _ in range(spec.n_layer)
+            Block(spec, attention, checkpointing, kernels) for _ in range(spec.n_layer)
         )
-        self.ln_f = nn.LayerNorm(spec.d_model)
+        self.ln_f = fused.layer_norm(spec.d_model, kernels)
         self.lm_head = nn.Linear(spec.d_model, padded_vocab, bias=False)
         if spec.tie_embeddings:
             self.wte.weight = self.lm_head.weight
@@ -108,5 +117,4 @@ class GPT(nn.Module):
         x = self.drop(self.wte(idx) + self.wpe(pos))
         for block in self.blocks:
             x = block(x)
-        logits = self.lm_head(self.ln_f(x))
-        return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
+        return fused.output_loss(self.ln_f(x), self.lm_head, targets, self.kernels)

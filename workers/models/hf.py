@@ -2,7 +2,9 @@
 
 Attention is routed through workers.models.attention.attend (registered with transformers'
 AttentionInterface), so the `attention` knob picks the kernel for HF models exactly as for the
-built-in families. transformers is optional on a worker: without it a trial is `unsupported`.
+built-in families; checkpointing wraps the decoder layers as the built-in blocks are wrapped;
+the fused kernels take Liger's patch for the architecture and our fused loss. transformers is
+optional on a worker: without it a trial is `unsupported`.
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autotuner.spec import Attention, Checkpointing, ModelSpec
+from autotuner.spec import Attention, Checkpointing, Kernels, ModelSpec
 from workers.errors import UnsupportedConfig
+from workers.models import kernels as fused
 from workers.models.attention import attend
+from workers.models.checkpointing import checkpoint_blocks
 
 ATTN_NAME = "autotuner"
 
@@ -39,20 +43,37 @@ def _register(backend: Attention) -> None:
         pass
 
 
+# Config fields that scale the logits in ways the fused loss does not know: such a model keeps
+# its own output layer and loss (kernels 'none').
+_LOGIT_SCALES = ("logit_scale", "logits_scaling", "output_multiplier_scale")
+
+
 class HFCausalLM(nn.Module):
     """Wraps a transformers model so it has the built-in families' forward(idx, targets) -> loss."""
 
-    def __init__(self, inner: nn.Module):
+    def __init__(self, inner: nn.Module, kernels: Kernels = Kernels.NONE):
         super().__init__()
-        self.inner = inner
+        self.inner, self.kernels = inner, kernels
+        self.softcap = getattr(inner.config, "final_logit_softcapping", None)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        logits = self.inner(input_ids=idx, use_cache=False).logits
-        return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
+        if self.kernels == Kernels.NONE:
+            logits = self.inner(input_ids=idx, use_cache=False).logits
+            return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
+        # The decoder's last hidden state, then the output layer fused into the loss.
+        base = getattr(self.inner, self.inner.base_model_prefix)
+        hidden = base(input_ids=idx, use_cache=False).last_hidden_state
+        output = self.inner.get_output_embeddings()
+        return fused.output_loss(hidden, output, targets, self.kernels, self.softcap)
 
 
 def build_hf(
-    spec: ModelSpec, *, padded_vocab: int, attention: Attention, checkpointing: Checkpointing
+    spec: ModelSpec,
+    *,
+    padded_vocab: int,
+    attention: Attention,
+    checkpointing: Checkpointing,
+    kernels: Kernels = Kernels.NONE,
 ) -> nn.Module:
     try:
         import transformers
@@ -61,12 +82,6 @@ def build_hf(
             "family 'hf' needs the transformers package on the worker: pip install transformers "
             "(or use family 'gpt2'/'llama')"
         ) from exc
-    if checkpointing == Checkpointing.SELECTIVE:
-        raise UnsupportedConfig(
-            "selective checkpointing is implemented for the built-in families only; "
-            "use checkpointing 'none' or 'full' with family 'hf'",
-            {"checkpointing": "selective"},
-        )
     cfg = dict(spec.hf_config or {})
     model_type = cfg.pop("model_type", None)
     if model_type is None:
@@ -81,17 +96,62 @@ def build_hf(
     config.vocab_size = padded_vocab
     config.use_cache = False
     _register(attention)
+    if kernels != Kernels.NONE:
+        _check_fusable(config, kernels)
+    if kernels == Kernels.LIGER:
+        _patch_liger(model_type)
     inner = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=ATTN_NAME)
     inner = inner.float()
-    if checkpointing == Checkpointing.FULL:
-        # Renamed in newer transformers; same behaviour (per-layer, non-reentrant checkpoint).
-        if hasattr(inner, "activation_checkpointing_enable"):
-            inner.activation_checkpointing_enable(
-                activation_checkpointing_kwargs={"use_reentrant": False}
+    if checkpointing != Checkpointing.NONE:
+        # Over the decoder layers, as for the built-in blocks: full recomputes the layer, selective
+        # keeps its matmul and attention outputs (workers/models/checkpointing.py).
+        from workers.compiling import repeated_blocks
+
+        layers = repeated_blocks(inner)
+        if layers is None:
+            raise UnsupportedConfig(
+                f"checkpointing {checkpointing.value!r}: found no list of decoder layers in "
+                f"{type(inner).__name__}; use checkpointing 'none'",
+                {"checkpointing": checkpointing.value},
             )
-        else:
-            inner.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False}
-            )
+        checkpoint_blocks(inner, layers, checkpointing, random=_has_dropout(config))
     inner.train()
-    return HFCausalLM(inner)
+    return HFCausalLM(inner, kernels)
+
+
+def _has_dropout(config) -> bool:
+    """Whether any dropout of the config is on (then a recompute must replay its masks)."""
+    rates = [v for k, v in config.to_dict().items() if "dropout" in k or k.endswith("pdrop")]
+    return any(isinstance(v, int | float) and v > 0 for v in rates)
+
+
+def _check_fusable(config, kernels: Kernels) -> None:
+    scaled = [name for name in _LOGIT_SCALES if getattr(config, name, None) not in (None, 1, 1.0)]
+    if scaled:
+        raise UnsupportedConfig(
+            f"kernels {kernels.value!r} fuse the output layer into the loss, and this model "
+            f"scales its logits ({', '.join(scaled)}), which the fused loss does not; use "
+            "kernels 'none'",
+            {"kernels": kernels.value},
+        )
+
+
+def _patch_liger(model_type: str) -> None:
+    """Liger's patch for the architecture (its RMSNorm, SwiGLU and RoPE, in the transformers
+    modules before the model is built); the fused loss is ours (HFCausalLM), so Liger's own
+    loss patches stay off."""
+    import inspect
+
+    from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
+
+    apply = MODEL_TYPE_TO_APPLY_LIGER_FN.get(model_type)
+    if apply is None:
+        covered = ", ".join(sorted(MODEL_TYPE_TO_APPLY_LIGER_FN))
+        raise UnsupportedConfig(
+            f"kernels 'liger': Liger-Kernel has no patch for model_type {model_type!r} (it covers "
+            f"{covered}); use kernels 'fused-ce' (the fused loss alone) or 'none'",
+            {"kernels": Kernels.LIGER.value},
+        )
+    accepted = inspect.signature(apply).parameters
+    off = {"cross_entropy": False, "fused_linear_cross_entropy": False}
+    apply(**{k: v for k, v in off.items() if k in accepted})

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
-from autotuner.spec import Attention, Checkpointing, ModelSpec
+from autotuner.spec import Attention, Checkpointing, Kernels, ModelSpec
+from workers.models import kernels as fused
 from workers.models.attention import attend
 from workers.models.checkpointing import run_block
 
@@ -25,19 +25,16 @@ def rope_tables(seq_len: int, head_dim: int, theta: float = ROPE_THETA) -> torch
 
 def apply_rope(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
     """Rotate (B, H, T, D) queries/keys by position (real arithmetic: compile- and fp8-friendly)."""
-    # Cast the fp32 tables to x's dtype: under autocast q/k are bf16, and a fp32 product would
-    # hand SDPA mixed dtypes.
-    cos, sin = rope[0].to(x.dtype), rope[1].to(x.dtype)
-    x1, x2 = x.chunk(2, dim=-1)
-    rotated = torch.cat([-x2, x1], dim=-1)
-    return x * cos + rotated * sin
+    # The fp32 tables are cast to x's dtype: under autocast q/k are bf16, and a fp32 product
+    # would hand SDPA mixed dtypes.
+    return fused._rotate(x, rope[0].to(x.dtype), rope[1].to(x.dtype))
 
 
 class SelfAttention(nn.Module):
-    def __init__(self, spec: ModelSpec, attention: Attention):
+    def __init__(self, spec: ModelSpec, attention: Attention, kernels: Kernels):
         super().__init__()
         self.n_head, self.n_kv_head, self.head_dim = spec.n_head, spec.kv_heads, spec.head_dim
-        self.attention = attention
+        self.attention, self.kernels = attention, kernels
         self.wq = nn.Linear(spec.d_model, spec.n_head * spec.head_dim, bias=False)
         self.wk = nn.Linear(spec.d_model, spec.kv_heads * spec.head_dim, bias=False)
         self.wv = nn.Linear(spec.d_model, spec.kv_heads * spec.head_dim, bias=False)
@@ -48,7 +45,7 @@ class SelfAttention(nn.Module):
         q = self.wq(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
         k = self.wk(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
         v = self.wv(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
-        q, k = apply_rope(q, rope), apply_rope(k, rope)
+        q, k = fused.rope(q, k, rope[0], rope[1], self.kernels)
         if self.n_kv_head != self.n_head:
             # Grouped-query attention: each kv head serves n_head/n_kv_head query heads. Expanded
             # explicitly because not every SDPA backend accepts enable_gqa; all of them accept this.
@@ -61,23 +58,30 @@ class SelfAttention(nn.Module):
 class FeedForward(nn.Module):
     """SwiGLU: w2(silu(w1 x) * w3 x)."""
 
-    def __init__(self, spec: ModelSpec):
+    def __init__(self, spec: ModelSpec, kernels: Kernels):
         super().__init__()
+        self.kernels = kernels
         self.w1 = nn.Linear(spec.d_model, spec.ffn_dim, bias=False)
         self.w2 = nn.Linear(spec.ffn_dim, spec.d_model, bias=False)
         self.w3 = nn.Linear(spec.d_model, spec.ffn_dim, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        return self.w2(fused.swiglu(self.w1(x), self.w3(x), self.kernels))
 
 
 class Block(nn.Module):
-    def __init__(self, spec: ModelSpec, attention: Attention, checkpointing: Checkpointing):
+    def __init__(
+        self,
+        spec: ModelSpec,
+        attention: Attention,
+        checkpointing: Checkpointing,
+        kernels: Kernels = Kernels.NONE,
+    ):
         super().__init__()
-        self.attention_norm = nn.RMSNorm(spec.d_model, eps=1e-5)
-        self.attention = SelfAttention(spec, attention)
-        self.ffn_norm = nn.RMSNorm(spec.d_model, eps=1e-5)
-        self.feed_forward = FeedForward(spec)
+        self.attention_norm = fused.rms_norm(spec.d_model, 1e-5, kernels)
+        self.attention = SelfAttention(spec, attention, kernels)
+        self.ffn_norm = fused.rms_norm(spec.d_model, 1e-5, kernels)
+        self.feed_forward = FeedForward(spec, kernels)
         self.checkpointing = checkpointing
 
     def _forward(self, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
@@ -99,14 +103,15 @@ class Llama(nn.Module):
         padded_vocab: int,
         attention: Attention,
         checkpointing: Checkpointing,
+        kernels: Kernels = Kernels.NONE,
     ):
         super().__init__()
-        self.spec = spec
+        self.spec, self.kernels = spec, kernels
         self.tok_embeddings = nn.Embedding(padded_vocab, spec.d_model)
         self.layers = nn.ModuleList(
-            Block(spec, attention, checkpointing) for _ in range(spec.n_layer)
+            Block(spec, attention, checkpointing, kernels) for _ in range(spec.n_layer)
         )
-        self.norm = nn.RMSNorm(spec.d_model, eps=1e-5)
+        self.norm = fused.rms_norm(spec.d_model, 1e-5, kernels)
         self.output = nn.Linear(spec.d_model, padded_vocab, bias=False)
         if spec.tie_embeddings:
             self.tok_embeddings.weight = self.output.weight
@@ -123,5 +128,4 @@ class Llama(nn.Module):
         x = self.tok_embeddings(idx)
         for layer in self.layers:
             x = layer(x, rope)
-        logits = self.output(self.norm(x))
-        return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
+        return fused.output_loss(self.norm(x), self.output, targets, self.kernels)

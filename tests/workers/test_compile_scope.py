@@ -1,0 +1,82 @@
+"""compile_scope: which modules torch.compile wraps, found by structure in every family."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autotuner.spec import CompileMode, CompileScope, Knobs, ModelSpec
+from workers.compiling import compile_model, repeated_blocks
+from workers.errors import UnsupportedConfig
+from workers.models import build_model
+
+pytest.importorskip("transformers")
+
+TINY_OLMOE = {
+    "hf_config": {
+        "model_type": "olmoe",
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "intermediate_size": 32,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "vocab_size": 256,
+        "max_position_embeddings": 64,
+    }
+}
+
+
+@pytest.mark.parametrize(
+    "model, where, kind",
+    [
+        ({"preset": "tiny"}, "blocks", "Block"),
+        ({"preset": "llama-tiny"}, "layers", "Block"),
+        (TINY_OLMOE, "inner.model.layers", "OlmoeDecoderLayer"),
+    ],
+)
+def test_the_repeated_blocks_are_the_outermost_list_of_like_modules(model, where, kind):
+    built = build_model(ModelSpec.resolve(model), Knobs(attention="math"))
+    blocks = repeated_blocks(built)
+    assert blocks is not None and list(built.get_submodule(where)) == blocks
+    # A mixture-of-experts layer's experts are a list of like modules too, one level deeper.
+    assert {type(b).__name__ for b in blocks} == {kind}
+
+
+def test_block_scope_compiles_each_block_in_place_and_leaves_the_rest_eager():
+    model = build_model(ModelSpec.resolve({"preset": "llama-tiny"}), Knobs(attention="math"))
+    runnable, note = compile_model(model, CompileMode.DEFAULT, CompileScope.BLOCK)
+    assert runnable is model
+    assert all(layer._compiled_call_impl is not None for layer in model.layers)
+    assert model._compiled_call_impl is None and model.output._compiled_call_impl is None
+    assert note == f"compile_scope block: {len(model.layers)} Block blocks compiled (default)"
+
+
+def test_model_scope_wraps_the_whole_model_and_no_compile_leaves_it_alone():
+    model = build_model(ModelSpec.resolve({"preset": "tiny"}), Knobs(attention="math"))
+    wrapped, note = compile_model(model, CompileMode.DEFAULT, CompileScope.MODEL)
+    assert isinstance(wrapped, torch._dynamo.eval_frame.OptimizedModule) and note is None
+    assert wrapped._orig_mod is model
+    assert compile_model(model, CompileMode.NONE, CompileScope.BLOCK) == (model, None)
+
+
+def test_a_model_without_repeated_blocks_refuses_block_scope_naming_the_knob():
+    with pytest.raises(UnsupportedConfig, match="compile_scope 'model'") as refused:
+        compile_model(torch.nn.Linear(4, 4), CompileMode.DEFAULT, CompileScope.BLOCK)
+    assert refused.value.knobs == {"compile_scope": "block"}
+
+
+@pytest.mark.slow
+def test_block_scope_trains_to_the_same_losses_as_eager():
+    spec = ModelSpec.resolve({"preset": "llama-tiny"})
+    x = torch.randint(0, spec.vocab_size, (2, 32))
+    losses = []
+    for mode in (CompileMode.NONE, CompileMode.DEFAULT):
+        torch.manual_seed(0)
+        model = build_model(spec, Knobs(attention="math"))
+        runnable, _ = compile_model(model, mode, CompileScope.BLOCK)
+        loss = runnable(x, x)
+        loss.backward()
+        losses.append((loss.item(), model.layers[0].attention.wq.weight.grad.norm().item()))
+    assert losses[1] == pytest.approx(losses[0], rel=1e-4)
