@@ -2,7 +2,8 @@
 
 Convention (PaLM appendix B, as in nanoGPT): FLOPs per token = 6 * N + 12 * L * d * T, where N
 counts the parameters that take part in matmuls per token (embeddings included once when tied,
-position embeddings excluded), L layers, d = n_head * head_dim, T the sequence length. The
+position embeddings excluded; of a mixture of experts, the experts a token is routed to), L
+layers, d = n_head * head_dim, T the sequence length. The
 attention term counts the full T x T score matrix (non-causal), as PaLM does. Vocab padding is not
 counted: padded rows are wasted work, so padding must not raise MFU by itself.
 
@@ -83,25 +84,51 @@ def peak_flops_for(device_name: str) -> float | None:
 
 
 def param_count(model: ModelSpec, vocab_size: int | None = None) -> int:
-    """Parameters of the built-in families, computed from the shapes (positions excluded)."""
+    """Every parameter of the model, computed from the shapes (positions excluded): what
+    memory holds. A mixture of experts counts all its experts."""
+    return _count(model, vocab_size, active=False)
+
+
+def active_param_count(model: ModelSpec) -> int:
+    """The parameters one token is multiplied by: N of the FLOPs convention. Equal to
+    param_count for a dense model; a mixture of experts counts its router, its shared expert
+    and n_experts_active of its routed experts in each MoE layer."""
+    return _count(model, None, active=True)
+
+
+def _count(model: ModelSpec, vocab_size: int | None, *, active: bool) -> int:
     d, L, ff = model.d_model, model.n_layer, model.ffn_dim
     vocab = vocab_size or model.vocab_size
-    kv_dim = model.kv_heads * model.head_dim
+    embed = vocab * d * (1 if model.tie_embeddings else 2)
     if model.family == ModelFamily.GPT2:
         per_layer = (d * 3 * d + 3 * d) + (d * d + d) + (2 * d * ff + ff + d) + 4 * d
-        final_norm = 2 * d
-    else:  # llama-style (and our estimate for HF configs): no biases, RMSNorm, SwiGLU
-        per_layer = d * d + 2 * d * kv_dim + d * d + 3 * d * ff + 2 * d
-        final_norm = d
-    embed = vocab * d * (1 if model.tie_embeddings else 2)
-    return L * per_layer + final_norm + embed
+        return L * per_layer + 2 * d + embed
+    # Llama-style (and our reading of HF configs): RMSNorm, SwiGLU MLPs, no biases but the
+    # q/k/v ones where the model has them. Fused projections (Phi-3's qkv_proj and
+    # gate_up_proj) hold the same values as separate ones.
+    q, kv = model.q_dim, model.kv_heads * model.head_dim
+    attention = d * q + 2 * d * kv + q * d + ((q + 2 * kv) if model.qkv_bias else 0)
+    norms = 2 * d
+    dense_mlp = 3 * d * ff
+    moe = model.moe_layer_count
+    mlps = (L - moe) * dense_mlp
+    if moe:
+        assert model.n_experts is not None and model.n_experts_active is not None
+        experts = model.n_experts_active if active else model.n_experts
+        router = d * model.n_experts
+        # The shared expert's scalar gate (Qwen2-MoE's shared_expert_gate, d values a layer)
+        # is not counted.
+        shared = 3 * d * model.d_ff_shared if model.d_ff_shared else 0
+        mlps += moe * (experts * 3 * d * model.expert_ffn_dim + router + shared)
+    return L * (attention + norms) + mlps + d + embed
 
 
 def flops_per_token(model: ModelSpec, params: int | None = None) -> float:
-    """Training FLOPs per token (forward + backward) under FLOPS_CONVENTION. `params`: N counted
-    on the built module (a user's factory model, whose shapes the spec only estimates)."""
-    n = param_count(model) if params is None else params
-    return 6.0 * n + 12.0 * model.n_layer * model.d_model * model.seq_len
+    """Training FLOPs per token (forward + backward) under FLOPS_CONVENTION: N the parameters
+    a token is multiplied by (a mixture of experts' active ones). `params`: N counted on the
+    built module (a user's factory model, whose shapes the spec only estimates)."""
+    n = active_param_count(model) if params is None else params
+    return 6.0 * n + 12.0 * model.n_layer * model.q_dim * model.seq_len
 
 
 def mfu(tokens_per_s_per_gpu: float, flops_per_tok: float, peak: float) -> float:

@@ -77,8 +77,48 @@ def load_model_spec(path: str | Path) -> ModelSpec:
             f"{path}: no such file (or preset); give a YAML/JSON model spec or one of "
             f"the presets: {', '.join(MODEL_PRESETS)}"
         )
-    spec = parse_model_spec(read_structured_file(p), source=str(p))
+    spec = parse_model_spec(read_model_spec_file(p), source=str(p))
     return _with_factory_file(spec, p) if spec.factory else spec
+
+
+def read_model_spec_file(path: Path) -> Any:
+    """A model spec file's data, with an `hf_config` that names a file replaced by that file's
+    contents (read here, relative to the spec file's folder): what leaves the client is the
+    config.json mapping, never a path the service would have to open."""
+    data = read_structured_file(path)
+    inner = data.get("model") if isinstance(data, dict) and set(data) == {"model"} else data
+    if isinstance(inner, dict) and isinstance(inner.get("hf_config"), str):
+        inner["hf_config"] = _read_hf_config_file(inner["hf_config"], path)
+    return data
+
+
+def _read_hf_config_file(name: str, spec_path: Path) -> dict[str, Any]:
+    file = Path(name).expanduser()
+    if not file.is_absolute():
+        file = spec_path.parent / file
+    where = f"{spec_path}: hf_config file {name}"
+    try:
+        text = file.read_text()
+    except FileNotFoundError:
+        raise UserError(
+            f"{where} not found (looked at {file.resolve()}); a relative path is read from the "
+            "spec file's folder"
+        ) from None
+    except OSError as exc:
+        raise UserError(f"{where}: cannot read it ({exc.strerror})") from None
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(
+            f"{where}: line {exc.lineno}: malformed JSON: {exc.msg}; it must be the model's "
+            "config.json as Hugging Face publishes it"
+        ) from None
+    if not isinstance(config, dict):
+        raise UserError(
+            f"{where} holds a JSON {type(config).__name__}, not an object; it must be the "
+            "model's config.json (a mapping with model_type, hidden_size, ...)"
+        )
+    return config
 
 
 def _with_factory_file(spec: ModelSpec, spec_path: Path) -> ModelSpec:

@@ -65,7 +65,30 @@ class ModelSpec(_Record):
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     # For family "hf": the config.json contents (model_type, sizes...). Built with
     # transformers' AutoModelForCausalLM.from_config on the worker; no weights are fetched.
+    # Only ever a mapping here: a spec file may name a file instead, which the client reads
+    # and inlines (autotuner/inputs.py), so the service never opens a client's path.
     hf_config: dict[str, Any] | None = None
+    # The shapes below are what the control side counts (parameters, FLOPs, memory) and are
+    # read from hf_config by _sizes_from_hf; the worker builds the model from hf_config itself
+    # and never reads them. All optional: a spec without them is the dense model it always was.
+    # The width of one attention head where it is not d_model / n_head (the config's head_dim):
+    # Gemma 2 2B runs 8 heads of 256 on a 2304-wide residual stream, Qwen3-30B-A3B 32 of 128 on
+    # 2048, so q and the attention output are n_head * head_size wide, not d_model.
+    head_size: int | None = Field(default=None, gt=0, le=4096)
+    # Biases on the query, key and value projections (Qwen2 has them; Llama's attention_bias
+    # also biases the output projection, d_model values a layer that are not counted).
+    qkv_bias: bool = False
+    # Mixture of experts: `moe_layers` of the n_layer layers (all, by default) replace the
+    # dense MLP by a router over `n_experts` SwiGLU experts of width `d_ff_expert`, of which
+    # `n_experts_active` run for each token, plus an always-on shared expert of width
+    # `d_ff_shared` where the model has one (Qwen2-MoE). Memory counts every expert; FLOPs per
+    # token count the active ones (autotuner/flops.py). The other layers keep a dense MLP of
+    # width d_ff.
+    n_experts: int | None = Field(default=None, ge=1, le=65536)
+    n_experts_active: int | None = Field(default=None, ge=1, le=65536)
+    d_ff_expert: int | None = Field(default=None, gt=0, le=1_048_576)
+    d_ff_shared: int | None = Field(default=None, gt=0, le=1_048_576)
+    moe_layers: int | None = Field(default=None, ge=0, le=1024)
     # For family "factory" (docs/models.md): "package.module:function", or "path/to/file.py:
     # function" (a relative path is resolved against the model spec file's folder when read from
     # a file). Imported and called in the trial process with the sizes above it accepts as
@@ -77,7 +100,7 @@ class ModelSpec(_Record):
 
     @model_validator(mode="after")
     def _check_shapes(self) -> ModelSpec:
-        if self.d_model % self.n_head:
+        if self.head_size is None and self.d_model % self.n_head:
             raise ValueError(
                 f"n_head={self.n_head} must divide d_model={self.d_model}; "
                 f"pick n_head from the divisors of d_model "
@@ -112,7 +135,41 @@ class ModelSpec(_Record):
             raise ValueError(
                 "family 'gpt2' has no grouped-query attention; drop n_kv_head or use family 'llama'"
             )
+        self._check_moe()
         return self
+
+    def _check_moe(self) -> None:
+        moe = {
+            name: getattr(self, name)
+            for name in (
+                "n_experts",
+                "n_experts_active",
+                "d_ff_expert",
+                "d_ff_shared",
+                "moe_layers",
+            )
+            if getattr(self, name) is not None
+        }
+        if not moe:
+            return
+        if self.family != ModelFamily.HF:
+            raise ValueError(
+                f"{', '.join(moe)}: mixture-of-experts sizes are for family 'hf' (the built-in "
+                "families have dense MLPs); give the model's config.json as hf_config"
+            )
+        if self.n_experts is None or self.n_experts_active is None:
+            raise ValueError(
+                "a mixture of experts needs both n_experts (routed experts per layer) and "
+                "n_experts_active (experts per token); in a config.json: num_experts or "
+                "num_local_experts, and num_experts_per_tok"
+            )
+        if self.n_experts_active > self.n_experts:
+            raise ValueError(
+                f"n_experts_active={self.n_experts_active} is more than n_experts="
+                f"{self.n_experts}: a token is routed to at most every expert"
+            )
+        if self.moe_layers is not None and self.moe_layers > self.n_layer:
+            raise ValueError(f"moe_layers={self.moe_layers} is more than n_layer={self.n_layer}")
 
     @property
     def kv_heads(self) -> int:
@@ -130,7 +187,29 @@ class ModelSpec(_Record):
 
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.n_head
+        return self.head_size or self.d_model // self.n_head
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the queries and of the attention output (d_model unless head_size says
+        otherwise)."""
+        return self.n_head * self.head_dim
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_experts is not None
+
+    @property
+    def expert_ffn_dim(self) -> int:
+        """Width of one routed expert's MLP (the dense width where the config names none)."""
+        return self.d_ff_expert or self.ffn_dim
+
+    @property
+    def moe_layer_count(self) -> int:
+        """Layers whose MLP is a mixture of experts: 0 for a dense model."""
+        if not self.is_moe:
+            return 0
+        return self.n_layer if self.moe_layers is None else self.moe_layers
 
     @classmethod
     def resolve(cls, data: dict[str, Any]) -> ModelSpec:
@@ -150,16 +229,29 @@ class ModelSpec(_Record):
             data["family"] = "hf"
         elif "factory" in data and "family" not in data:
             data["family"] = "factory"
+        if isinstance(data.get("hf_config"), str):
+            raise ValueError(
+                f"hf_config {data['hf_config']!r} is a file name: only a spec file read by the "
+                "client (`autotuner tune` or `submit` with the file) may name one, and the "
+                "client sends its contents; send the config.json contents as a mapping"
+            )
         if data.get("family") == "hf" and isinstance(data.get("hf_config"), dict):
             data = {**_sizes_from_hf(data["hf_config"]), **data}
         return cls.model_validate(data)
 
     def describe(self) -> str:
         name = self.preset or self.factory or self.family.value
+        heads = f"{self.n_head} heads" + (f" of {self.head_size}" if self.head_size else "")
+        mlp = f"ffn {self.ffn_dim}"
+        if self.is_moe:
+            mlp = (
+                f"{self.n_experts} experts of {self.expert_ffn_dim} ({self.n_experts_active} a "
+                f"token{f', shared {self.d_ff_shared}' if self.d_ff_shared else ''})"
+            )
         return (
-            f"{name}: {self.n_layer} layers, d_model {self.d_model}, {self.n_head} heads"
+            f"{name}: {self.n_layer} layers, d_model {self.d_model}, {heads}"
             f"{'' if self.kv_heads == self.n_head else f' ({self.kv_heads} kv)'}, "
-            f"ffn {self.ffn_dim}, vocab {self.vocab_size}, seq {self.seq_len}"
+            f"{mlp}, vocab {self.vocab_size}, seq {self.seq_len}"
         )
 
 
@@ -186,15 +278,30 @@ def _divisors_near(n: int, around: int) -> list[int]:
     return sorted(divs, key=lambda d: abs(d - around))[:3]
 
 
+# Model types whose transformers config class unties the output layer from the embedding when
+# config.json does not say (PretrainedConfig's own default, and Gemma's, is tied).
+# tests/unit/test_hf_param_counts.py checks this list against the installed transformers.
+_UNTIED_BY_DEFAULT = frozenset(
+    {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3", "olmoe"}
+)
+# Model types whose attention always has biases on q, k and v (no config key says so).
+_QKV_BIAS_MODEL_TYPES = frozenset({"qwen2", "qwen2_moe"})
+
+
 def _sizes_from_hf(cfg: dict[str, Any]) -> dict[str, Any]:
-    """Read the sizes the cost model needs from a Hugging Face config (names vary by model)."""
+    """Read the shapes the control side counts from a Hugging Face config.json (the names vary
+    by model type; docs/models.md lists what is read)."""
 
     def pick(*names: str) -> Any:
         for name in names:
-            if name in cfg:
+            if cfg.get(name) is not None:
                 return cfg[name]
         return None
 
+    model_type = cfg.get("model_type")
+    tied = pick("tie_word_embeddings")
+    if tied is None and isinstance(model_type, str):
+        tied = model_type not in _UNTIED_BY_DEFAULT
     out = {
         "n_layer": pick("num_hidden_layers", "n_layer", "num_layers"),
         "d_model": pick("hidden_size", "n_embd", "d_model"),
@@ -203,7 +310,10 @@ def _sizes_from_hf(cfg: dict[str, Any]) -> dict[str, Any]:
         "d_ff": pick("intermediate_size", "n_inner", "ffn_dim"),
         "vocab_size": pick("vocab_size"),
         "seq_len": pick("max_position_embeddings", "n_positions", "n_ctx"),
-        "tie_embeddings": pick("tie_word_embeddings"),
+        "tie_embeddings": tied,
+        "head_size": pick("head_dim"),
+        "qkv_bias": model_type in _QKV_BIAS_MODEL_TYPES or bool(pick("attention_bias")) or None,
+        **_moe_sizes_from_hf(cfg, pick),
     }
     missing = [k for k in ("n_layer", "d_model", "n_head", "vocab_size") if out[k] is None]
     if missing:
@@ -212,6 +322,31 @@ def _sizes_from_hf(cfg: dict[str, Any]) -> dict[str, Any]:
             f"num_hidden_layers, hidden_size, num_attention_heads, vocab_size) or top-level"
         )
     return {k: v for k, v in out.items() if v is not None}
+
+
+def _moe_sizes_from_hf(cfg: dict[str, Any], pick: Any) -> dict[str, Any]:
+    """The mixture-of-experts shapes, under the names transformers' MoE configs use: Qwen2-MoE
+    and Qwen3-MoE (num_experts, moe_intermediate_size, shared_expert_intermediate_size,
+    decoder_sparse_step, mlp_only_layers), OLMoE (num_experts, experts as wide as
+    intermediate_size), Mixtral (num_local_experts). Empty for a dense model."""
+    n_experts = pick("num_experts", "num_local_experts")
+    if not n_experts:  # absent, or 0: Qwen2-MoE's way of writing a dense model
+        return {}
+    n_layer = pick("num_hidden_layers", "n_layer", "num_layers")
+    # Qwen2/3-MoE: layer i is MoE unless it is listed in mlp_only_layers, and only every
+    # decoder_sparse_step-th layer is ((i + 1) % step == 0).
+    step = pick("decoder_sparse_step") or 1
+    dense_only = set(pick("mlp_only_layers") or ())
+    moe_layers = None
+    if isinstance(n_layer, int) and (step != 1 or dense_only):
+        moe_layers = sum(1 for i in range(n_layer) if i not in dense_only and (i + 1) % step == 0)
+    return {
+        "n_experts": n_experts,
+        "n_experts_active": pick("num_experts_per_tok"),
+        "d_ff_expert": pick("moe_intermediate_size", "intermediate_size"),
+        "d_ff_shared": pick("shared_expert_intermediate_size") or None,
+        "moe_layers": moe_layers,
+    }
 
 
 # --------------------------------------------------------------------------- knobs

@@ -142,12 +142,12 @@ def submit(
 
 
 def _read_model_arg(spec: str) -> Any:
-    from autotuner.inputs import read_structured_file
+    from autotuner.inputs import read_model_spec_file
     from autotuner.presets import MODEL_PRESETS
 
     path = Path(spec)
     if path.exists():
-        return read_structured_file(path)
+        return read_model_spec_file(path)  # an hf_config file name becomes its contents
     if spec in MODEL_PRESETS:
         return spec
     from autotuner.inputs import UserError

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from autotuner.executors.base import Target
 from autotuner.executors.replay import Landscape
+from autotuner.inputs import load_model_spec
 from autotuner.search.rules import incompatibility
 from autotuner.spec import FailureClass, Knobs, ModelSpec, TrialResult
 from autotuner.storage.models import TrialState
@@ -16,6 +18,7 @@ from tests.search.conftest import GPT2, H200, KNOBS, gpt2_landscape, gpt2_space
 A100 = Target("cuda", 1, "NVIDIA A100-SXM4-80GB", (8, 0), 80.0)
 V100 = Target("cuda", 1, "Tesla V100", (7, 0), 32.0)
 CPU = Target("cpu", 0)
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "hf"
 
 
 def _why(target: Target, model: ModelSpec | None = GPT2, gpus: int = 1, **knobs: Any) -> str:
@@ -55,6 +58,14 @@ def test_shape_and_single_gpu_rules() -> None:
     )
     assert "one GPU" in _why(H200, precision="bf16", attention="flash", nccl_algo="Ring")
     assert _why(H200, gpus=2, precision="bf16", attention="flash", nccl_algo="Ring") == ""
+
+
+def test_flash_is_judged_on_the_configs_head_width() -> None:
+    """Gemma 2 2B runs 8 heads of 256 (its config's head_dim) on a 2304-wide stream: flash
+    attention takes it. Read as d_model / n_head (288) it was ruled out for every config."""
+    gemma = load_model_spec(EXAMPLES / "gemma-2-2b.yaml")
+    assert gemma.head_dim == 256
+    assert _why(H200, model=gemma, precision="bf16", attention="flash") == ""
 
 
 @pytest.mark.parametrize("guided", [False, True])

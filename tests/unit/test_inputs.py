@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from autotuner.cli.studies import _read_model_arg
 from autotuner.inputs import UserError, load_model_spec, parse_model_spec
 from autotuner.search.space import SpaceError, builtin_space_names, load_space, parse_space
 from autotuner.spec import Knobs, ModelSpec, TrialConfig, TrialResult
@@ -92,6 +94,63 @@ def test_hf_config_sizes_are_read(tmp_path: Path) -> None:
     }
     spec = parse_model_spec({"hf_config": cfg})
     assert spec.family == "hf" and spec.n_layer == 4 and spec.kv_heads == 2
+
+
+SMALL_HF = {
+    "model_type": "qwen2",
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 128,
+    "vocab_size": 512,
+    "max_position_embeddings": 32768,
+}
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_hf_config_file_is_read_beside_the_spec_and_inlined(tmp_path: Path, wrapped: bool) -> None:
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "small.config.json").write_text(json.dumps(SMALL_HF, indent=2))
+    body = "hf_config: small.config.json\nseq_len: 256\n"
+    spec_file = tmp_path / "specs" / "small.yaml"
+    spec_file.write_text(
+        "model:\n" + "".join(f"  {line}\n" for line in body.splitlines()) if wrapped else body
+    )
+    spec = load_model_spec(spec_file)
+    assert spec.family == "hf" and spec.hf_config == SMALL_HF
+    assert (spec.n_layer, spec.d_model, spec.seq_len, spec.qkv_bias) == (2, 64, 256, True)
+    # `submit` sends the file's data to the service: the mapping, never the path.
+    sent = _read_model_arg(str(spec_file))
+    assert (sent["model"] if wrapped else sent)["hf_config"] == SMALL_HF
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (None, "hf_config file gone.json not found (looked at "),
+        ('{"model_type": "llama",\n  "hidden_size": }', "gone.json: line 2: malformed JSON"),
+        ("[1, 2]", "gone.json holds a JSON list, not an object"),
+    ],
+)
+def test_a_bad_hf_config_file_names_the_spec_and_the_file(
+    tmp_path: Path, content: str | None, needle: str
+) -> None:
+    if content is not None:
+        (tmp_path / "gone.json").write_text(content)
+    spec_file = tmp_path / "m.yaml"
+    spec_file.write_text("hf_config: gone.json\nseq_len: 256\n")
+    with pytest.raises(UserError) as info:
+        load_model_spec(spec_file)
+    assert str(info.value).startswith(f"{spec_file}: hf_config file gone.json")
+    assert needle in str(info.value)
+
+
+def test_the_service_refuses_an_hf_config_path() -> None:
+    """What reaches the service (the API, `submit`'s body) is parsed without a spec file: a
+    path there is never opened on the server, and the error says what to send instead."""
+    with pytest.raises(UserError, match=r"is a file name.*send the config\.json contents"):
+        parse_model_spec({"hf_config": "/etc/passwd", "seq_len": 256}, source="model")
 
 
 def test_malformed_yaml_names_the_line(tmp_path: Path) -> None:

@@ -88,11 +88,25 @@ def total_params(model: ModelSpec, knobs: Knobs) -> int:
 
 
 def largest_param(model: ModelSpec, knobs: Knobs) -> int:
-    """Values in the model's largest parameter: the (padded) embedding, an MLP matrix, or
-    GPT-2's fused qkv projection."""
+    """Values in the model's largest parameter: the (padded) embedding, an MLP matrix,
+    GPT-2's fused qkv projection, or a mixture of experts' fused gate and up projections of
+    every expert (transformers 5 keeps them as one (n_experts, 2 x d_ff_expert, d) tensor:
+    Qwen3-30B-A3B's, 403M values, is larger than its embedding)."""
     vocab = padded_vocab(model.vocab_size, knobs.vocab_pad_multiple)
     d = model.d_model
-    return max(vocab * d, model.ffn_dim * d, 3 * d * d)
+    experts = (model.n_experts or 0) * 2 * model.expert_ffn_dim * d
+    return max(vocab * d, model.ffn_dim * d, 3 * d * d, experts)
+
+
+def mlp_width_per_token(model: ModelSpec) -> float:
+    """The MLP width one token's activations span, averaged over the layers: d_ff for a dense
+    model; in a mixture-of-experts layer the n_experts_active experts it is routed to, plus
+    the shared expert."""
+    moe = model.moe_layer_count
+    if not moe:
+        return float(model.ffn_dim)
+    routed = (model.n_experts_active or 0) * model.expert_ffn_dim + (model.d_ff_shared or 0)
+    return (moe * routed + (model.n_layer - moe) * model.ffn_dim) / model.n_layer
 
 
 def base_gib(on_cuda: bool) -> float:
@@ -230,14 +244,14 @@ def _fsdp_static_bytes(model: ModelSpec, knobs: Knobs, n: int, num_gpus: int) ->
 def block_activation_bytes(model: ModelSpec, half: bool) -> float:
     """Bytes of the tensors one transformer block saves for backward, per token, without
     checkpointing: also the throughput model's measure of a block's elementwise traffic."""
-    d, ff = model.d_model, model.ffn_dim
+    d, ff, q = model.d_model, mlp_width_per_token(model), model.q_dim
     kv = model.kv_heads * model.head_dim
     b = 2.0 if half else 4.0
     llama = model.family != ModelFamily.GPT2
     # Tensors autograd saves in one block, in elements (no dropout: masks cost nothing):
     # attention: norm output (input of qkv), q/k/v (input of the kernel), kernel output
     # (input of the out-projection); llama also keeps the RoPE-rotated q and k.
-    attn = d + (d + 2 * kv) + d + ((d + kv) if llama else 0)
+    attn = d + (q + 2 * kv) + q + ((q + kv) if llama else 0)
     # MLP: norm output, fc1 output (GELU input) and GELU output (fc2 input); SwiGLU keeps
     # gate, up, silu(gate) and the product.
     mlp = d + (4 * ff if llama else 2 * ff)
@@ -249,8 +263,8 @@ def _activation_bytes_per_token(
     model: ModelSpec, knobs: Knobs, on_cuda: bool
 ) -> tuple[float, float]:
     """(saved activations, attention scores) per token, summed over layers, in bytes."""
-    d, ff, L = model.d_model, model.ffn_dim, model.n_layer
-    kv = model.kv_heads * model.head_dim
+    d, ff, L = model.d_model, mlp_width_per_token(model), model.n_layer
+    q, kv = model.q_dim, model.kv_heads * model.head_dim
     half = knobs.precision.is_half
     b = 2.0 if half else 4.0
     llama = model.family != ModelFamily.GPT2
@@ -260,7 +274,7 @@ def _activation_bytes_per_token(
     elif knobs.checkpointing == Checkpointing.SELECTIVE:
         # Op-level policy (workers/models/checkpointing.py): every matmul and attention output
         # is kept, the norms and activations are recomputed; plus the block's input.
-        matmul_outputs = (d + 2 * kv) + d + d + (2 * ff if llama else ff) + d
+        matmul_outputs = (q + 2 * kv) + q + d + (2 * ff if llama else ff) + d
         per_layer, extra = matmul_outputs * b + d * 4.0, 0.0
     else:
         # Full: each block keeps only its input; backward recomputes one block at a time.
