@@ -109,9 +109,16 @@ def _count(model: ModelSpec, vocab_size: int | None, *, active: bool) -> int:
     q, kv = model.q_dim, model.kv_heads * model.head_dim
     attention = d * q + 2 * d * kv + q * d + ((q + 2 * kv) if model.qkv_bias else 0)
     norms = 2 * d
-    dense_mlp = 3 * d * ff
+    return L * (attention + norms) + mlp_params(model, active=active) + d + embed
+
+
+def mlp_params(model: ModelSpec, *, active: bool) -> int:
+    """The parameters of every layer's MLP, Llama-style (SwiGLU: three matrices). A mixture of
+    experts' layer holds a router, a shared expert where it has one, and its routed experts:
+    all of them, or (`active`) the n_experts_active a token runs through."""
+    d, L = model.d_model, model.n_layer
     moe = model.moe_layer_count
-    mlps = (L - moe) * dense_mlp
+    mlps = (L - moe) * 3 * d * model.ffn_dim
     if moe:
         assert model.n_experts is not None and model.n_experts_active is not None
         experts = model.n_experts_active if active else model.n_experts
@@ -120,7 +127,7 @@ def _count(model: ModelSpec, vocab_size: int | None, *, active: bool) -> int:
         # is not counted.
         shared = 3 * d * model.d_ff_shared if model.d_ff_shared else 0
         mlps += moe * (experts * 3 * d * model.expert_ffn_dim + router + shared)
-    return L * (attention + norms) + mlps + d + embed
+    return mlps
 
 
 def flops_per_token(model: ModelSpec, params: int | None = None) -> float:

@@ -11,6 +11,7 @@ import pytest
 
 from autotuner.executors.base import Target
 from autotuner.executors.replay import Landscape
+from autotuner.inputs import load_model_spec
 from autotuner.options import StudyOptions
 from autotuner.search.costmodel import CostModel
 from autotuner.search.costmodel.accuracy import leave_one_out_errors
@@ -125,6 +126,32 @@ def test_a_small_micro_batch_pays_for_the_weights_every_micro_step() -> None:
     assert eight > 8 * one
     fp32 = tm.features(Knobs(micro_batch_size=8, precision="fp32", attention="math"))[column]
     assert fp32 == 0.0
+
+
+def test_a_mixture_of_experts_computes_with_its_active_experts_and_moves_all_of_them() -> None:
+    """Qwen3-30B-A3B routes each token to 8 of its 128 experts a layer: its matmuls cost what
+    its 3.3B active parameters cost, while every one of its 30.5B parameters is cast each
+    micro-step and stepped by the optimizer. Before, the prior priced it as a dense model of
+    its config's unused intermediate_size, both terms the same whatever the routing."""
+    moe = load_model_spec(Path(__file__).parents[2] / "examples/hf/qwen3-30b-a3b.yaml")
+    assert moe.n_experts == 128 and moe.n_experts_active == 8
+    dense = moe.model_copy(update={"n_experts_active": moe.n_experts})  # every expert, every token
+    knobs = _knobs(micro_batch_size=1, grad_accum=4, compile_mode="default")
+    sparse_x = ThroughputModel(moe, REAL_H200, 1).features(knobs)
+    dense_x = ThroughputModel(dense, REAL_H200, 1).features(knobs)
+    matmul, weights = TERMS.index("mm_half"), TERMS.index("weights_micro_step")
+    optimizer = TERMS.index("optimizer_fused")
+    # The matmul term is proportional to the matmul parameters a token runs through: the
+    # attention, the router, the routed experts and the LM head.
+    d, L, q, kv = moe.d_model, moe.n_layer, moe.q_dim, moe.kv_heads * moe.head_dim
+    expert, head = 3 * d * moe.expert_ffn_dim, moe.vocab_size * d
+
+    def per_token(routed: int) -> int:
+        return L * (2 * d * q + 2 * d * kv + d * moe.n_experts + routed * expert) + head
+
+    assert dense_x[matmul] / sparse_x[matmul] == pytest.approx(per_token(128) / per_token(8))
+    assert dense_x[matmul] > 5 * sparse_x[matmul]
+    assert sparse_x[weights] == dense_x[weights] and sparse_x[optimizer] == dense_x[optimizer]
 
 
 def test_before_any_trial_cudnn_is_expected_faster_than_flash_on_hopper_only() -> None:

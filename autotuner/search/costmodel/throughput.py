@@ -44,8 +44,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autotuner.executors.base import Target
-from autotuner.flops import MATMUL_RATE_VS_BF16, hbm_bandwidth_for, peak_flops_for
-from autotuner.search.costmodel.memory import block_activation_bytes, padded_vocab
+from autotuner.flops import MATMUL_RATE_VS_BF16, hbm_bandwidth_for, mlp_params, peak_flops_for
+from autotuner.search.costmodel.memory import (
+    block_activation_bytes,
+    mlp_width_per_token,
+    padded_vocab,
+)
 from autotuner.search.costmodel.regression import fit_relative
 from autotuner.spec import (
     Attention,
@@ -187,12 +191,14 @@ def features(model: ModelSpec, knobs: Knobs, hw: _Hardware, num_gpus: int) -> np
     x = dict.fromkeys(TERMS, 0.0)
     d, L, T = model.d_model, model.n_layer, model.seq_len
     vocab = padded_vocab(model.vocab_size, knobs.vocab_pad_multiple)
-    block_params = _block_params(model)
+    # Every weight is cast, stepped and (FSDP2) gathered; a token's matmuls run through the
+    # active ones (a mixture of experts' routed few).
+    block_params = _block_params(model, active=False)
     head_params = vocab * d
     full = knobs.checkpointing == Checkpointing.FULL
     precision = knobs.precision.value
     rate = hw.flops * MATMUL_RATE_VS_BF16[precision]
-    block_flops = (8.0 if full else 6.0) * block_params
+    block_flops = (8.0 if full else 6.0) * _block_params(model, active=True)
     head_flops = 6.0 * head_params
     if knobs.precision.is_fp8:
         x["mm_fp8"] = block_flops / rate
@@ -207,7 +213,7 @@ def features(model: ModelSpec, knobs: Knobs, hw: _Hardware, num_gpus: int) -> np
         x[head_column] += head_flops / rate
     # Attention: PaLM's 12 L d T counts the full (non-causal) score matrix, forward and backward;
     # causal kernels skip the upper half. Recomputed blocks redo the forward (a third).
-    attn_flops = 12.0 * L * d * T * (4.0 / 3.0 if full else 1.0)
+    attn_flops = 12.0 * L * model.q_dim * T * (4.0 / 3.0 if full else 1.0)
     attn_rate = hw.flops * min(MATMUL_RATE_VS_BF16[precision], 1.0)  # fp8 attention stays bf16
     if knobs.attention == Attention.MATH:
         # The math backend upcasts to fp32 (CUDA-core matmuls) and moves the fp32 T x T scores
@@ -252,7 +258,10 @@ def features(model: ModelSpec, knobs: Knobs, hw: _Hardware, num_gpus: int) -> np
     x["weights_micro_step"] = weight_bytes / hw.bytes_per_s / micro_tokens
     if knobs.precision.is_fp8:
         weight_cast = block_params * FP8_WEIGHT_CAST_BYTES / hw.bytes_per_s / micro_tokens
-        act_cast = L * (3 * d + model.ffn_dim) * 2 * 3.0 / hw.bytes_per_s  # in, grad, out
+        # The linears' inputs (q/k/v and gate/up read the normed d, o the attention output,
+        # down the MLP width), each in, grad and out.
+        widths = 2 * d + model.q_dim + mlp_width_per_token(model)
+        act_cast = L * widths * 2 * 3.0 / hw.bytes_per_s
         x["fp8_cast"] = weight_cast + act_cast
         if knobs.precision == Precision.FP8_ROWWISE:
             x["fp8_rowwise"] = x["mm_fp8"] + x["fp8_cast"] + fp8_launches
@@ -284,15 +293,15 @@ def _weight_bytes_per_micro_step(knobs: Knobs, block_params: int, head_params: i
     return moved
 
 
-def _block_params(model: ModelSpec) -> int:
-    """Matmul parameters of the transformer blocks (the part fp8 converts)."""
+def _block_params(model: ModelSpec, *, active: bool) -> int:
+    """Matmul parameters of the transformer blocks (the part fp8 converts): all of them, or
+    (`active`) those a token runs through."""
     d, ff = model.d_model, model.ffn_dim
     kv = model.kv_heads * model.head_dim
     if model.family == ModelFamily.GPT2:
-        per_layer = 4 * d * d + 2 * d * ff
-    else:
-        per_layer = 2 * d * d + 2 * d * kv + 3 * d * ff
-    return model.n_layer * per_layer
+        return model.n_layer * (4 * d * d + 2 * d * ff)
+    attention = 2 * d * model.q_dim + 2 * d * kv
+    return model.n_layer * attention + mlp_params(model, active=active)
 
 
 def _linears_per_block(model: ModelSpec) -> int:
