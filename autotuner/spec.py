@@ -135,8 +135,22 @@ class ModelSpec(_Record):
             raise ValueError(
                 "family 'gpt2' has no grouped-query attention; drop n_kv_head or use family 'llama'"
             )
+        self._check_hf_shapes()
         self._check_moe()
         return self
+
+    def _check_hf_shapes(self) -> None:
+        # The built-in families build d_model / n_head-wide heads without biases, and a
+        # factory gets none of these sizes: counting them there would count a model that
+        # does not run.
+        if self.family == ModelFamily.HF:
+            return
+        given = [name for name in ("head_size", "qkv_bias") if getattr(self, name)]
+        if given:
+            raise ValueError(
+                f"{', '.join(given)}: read from a Hugging Face config (family 'hf'); the "
+                f"'{self.family.value}' family builds d_model / n_head-wide heads without biases"
+            )
 
     def _check_moe(self) -> None:
         moe = {

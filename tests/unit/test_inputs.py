@@ -20,6 +20,21 @@ def test_presets_resolve_and_overrides_apply() -> None:
     assert llama.kv_heads == 8 and llama.ffn_dim == 8192
 
 
+# A mixture of experts in a Hugging Face config (Qwen2-MoE's names).
+SMALL_HF_MOE = {
+    "model_type": "qwen2_moe",
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "intermediate_size": 128,
+    "moe_intermediate_size": 32,
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "vocab_size": 512,
+    "max_position_embeddings": 256,
+}
+
+
 @pytest.mark.parametrize(
     ("data", "needle"),
     [
@@ -71,6 +86,15 @@ def test_presets_resolve_and_overrides_apply() -> None:
             "n_kv_head=3 must divide n_head=4",
         ),
         ({"family": "gpt2", "n_layer": 2}, "missing"),
+        (
+            {"preset": "llama-tiny", "head_size": 32, "qkv_bias": True},
+            "head_size, qkv_bias: read from a Hugging Face config",
+        ),
+        ({"preset": "llama-tiny", "n_experts": 8}, "n_experts: mixture-of-experts sizes are for"),
+        (
+            {"hf_config": {**SMALL_HF_MOE, "num_experts_per_tok": 9}},
+            "n_experts_active=9 is more than n_experts=8",
+        ),
         (["not", "a", "mapping"], "must be a mapping"),
     ],
 )
