@@ -26,6 +26,7 @@ from autotuner.inputs import UserError
 from autotuner.storage.repository import StudyNotFound
 from autotuner.storage.session import Database, redact, upgrade_database
 from autotuner.study.data_access import DataAccess
+from autotuner.study.factory_access import FactoryAccess
 from autotuner.study.operations import Conflict, NotFound
 
 log = logging.getLogger("autotuner.service")
@@ -52,6 +53,9 @@ class ServiceSettings:
     # Where a request's `data` may be read (serve --data-dir / $AUTOTUNER_DATA_DIRS); by
     # default nowhere: the service must not read its own files for whoever holds the token.
     data_access: DataAccess = field(default_factory=DataAccess.nowhere)
+    # Where a factory model's code may come from (serve --factory-dir / $AUTOTUNER_FACTORY_DIRS);
+    # by default nowhere: a factory is code the workers run for whoever holds the token.
+    factory_access: FactoryAccess = field(default_factory=FactoryAccess.nowhere)
 
     @property
     def coordinator_id(self) -> str:
@@ -151,11 +155,13 @@ def create_app(settings: ServiceSettings) -> FastAPI:
             scheduler.start()
         app.state.scheduler = scheduler
         log.info(
-            "serving; database %s, executor %s, coordinator %s, user data %s, token %s",
+            "serving; database %s, executor %s, coordinator %s, user data %s, model code %s, "
+            "token %s",
             redact(db.url),
             settings.executor,
             settings.coordinator_id if scheduler else "off",
             settings.data_access.describe(),
+            settings.factory_access.describe(),
             (
                 ("required for changes; reads are public" if settings.public_reads else "required")
                 if settings.token

@@ -80,8 +80,14 @@ def submit_study(body: StudyRequest, request: Request) -> dict[str, Any]:
     """Validate and queue a study; the coordinator starts it as soon as GPUs are free."""
     scheduler = request.app.state.scheduler
     target = scheduler.target() if scheduler is not None else None
-    data_access = request.app.state.settings.data_access  # the operator's --data-dir
-    view = studies.submit_study(_db(request), body, target, data_access=data_access)
+    settings = request.app.state.settings  # the operator's --data-dir and --factory-dir
+    view = studies.submit_study(
+        _db(request),
+        body,
+        target,
+        data_access=settings.data_access,
+        factory_access=settings.factory_access,
+    )
     _wake(request)
     return view
 

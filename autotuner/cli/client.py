@@ -182,10 +182,16 @@ class LocalClient:
         self.db.check()
         upgrade_database(self.db.url)
         from autotuner.study.data_access import DataAccess
+        from autotuner.study.factory_access import FactoryAccess
 
         # A database opened here, as the user: the same trust as `tune` (the service's
-        # directories bound only what it reads for others).
-        return studies.submit_study(self.db, request, data_access=DataAccess.anywhere())
+        # directories bound only what it reads and runs for others).
+        return studies.submit_study(
+            self.db,
+            request,
+            data_access=DataAccess.anywhere(),
+            factory_access=FactoryAccess.anywhere(),
+        )
 
     def studies(self, status: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
         from autotuner.study import operations as studies

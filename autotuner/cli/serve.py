@@ -58,10 +58,22 @@ def serve(
         list[str] | None,
         typer.Option(
             "--data-dir",
-            help="Let studies read user data (`data`, --data) under DIR; repeat for several. "
+            help="Let studies read user data (`data` and its tokenizer, --data) under DIR; repeat "
+            "for several. "
             "Also $AUTOTUNER_DATA_DIRS (DIR1:DIR2). Symlinks and '..' are resolved before "
             "the check, and a path outside is refused without saying whether it exists. "
             "Default: none, and every request naming data is refused.",
+            show_default=False,
+        ),
+    ] = None,
+    factory_dir: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--factory-dir",
+            help="Let studies run model code (`model.factory`) from DIR: a file.py under it, "
+            "or a module whose file is there; repeat for several. Also "
+            "$AUTOTUNER_FACTORY_DIRS (DIR1:DIR2). A factory is code the workers run for "
+            "whoever holds the token. Default: none, and every factory model is refused.",
             show_default=False,
         ),
     ] = None,
@@ -75,8 +87,11 @@ def serve(
     run are picked up again on start.
 
     The service reads a study's own token data only under the directories
-    given with --data-dir or $AUTOTUNER_DATA_DIRS (none by default); `tune`
-    on your own machine reads any path you can.
+    given with --data-dir or $AUTOTUNER_DATA_DIRS, and runs model factories
+    only from --factory-dir or $AUTOTUNER_FACTORY_DIRS (none of either by
+    default); `tune` on your own machine reads and runs what you can.
+    Trials never see the service's token or database URL
+    (docs/trust-model.md).
     """
     import logging
     import os
@@ -91,9 +106,13 @@ def serve(
             "AUTOTUNER_TOKEN=$(openssl rand -hex 32)) or listen on 127.0.0.1"
         )
 
-    from autotuner.study.data_access import ENV_VAR, DataAccess
+    from autotuner.study import data_access as data_dirs
+    from autotuner.study import factory_access as factory_dirs
 
-    data_access = DataAccess.for_service(data_dir, os.environ.get(ENV_VAR))
+    data_access = data_dirs.DataAccess.for_service(data_dir, os.environ.get(data_dirs.ENV_VAR))
+    factory_access = factory_dirs.FactoryAccess.for_service(
+        factory_dir, os.environ.get(factory_dirs.ENV_VAR)
+    )
 
     import uvicorn
 
@@ -123,6 +142,7 @@ def serve(
         lease_ttl_s=lease_ttl,
         heartbeat_interval_s=heartbeat_interval,
         data_access=data_access,
+        factory_access=factory_access,
     )
     uvicorn.run(
         create_app(settings),

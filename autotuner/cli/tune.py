@@ -262,10 +262,17 @@ def _validated(request: Any, target: Any = None) -> Any:
     """`validate_request`, its errors in the words of this command's flags."""
     from autotuner.inputs import UserError
     from autotuner.study.data_access import DataAccess
+    from autotuner.study.factory_access import FactoryAccess
     from autotuner.study.operations import validate_request
 
     try:
-        # `tune` runs as the user on their own machine: any path they can read is theirs.
-        return validate_request(request, target, data_access=DataAccess.anywhere())
+        # `tune` runs as the user on their own machine: any path they can read is theirs, and
+        # any model code they can import.
+        return validate_request(
+            request,
+            target,
+            data_access=DataAccess.anywhere(),
+            factory_access=FactoryAccess.anywhere(),
+        )
     except UserError as exc:
         raise UserError(as_flags(str(exc))) from None

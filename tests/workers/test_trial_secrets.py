@@ -66,9 +66,7 @@ def test_an_allowed_factory_sees_no_service_secret(
             "seq_len": 16,
         }
     )
-    config = TrialConfig(
-        model=spec, knobs=Knobs(precision="fp32", attention="math"), measure=FAST
-    )
+    config = TrialConfig(model=spec, knobs=Knobs(precision="fp32", attention="math"), measure=FAST)
     result = run_trial_process(config)
     assert result.status == TrialStatus.OK, result.error_message
     environ = json.loads(out.read_text())
