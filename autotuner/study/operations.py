@@ -165,11 +165,50 @@ def submit_study(
     factory_access: FactoryAccess = NO_FACTORIES,
 ) -> dict[str, Any]:
     """Validate and record a new queued study; a coordinator picks it up."""
+    view, _ = submit_once(
+        db, req, target, data_access=data_access, factory_access=factory_access, key=None
+    )
+    return view
+
+
+def submit_once(
+    db: Database,
+    req: StudyRequest,
+    target: Target | None = None,
+    *,
+    data_access: DataAccess,
+    factory_access: FactoryAccess = NO_FACTORIES,
+    key: str | None,
+) -> tuple[dict[str, Any], bool]:
+    """`submit_study` with an idempotency key (study/submit_keys.py): (the study, True) when
+    this call created it; (the study the key created before, False) on a retry."""
+    from sqlalchemy.exc import IntegrityError
+
+    from autotuner.study import submit_keys
+
+    req_digest = None
+    if key is not None:
+        submit_keys.check_key(key)
+        req_digest = submit_keys.digest(req)
+        if (found := submit_keys.find(db, key, req_digest)) is not None:
+            return get_study(db, found), False
     model, space = validate_request(
         req, target, data_access=data_access, factory_access=factory_access
     )
     device = target.device_type if target is not None else None
-    return get_study(db, create_requested(db, req, model, space, device_type=device))
+    try:
+        study_id = create_requested(
+            db, req, model, space, device_type=device, key=key, key_digest=req_digest
+        )
+    except IntegrityError:
+        # Another request with this key committed first: its study is the answer.
+        if key is None or req_digest is None:
+            raise
+        found = submit_keys.find(db, key, req_digest)
+        if found is None:
+            raise
+        return get_study(db, found), False
+    return get_study(db, study_id), True
 
 
 def create_requested(
@@ -179,9 +218,12 @@ def create_requested(
     space: SearchSpace,
     *,
     device_type: str | None = None,
+    key: str | None = None,
+    key_digest: str | None = None,
 ) -> str:
     """Record the queued study a validated request asks for; returns its id. `device_type`:
-    what the cluster runs trials on, when the caller knows its target."""
+    what the cluster runs trials on, when the caller knows its target; `key`: the submit's
+    idempotency key, stored with the study (with `key_digest`, its request's fingerprint)."""
     from autotuner.study.coordinator import create_study
 
     return create_study(
@@ -197,6 +239,8 @@ def create_requested(
         seed=req.seed,
         options=req.options,
         device_type=device_type,
+        submit_key=key,
+        submit_digest=key_digest,
     )
 
 
