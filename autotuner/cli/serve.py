@@ -37,7 +37,8 @@ def serve(
         typer.Option(
             envvar="AUTOTUNER_COORDINATOR_ID",
             help="Lease owner id of this coordinator; default serve@HOST:PORT. A restarted "
-            "service with the same id takes its studies back at once.",
+            "service with the same id takes its studies back at once; a second running "
+            "service with it is refused at start.",
         ),
     ] = None,
     executor: Annotated[
@@ -128,7 +129,8 @@ def serve(
     db_url = resolve_database_url(db)
     from autotuner.storage.session import Database
 
-    Database(db_url).check()  # an unreachable database is one clear line, not a traceback
+    database = Database(db_url)
+    database.check()  # an unreachable database is one clear line, not a traceback
     settings = ServiceSettings(
         db_url=db_url,
         token=token,
@@ -144,6 +146,14 @@ def serve(
         data_access=data_access,
         factory_access=factory_access,
     )
+    if settings.coordinator:
+        # Claimed before listening, so a second service under this id refuses to start with
+        # one line (CoordinatorClash) instead of a failed start-up's traceback.
+        from autotuner.storage.session import upgrade_database
+
+        if settings.migrate:
+            upgrade_database(database.url)
+        settings.claim(database).take()
     uvicorn.run(
         create_app(settings),
         host=host,
