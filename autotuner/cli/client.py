@@ -18,8 +18,8 @@ from autotuner.inputs import UserError
 
 SERVER_ENV = "AUTOTUNER_SERVER"
 TOKEN_ENV = "AUTOTUNER_TOKEN"
-# A submit is tried this often while the service answers 503 or the reply is lost: about 15 s
-# of waits, past a database failover's few seconds.
+# A submit is tried this often while the service answers 503 or the reply is lost: 1, 2, 4
+# and 5 s of waits (Retry-After caps them), past a database failover's few seconds.
 SUBMIT_TRIES = 5
 
 
