@@ -114,6 +114,9 @@ def serve(
     factory_access = factory_dirs.FactoryAccess.for_service(
         factory_dir, os.environ.get(factory_dirs.ENV_VAR)
     )
+    # The workers of a Ray this service starts inherit the directories (empty: none) and
+    # refuse a factory config that did not pass this service's check (workers/models/factory).
+    os.environ[factory_dirs.ENV_VAR] = os.pathsep.join(map(str, factory_access.dirs or ()))
 
     import uvicorn
 

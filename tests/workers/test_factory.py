@@ -202,3 +202,27 @@ def test_a_pinned_factory_runs_only_code_under_its_allowed_directory(
         with pytest.raises(FactoryError, match="is not under the factory directory"):
             load_factory(ref, root=root)
     assert "trust_mod_b" not in sys.modules
+
+
+def test_a_worker_given_the_operator_directories_runs_only_factories_checked_against_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A config that reached the worker without the service's check (no factory_root, or a
+    root outside the directories `serve` exported to its workers) is refused, not imported."""
+    from workers.models.factory import FACTORY_DIRS_ENV, FactoryError, load_factory
+
+    allowed, other = tmp_path / "allowed", tmp_path / "other"
+    for d in (allowed, other):
+        d.mkdir()
+        (d / "op_model.py").write_text("def build():\n    return 'ran'\n")
+    monkeypatch.setenv(FACTORY_DIRS_ENV, str(allowed))
+    assert load_factory(f"{allowed}/op_model.py:build", root=str(allowed))() == "ran"
+    for ref, root in (
+        (f"{other}/op_model.py:build", None),
+        (f"{other}/op_model.py:build", str(other)),
+    ):
+        with pytest.raises(FactoryError, match="this worker runs model code only from"):
+            load_factory(ref, root=root)
+    monkeypatch.setenv(FACTORY_DIRS_ENV, "")  # a service that allowed none
+    with pytest.raises(FactoryError, match=r"\(none\)"):
+        load_factory(f"{allowed}/op_model.py:build", root=str(allowed))

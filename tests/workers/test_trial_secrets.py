@@ -26,7 +26,7 @@ SECRETS = {
 }
 
 
-def _recording_factory(tmp_path: Path) -> tuple[str, Path]:
+def recording_factory(tmp_path: Path) -> tuple[str, Path]:
     """A factory that writes its process's environment, then builds the example model."""
     out = tmp_path / "environ.json"
     path = tmp_path / "env_model.py"
@@ -54,7 +54,7 @@ def test_an_allowed_factory_sees_no_service_secret(
     for name, value in SECRETS.items():
         monkeypatch.setenv(name, value)  # as the service's environment, and its Ray's, holds
     monkeypatch.setenv("AUTOTUNER_PRELOAD", preload)
-    factory, out = _recording_factory(tmp_path)
+    factory, out = recording_factory(tmp_path)
     spec = ModelSpec.resolve(
         {
             "factory": factory,

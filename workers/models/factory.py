@@ -41,6 +41,10 @@ from workers.errors import UnsupportedConfig
 from workers.models.attention import attend
 from workers.models.checkpointing import run_block
 
+# The operator's factory directories as `serve` exports them to its workers (the same variable
+# as autotuner/study/factory_access.py ENV_VAR; the data plane does not import that module).
+FACTORY_DIRS_ENV = "AUTOTUNER_FACTORY_DIRS"
+
 
 class FactoryError(UnsupportedConfig):
     """The model factory cannot be used as given; the message says what to fix."""
@@ -135,6 +139,7 @@ def load_factory(ref: str, *, root: str | None = None) -> Callable[..., Any]:
 
     `root`: the allowed directory the service found the factory under (ModelSpec.factory_root);
     the code imported must come from there, whatever this worker's path or links say now."""
+    _check_operator_dirs(ref, root)
     location, _, attr_path = ref.rpartition(":")
     is_file = location.endswith(".py")
     if root is not None and is_file:
@@ -157,6 +162,23 @@ def load_factory(ref: str, *, root: str | None = None) -> Callable[..., Any]:
     if not callable(obj):
         raise FactoryError(f"{ref} is a {type(obj).__name__}, not callable: name a function")
     return obj
+
+
+def _check_operator_dirs(ref: str, root: str | None) -> None:
+    """Where the node's environment names the operator's factory directories (a service's
+    local Ray inherits them from `serve`; a remote worker's operator may set them), run only
+    a factory pinned under one of them: a config that reached this worker without the
+    service's check (none set, or another) is refused, not imported."""
+    raw = os.environ.get(FACTORY_DIRS_ENV)
+    if raw is None:
+        return  # `tune`'s workers, or a node whose operator set nothing: the config decides
+    allowed = [PurePosixPath(os.path.realpath(d)) for d in raw.split(os.pathsep) if d.strip()]
+    if root is None or not any(PurePosixPath(root).is_relative_to(d) for d in allowed):
+        raise FactoryError(
+            f"model factory {ref}: this worker runs model code only from the factory "
+            f"directories in {FACTORY_DIRS_ENV} ({raw or 'none'}), and this config was not "
+            "checked against them; submit it through `autotuner serve --factory-dir DIR`"
+        )
 
 
 def _check_source(ref: str, file: str | None, root: str) -> None:
