@@ -291,6 +291,9 @@ class Coordinator(Base):
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     instance: Mapped[str] = mapped_column(String(32))  # random per process
     host: Mapped[str] = mapped_column(String(255))
+    # Where `pid` names a process: the machine's boot id and the pid namespace. Host names
+    # repeat (containers, one image on two machines); a pid can be judged only on its node.
+    node: Mapped[str] = mapped_column(String(64))
     pid: Mapped[int] = mapped_column(Integer)
     started_at: Mapped[dt.datetime]
     expires_at: Mapped[dt.datetime]

@@ -13,12 +13,14 @@ host (a container restarted in place), or by a pid on this host that no longer r
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import logging
 import os
 import socket
 import threading
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sqlalchemy import delete, update
 from sqlalchemy.exc import IntegrityError
@@ -39,6 +41,21 @@ def new_instance() -> str:
     return uuid.uuid4().hex[:16]
 
 
+def this_node() -> str:
+    """This boot of this machine and this process's pid namespace: where a pid means one
+    process (Linux; elsewhere the host name stands in)."""
+    parts = []
+    for path, read in (
+        ("/proc/sys/kernel/random/boot_id", lambda p: Path(p).read_text().strip()),
+        ("/proc/self/ns/pid", os.readlink),
+    ):
+        try:
+            parts.append(read(path))
+        except OSError:
+            parts.append(socket.gethostname())
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
+
+
 @dataclass
 class CoordinatorClaim:
     db: Database
@@ -46,6 +63,7 @@ class CoordinatorClaim:
     ttl_s: float
     instance: str = field(default_factory=new_instance)
     host: str = field(default_factory=lambda: socket.gethostname()[:255])
+    node: str = field(default_factory=this_node)
     pid: int = field(default_factory=os.getpid)
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _thread: threading.Thread | None = field(default=None, repr=False)
@@ -68,6 +86,7 @@ class CoordinatorClaim:
                         id=self.coordinator_id,
                         instance=self.instance,
                         host=self.host,
+                        node=self.node,
                         pid=self.pid,
                         started_at=now,
                         expires_at=expires,
@@ -79,17 +98,13 @@ class CoordinatorClaim:
             if not ours and row.expires_at > now and not self._stale(row):
                 raise self._clash(row, now)
             if not ours:  # free, expired or stale: ours from now on
-                row.instance, row.host, row.pid, row.started_at = (
-                    self.instance,
-                    self.host,
-                    self.pid,
-                    now,
-                )
+                row.instance, row.host, row.node = self.instance, self.host, self.node
+                row.pid, row.started_at = self.pid, now
             row.expires_at = expires
 
     def _stale(self, row: Coordinator) -> bool:
-        """A claim left by a process of this host that is gone (or is us, restarted)."""
-        if row.host != self.host:
+        """A claim left on this node by a process that is gone (or by our pid: then gone)."""
+        if row.node != self.node:
             return False
         if row.pid == self.pid:
             return True

@@ -34,6 +34,7 @@ def upgrade() -> None:
         sa.Column("id", sa.String(64), nullable=False),
         sa.Column("instance", sa.String(32), nullable=False),
         sa.Column("host", sa.String(255), nullable=False),
+        sa.Column("node", sa.String(64), nullable=False),
         sa.Column("pid", sa.Integer(), nullable=False),
         sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),

@@ -58,7 +58,9 @@ def test_claims_refuse_a_live_one_and_take_over_a_dead_expired_or_released_one(
     pg_url: str,
 ) -> None:
     db = Database(pg_url)
-    elsewhere = CoordinatorClaim(db, "serve@box:8000", 30.0, host="other-host", pid=4242)
+    elsewhere = CoordinatorClaim(
+        db, "serve@box:8000", 30.0, host="other-host", node="other-node", pid=4242
+    )
     elsewhere.take()
     here = CoordinatorClaim(db, "serve@box:8000", 30.0)
     with pytest.raises(CoordinatorClash, match="host other-host, pid 4242"):
@@ -67,6 +69,11 @@ def test_claims_refuse_a_live_one_and_take_over_a_dead_expired_or_released_one(
     here.take()  # given back: free at once
     here.take()  # its own claim: a renewal
     assert here.renew()
+    # Two containers with one host name (so one default id) and, as often, one pid: still
+    # two processes, told apart by their node.
+    twin = CoordinatorClaim(db, "serve@box:8000", 30.0, node="other-node")
+    with pytest.raises(CoordinatorClash, match=f"pid {os.getpid()}"):
+        twin.take()
 
     # A claim from this host whose process is gone (a service killed -9) is stale at once.
     gone = subprocess.Popen(["true"])
@@ -77,7 +84,7 @@ def test_claims_refuse_a_live_one_and_take_over_a_dead_expired_or_released_one(
     assert not dead.renew()  # taken over: the old instance cannot renew it
 
     # Another host's claim that was not renewed expires after its TTL.
-    lapsed = CoordinatorClaim(db, "serve@there:2", 0.2, host="other-host", pid=os.getpid())
+    lapsed = CoordinatorClaim(db, "serve@there:2", 0.2, node="other-node", pid=os.getpid())
     lapsed.take()
     wait_for(lambda: _takes(CoordinatorClaim(db, "serve@there:2", 30.0)), 10, "the claim to expire")
 
