@@ -40,7 +40,7 @@ def test_a_second_service_under_a_running_ones_id_refuses_to_start(
     second = Service(pg_url, tmp_path / "second.log", executor=executor, args=args)
     with pytest.raises(RuntimeError, match="the service exited") as refused:
         second.start(timeout_s=60)
-    assert second.proc is not None and second.proc.returncode != 0
+    assert second.proc is not None and second.proc.returncode == 2
     message = str(refused.value)
     assert "coordinator id 'shared-id' is in use by another running service" in message
     assert REMEDY in message and f"pid {first.proc.pid}" in message  # type: ignore[union-attr]
