@@ -97,6 +97,11 @@ class ModelSpec(_Record):
     # memory model and limits read them as a Llama-style transformer's shapes (estimates).
     factory: str | None = Field(default=None, max_length=1000)
     factory_args: dict[str, Any] | None = None
+    # Set by the service, never by the user (autotuner/study/factory_access.py): the operator's
+    # allowed directory (resolved) the factory was found under. The worker imports the factory
+    # from there and refuses it if the imported file lies elsewhere. None: any importable
+    # factory, as `tune` runs the user's own code.
+    factory_root: str | None = Field(default=None, max_length=4096)
 
     @model_validator(mode="after")
     def _check_shapes(self) -> ModelSpec:
@@ -124,6 +129,8 @@ class ModelSpec(_Record):
                 f"factory {self.factory!r}: write 'package.module:function' (importable on the "
                 "worker) or 'path/to/file.py:function'"
             )
+        if self.factory_root is not None and self.factory is None:
+            raise ValueError("factory_root goes with a factory; drop it")
         if self.factory_args is not None and self.family != ModelFamily.FACTORY:
             raise ValueError("factory_args are for family 'factory' only")
         clash = set(self.factory_args or {}) & FACTORY_SIZE_ARGS

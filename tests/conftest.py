@@ -158,7 +158,9 @@ def pg_url(pg_database: str) -> str:
         with engine.begin() as connection:
             # A test that leaked an open transaction would block TRUNCATE: fail, don't hang.
             connection.execute(text("SET LOCAL lock_timeout = '10s'"))
-            connection.execute(text("TRUNCATE studies, trials RESTART IDENTITY CASCADE"))
+            connection.execute(
+                text("TRUNCATE studies, trials, coordinators RESTART IDENTITY CASCADE")
+            )
     finally:
         engine.dispose()
     return pg_database

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from autotuner.spec import FailureClass, TrialConfig, TrialResult
 from workers import compile_cache, phases, pidfile, preload
+from workers.service_secrets import without_secrets
 
 HEARTBEAT_INTERVAL_S = 5.0
 KILL_GRACE_S = 3.0  # SIGTERM first so the CUDA context is torn down cleanly, then SIGKILL
@@ -110,7 +111,8 @@ def trial_workdir() -> Path:
 
 def _trial_env(config: TrialConfig | None, trial_tmp: Path | None = None) -> dict[str, str]:
     """The environment a trial's process gets; with no config, what every trial's has in
-    common (prestart_preload's: the pre-imported worker's key reads only that part)."""
+    common (prestart_preload's: the pre-imported worker's key reads only that part). Never
+    the service's secrets (workers/service_secrets.py), whatever the launcher's own holds."""
     env = dict(os.environ)
     env[PARENT_ENV] = str(os.getpid())
     if config is not None:
@@ -119,7 +121,8 @@ def _trial_env(config: TrialConfig | None, trial_tmp: Path | None = None) -> dic
     # The trial imports `workers` and `autotuner` from this checkout, wherever it runs from.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, env.get("PYTHONPATH")) if p)
     env.setdefault("PYTHONUNBUFFERED", "1")
-    return env
+    # Last, so neither the launcher's environment nor config.env can hand a trial a secret.
+    return without_secrets(env)
 
 
 def prestart_preload(python: str = sys.executable) -> None:

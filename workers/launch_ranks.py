@@ -41,6 +41,7 @@ from pathlib import Path
 from autotuner.spec import FailureClass, TrialConfig, TrialResult, TrialStatus
 from workers import launch, phases, pidfile, preload
 from workers.launch import LIMIT_ENV
+from workers.service_secrets import without_secrets
 from workers.trial import PEER_FAILED_EXIT, process_env
 
 OK_GRACE_S = 3.0  # after rank 0's result, how long the others get to exit by themselves
@@ -95,7 +96,7 @@ def rank_env(
         MASTER_PORT=str(port),
     )
     env[LIMIT_ENV] = str(limit_s)
-    return env
+    return without_secrets(env)  # config.env (process_env) cannot hand a rank one either
 
 
 def run_rank_processes(

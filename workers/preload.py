@@ -57,6 +57,8 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+from workers.service_secrets import without_secrets
+
 ENABLE_ENV = "AUTOTUNER_PRELOAD"
 OWNER_ENV = "AUTOTUNER_PRELOAD_OWNER"  # a pid: the server exits when this process does
 RAYLET_ENV = "RAY_RAYLET_PID"  # set by Ray in its workers (they fate-share with the raylet)
@@ -260,7 +262,8 @@ def _start_server(python: str, env: dict[str, str], path: Path, owner: int) -> N
     except OSError:
         return
     os.close(fd)
-    server_env = {k: v for k, v in env.items() if k not in _LAZY | _RANK_VARS}
+    # The server's own environment has no secret either: a forked trial inherits its memory.
+    server_env = {k: v for k, v in without_secrets(env).items() if k not in _LAZY | _RANK_VARS}
     with open(os.devnull, "rb") as null_in, open(path.with_suffix(".log"), "ab") as log:
         subprocess.Popen(
             [python, "-m", "workers.preload", "--socket", str(path), "--owner", str(owner)],
@@ -323,8 +326,9 @@ def _child(request: dict, server_pid: int, close: list[socket.socket | int]) -> 
         for fd, target in ((null, 0), (out, 1), (err, 2)):
             os.dup2(fd, target)
             os.close(fd)
-        env = dict(request["env"])
         from workers.launch import PARENT_ENV
+
+        env = without_secrets(request["env"])  # whoever sent the request, no secret passes
 
         env[PARENT_ENV] = str(server_pid)  # the parent-death signal is armed against us
         os.environ.clear()

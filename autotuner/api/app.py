@@ -25,7 +25,9 @@ from autotuner.api.security import SecurityHeaders, TokenGate
 from autotuner.inputs import UserError
 from autotuner.storage.repository import StudyNotFound
 from autotuner.storage.session import Database, redact, upgrade_database
+from autotuner.study.coordinator_claim import CoordinatorClaim, new_instance
 from autotuner.study.data_access import DataAccess
+from autotuner.study.factory_access import FactoryAccess
 from autotuner.study.operations import Conflict, NotFound
 
 log = logging.getLogger("autotuner.service")
@@ -52,13 +54,24 @@ class ServiceSettings:
     # Where a request's `data` may be read (serve --data-dir / $AUTOTUNER_DATA_DIRS); by
     # default nowhere: the service must not read its own files for whoever holds the token.
     data_access: DataAccess = field(default_factory=DataAccess.nowhere)
+    # Where a factory model's code may come from (serve --factory-dir / $AUTOTUNER_FACTORY_DIRS);
+    # by default nowhere: a factory is code the workers run for whoever holds the token.
+    factory_access: FactoryAccess = field(default_factory=FactoryAccess.nowhere)
+    # This process's claim on its coordinator id (study/coordinator_claim.py): `serve` takes it
+    # before listening, so a clash is one line; the app takes it again (a renewal) if not.
+    instance: str = field(default_factory=new_instance)
 
     @property
     def coordinator_id(self) -> str:
         # Stable across restarts of the same service (same host and port), so a restarted
         # service takes its studies back at once instead of waiting for its old leases to
-        # expire. Two live services can't share it: they can't listen on one host:port.
+        # expire. Two live services with one id (the flag given twice, or one host name on
+        # two machines) are refused by the claim (study/coordinator_claim.py).
         return (self.owner or f"serve@{socket.gethostname()}:{self.port}")[:64]
+
+    def claim(self, db: Database) -> CoordinatorClaim:
+        """This process's claim on its coordinator id, renewed for as long as a lease lasts."""
+        return CoordinatorClaim(db, self.coordinator_id, self.lease_ttl_s, instance=self.instance)
 
 
 # --------------------------------------------------------------------------- errors
@@ -136,7 +149,11 @@ def create_app(settings: ServiceSettings) -> FastAPI:
             upgrade_database(db.url)
         app.state.db = db
         scheduler = None
+        claim = None
         if settings.coordinator:
+            claim = settings.claim(db)
+            claim.take()  # before any study is adopted: a clash must not touch one
+            claim.keep(settings.heartbeat_interval_s)
             from autotuner.executors.factory import build_executor
             from autotuner.study.scheduler import Scheduler
 
@@ -151,11 +168,13 @@ def create_app(settings: ServiceSettings) -> FastAPI:
             scheduler.start()
         app.state.scheduler = scheduler
         log.info(
-            "serving; database %s, executor %s, coordinator %s, user data %s, token %s",
+            "serving; database %s, executor %s, coordinator %s, user data %s, model code %s, "
+            "token %s",
             redact(db.url),
             settings.executor,
             settings.coordinator_id if scheduler else "off",
             settings.data_access.describe(),
+            settings.factory_access.describe(),
             (
                 ("required for changes; reads are public" if settings.public_reads else "required")
                 if settings.token
@@ -167,6 +186,8 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         finally:
             if scheduler is not None:
                 scheduler.stop()  # gives the leases back and shuts down a Ray it started
+            if claim is not None:
+                claim.release()
             log.info("stopped%s", "; its studies resume on the next start" if scheduler else "")
 
     app = FastAPI(

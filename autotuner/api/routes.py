@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import orjson
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from fastapi.responses import PlainTextResponse
 
 from autotuner.api.deps import require_token
@@ -73,15 +73,42 @@ def _wake(request: Request) -> None:
     response_model=StudyView,
     response_model_exclude_unset=True,
     dependencies=[Depends(require_token)],
-    responses=_AUTH_ERRORS,
+    responses={
+        **_AUTH_ERRORS,
+        200: {"description": "The study an earlier request with this Idempotency-Key created"},
+    },
     summary="Submit a study",
 )
-def submit_study(body: StudyRequest, request: Request) -> dict[str, Any]:
+def submit_study(
+    body: StudyRequest,
+    request: Request,
+    response: Response,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            description="A fresh value per study (e.g. a UUID), sent again on each retry of "
+            "the same request: a retry whose first try was recorded gets that study back "
+            "(200, `Idempotent-Replayed: true`) instead of a second one; the same key with a "
+            "different body is 422. `autotuner submit` sends one.",
+        ),
+    ] = None,
+) -> dict[str, Any]:
     """Validate and queue a study; the coordinator starts it as soon as GPUs are free."""
     scheduler = request.app.state.scheduler
     target = scheduler.target() if scheduler is not None else None
-    data_access = request.app.state.settings.data_access  # the operator's --data-dir
-    view = studies.submit_study(_db(request), body, target, data_access=data_access)
+    settings = request.app.state.settings  # the operator's --data-dir and --factory-dir
+    view, created = studies.submit_once(
+        _db(request),
+        body,
+        target,
+        data_access=settings.data_access,
+        factory_access=settings.factory_access,
+        key=idempotency_key,
+    )
+    if not created:
+        response.status_code = 200
+        response.headers["Idempotent-Replayed"] = "true"
     _wake(request)
     return view
 

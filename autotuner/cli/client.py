@@ -18,6 +18,19 @@ from autotuner.inputs import UserError
 
 SERVER_ENV = "AUTOTUNER_SERVER"
 TOKEN_ENV = "AUTOTUNER_TOKEN"
+# A submit is tried this often while the service answers 503 or the reply is lost: 1, 2, 4
+# and 5 s of waits (Retry-After caps them), past a database failover's few seconds.
+SUBMIT_TRIES = 5
+
+
+def _retry_wait(attempt: int, retry_after: str | None) -> float:
+    """Seconds before the next try: the service's Retry-After, but no longer than 1, 2, 4, 8 s
+    for the 1st, 2nd... retry (a short outage is over sooner than the service can know)."""
+    cap = float(2**attempt)
+    try:
+        return min(float(retry_after), cap) if retry_after else cap
+    except ValueError:
+        return cap
 
 
 class ServiceError(UserError):
@@ -66,16 +79,46 @@ class ServiceClient:
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
-            raise ServiceError(
-                f"cannot reach the autotuner service at {self.base_url} ({type(exc).__name__}: "
-                f"{exc}); is `autotuner serve` running there? set --server or {SERVER_ENV}"
-            ) from None
+            raise self._unreachable(exc) from None
         if response.status_code >= 400:
             raise ServiceError(_detail(response), response.status_code)
         return response
 
+    def _unreachable(self, exc: Exception) -> ServiceError:
+        return ServiceError(
+            f"cannot reach the autotuner service at {self.base_url} ({type(exc).__name__}: "
+            f"{exc}); is `autotuner serve` running there? set --server or {SERVER_ENV}"
+        )
+
     def submit(self, body: dict[str, Any]) -> dict[str, Any]:
-        return self._call("POST", "/api/studies", json=body).json()
+        """POST the study, retried while the service says "retry" (503) or the reply is lost,
+        with one Idempotency-Key for every try: a try whose study was recorded (its reply
+        lost) is answered with that study on the next, never a second study."""
+        import time
+        import uuid
+
+        import httpx
+
+        key = {"Idempotency-Key": str(uuid.uuid4())}
+        reached = False
+        for attempt in range(SUBMIT_TRIES):
+            last = attempt == SUBMIT_TRIES - 1
+            try:
+                response = self._http.post("/api/studies", json=body, headers=key)
+            except httpx.TransportError as exc:
+                # Never reached (a wrong URL, no service): say so now, not after the retries.
+                if last or (isinstance(exc, httpx.ConnectError) and not reached):
+                    raise self._unreachable(exc) from None
+                time.sleep(_retry_wait(attempt, None))
+                continue
+            reached = True
+            if response.status_code == 503 and not last:
+                time.sleep(_retry_wait(attempt, response.headers.get("Retry-After")))
+                continue
+            break
+        if response.status_code >= 400:
+            raise ServiceError(_detail(response), response.status_code)
+        return response.json()
 
     def studies(self, status: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
         params: dict[str, Any] = {"limit": limit}
@@ -182,10 +225,16 @@ class LocalClient:
         self.db.check()
         upgrade_database(self.db.url)
         from autotuner.study.data_access import DataAccess
+        from autotuner.study.factory_access import FactoryAccess
 
         # A database opened here, as the user: the same trust as `tune` (the service's
-        # directories bound only what it reads for others).
-        return studies.submit_study(self.db, request, data_access=DataAccess.anywhere())
+        # directories bound only what it reads and runs for others).
+        return studies.submit_study(
+            self.db,
+            request,
+            data_access=DataAccess.anywhere(),
+            factory_access=FactoryAccess.anywhere(),
+        )
 
     def studies(self, status: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
         from autotuner.study import operations as studies

@@ -23,6 +23,7 @@ VALUE_NAMES = {
     "db": "URL",
     "drop_best": "N",
     "executor": "KIND",
+    "factory_dir": "DIR",
     "fmt": "FORMAT",
     "global_batch": "TOKENS",
     "gpus": "N",

@@ -37,7 +37,8 @@ def serve(
         typer.Option(
             envvar="AUTOTUNER_COORDINATOR_ID",
             help="Lease owner id of this coordinator; default serve@HOST:PORT. A restarted "
-            "service with the same id takes its studies back at once.",
+            "service with the same id takes its studies back at once; a second running "
+            "service with it is refused at start.",
         ),
     ] = None,
     executor: Annotated[
@@ -58,10 +59,22 @@ def serve(
         list[str] | None,
         typer.Option(
             "--data-dir",
-            help="Let studies read user data (`data`, --data) under DIR; repeat for several. "
+            help="Let studies read user data (`data` and its tokenizer, --data) under DIR; repeat "
+            "for several. "
             "Also $AUTOTUNER_DATA_DIRS (DIR1:DIR2). Symlinks and '..' are resolved before "
             "the check, and a path outside is refused without saying whether it exists. "
             "Default: none, and every request naming data is refused.",
+            show_default=False,
+        ),
+    ] = None,
+    factory_dir: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--factory-dir",
+            help="Let studies run model code (`model.factory`) from DIR: a file.py under it, "
+            "or a module whose file is there; repeat for several. Also "
+            "$AUTOTUNER_FACTORY_DIRS (DIR1:DIR2). A factory is code the workers run for "
+            "whoever holds the token. Default: none, and every factory model is refused.",
             show_default=False,
         ),
     ] = None,
@@ -75,8 +88,11 @@ def serve(
     run are picked up again on start.
 
     The service reads a study's own token data only under the directories
-    given with --data-dir or $AUTOTUNER_DATA_DIRS (none by default); `tune`
-    on your own machine reads any path you can.
+    given with --data-dir or $AUTOTUNER_DATA_DIRS, and runs model factories
+    only from --factory-dir or $AUTOTUNER_FACTORY_DIRS (none of either by
+    default); `tune` on your own machine reads and runs what you can.
+    Trials never see the service's token or database URL
+    (docs/trust-model.md).
     """
     import logging
     import os
@@ -91,9 +107,16 @@ def serve(
             "AUTOTUNER_TOKEN=$(openssl rand -hex 32)) or listen on 127.0.0.1"
         )
 
-    from autotuner.study.data_access import ENV_VAR, DataAccess
+    from autotuner.study import data_access as data_dirs
+    from autotuner.study import factory_access as factory_dirs
 
-    data_access = DataAccess.for_service(data_dir, os.environ.get(ENV_VAR))
+    data_access = data_dirs.DataAccess.for_service(data_dir, os.environ.get(data_dirs.ENV_VAR))
+    factory_access = factory_dirs.FactoryAccess.for_service(
+        factory_dir, os.environ.get(factory_dirs.ENV_VAR)
+    )
+    # The workers of a Ray this service starts inherit the directories (empty: none) and
+    # refuse a factory config that did not pass this service's check (workers/models/factory).
+    os.environ[factory_dirs.ENV_VAR] = os.pathsep.join(map(str, factory_access.dirs or ()))
 
     import uvicorn
 
@@ -109,7 +132,8 @@ def serve(
     db_url = resolve_database_url(db)
     from autotuner.storage.session import Database
 
-    Database(db_url).check()  # an unreachable database is one clear line, not a traceback
+    database = Database(db_url)
+    database.check()  # an unreachable database is one clear line, not a traceback
     settings = ServiceSettings(
         db_url=db_url,
         token=token,
@@ -123,7 +147,16 @@ def serve(
         lease_ttl_s=lease_ttl,
         heartbeat_interval_s=heartbeat_interval,
         data_access=data_access,
+        factory_access=factory_access,
     )
+    if settings.coordinator:
+        # Claimed before listening, so a second service under this id refuses to start with
+        # one line (CoordinatorClash) instead of a failed start-up's traceback.
+        from autotuner.storage.session import upgrade_database
+
+        if settings.migrate:
+            upgrade_database(database.url)
+        settings.claim(database).take()
     uvicorn.run(
         create_app(settings),
         host=host,

@@ -116,13 +116,19 @@ def tune(
         _validated(request)
     database = open_db_for_writing(db)
 
+    import os
+
     from autotuner.executors.ray_executor import RayExecutor
     from autotuner.storage.repository import StudyRepo
     from autotuner.study.coordinator import StudyRunner, default_owner
+    from autotuner.study.factory_access import ENV_VAR as FACTORY_DIRS_ENV
     from autotuner.study.operations import create_requested
 
     if not as_json:
         err.print("starting Ray...", style="dim")
+    # A service's setting (its workers run only its checked factories): a Ray started here runs
+    # the user's own model code, as `tune` validates it.
+    os.environ.pop(FACTORY_DIRS_ENV, None)
     executor = RayExecutor(ray_address)
     target = executor.target()
     if chosen is None:  # the default suits the hardware the trials will run on
@@ -262,10 +268,17 @@ def _validated(request: Any, target: Any = None) -> Any:
     """`validate_request`, its errors in the words of this command's flags."""
     from autotuner.inputs import UserError
     from autotuner.study.data_access import DataAccess
+    from autotuner.study.factory_access import FactoryAccess
     from autotuner.study.operations import validate_request
 
     try:
-        # `tune` runs as the user on their own machine: any path they can read is theirs.
-        return validate_request(request, target, data_access=DataAccess.anywhere())
+        # `tune` runs as the user on their own machine: any path they can read is theirs, and
+        # any model code they can import.
+        return validate_request(
+            request,
+            target,
+            data_access=DataAccess.anywhere(),
+            factory_access=FactoryAccess.anywhere(),
+        )
     except UserError as exc:
         raise UserError(as_flags(str(exc))) from None

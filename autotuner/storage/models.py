@@ -185,6 +185,12 @@ class Study(Base):
     seeds: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
     recommendation: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
     error_message: Mapped[str | None] = mapped_column(Text)
+    # The submit's Idempotency-Key (migration 0009): a retried submit with the same key finds
+    # this study instead of creating another, even when the first one's COMMIT reply was lost.
+    # Unique; null for studies submitted without one (`tune`, older studies).
+    submit_key: Mapped[str | None] = mapped_column(String(200), unique=True)
+    # sha256 of the request the key came with: the same key with another request is refused.
+    submit_digest: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     started_at: Mapped[dt.datetime | None]
     finished_at: Mapped[dt.datetime | None]
@@ -270,3 +276,24 @@ class Trial(Base):
         without knobs, e.g. a row whose dispatch never got that far)."""
         stored = (self.config or {}).get("knobs")
         return Knobs.model_validate(stored) if stored else None
+
+
+class Coordinator(Base):
+    """A running coordinator (`autotuner serve`) by its lease owner id (migration 0009).
+
+    Studies' leases name their owner by this id alone, so two live services with one id would
+    each take the other's studies for its own and mark their trials lost. Each service claims
+    its id here at start with a random instance nonce and renews it while it runs; a second
+    process with the same id finds a live claim that is not its own and refuses to start."""
+
+    __tablename__ = "coordinators"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    instance: Mapped[str] = mapped_column(String(32))  # random per process
+    host: Mapped[str] = mapped_column(String(255))
+    # Where `pid` names a process: the machine's boot id and the pid namespace. Host names
+    # repeat (containers, one image on two machines); a pid can be judged only on its node.
+    node: Mapped[str] = mapped_column(String(64))
+    pid: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[dt.datetime]
+    expires_at: Mapped[dt.datetime]

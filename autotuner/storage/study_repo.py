@@ -47,8 +47,11 @@ class StudyRepo:
         seed: int = 0,
         options: StudyOptions | None = None,
         device_type: str | None = None,
+        submit_key: str | None = None,
+        submit_digest: str | None = None,
     ) -> Study:
-        """A new queued study with a fresh id `st-xxxxxxxx`."""
+        """A new queued study with a fresh id `st-xxxxxxxx` (and the submit's idempotency key,
+        unique: a second study with the same key fails to insert)."""
         _fits("study name", name, 200, "use a shorter name")
         study = Study(
             id=f"st-{uuid.uuid4().hex[:8]}",
@@ -64,6 +67,8 @@ class StudyRepo:
             sampler=sampler,
             seed=seed,
             options=options or StudyOptions(),
+            submit_key=submit_key,
+            submit_digest=submit_digest,
             created_at=utcnow(),
         )
         self.session.add(study)

@@ -24,6 +24,8 @@ def create_study(
     seed: int = 0,
     options: StudyOptions | None = None,
     device_type: str | None = None,
+    submit_key: str | None = None,
+    submit_digest: str | None = None,
 ) -> str:
     """Record a new study (status queued) and return its id. `device_type`: what its trials
     will run on (`cuda` or `cpu`) when the cluster is known at submit."""
@@ -42,5 +44,7 @@ def create_study(
             seed=seed,
             options=options,
             device_type=device_type,
+            submit_key=submit_key,
+            submit_digest=submit_digest,
         )
         return study.id

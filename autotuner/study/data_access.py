@@ -7,10 +7,10 @@ file", "4,098 bytes is not a whole number of tokens", the largest token id...). 
 reads data only under directories its operator allowed (`serve --data-dir DIR`, repeatable, or
 $AUTOTUNER_DATA_DIRS), and none by default.
 
-The check decides before the file system is asked anything about the path: the path as written
-(with `..` folded) must lie under an allowed directory, so the refusal of an outside path is the
-same text whether it exists or not. Then symlinks are resolved and the real path must lie under
-an allowed directory's real path too, so a link inside one cannot lead out of it.
+The check (autotuner/study/allowed_dirs.py, shared with the model factories' directories)
+decides on the path as written first, so the refusal of an outside path is the same text whether
+it exists or not, then on the path with its links resolved. A text file's tokenizer is a path
+the service opens too (its vocabulary size is read at submit): it is held to the same rule.
 """
 
 from __future__ import annotations
@@ -18,9 +18,16 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from autotuner.inputs import UserError
+from autotuner.spec import DataFile
+from autotuner.study.allowed_dirs import (
+    from_flags_and_env,
+    lies_under,
+    named_dirs,
+    real_dirs,
+)
 
 ENV_VAR = "AUTOTUNER_DATA_DIRS"
 
@@ -55,37 +62,17 @@ class DataAccess:
 
     @classmethod
     def under(cls, dirs: Iterable[str | Path]) -> DataAccess:
-        """Only under `dirs`, each an existing directory (checked now, at the service's start:
-        a typo would otherwise refuse every submit with a message naming a directory that
-        is not there)."""
-        named: list[Path] = []
-        for raw in dirs:
-            text = str(raw).strip()
-            if not text:
-                continue
-            if not os.path.isabs(os.path.expanduser(text)):
-                raise UserError(
-                    f"data directory {text!r} is relative; give an absolute path (the workers "
-                    "open the same path, and their working directory is not this one)"
-                )
-            path = Path(os.path.normpath(os.path.expanduser(text)))
-            if not path.is_dir():
-                raise UserError(
-                    f"data directory {path}: no such directory; create it, or fix the path "
-                    f"given to --data-dir or {ENV_VAR}"
-                )
-            if path not in named:
-                named.append(path)
+        """Only under `dirs`, each an existing directory (checked now, at the service's start)."""
+        named = named_dirs(dirs, what="data", flag="--data-dir", env_var=ENV_VAR)
         if not named:
             return cls.nowhere()
-        return cls(tuple(named), tuple(Path(os.path.realpath(p)) for p in named))
+        return cls(named, real_dirs(named))
 
     @classmethod
     def for_service(cls, flags: Iterable[str] | None, env: str | None) -> DataAccess:
         """`serve`'s directories: every --data-dir plus each entry of $AUTOTUNER_DATA_DIRS
         (separated by os.pathsep, like PATH)."""
-        from_env = env.split(os.pathsep) if env else []
-        return cls.under([*(flags or []), *from_env])
+        return cls.under(from_flags_and_env(flags, env))
 
     def describe(self) -> str:
         """One line for the service's start-up log."""
@@ -95,7 +82,14 @@ class DataAccess:
             return "none (requests naming data are refused; --data-dir DIR allows one)"
         return "only under " + ", ".join(map(str, self.dirs))
 
-    def check(self, path: str) -> None:
+    def check_file(self, data: DataFile) -> None:
+        """Refuse a data file whose path or tokenizer lies outside the allowed directories:
+        both are opened by the service at submit and by the workers."""
+        self.check(data.path)
+        if data.tokenizer is not None:
+            self.check(data.tokenizer, field="data.tokenizer")
+
+    def check(self, path: str, *, field: str = "data") -> None:
         """Refuse `path` unless it lies under an allowed directory, written and resolved."""
         if self.dirs is None:
             return
@@ -105,23 +99,16 @@ class DataAccess:
                 "Leave data out to measure on synthetic tokens, or ask for a directory: "
                 f"{_how_to_allow()}. (`autotuner tune` on your own machine reads any path you can.)"
             )
-        # Decided on the text alone, so the answer says nothing about what exists outside.
-        written = PurePosixPath(os.path.normpath(path))
-        if "\0" in path or not _inside(written, (*self.dirs, *self.real_dirs)):
-            raise self._outside(path)
-        if not _inside(Path(os.path.realpath(path)), self.real_dirs):
-            raise self._outside(path)
+        # Decided on the text first, so the answer says nothing about what exists outside.
+        if not lies_under(path, self.dirs, self.real_dirs):
+            raise self._outside(path, field)
 
-    def _outside(self, path: str) -> DataNotAllowed:
+    def _outside(self, path: str, field: str) -> DataNotAllowed:
         assert self.dirs is not None
         # The path as the caller wrote it, never what it resolved to: a resolved path would
         # tell them where links on the server lead.
         return DataNotAllowed(
-            f"data {path!r}: not under a directory this service reads data from "
+            f"{field} {path!r}: not under a directory this service reads data from "
             f"({', '.join(map(str, self.dirs))}; symlinks and '..' are resolved before this "
             f"check). Put the data under one of them, or {_how_to_allow()}"
         )
-
-
-def _inside(path: PurePosixPath | Path, dirs: Iterable[Path]) -> bool:
-    return any(PurePosixPath(path).is_relative_to(PurePosixPath(d)) for d in dirs)

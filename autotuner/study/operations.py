@@ -25,6 +25,7 @@ from autotuner.spec import DataFile, MeasureSettings, ModelSpec
 from autotuner.status import ENDED_STATUSES
 from autotuner.study.data_access import DataAccess
 from autotuner.study.export import FORMATS as EXPORT_FORMATS
+from autotuner.study.factory_access import FactoryAccess
 from autotuner.study.request import StudyRequest
 
 if TYPE_CHECKING:
@@ -36,6 +37,9 @@ if TYPE_CHECKING:
     from autotuner.storage.session import Database
     from autotuner.study.study_query import StudyQuery
     from autotuner.study.views import TrialSummary
+
+
+NO_FACTORIES = FactoryAccess.nowhere()
 
 
 class NotFound(LookupError):
@@ -111,12 +115,17 @@ def _with_data(space: SearchSpace, data: DataFile) -> SearchSpace:
 
 
 def validate_request(
-    req: StudyRequest, target: Target | None = None, *, data_access: DataAccess
+    req: StudyRequest,
+    target: Target | None = None,
+    *,
+    data_access: DataAccess,
+    factory_access: FactoryAccess = NO_FACTORIES,
 ) -> tuple[ModelSpec, SearchSpace]:
     """Everything a study needs, checked before anything is written. `data_access` says
     which data paths may be read: any for the local CLI, the operator's directories for the
-    service (a required argument, so no caller gets the permissive one by default)."""
-    model = resolve_model(req.model)
+    service (a required argument, so no caller gets the permissive one by default);
+    `factory_access` which model code may run (none unless the caller says)."""
+    model = factory_access.check(resolve_model(req.model))
     space = resolve_space(req.space)
     if req.global_batch_tokens is not None:
         space = _with_global_batch(space, req.global_batch_tokens, model, req.gpus_per_trial)
@@ -126,7 +135,7 @@ def validate_request(
         from autotuner.datafiles import inspect
 
         # Before anything opens the path: whether it may be read decides what may be said.
-        data_access.check(space.measure.data.path)
+        data_access.check_file(space.measure.data)
         inspect(space.measure.data, model)  # the file, its dtype, length and ids: DataError
     try:
         space.knobs_for(space.seed_params(), model, req.gpus_per_trial)
@@ -148,12 +157,58 @@ def validate_request(
 
 
 def submit_study(
-    db: Database, req: StudyRequest, target: Target | None = None, *, data_access: DataAccess
+    db: Database,
+    req: StudyRequest,
+    target: Target | None = None,
+    *,
+    data_access: DataAccess,
+    factory_access: FactoryAccess = NO_FACTORIES,
 ) -> dict[str, Any]:
     """Validate and record a new queued study; a coordinator picks it up."""
-    model, space = validate_request(req, target, data_access=data_access)
+    view, _ = submit_once(
+        db, req, target, data_access=data_access, factory_access=factory_access, key=None
+    )
+    return view
+
+
+def submit_once(
+    db: Database,
+    req: StudyRequest,
+    target: Target | None = None,
+    *,
+    data_access: DataAccess,
+    factory_access: FactoryAccess = NO_FACTORIES,
+    key: str | None,
+) -> tuple[dict[str, Any], bool]:
+    """`submit_study` with an idempotency key (study/submit_keys.py): (the study, True) when
+    this call created it; (the study the key created before, False) on a retry."""
+    from sqlalchemy.exc import IntegrityError
+
+    from autotuner.study import submit_keys
+
+    req_digest = None
+    if key is not None:
+        submit_keys.check_key(key)
+        req_digest = submit_keys.digest(req)
+        if (found := submit_keys.find(db, key, req_digest)) is not None:
+            return get_study(db, found), False
+    model, space = validate_request(
+        req, target, data_access=data_access, factory_access=factory_access
+    )
     device = target.device_type if target is not None else None
-    return get_study(db, create_requested(db, req, model, space, device_type=device))
+    try:
+        study_id = create_requested(
+            db, req, model, space, device_type=device, key=key, key_digest=req_digest
+        )
+    except IntegrityError:
+        # Another request with this key committed first: its study is the answer.
+        if key is None or req_digest is None:
+            raise
+        found = submit_keys.find(db, key, req_digest)
+        if found is None:
+            raise
+        return get_study(db, found), False
+    return get_study(db, study_id), True
 
 
 def create_requested(
@@ -163,9 +218,12 @@ def create_requested(
     space: SearchSpace,
     *,
     device_type: str | None = None,
+    key: str | None = None,
+    key_digest: str | None = None,
 ) -> str:
     """Record the queued study a validated request asks for; returns its id. `device_type`:
-    what the cluster runs trials on, when the caller knows its target."""
+    what the cluster runs trials on, when the caller knows its target; `key`: the submit's
+    idempotency key, stored with the study (with `key_digest`, its request's fingerprint)."""
     from autotuner.study.coordinator import create_study
 
     return create_study(
@@ -181,6 +239,8 @@ def create_requested(
         seed=req.seed,
         options=req.options,
         device_type=device_type,
+        submit_key=key,
+        submit_digest=key_digest,
     )
 
 

@@ -7,6 +7,7 @@ importable because the repository root is on the trial's PYTHONPATH).
 
 from __future__ import annotations
 
+import sys
 import textwrap
 from pathlib import Path
 
@@ -175,3 +176,53 @@ def test_spec_errors_name_the_fix(tmp_path: Path) -> None:
     )
     with pytest.raises(UserError, match="family 'factory' needs factory"):
         load_model_spec(spec_file)
+
+
+def test_a_pinned_factory_runs_only_code_under_its_allowed_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defence in depth (docs/trust-model.md): the worker imports a service-checked factory
+    only from the directory it was allowed from, whatever its path or links say now."""
+    from workers.models.factory import FactoryError, load_factory
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    allowed, other = tmp_path / "allowed", tmp_path / "other"
+    allowed.mkdir()
+    other.mkdir()
+    (allowed / "trust_mod_a.py").write_text("def build():\n    return 'a'\n")
+    (other / "trust_mod_b.py").write_text("def build():\n    return 'b'\n")
+    root = str(allowed)
+    assert load_factory("trust_mod_a:build", root=root)() == "a"
+    assert load_factory(f"{allowed}/trust_mod_a.py:build", root=root)() == "a"
+    # A link swapped in after the service's check, a module found elsewhere on the path, a
+    # library already imported: refused before their code runs.
+    (allowed / "swapped.py").symlink_to(other / "trust_mod_b.py")
+    sys.path.append(str(other))
+    for ref in (f"{allowed}/swapped.py:build", "trust_mod_b:build", "json:loads"):
+        with pytest.raises(FactoryError, match="is not under the factory directory"):
+            load_factory(ref, root=root)
+    assert "trust_mod_b" not in sys.modules
+
+
+def test_a_worker_given_the_operator_directories_runs_only_factories_checked_against_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A config that reached the worker without the service's check (no factory_root, or a
+    root outside the directories `serve` exported to its workers) is refused, not imported."""
+    from workers.models.factory import FACTORY_DIRS_ENV, FactoryError, load_factory
+
+    allowed, other = tmp_path / "allowed", tmp_path / "other"
+    for d in (allowed, other):
+        d.mkdir()
+        (d / "op_model.py").write_text("def build():\n    return 'ran'\n")
+    monkeypatch.setenv(FACTORY_DIRS_ENV, str(allowed))
+    assert load_factory(f"{allowed}/op_model.py:build", root=str(allowed))() == "ran"
+    for ref, root in (
+        (f"{other}/op_model.py:build", None),
+        (f"{other}/op_model.py:build", str(other)),
+    ):
+        with pytest.raises(FactoryError, match="this worker runs model code only from"):
+            load_factory(ref, root=root)
+    monkeypatch.setenv(FACTORY_DIRS_ENV, "")  # a service that allowed none
+    with pytest.raises(FactoryError, match=r"\(none\)"):
+        load_factory(f"{allowed}/op_model.py:build", root=str(allowed))

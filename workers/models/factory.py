@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
+import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import torch
@@ -38,6 +40,10 @@ from autotuner.spec import Attention, Checkpointing, ModelSpec
 from workers.errors import UnsupportedConfig
 from workers.models.attention import attend
 from workers.models.checkpointing import checkpoint_blocks
+
+# The operator's factory directories as `serve` exports them to its workers (the same variable
+# as autotuner/study/factory_access.py ENV_VAR; the data plane does not import that module).
+FACTORY_DIRS_ENV = "AUTOTUNER_FACTORY_DIRS"
 
 
 class FactoryError(UnsupportedConfig):
@@ -74,7 +80,7 @@ def build_factory(
     spec: ModelSpec, *, padded_vocab: int, attention: Attention, checkpointing: Checkpointing
 ) -> nn.Module:
     assert spec.factory is not None
-    fn = load_factory(spec.factory)
+    fn = load_factory(spec.factory, root=spec.factory_root)
     offered: dict[str, Any] = {
         "vocab_size": padded_vocab,
         "seq_len": spec.seq_len,
@@ -117,17 +123,26 @@ def build_factory(
     return FactoryLM(inner, spec.vocab_size, padded_vocab)
 
 
-def load_factory(ref: str) -> Callable[..., Any]:
-    """The function `ref` names ("pkg.mod:fn" or "/path/file.py:fn"), or FactoryError."""
+def load_factory(ref: str, *, root: str | None = None) -> Callable[..., Any]:
+    """The function `ref` names ("pkg.mod:fn" or "/path/file.py:fn"), or FactoryError.
+
+    `root`: the allowed directory the service found the factory under (ModelSpec.factory_root);
+    the code imported must come from there, whatever this worker's path or links say now."""
+    _check_operator_dirs(ref, root)
     location, _, attr_path = ref.rpartition(":")
+    is_file = location.endswith(".py")
+    if root is not None and is_file:
+        _check_source(ref, location, root)  # before its code runs
     try:
-        module = _import_file(location) if location.endswith(".py") else _import(location)
+        module = _import_file(location) if is_file else _import(location, root)
     except FactoryError:
         raise
     except Exception as exc:  # the user's module failed while importing
         raise FactoryError(
             f"importing {location} for the model factory raised {type(exc).__name__}: {exc}"
         ) from exc
+    if root is not None and not is_file:
+        _check_source(ref, getattr(module, "__file__", None), root)
     obj: Any = module
     for part in attr_path.split("."):
         if not hasattr(obj, part):
@@ -138,7 +153,44 @@ def load_factory(ref: str) -> Callable[..., Any]:
     return obj
 
 
-def _import(name: str) -> Any:
+def _check_operator_dirs(ref: str, root: str | None) -> None:
+    """Where the node's environment names the operator's factory directories (a service's
+    local Ray inherits them from `serve`; a remote worker's operator may set them), run only
+    a factory pinned under one of them: a config that reached this worker without the
+    service's check (none set, or another) is refused, not imported."""
+    raw = os.environ.get(FACTORY_DIRS_ENV)
+    if raw is None:
+        return  # `tune`'s workers, or a node whose operator set nothing: the config decides
+    allowed = [PurePosixPath(os.path.realpath(d)) for d in raw.split(os.pathsep) if d.strip()]
+    if root is None or not any(PurePosixPath(root).is_relative_to(d) for d in allowed):
+        raise FactoryError(
+            f"model factory {ref}: this worker runs model code only from the factory "
+            f"directories in {FACTORY_DIRS_ENV} ({raw or 'none'}), and this config was not "
+            "checked against them; submit it through `autotuner serve --factory-dir DIR`"
+        )
+
+
+def _check_source(ref: str, file: str | None, root: str) -> None:
+    """Refuse a factory whose code is not a file under `root` (links resolved)."""
+    real = PurePosixPath(os.path.realpath(file)) if file else None
+    if real is None or not real.is_relative_to(PurePosixPath(root)):
+        raise FactoryError(
+            f"model factory {ref}: its code on this worker ({file or 'no file'}) is not under "
+            f"the factory directory it was allowed from ({root}); give the workers the same "
+            "files as the service, under the same path"
+        )
+
+
+def _import(name: str, root: str | None = None) -> Any:
+    if root is not None:
+        top = name.partition(".")[0]
+        loaded = sys.modules.get(top)
+        if loaded is None and importlib.machinery.PathFinder.find_spec(top, [root]) is None:
+            _check_source(name, None, root)  # not there: nothing elsewhere is imported instead
+        if loaded is not None:
+            _check_source(name, getattr(loaded, "__file__", None), root)
+        if root not in sys.path:
+            sys.path.insert(0, root)  # the allowed directory first: no same-named module wins
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
