@@ -343,7 +343,7 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
     if m.cpu_threads:
         torch.set_num_threads(m.cpu_threads)
     precision.set_matmul_precision(k.precision, device.type)
-    info["memory_limit_gib"] = memory.apply_cap(device, m.memory_limit_gib)
+    info["memory_limit_gib"] = memory.apply_cap(device, m.memory_limit_gib, notes)
     if m.data is not None:
         notes.append(f"data: {m.data.path} (read on {os.uname().nodename})")
     off = inactive_knobs(config, device.type)
