@@ -32,9 +32,10 @@ def unfinished_note(best: dict[str, Any]) -> str | None:
     done = best["completed_trials"]
     budget = f" of {best['max_trials']}" if best.get("max_trials") else ""
     why = f" ({best['error_message']})" if best.get("error_message") else ""
+    ended = "failed" if best["status"] == "failed" else f"was {best['status']}"
     return (
-        f"study {best['study']} was {best['status']} after {done}{budget} trials{why}: this is "
-        "the best so far, not a finished search's recommendation"
+        f"study {best['study']} {ended} after {done}{budget} trials{why}: this is the best so "
+        "far, not a finished search's recommendation"
     )
 
 
