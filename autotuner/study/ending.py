@@ -90,12 +90,14 @@ def nothing_measured(s: Session, study_id: str) -> str | None:
     message = s.scalar(
         select(Trial.error_message).where(Trial.study_id == study_id, Trial.number == first)
     )
-    parts = [f"{ran} trial{'s' if ran != 1 else ''} failed"] if ran else []
-    if not_run:
-        parts.append(f"{not_run} {'were' if not_run != 1 else 'was'} not run")
-    kind = "not run" if was_pruned else "failed"
-    why = f"{kind}, {error_class}" if error_class else kind
+    if ran:
+        what = f"{ran} trial{'s' if ran != 1 else ''} failed"
+        if not_run:
+            what += f" and {not_run} {'were' if not_run != 1 else 'was'} ruled out before launch"
+    else:
+        what = f"every config was ruled out before launch ({not_run} proposals, none ran)"
+    kind = (error_class or "no class") + (" (not run)" if was_pruned else "")
     return (
-        f"nothing was measured: {' and '.join(parts)}; {count} {why} "
+        f"nothing was measured: {what}; the most frequent reason, {kind} in {count} "
         f"(first #{first}): {first_line(message) or 'no message'}"
     )

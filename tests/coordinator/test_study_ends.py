@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from autotuner.executors.replay import Landscape, ReplayExecutor
-from autotuner.spec import FailureClass, TrialResult
+from autotuner.spec import FailureClass, ModelSpec, TrialResult
 from autotuner.storage.models import StudyStatus, TrialState
 from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
@@ -80,8 +80,31 @@ def test_a_study_that_measured_nothing_fails_with_its_most_frequent_reason(db: D
     message = study.error_message
     assert message.startswith("nothing was measured: "), message
     ran = [t for t in trials if t.state != TrialState.PRUNED.value]
-    assert f"{len(ran)} trials failed" in message and ", oom (first #0)" in message, message
+    assert f"{len(ran)} trials failed" in message, message
+    assert "the most frequent reason, oom in " in message and "(first #0)" in message, message
     assert "you tried to allocate" in message and "\n" not in message
+
+
+def test_a_model_too_big_for_the_gpu_fails_the_study_without_launching_anything(
+    db: Database,
+) -> None:
+    """38.8 on a GPU: an in-bounds but absurd model (Llama with d_model 32768, 120 layers:
+    about 1.6e12 parameters) on an 80 GiB GPU. The cost model prunes every config; the study
+    fails with that reason, rather than end `completed` with no message."""
+    huge = ModelSpec.resolve(
+        {"family": "llama", "n_layer": 120, "d_model": 32768, "n_head": 256,
+         "vocab_size": 128000, "seq_len": 4096}
+    )  # fmt: skip
+    study_id = create_study(db, model=huge, space=SPACE, max_trials=12)
+    executor = ReplayExecutor(_everywhere(TrialResult(status="ok", tokens_per_s=1.0)), list(KNOBS))
+    StudyRunner(db, study_id, executor, poll_s=0.0).run()
+    study, trials = _study(db, study_id)
+    assert not executor.submitted and trials
+    assert study.status == StudyStatus.FAILED
+    message = study.error_message
+    assert message.startswith("nothing was measured: every config was ruled out before launch")
+    assert "oom (not run)" in message and "predicted out of memory" in message, message
+    assert "over the 80.0 GiB limit" in message, message
 
 
 @pytest.mark.parametrize(
