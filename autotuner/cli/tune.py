@@ -249,12 +249,12 @@ class _TuneProgress:
             self.progress.console.print(line, highlight=False, soft_wrap=True)
             self.progress.update(self.task, description=f"best {self.best:,.0f} tok/s")
         elif event.kind == "pruned":
-            if self.reasons.first(event.message, event.trial_number) is None:
-                self.progress.console.print(
-                    f"[dim]#{event.trial_number} not run: {params}: {safe(event.message)}[/]",
-                    highlight=False,
-                    soft_wrap=True,
-                )
+            said = self.reasons.first(event.message, event.trial_number)
+            why = safe(event.message) if said is None else f"as #{said} (above)"
+            self.progress.console.print(
+                f"[dim]#{event.trial_number} not run: {params}: {why}[/]",
+                highlight=False,
+            )
         elif event.kind == "lost":
             self.progress.console.print(f"trial #{event.trial_number} was lost; retrying once")
         elif event.kind in ("search_over", "remeasure_cut", "checks_cut"):

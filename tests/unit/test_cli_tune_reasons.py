@@ -34,6 +34,7 @@ def test_a_repeated_reason_is_printed_once_with_its_count(monkeypatch: pytest.Mo
     text = buffer.getvalue()
     assert text.count("declare `attend`") == 2  # the failure once, the pruned proposals' once
     assert "#1 infeasible: as #0 (above)" in text and "#2 infeasible: as #0 (above)" in text
+    assert "#239 not run: mb=8 fp32: as #3 (above)" in text  # each proposal still has its line
     assert "the reason of #3 ended 237 trials or proposals in all" in text
     assert "the reason of #0 ended 3 trials or proposals in all" in text
 
