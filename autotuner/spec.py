@@ -740,6 +740,19 @@ def process_env(config: TrialConfig) -> dict[str, str]:
 # --------------------------------------------------------------------------- result
 
 
+def clip(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` characters at a word's end, with " ..." where it was cut
+    (a reason cut mid-word reads as a different word). A text without a space in its second
+    half is cut at the limit."""
+    if len(text) <= limit:
+        return text
+    head = text[: max(limit - 4, 0)]
+    space = max(head.rfind(" "), head.rfind("\n"))
+    if space > len(head) // 2:
+        head = head[:space]
+    return head.rstrip() + " ..."
+
+
 class TrialStatus(StrEnum):
     OK = "ok"
     FAILED = "failed"
@@ -755,6 +768,10 @@ class FailureClass(StrEnum):
     TIMEOUT = "timeout"
     CRASH = "crash"
     INFRA = "infra"
+    # Not a property of the config either, and no retry fixes it: the worker cannot run any
+    # config of the study (a package the model needs is missing, CUDA was asked for and is not
+    # there, the driver does not match). The study stops at its first one, with the remedy.
+    ENVIRONMENT = "environment"
 
     @property
     def is_config_failure(self) -> bool:
@@ -951,7 +968,7 @@ class TrialResult(_Record):
         return cls(
             status=TrialStatus.FAILED,
             failure_class=failure_class,
-            error_message=message[:4000],
+            error_message=clip(message, 4000),
             **extra,
         )
 

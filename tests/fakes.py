@@ -390,3 +390,39 @@ def run_study_whose_checks_cannot_fit(db: Any, on_event: Any = None) -> tuple[st
     hooks = {"on_event": on_event} if on_event is not None else {}
     StudyRunner(db, study_id, executor, poll_s=0.0, clock=clock, **hooks).run()
     return study_id, clock
+
+
+# --------------------------------------------------------------- a worker without a package
+
+_UNINSTALL = '''\
+"""Makes {names} uninstalled for this interpreter (tests/fakes.py: without_packages)."""
+import importlib.abc
+import sys
+
+_GONE = {names!r}
+
+
+class _Uninstalled(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in _GONE:
+            # What the import system raises for a package that is not installed.
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, _Uninstalled())
+'''
+
+
+def without_packages(folder: Any, *names: str) -> str:
+    """A folder whose `sitecustomize.py` makes `names` not installed for every interpreter
+    started with the folder on its PYTHONPATH (returned): `import transformers` raises
+    ModuleNotFoundError there, as on a worker where it was never installed. The package stays
+    installed for every other process of the machine; nothing of ours is mocked. Only for
+    environments with no sitecustomize of their own (the first one on the path wins)."""
+    from pathlib import Path
+
+    path = Path(folder)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "sitecustomize.py").write_text(_UNINSTALL.format(names=tuple(names)))
+    return str(path)

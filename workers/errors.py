@@ -23,3 +23,19 @@ class NumericsError(Exception):
 
 class PeerFailed(Exception):
     """Another rank of a multi-GPU trial reported a failure; this rank reports nothing."""
+
+
+class EnvironmentProblem(Exception):
+    """This worker cannot run any config of the study: a package the model needs is missing,
+    CUDA was asked for and is not there, the driver does not match. No knob value is to blame,
+    so the search learns nothing from it; the message says what to install or fix."""
+
+
+def missing_package(exc: ImportError, needed_for: str, remedy: str) -> EnvironmentProblem:
+    """The EnvironmentProblem for an import that failed on this worker: which package (the
+    module Python could not find, where it says), what needs it, and how to install it."""
+    package = (exc.name or "").split(".")[0] or "a module"
+    return EnvironmentProblem(
+        f"the worker cannot import {package} ({type(exc).__name__}: {exc}), which {needed_for} "
+        f"needs: {remedy}"
+    )

@@ -12,8 +12,8 @@ import re
 import traceback
 
 from autotuner.datafiles import DataError
-from autotuner.spec import FailureClass
-from workers.errors import NumericsError, UnsupportedConfig
+from autotuner.spec import FailureClass, clip
+from workers.errors import EnvironmentProblem, NumericsError, UnsupportedConfig
 
 GIB = 1024**3
 
@@ -86,8 +86,7 @@ def _requested_gib(exc: BaseException) -> float | None:
 
 
 def _summary(exc: BaseException, limit: int = 1500) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
-    return text if len(text) <= limit else text[:limit] + " ..."
+    return clip(f"{type(exc).__name__}: {exc}".strip(), limit)
 
 
 # What a collective raises on a rank whose peer process has died: gloo's closed socket (seen on
@@ -121,6 +120,19 @@ def classify(exc: BaseException) -> tuple[FailureClass, str, dict]:
                 "out of memory: " + _summary(e, 600),
                 {"required_mem_gib": _requested_gib(e)},
             )
+    if isinstance(exc, EnvironmentProblem):
+        return FailureClass.ENVIRONMENT, str(exc), {}
+    if isinstance(exc, ImportError):
+        # Raised by the trial's own imports (a package torch or the model imports lazily):
+        # this worker lacks it, whatever the config. One wrapped by torch.compile stays a
+        # compile error below (inductor's optional imports belong to the compile mode).
+        package = (exc.name or "").split(".")[0] or "a module"
+        return (
+            FailureClass.ENVIRONMENT,
+            f"the worker cannot import {package} ({_summary(exc, 300)}): install it in the "
+            "workers' Python environment",
+            {},
+        )
     if isinstance(exc, UnsupportedConfig):
         return FailureClass.UNSUPPORTED, str(exc), {"unsupported_knobs": exc.knobs}
     if isinstance(exc, NumericsError):

@@ -14,7 +14,7 @@ import importlib.util
 import torch
 
 from autotuner.spec import Attention, CompileMode, Kernels, Optimizer, Precision, TrialConfig
-from workers.errors import UnsupportedConfig
+from workers.errors import EnvironmentProblem, UnsupportedConfig
 from workers.precision import autocast_dtype
 
 _CUDA_ONLY_SDPA = (Attention.EFFICIENT, Attention.CUDNN)
@@ -24,7 +24,7 @@ _CUDAGRAPH_MODES = (CompileMode.REDUCE_OVERHEAD, CompileMode.MAX_AUTOTUNE)
 
 def static_check(
     config: TrialConfig, device: torch.device, ranks: int = 1
-) -> UnsupportedConfig | None:
+) -> UnsupportedConfig | EnvironmentProblem | None:
     """Why this worker cannot run the config (message with a remedy + the knobs to blame).
 
     `ranks`: the processes this trial runs in (the parallel knobs are checked in
@@ -34,10 +34,12 @@ def static_check(
     precision = {"precision": k.precision.value}
     attention = {"attention": k.attention.value}
     if k.optimizer == Optimizer.ADAMW_8BIT and importlib.util.find_spec("torchao") is None:
-        return UnsupportedConfig(
-            "adamw-8bit is torchao's AdamW8bit: pip install torchao on the worker, or drop "
-            "adamw-8bit from the space's optimizer values",
-            {"optimizer": k.optimizer.value},
+        # The space asked for it and this worker lacks the package: its environment, not the
+        # config (the study stops with the remedy rather than tune without what it asked for).
+        return EnvironmentProblem(
+            "the worker cannot import torchao, which optimizer adamw-8bit (torchao's "
+            "AdamW8bit) needs: pip install torchao in the workers' Python environment, or "
+            "drop adamw-8bit from the space's optimizer values"
         )
     if k.kernels != Kernels.NONE:
         kernels = {"kernels": k.kernels.value}
@@ -48,10 +50,10 @@ def static_check(
                 kernels,
             )
         if importlib.util.find_spec("liger_kernel") is None:
-            return UnsupportedConfig(
-                f"kernels {k.kernels.value!r} need Liger-Kernel on the worker: pip install "
-                "liger-kernel, or drop them from the space's kernels values",
-                kernels,
+            return EnvironmentProblem(
+                f"the worker cannot import liger_kernel, which kernels {k.kernels.value!r} "
+                "need: pip install liger-kernel in the workers' Python environment (the "
+                "`kernels` extra), or drop fused-ce and liger from the space's kernels values"
             )
     if config.num_gpus > 1 and ranks != config.num_gpus:
         return UnsupportedConfig(
@@ -103,8 +105,10 @@ def static_check(
                 precision,
             )
         if importlib.util.find_spec("torchao") is None:
-            return UnsupportedConfig(
-                f"{k.precision.value} needs torchao on the worker: pip install torchao", precision
+            return EnvironmentProblem(
+                f"the worker cannot import torchao, which {k.precision.value} training needs: "
+                "pip install torchao in the workers' Python environment, or drop "
+                f"{k.precision.value} from the space's precision values"
             )
     return None
 

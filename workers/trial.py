@@ -92,12 +92,39 @@ def resolve_device(config: TrialConfig, local_rank: int = 0):
     if want == Device.CPU or (want == Device.AUTO and not torch.cuda.is_available()):
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise _InfraError("measure.device is 'cuda' but this worker sees no CUDA device")
+        from workers.errors import EnvironmentProblem
+
+        raise EnvironmentProblem(f"the study asked for a GPU but {_no_cuda_reason()}")
     if local_rank >= torch.cuda.device_count():
         raise _InfraError(
             f"local rank {local_rank} has no GPU: this worker sees {torch.cuda.device_count()}"
         )
     return torch.device("cuda", local_rank)
+
+
+def _no_cuda_reason() -> str:
+    """Why torch sees no GPU here, in torch's words where it has them (a driver too old for
+    this torch's CUDA, no driver at all), and what to do about it."""
+    import torch
+
+    if torch.version.cuda is None:
+        return (
+            f"this worker's torch {torch.__version__} is a CPU-only build: install a CUDA "
+            "build of torch on the workers (make setup does where nvidia-smi works)"
+        )
+    try:
+        torch.cuda.init()  # raises with the driver's reason where there is one
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return (
+            f"CUDA does not start on this worker ({first}); torch {torch.__version__} was "
+            f"built for CUDA {torch.version.cuda}: match the driver and torch's CUDA build"
+        )
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return (
+        f"this worker sees no CUDA device (CUDA_VISIBLE_DEVICES={visible!r}): check nvidia-smi "
+        "on the worker, or submit the study with --space cpu-demo to run on the CPU"
+    )
 
 
 class _InfraError(Exception):
@@ -314,7 +341,7 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
     if m.cpu_threads:
         torch.set_num_threads(m.cpu_threads)
     precision.set_matmul_precision(k.precision, device.type)
-    info["memory_limit_gib"] = memory.apply_cap(device, m.memory_limit_gib)
+    info["memory_limit_gib"] = memory.apply_cap(device, m.memory_limit_gib, notes)
     if m.data is not None:
         notes.append(f"data: {m.data.path} (read on {os.uname().nodename})")
     off = inactive_knobs(config, device.type)

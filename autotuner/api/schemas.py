@@ -71,7 +71,9 @@ class StudyView(_View):
         "recommendation passed over (memory headroom, numerics)",
     )
     best_trial_number: int | None = Field(description="The recommended trial, kept up to date")
-    error_message: str | None = Field(description="Why a failed study failed")
+    error_message: str | None = Field(
+        description="Why a failed study failed, in one line (with the remedy where there is one)"
+    )
     created_at: str = Field(description=_ISO)
     started_at: str | None = Field(description=_ISO)
     finished_at: str | None = Field(description=_ISO)
@@ -261,6 +263,12 @@ class BestView(_View):
         description="An ended study with no recommendation because every measured trial left "
         "less memory free than the headroom: its fastest (trial_number, tokens_per_s, params, "
         "memory_free_rel, headroom, headroom_accepting: the --headroom that would accept it)",
+    )
+    error_message: str | None = Field(
+        None,
+        description="Why a failed study failed, in one line: a worker environment that cannot "
+        "run it, no config of the space that can, or nothing measured (its most frequent "
+        "reason, counted)",
     )
 
 

@@ -192,7 +192,9 @@ def best(
     """Show the best trial so far: config, tokens/s with its spread, MFU, peak memory."""
     source = backend(server, db)
     if not watch:
-        show_best(source.best(study, headroom), as_json)
+        view = source.best(study, headroom)
+        show_best(view, as_json)
+        _exit_if_failed(view)
         return
     if headroom is not None:
         raise typer.BadParameter(
@@ -205,6 +207,14 @@ def best(
             _watch_table(source, study, interval)
     except KeyboardInterrupt:
         raise typer.Exit(0) from None
+    _exit_if_failed(source.best(study))
+
+
+def _exit_if_failed(view: dict[str, Any]) -> None:
+    """A failed study has no recommendation to act on: exit status 1, for scripts (its
+    reason is in what was printed: the note, or `error_message` in the JSON)."""
+    if view["status"] == "failed":
+        raise typer.Exit(1)
 
 
 def _watch_json(source: Backend, study: str, interval: float) -> None:

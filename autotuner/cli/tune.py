@@ -81,7 +81,7 @@ def tune(
     Uses a local Ray (started on demand, or --ray-address) and a SQLite file unless --db says
     otherwise. Without a GPU, trials run a small model on the CPU through the same code path.
     """
-    from autotuner.inputs import UserError, load_model_spec
+    from autotuner.inputs import load_model_spec
     from autotuner.search.space import load_space
 
     # Read the files here, where their errors can name the file and line; then check the
@@ -156,12 +156,23 @@ def tune(
     except KeyboardInterrupt:
         err.print(f"interrupted; resume or inspect with: autotuner trials {study_id}")
         raise typer.Exit(130) from None
-    from autotuner.study.operations import get_best, get_study
+    from autotuner.study.operations import get_best
 
-    failed = get_study(database, study_id)
-    if failed["status"] == "failed":
-        raise UserError(f"study {study_id} failed: {failed['error_message']}")
-    show_best(get_best(database, study_id), as_json)
+    progress.print_repeats()
+    best = get_best(database, study_id)
+    if best["status"] == "failed":
+        # The study's one reason (study/ending.py), then what it got to, if anything: a
+        # failed study has no recommendation to act on, so the exit status says so (1).
+        if not as_json:
+            err.print(
+                f"[bold red]study {study_id} failed:[/] {safe(best['error_message'] or '')}",
+                highlight=False,
+                soft_wrap=True,
+            )
+        if as_json or best["best"] is not None:
+            show_best(best, as_json)
+        raise typer.Exit(1)
+    show_best(best, as_json)
 
 
 class _TuneProgress:
@@ -188,6 +199,9 @@ class _TuneProgress:
             disable=quiet,
         )
         self.task = self.progress.add_task("", total=total)
+        # A reason said once: the trials and proposals that repeat it are counted, not printed
+        # again (a factory every config failed on printed its reason 237 times).
+        self.reasons = ReasonCounter()
 
     def __enter__(self) -> _TuneProgress:
         self.progress.__enter__()
@@ -230,9 +244,9 @@ class _TuneProgress:
                 line = f"#{event.trial_number} {shown}{event.tokens_per_s:,.0f} tok/s  {params}"
             else:
                 shown = label or _SEED_LABELS.get(event.purpose or "", "")
-                line = (
-                    f"#{event.trial_number} {shown}{event.state}: {safe(event.message)}  {params}"
-                )
+                said = self.reasons.first(event.message, event.trial_number)
+                why = safe(event.message) if said is None else f"as #{said} (above)"
+                line = f"#{event.trial_number} {shown}{event.state}: {why}  {params}"
             # One step per trial of the budget (`max_trials`), as the result counts them: a
             # failed trial that is retried advances when its retry ends; one that is not (an end
             # check, a re-measurement, a second attempt) advances now, or the bar stops short.
@@ -241,8 +255,10 @@ class _TuneProgress:
             self.progress.console.print(line, highlight=False, soft_wrap=True)
             self.progress.update(self.task, description=f"best {self.best:,.0f} tok/s")
         elif event.kind == "pruned":
+            said = self.reasons.first(event.message, event.trial_number)
+            why = safe(event.message) if said is None else f"as #{said} (above)"
             self.progress.console.print(
-                f"[dim]#{event.trial_number} not run: {params}: {safe(event.message)}[/]",
+                f"[dim]#{event.trial_number} not run: {params}: {why}[/]",
                 highlight=False,
             )
         elif event.kind == "lost":
@@ -251,6 +267,39 @@ class _TuneProgress:
             # The time budget's end is kept for the end checks, or they did not fit in it
             # (search/end_time.py).
             self.progress.console.print(f"[yellow]{safe(event.message)}[/]", highlight=False)
+
+    def print_repeats(self) -> None:
+        """Once the study is over: each reason that repeated, with how many trials it ended."""
+        if self.quiet:
+            return
+        for number, count in self.reasons.repeated():
+            err.print(
+                f"[dim]the reason of #{number} ended {count} trials or proposals in all[/]",
+                highlight=False,
+            )
+
+
+class ReasonCounter:
+    """Failure and prune reasons by their text: the trial that said each first, and how often."""
+
+    def __init__(self) -> None:
+        self._first: dict[str, int] = {}
+        self._count: dict[str, int] = {}
+
+    def first(self, message: str | None, number: int | None) -> int | None:
+        """Count `message`; None the first time (print it), else the trial that said it."""
+        if not message or number is None:
+            return None
+        self._count[message] = self._count.get(message, 0) + 1
+        if message in self._first:
+            return self._first[message]
+        self._first[message] = number
+        return None
+
+    def repeated(self) -> list[tuple[int, int]]:
+        """(first trial, count) of each reason said more than once, most frequent first."""
+        out = [(self._first[m], n) for m, n in self._count.items() if n > 1]
+        return sorted(out, key=lambda pair: (-pair[1], pair[0]))
 
 
 # A candidate labelled for what it is compared with (it counts for the best, unlike the above).

@@ -138,7 +138,8 @@ def study_page(
         "study": detail["study"],
         "best": detail["best"]["best"],
         # For a cancelled or failed study: how far it got (None otherwise; study/labels.py).
-        "unfinished": unfinished_note(detail["best"]),
+        # With no best at all, `no_recommendation` says why (a failed study's reason once).
+        "unfinished": unfinished_note(detail["best"]) if detail["best"]["best"] else None,
         # Nothing to recommend (yet): why, and what to do, in the CLI's words.
         "no_recommendation": (
             no_recommendation_note(detail["best"]) if detail["best"]["best"] is None else None

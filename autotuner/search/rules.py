@@ -29,6 +29,7 @@ from autotuner.spec import (
     Knobs,
     ModelSpec,
     Precision,
+    clip,
 )
 
 _CUDA_GRAPH_MODES = (CompileMode.REDUCE_OVERHEAD, CompileMode.MAX_AUTOTUNE)
@@ -210,7 +211,7 @@ class LearnedRule:
     def describe(self) -> str:
         values = ", ".join(f"{k}={v}" for k, v in self.match)
         src = f"trial {self.trial_number}" if self.trial_number is not None else "a worker"
-        return f"learned from {src}: {values} is unsupported here ({self.message[:200]})"
+        return f"learned from {src}: {values} is unsupported here ({clip(self.message, 200)})"
 
 
 # A failure that names no knob but repeats (compile errors): once this many trials failed with

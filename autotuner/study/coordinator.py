@@ -49,7 +49,7 @@ from autotuner.spec import Knobs, ModelSpec, TrialConfig, canonical_params
 from autotuner.storage.models import StudyStatus, Trial, TrialState
 from autotuner.storage.repository import TrialRepo
 from autotuner.storage.session import Database
-from autotuner.study import endgame
+from autotuner.study import endgame, ending
 from autotuner.study.budget import Budget, utc_now
 from autotuner.study.create import create_study
 from autotuner.study.events import Event, OnEvent
@@ -299,6 +299,8 @@ class StudyRunner:
             return 0
         for item in completed:
             self._record(item)
+            if self.done:  # a result that ends the study (study/ending.py)
+                return 0
         if self.lease.cancel_requested():
             self.trials.cancel_all()
             self._finish_study(StudyStatus.CANCELLED)
@@ -568,6 +570,12 @@ class StudyRunner:
         # Only once the result is stored: a failed write leaves the trial in flight, to be
         # recorded by a later call with the same result.
         del self.in_flight[completed.handle]
+        stop = ending.stop_reason(flight.number, result, self.space)
+        if stop is not None:
+            # No other config would escape it: nothing to learn, retry or launch.
+            self.trials.cancel_all()
+            self._fail_study(stop)
+            return
         if out.retry:
             self.retry_queue.append((flight.params, flight.number))
         self.policy.observe(flight.number, flight.params, result, flight.purpose)
@@ -600,6 +608,12 @@ class StudyRunner:
         self.on_event(Event("done", state=StudyStatus.FAILED, message=message))
 
     def _finish_study(self, status: StudyStatus) -> None:
+        if status == StudyStatus.COMPLETED:
+            with self.db.read() as s:
+                empty = ending.nothing_measured(s, self.study_id)
+            if empty is not None:  # every config pruned, out of memory or failing
+                self._fail_study(empty)
+                return
         self.lease.finish(
             status, objective=self.objective, options=self.options, evidence=self._evidence
         )

@@ -31,9 +31,11 @@ def unfinished_note(best: dict[str, Any]) -> str | None:
         return None
     done = best["completed_trials"]
     budget = f" of {best['max_trials']}" if best.get("max_trials") else ""
+    why = f" ({best['error_message']})" if best.get("error_message") else ""
+    ended = "failed" if best["status"] == "failed" else f"was {best['status']}"
     return (
-        f"study {best['study']} was {best['status']} after {done}{budget} trials: this is the "
-        "best so far, not a finished search's recommendation"
+        f"study {best['study']} {ended} after {done}{budget} trials{why}: this is the best so "
+        "far, not a finished search's recommendation"
     )
 
 
@@ -54,6 +56,9 @@ def no_recommendation_note(best: dict[str, Any]) -> str:
             "memory free than the headroom (or went over --max-mem); their free memory: "
             f"autotuner trials {study}"
         )
+    if best["status"] == "failed" and best.get("error_message"):
+        # The study's own reason (study/ending.py), once, rather than a count of its trials.
+        return f"the study failed: {best['error_message']}. Each trial: autotuner trials {study}"
     if not measured:
         return (
             f"no trial measured a throughput; all {best['total_trials']} failed or were not "

@@ -167,7 +167,8 @@ def outcome(
     if fclass.is_config_failure:
         obs = Observation(params, 0.0, policy.violation(params, result))
         return Outcome(TrialState.INFEASIBLE, None, fclass, result.error_message, obs, False)
-    retry = retried_once(flight.purpose, flight.attempt)
+    # An environment failure ends the study (study/ending.py): a retry would fail the same way.
+    retry = fclass != FailureClass.ENVIRONMENT and retried_once(flight.purpose, flight.attempt)
     obs = Observation(params, None)
     return Outcome(TrialState.FAILED, None, fclass, result.error_message, obs, retry)
 

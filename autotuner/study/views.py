@@ -141,6 +141,8 @@ def best_view(
         "max_trials": study.max_trials,
         "best": _as_of_status(study.status, recommendation),
         "tight_fastest": tight_fastest,
+        # Why a failed study failed, in one line (study/ending.py): what `best` says first.
+        "error_message": study.error_message,
     }
 
 

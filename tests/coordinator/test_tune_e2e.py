@@ -70,6 +70,47 @@ def test_tune_on_a_user_token_file(tmp_path: Path) -> None:
     assert "data_source" not in rec["knobs"]
 
 
+HF_TINY = (
+    "hf_config:\n  model_type: llama\n  num_hidden_layers: 2\n  hidden_size: 64\n"
+    "  num_attention_heads: 4\n  num_key_value_heads: 2\n  intermediate_size: 128\n"
+    "  vocab_size: 512\n  max_position_embeddings: 64\nseq_len: 64\n"
+)
+
+
+def test_an_hf_study_on_a_worker_without_transformers_stops_at_its_first_trial(
+    tmp_path: Path,
+) -> None:
+    """The workers (this Ray cluster's processes, started with the folder of
+    tests/fakes.py:without_packages on their PYTHONPATH) cannot import transformers: the first
+    trial is an `environment` failure, and the study stops there, failed, exit non-zero, with
+    the package to install in one line; nothing learned about configs, nothing retried."""
+    from tests.fakes import without_packages
+
+    spec = tmp_path / "hf.yaml"
+    spec.write_text(HF_TINY)
+    shadow = without_packages(tmp_path / "no-transformers", "transformers")
+    db = f"sqlite:///{tmp_path / 'hf.db'}"
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "AUTOTUNER_SERVER")}
+    env["PYTHONPATH"] = os.pathsep.join([shadow, str(REPO)])
+    proc = subprocess.run(
+        [sys.executable, "-m", "autotuner.cli", "tune", str(spec), "--space", "cpu-demo",
+         "--trials", "6", "--db", db],
+        capture_output=True, text=True, cwd=REPO, env=env, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode != 0, proc.stdout + proc.stderr[-3000:]
+    said = [line for line in proc.stderr.splitlines() if "pip install transformers" in line]
+    assert said, proc.stderr[-3000:]
+    study_id = proc.stderr.split("study ", 1)[1].split(":", 1)[0].strip()
+    trials = json.loads(cli("trials", study_id, "--db", db, "--json").stdout)
+    assert [(t["state"], t["error_class"]) for t in trials] == [("failed", "environment")]
+    status = json.loads(cli("status", study_id, "--db", db, "--json").stdout)
+    assert status["status"] == "failed"
+    assert "cannot import transformers" in status["error_message"]
+    assert "\n" not in status["error_message"]  # one line
+    best = cli("best", study_id, "--db", db)
+    assert best.returncode != 0 and "pip install transformers" in best.stdout + best.stderr
+
+
 @pytest.fixture
 def local_ray() -> Iterator[None]:
     """This process's own local Ray, shut down after the test: a later test that joins

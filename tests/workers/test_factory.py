@@ -113,7 +113,6 @@ class M(nn.Module):
 """
 
 BAD = {
-    "module": ("no_such_pkg.models:build", None, "not importable on this worker"),
     "attribute": ("examples.my_model:missing", None, "has no attribute 'missing'"),
     "not-callable": (None, GOOD + "build = 3\n", "not callable"),
     "not-a-module": (
@@ -160,7 +159,30 @@ def test_bad_factory_is_unsupported_with_what_is_missing(case: str, tmp_path: Pa
     assert message in (result.error_message or ""), result.error_message
     assert "Traceback" not in (result.error_message or "")
     if case == "no-attention-hook":
-        assert result.unsupported_knobs == {"attention": "math"}
+        # Every attention value is refused so: no knob to blame, no config can run; and no
+        # advice about searching attention, which the study's space may not do.
+        assert result.unsupported_knobs == {}
+        assert "searched" not in (result.error_message or "")
+    elif case == "checkpointing-without-blocks":
+        assert result.unsupported_knobs == {"checkpointing": "full"}
+    else:
+        assert result.unsupported_knobs == {}  # the factory itself: no config of it can run
+
+
+@pytest.mark.parametrize("where", ["module", "file"])
+def test_factory_this_worker_cannot_import_is_an_environment_failure(
+    where: str, tmp_path: Path
+) -> None:
+    """The factory's module, or a package it imports, is missing on the worker: no config
+    can run here, so the trial says which package to install (the study stops on it)."""
+    if where == "module":
+        factory = "no_such_pkg.models:build"
+    else:
+        factory = _factory_file(tmp_path, "import no_such_pkg\n\ndef build(attend):\n    pass\n")
+    result = run_trial(_config(factory))
+    assert result is not None and result.failure_class == FailureClass.ENVIRONMENT
+    assert "cannot import no_such_pkg" in (result.error_message or ""), result.error_message
+    assert "install it" in (result.error_message or "")
 
 
 def test_spec_errors_name_the_fix(tmp_path: Path) -> None:

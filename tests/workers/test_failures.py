@@ -114,3 +114,25 @@ def test_a_collective_whose_peer_died_is_a_lost_peer_not_a_crash_of_this_rank() 
         assert lost_peer(outer)  # anywhere in the cause chain
     assert not lost_peer(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
     assert classify(RuntimeError(out))[0] == FailureClass.CRASH  # alone it classifies as before
+
+
+def test_a_gpu_trial_on_a_worker_whose_torch_sees_no_gpu_is_an_environment_failure() -> None:
+    """measure.device cuda where torch has no GPU (here: this machine's CPU build of torch):
+    not a retryable infra failure of one trial, the worker's environment, with the fix."""
+    from autotuner.spec import Device, Knobs, ModelSpec, TrialConfig
+    from workers.trial import run_trial
+
+    from .conftest import FAST
+
+    config = TrialConfig(
+        model=ModelSpec.resolve({"preset": "tiny"}),
+        knobs=Knobs(precision="fp32", attention="math"),
+        measure=FAST.model_copy(update={"device": Device.CUDA}),
+        num_gpus=1,
+    )
+    result = run_trial(config)
+    assert result is not None and result.failure_class == FailureClass.ENVIRONMENT
+    message = result.error_message or ""
+    assert message.startswith("the study asked for a GPU but "), message
+    if torch.version.cuda is None:
+        assert "CPU-only build" in message and "install a CUDA build of torch" in message

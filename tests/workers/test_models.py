@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from autotuner.spec import Knobs, ModelSpec
-from workers.errors import UnsupportedConfig
+from workers.errors import EnvironmentProblem
 from workers.models import build_model, padded_vocab_size
 from workers.models.llama import apply_rope, rope_tables
 
@@ -99,8 +99,8 @@ HF_SPEC = {
 
 
 @pytest.mark.skipif(importlib.util.find_spec("transformers") is not None, reason="has transformers")
-def test_hf_without_transformers_is_unsupported_with_the_install_hint():
-    with pytest.raises(UnsupportedConfig, match="pip install transformers"):
+def test_hf_without_transformers_is_an_environment_failure_with_the_install_hint():
+    with pytest.raises(EnvironmentProblem, match="pip install transformers"):
         build_model(ModelSpec.resolve(HF_SPEC), Knobs(attention="math"))
 
 

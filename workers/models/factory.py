@@ -15,8 +15,9 @@ knobs applied around it. The contract (docs/models.md):
   kernel inside code it does not see).
 
 Precision (autocast, float8) and torch.compile wrap the built model as for every family. A
-factory that cannot be loaded, built or run raises UnsupportedConfig naming what is missing:
-a property of the model spec, never a crash.
+factory that cannot be built or run raises UnsupportedConfig naming what is wrong: a property of
+the model spec, never a crash. One whose module (or a package it imports) this worker cannot
+import raises EnvironmentProblem: the study stops there with the package to install.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from autotuner.spec import Attention, Checkpointing, ModelSpec
-from workers.errors import UnsupportedConfig
+from workers.errors import EnvironmentProblem, UnsupportedConfig, missing_package
 from workers.models.attention import attend
 from workers.models.checkpointing import checkpoint_blocks
 
@@ -47,7 +48,12 @@ FACTORY_DIRS_ENV = "AUTOTUNER_FACTORY_DIRS"
 
 
 class FactoryError(UnsupportedConfig):
-    """The model factory cannot be used as given; the message says what to fix."""
+    """The model factory cannot be used as given; the message says what to fix. Unless it
+    names knobs, no knob value is to blame (`{}`): no config of the model can run, and the
+    study stops at the first one (autotuner/study/ending.py)."""
+
+    def __init__(self, message: str, knobs: dict[str, Any] | None = None):
+        super().__init__(message, {} if knobs is None else knobs)
 
 
 class FactoryLM(nn.Module):
@@ -96,17 +102,21 @@ def build_factory(
     }
     kwargs = _arguments(spec.factory, fn, offered)
     if "attend" not in kwargs:
+        # Every attention value is refused so: the model's, not one value's (no knob named).
         raise FactoryError(
-            f"{spec.factory} takes no `attend` argument, so the attention knob "
-            f"({attention.value!r}) cannot choose its kernel: declare `attend` and call "
-            "attend(q, k, v) for causal attention, or drop attention from the searched knobs "
-            "for this model",
-            {"attention": attention.value},
+            f"{spec.factory} takes no `attend` argument, so the attention knob cannot choose "
+            "its kernel: declare `attend` and call attend(q, k, v) for causal attention"
         )
     try:
         inner = fn(**kwargs)
     except (torch.OutOfMemoryError, MemoryError):
         raise
+    except ImportError as exc:  # the factory imports a package this worker lacks
+        raise missing_package(
+            exc,
+            f"the model factory {spec.factory}",
+            "install it in the workers' Python environment",
+        ) from exc
     except Exception as exc:
         raise FactoryError(
             f"{spec.factory}(...) raised {type(exc).__name__}: {exc}; fix the factory"
@@ -135,8 +145,12 @@ def load_factory(ref: str, *, root: str | None = None) -> Callable[..., Any]:
         _check_source(ref, location, root)  # before its code runs
     try:
         module = _import_file(location) if is_file else _import(location, root)
-    except FactoryError:
+    except (FactoryError, EnvironmentProblem):
         raise
+    except ImportError as exc:  # the user's file imports a package this worker lacks
+        raise missing_package(
+            exc, f"the model factory {location}", "install it in the workers' Python environment"
+        ) from exc
     except Exception as exc:  # the user's module failed while importing
         raise FactoryError(
             f"importing {location} for the model factory raised {type(exc).__name__}: {exc}"
@@ -193,13 +207,14 @@ def _import(name: str, root: str | None = None) -> Any:
             sys.path.insert(0, root)  # the allowed directory first: no same-named module wins
     try:
         return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and name.startswith(exc.name):
-            raise FactoryError(
-                f"model factory module {name!r} is not importable on this worker ({exc}); "
-                f"install it there, put it on PYTHONPATH, or name a file: 'path/file.py:function'"
-            ) from exc
-        raise
+    except ImportError as exc:
+        # The module, or one it imports, is not on this worker: no config can run here.
+        raise missing_package(
+            exc,
+            f"the model factory module {name!r}",
+            "install it in the workers' Python environment, put it on their PYTHONPATH, or "
+            "name a file: 'path/file.py:function'",
+        ) from exc
 
 
 def _import_file(path: str) -> Any:

@@ -4,7 +4,8 @@ Attention is routed through workers.models.attention.attend (registered with tra
 AttentionInterface), so the `attention` knob picks the kernel for HF models exactly as for the
 built-in families; checkpointing wraps the decoder layers as the built-in blocks are wrapped;
 the fused kernels take Liger's patch for the architecture and our fused loss. transformers is
-optional on a worker: without it a trial is `unsupported`.
+optional on a worker: without it the trial is an `environment` failure, which stops the study
+with the remedy (no config of it could run).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from autotuner.spec import Attention, Checkpointing, Kernels, ModelSpec
-from workers.errors import UnsupportedConfig
+from workers.errors import UnsupportedConfig, missing_package
 from workers.models import kernels as fused
 from workers.models.attention import attend
 from workers.models.checkpointing import checkpoint_blocks
@@ -78,19 +79,26 @@ def build_hf(
     try:
         import transformers
     except ImportError as exc:
-        raise UnsupportedConfig(
-            "family 'hf' needs the transformers package on the worker: pip install transformers "
-            "(or use family 'gpt2'/'llama')"
+        # Not a property of any config (every one needs it): the worker's environment.
+        raise missing_package(
+            exc,
+            "family 'hf'",
+            "pip install transformers in the workers' Python environment, or use family "
+            "'gpt2' or 'llama'",
         ) from exc
     cfg = dict(spec.hf_config or {})
     model_type = cfg.pop("model_type", None)
     if model_type is None:
-        raise UnsupportedConfig("hf_config needs 'model_type' (e.g. 'llama', 'qwen2', 'gpt2')")
+        raise UnsupportedConfig(
+            "hf_config needs 'model_type' (e.g. 'llama', 'qwen2', 'gpt2')", {}
+        )  # {}: no knob is to blame, no config of the model can run
     try:
         config = transformers.AutoConfig.for_model(model_type, **cfg)
     except (ValueError, KeyError) as exc:
         raise UnsupportedConfig(
-            f"transformers {transformers.__version__} cannot build model_type {model_type!r}: {exc}"
+            f"transformers {transformers.__version__} cannot build model_type "
+            f"{model_type!r}: {exc}",
+            {},
         ) from exc
     # Padded rows are extra embedding/output rows; the data never uses them as targets.
     config.vocab_size = padded_vocab

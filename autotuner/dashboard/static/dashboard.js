@@ -66,6 +66,7 @@
       // nothing to apply, and "yet" would promise one. The service words why (study/labels.py),
       // as the CLI's `best` does.
       const ended = !live(st.status), why = data.no_recommendation || "no completed trial yet";
+      if (ended) document.getElementById("best-title").textContent = "No recommendation";
       box.append(node("p", { class: ended ? "warn" : "muted", id: "best-none" }, why[0].toUpperCase() + why.slice(1)));
       // While it runs, the export commands wait, hidden, for a recommendation to export.
       const apply = document.getElementById("apply");
