@@ -481,7 +481,9 @@ class SearchPolicy:
         ref = parity_reference_knobs(knobs, self.target, self.model)
         if ref is None:
             return None
-        if ref.optimizer != knobs.optimizer and self.limit_gib is not None:
+        # fp32 moments, or the unfused loss's logits, need memory the candidate did not.
+        more = (ref.optimizer, ref.kernels) != (knobs.optimizer, knobs.kernels)
+        if more and self.limit_gib is not None:
             # A parity run steps one micro-batch at a time (study/endgame.py).
             one = ref.model_copy(update={"grad_accum": 1})
             if not self.cost.predict(one, self.limit_gib).surely_fits(REFERENCE_FIT_Z):
