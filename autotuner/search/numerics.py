@@ -1,17 +1,17 @@
 """The numerics check of the recommendation (MEASUREMENT.md, "fp8 and other numerics changes").
 
-A winner whose precision changes the numerics (fp16, tf32, fp8-tensorwise, fp8-rowwise),
-whose optimizer keeps 8-bit moments (adamw-8bit), or whose loss runs in Liger's fused kernels
-(kernels fused-ce or liger: the cross-entropy over chunks of rows, its gradient accumulated in
-the weight's dtype chunk by chunk; liger's norms and SwiGLU too) is only recommended once a
-short loss-parity check agrees with the reference: bf16 where the hardware runs it, else fp32,
-with fp32 AdamW moments and the unfused loss (kernels none). The check is two parity runs
-(`MeasureSettings.parity_steps`): the reference first (purpose `parity-ref`: the same knobs at
-the reference precision), then the candidate itself: inside its headroom check (a `headroom` row whose config has parity_steps: the
-steps before its warm-up, one process and one compile for both checks; `headroom_plan`), or, with
-no headroom check, a trial of its own (purpose `parity`). Both train PARITY_STEPS steps of one
-micro-batch from the same seed on the same learnable token stream, so their loss curves compare
-step by step.
+A winner whose precision changes the numerics (fp16, tf32, fp8-tensorwise, fp8-rowwise), whose
+optimizer keeps 8-bit moments (adamw-8bit), or whose loss runs in Liger's fused kernels (kernels
+fused-ce or liger: the cross-entropy over chunks of rows, its gradient accumulated in the weight's
+dtype chunk by chunk; liger's norms and SwiGLU too) is only recommended once a short loss-parity
+check agrees with the reference: bf16 where the hardware runs it, else fp32, with fp32 AdamW
+moments and the unfused loss (kernels none). The check is two parity runs
+(`MeasureSettings.parity_steps`): the reference first (purpose `parity-ref`: the same knobs at the
+reference precision), then the candidate itself: inside its headroom check (a `headroom` row whose
+config has parity_steps: the steps before its warm-up, one process and one compile for both checks;
+`headroom_plan`), or, with no headroom check, a trial of its own (purpose `parity`). Both train
+PARITY_STEPS steps of one micro-batch from the same seed on the same learnable token stream, so
+their loss curves compare step by step.
 
 The measure: the mean absolute difference of the two curves over their last TAIL_SHARE of
 steps, relative to the reference's mean loss there. The tolerance is TOLERANCE_REL (2%):
