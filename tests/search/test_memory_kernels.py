@@ -97,3 +97,31 @@ def test_a_fused_loss_lets_a_larger_micro_batch_fit() -> None:
         plain = seeder._largest_fitting_mb({"kernels": "none", "compile_mode": compile_mode})
         fused = seeder._largest_fitting_mb({"kernels": "fused-ce", "compile_mode": compile_mode})
         assert plain is not None and fused is not None and fused > plain, compile_mode
+
+
+def test_the_proposer_takes_the_fused_loss_to_the_micro_batch_it_fits() -> None:
+    """After the expert default (unfused, micro-batch 16 under compile), the proposer's next
+    config is micro-batch 32 with the fused loss: its fit probability, from the same memory
+    model, is near 1 where the unfused loss at 32 may not fit."""
+    from tests.fakes import measured
+
+    space = parse_space(
+        {
+            "name": "kernels-proposal",
+            "knobs": {"micro_batch_size": [1, 2, 4, 8, 16, 32], "kernels": ["none", "fused-ce"]},
+            "fixed": {
+                "precision": "bf16",
+                "attention": "flash",
+                "vocab_pad_multiple": 64,
+                "compile_mode": "default",
+            },
+        }
+    )
+    policy = make_policy(space, model=LLAMA1B, target=H200)
+    policy.enable_proposals(seed=0)
+    expert = policy.expert_params()
+    assert expert == {"kernels": "none", "micro_batch_size": 16}
+    peak = policy.cost.predict(policy.knobs(expert)).allocated_gib
+    result = measured(60_000.0, wall_s=100.0, compile_s=80.0, peak_mem_gib=peak)
+    policy.observe(0, expert, result, "expert-default")
+    assert policy.suggest(set()) == {"micro_batch_size": 32, "kernels": "fused-ce"}
