@@ -269,6 +269,11 @@ def test_lightning_trainer(name: str) -> None:
     if parallel == "ddp":
         assert trainer.strategy._ddp_kwargs["bucket_cap_mb"] == knobs["ddp_bucket_cap_mb"]
         assert trainer.strategy._ddp_comm_hook.__name__ == "powerSGD_hook"
+    text = _export(name, "lightning")  # the model-side knobs: what the LightningModule does
+    if knobs.get("compile_scope") == "block":
+        assert f"block.compile(mode={knobs['compile_mode']!r}) for each transformer block" in text
+    if knobs.get("kernels", "none") != "none":
+        assert "Liger's fused linear cross-entropy" in text
 
 
 def _lightning_trainer(snippet: str):
