@@ -154,7 +154,7 @@ def estimate(
         comps["activations_compiled"] = tokens * acts_b / GIB * COMPILED_ACTIVATION_FACTOR
     comps["scores"] = tokens * scores_b / GIB
     if knobs.kernels != Kernels.NONE:
-        comps["logits_fused"] = fused_loss_bytes(model, knobs, tokens) / GIB
+        comps["logits_fused"] = fused_loss_bytes(model, knobs, tokens, sharded=fsdp) / GIB
     else:
         logits_gib = tokens * logits_bytes_per_token(model, knobs) / GIB
         if loss_compiled:
@@ -323,7 +323,9 @@ def logits_bytes_per_token(model: ModelSpec, knobs: Knobs) -> float:
     return vocab * 12.0
 
 
-def fused_loss_bytes(model: ModelSpec, knobs: Knobs, tokens: int) -> float:
+def fused_loss_bytes(
+    model: ModelSpec, knobs: Knobs, tokens: int, *, sharded: bool = False
+) -> float:
     """Liger's fused linear cross-entropy (liger_kernel/ops/fused_linear_cross_entropy.py,
     0.8.5) over `tokens` rows: the B x T x V logits never exist. Its forward walks the rows in
     chunks sized so that a chunk of logits holds about as many values as the output layer's
@@ -332,15 +334,17 @@ def fused_loss_bytes(model: ModelSpec, knobs: Knobs, tokens: int) -> float:
     there and then (backward only scales them). Alive at its peak, the last chunk, beside every
     activation: the chunk (in the autocast dtype: 2 B, fp32 4 B), the input's gradient (the
     final norm's output is fp32 under autocast: 4 B x d a row), the weight's gradient (fp32,
-    4 B a weight, held from forward until backward hands it to autograd) and the per-row loss.
-    No recompute: the matmul FLOPs are the unfused path's."""
+    4 B a weight, held from forward until backward hands it to autograd; under FSDP2 the
+    weight it sees is the all-gathered one, in the compute dtype) and the per-row loss. No
+    recompute: the matmul FLOPs are the unfused path's."""
     vocab = padded_vocab(model.vocab_size, knobs.vocab_pad_multiple)
     d = model.d_model
     growth = -(-vocab // d)
     chunk = min(_next_power_of_2(-(-tokens // growth)), tokens)
     half = knobs.precision.is_half  # fp8 too: its output layer stays bf16
     chunk_b = chunk * vocab * (2.0 if half else 4.0)
-    return chunk_b + tokens * (d * 4.0 + 4.0) + vocab * d * 4.0
+    weight_b = 2.0 if sharded and half else 4.0
+    return chunk_b + tokens * (d * 4.0 + 4.0) + vocab * d * weight_b
 
 
 def _next_power_of_2(n: int) -> int:
