@@ -125,3 +125,23 @@ def test_the_proposer_takes_the_fused_loss_to_the_micro_batch_it_fits() -> None:
     result = measured(60_000.0, wall_s=100.0, compile_s=80.0, peak_mem_gib=peak)
     policy.observe(0, expert, result, "expert-default")
     assert policy.suggest(set()) == {"micro_batch_size": 32, "kernels": "fused-ce"}
+
+
+def test_the_numerics_reference_recomputes_where_the_unfused_logits_would_not_fit() -> None:
+    """The check's reference runs the unfused loss, whose logits the candidate never kept: at
+    a micro-batch only the fused loss fits (eager Llama 1B, 16), the reference recomputes
+    every block to make room (the same loss curve); where both fit (8), it keeps the
+    candidate's checkpointing."""
+    space = parse_space(
+        {
+            "name": "kernels-reference",
+            "knobs": {"micro_batch_size": [8, 16], "kernels": ["none", "fused-ce"]},
+            "fixed": {"precision": "bf16", "attention": "flash", "compile_mode": "none"},
+        }
+    )
+    policy = make_policy(space, model=LLAMA1B, target=H200)
+    for mb, checkpointing in ((8, "none"), (16, "full")):
+        candidate = policy.knobs({"micro_batch_size": mb, "kernels": "fused-ce"})
+        reference = policy.reference_knobs(candidate)
+        assert reference is not None
+        assert (reference.kernels, reference.checkpointing) == ("none", checkpointing), mb
