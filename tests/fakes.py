@@ -97,6 +97,7 @@ TRUE_MEMORY_FACTORS = {
     "scores": 1.2,
     "logits": 0.8,
     "logits_compiled": 0.7,
+    "logits_fused": 1.1,
     "base": 3.0,
     "optimizer_step": 1.05,
     "graph_grads": 1.1,
@@ -250,7 +251,8 @@ def parity_curve(steps: int, *, drift_rel: float = 0.0, jitter: float = 0.0) -> 
 class FakeParityReplay(ReplayExecutor):
     """A ReplayExecutor that also answers loss-parity trials (`measure.parity_steps` set):
     every precision trains along the same falling curve (with a 0.1% wobble where it is not
-    bf16/fp32 with fp32 AdamW moments), except the precisions or optimizers in `drifting`,
+    bf16/fp32 with fp32 AdamW moments and the unfused loss), except the precisions, optimizers
+    or kernels in `drifting`,
     whose loss ends `drift_rel` higher: the provoked bad config the numerics check must catch.
     `parity` keeps the parity configs."""
 
@@ -273,8 +275,9 @@ class FakeParityReplay(ReplayExecutor):
             return super()._answer(config)
         self.parity.append(config)
         precision, optimizer = config.knobs.precision.value, config.knobs.optimizer.value
-        exact = precision in ("bf16", "fp32") and optimizer != "adamw-8bit"
-        drift = self.drift_rel if {precision, optimizer} & self.drifting else 0.0
+        kernels = config.knobs.kernels.value
+        exact = precision in ("bf16", "fp32") and optimizer != "adamw-8bit" and kernels == "none"
+        drift = self.drift_rel if {precision, optimizer, kernels} & self.drifting else 0.0
         curve = parity_curve(steps, drift_rel=drift, jitter=0.0 if exact else 0.001)
         if config.measure.headroom_check:
             # A headroom check that runs the candidate's parity steps first: the recorded

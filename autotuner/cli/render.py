@@ -290,6 +290,7 @@ _SHORT_KNOBS = {
     "grad_accum": "ga",
     "vocab_pad_multiple": "pad",
     "allocator": "alloc",
+    "compile_scope": "scope",
     "loader_workers": "workers",
     "prefetch_factor": "prefetch",
     "ddp_bucket_cap_mb": "bucket_mb",

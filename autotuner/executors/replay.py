@@ -101,9 +101,23 @@ class Landscape:
         names = list(knob_names)
         out: dict[str, TrialResult] = {}
         for params, result in self.entries:
-            if all(n in params for n in names):
-                out.setdefault(canonical_params({n: params[n] for n in names}), result)
+            values = with_later_knobs(params, names)
+            if all(n in values for n in names):
+                out.setdefault(canonical_params({n: values[n] for n in names}), result)
         return out
+
+
+# Knobs added after landscapes were first recorded, and the value that names what every trial
+# ran before they existed: an entry without the key ran the whole model under one compile, the
+# unfused loss and the default CUDA allocator. Other missing knobs stay unknown (an entry may
+# carry only the knobs its recording searched, the rest fixed at values it does not say).
+LATER_KNOBS: dict[str, Any] = {"allocator": "default", "compile_scope": "model", "kernels": "none"}
+
+
+def with_later_knobs(params: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
+    """`params` with LATER_KNOBS' values for those of `names` it was recorded without."""
+    missing = {n: LATER_KNOBS[n] for n in names if n not in params and n in LATER_KNOBS}
+    return {**params, **missing} if missing else params
 
 
 def _knobs_only(params: dict[str, Any]) -> dict[str, Any]:

@@ -1,15 +1,17 @@
 """The numerics check of the recommendation (MEASUREMENT.md, "fp8 and other numerics changes").
 
-A winner whose precision changes the numerics (fp16, tf32, fp8-tensorwise, fp8-rowwise), or
-whose optimizer keeps 8-bit moments (adamw-8bit), is only recommended once a short loss-parity
+A winner whose precision changes the numerics (fp16, tf32, fp8-tensorwise, fp8-rowwise), whose
+optimizer keeps 8-bit moments (adamw-8bit), or whose loss runs in Liger's fused kernels (kernels
+fused-ce or liger: the cross-entropy over chunks of rows, its gradient accumulated in the weight's
+dtype chunk by chunk; liger's norms and SwiGLU too) is only recommended once a short loss-parity
 check agrees with the reference: bf16 where the hardware runs it, else fp32, with fp32 AdamW
-moments. The check is two parity runs (`MeasureSettings.parity_steps`): the
-reference first (purpose `parity-ref`: the same knobs at the reference precision), then the
-candidate itself: inside its headroom check (a `headroom` row whose config has parity_steps: the
-steps before its warm-up, one process and one compile for both checks; `headroom_plan`), or, with
-no headroom check, a trial of its own (purpose `parity`). Both train PARITY_STEPS steps of one
-micro-batch from the same seed on the same learnable token stream, so their loss curves compare
-step by step.
+moments and the unfused loss (kernels none). The check is two parity runs
+(`MeasureSettings.parity_steps`): the reference first (purpose `parity-ref`: the same knobs at the
+reference precision), then the candidate itself: inside its headroom check (a `headroom` row whose
+config has parity_steps: the steps before its warm-up, one process and one compile for both checks;
+`headroom_plan`), or, with no headroom check, a trial of its own (purpose `parity`). Both train
+PARITY_STEPS steps of one micro-batch from the same seed on the same learnable token stream, so
+their loss curves compare step by step.
 
 The measure: the mean absolute difference of the two curves over their last TAIL_SHARE of
 steps, relative to the reference's mean loss there. The tolerance is TOLERANCE_REL (2%):
@@ -47,6 +49,7 @@ from autotuner.spec import (
     Attention,
     Checkpointing,
     FailureClass,
+    Kernels,
     Knobs,
     ModelSpec,
     Optimizer,
@@ -74,16 +77,24 @@ CHANGING_VALUES = frozenset(p.value for p in CHANGES_NUMERICS)
 
 
 def numerics_name(knobs: Knobs) -> str:
-    """The numerics a config trains with, in words: its precision, and its optimizer's moments
-    where they are 8-bit."""
+    """The numerics a config trains with, in words: its precision, its optimizer's moments
+    where they are 8-bit, and Liger's kernels where it runs them."""
+    parts = [knobs.precision.value]
     if knobs.optimizer == Optimizer.ADAMW_8BIT:
-        return f"{knobs.precision.value} with 8-bit AdamW moments"
-    return knobs.precision.value
+        parts.append("8-bit AdamW moments")
+    if knobs.kernels != Kernels.NONE:
+        parts.append(f"Liger's {knobs.kernels.value} kernels")
+    return " with ".join(parts[:2]) + (f" and {parts[2]}" if len(parts) > 2 else "")
 
 
 def changes_numerics(knobs: Knobs) -> bool:
-    """A precision of CHANGES_NUMERICS, or 8-bit optimizer moments (quantised every step)."""
-    return knobs.precision in CHANGES_NUMERICS or knobs.optimizer == Optimizer.ADAMW_8BIT
+    """A precision of CHANGES_NUMERICS, 8-bit optimizer moments (quantised every step), or
+    Liger's kernels (the loss and its gradient computed chunk by chunk)."""
+    return (
+        knobs.precision in CHANGES_NUMERICS
+        or knobs.optimizer == Optimizer.ADAMW_8BIT
+        or knobs.kernels != Kernels.NONE
+    )
 
 
 def space_changes_numerics(space: SearchSpace, target: Target) -> bool:
@@ -92,6 +103,12 @@ def space_changes_numerics(space: SearchSpace, target: Target) -> bool:
     optimizers = space.knobs.get("optimizer")
     if isinstance(optimizers, list) and Optimizer.ADAMW_8BIT.value in optimizers:
         return True
+    kernels = space.knobs.get("kernels")
+    values = kernels if isinstance(kernels, list) else [space.fixed.get("kernels", "none")]
+    for value in values:
+        fused = Knobs(kernels=Kernels(value), precision=Precision.BF16, attention=Attention.MATH)
+        if fused.kernels != Kernels.NONE and incompatibility(fused, target) is None:
+            return True
     domain = space.knobs.get("precision")
     values = domain if isinstance(domain, list) else [space.fixed.get("precision", "bf16")]
     for value in values:
@@ -120,6 +137,11 @@ def parity_reference_knobs(knobs: Knobs, target: Target, model: ModelSpec | None
         # freed were spent on activations the reference may not fit: the caller who knows the
         # memory turns on full checkpointing then (`needs_recompute`).
         base = {"optimizer": Optimizer.ADAMW_FUSED}
+    if knobs.kernels != Kernels.NONE:
+        # The unfused loss (and norms, SwiGLU, RoPE): the model's own arithmetic. It keeps the
+        # logits the fused loss never materialised; the caller who knows the memory turns on
+        # full checkpointing where they would not fit (`with_recompute`).
+        base["kernels"] = Kernels.NONE
     for update in options:
         ref = knobs.model_copy(update={**base, **update})
         if incompatibility(ref, target, model) is None:
@@ -156,19 +178,24 @@ def warm_reference(reference: Knobs, compiled: Sequence[Knobs]) -> Knobs:
     was compiled."""
     if reference.attention not in NEUTRAL_ATTENTION:
         return reference
-    fields = set(Knobs.model_fields) - {"attention", "compile_mode", "grad_accum", "optimizer"}
+    neutral = {"attention", "compile_mode", "compile_scope", "grad_accum", "optimizer"}
+    fields = set(Knobs.model_fields) - neutral
     want = reference.model_dump(include=fields)
     matches = [
         k
         for k in compiled
         if k.attention in NEUTRAL_ATTENTION and k.model_dump(include=fields) == want
     ]
-    same = (reference.attention, reference.compile_mode)
-    if not matches or any((k.attention, k.compile_mode) == same for k in matches):
+    same = (reference.attention, reference.compile_mode, reference.compile_scope)
+    if not matches or any((k.attention, k.compile_mode, k.compile_scope) == same for k in matches):
         return reference
     first = matches[0]
     return reference.model_copy(
-        update={"attention": first.attention, "compile_mode": first.compile_mode}
+        update={
+            "attention": first.attention,
+            "compile_mode": first.compile_mode,
+            "compile_scope": first.compile_scope,
+        }
     )
 
 
@@ -257,9 +284,13 @@ def reference_label(ref: Trial) -> str:
     """The reference in words: its precision, and its moments where the candidate's 8-bit
     ones are checked (a `parity-ref` row holds the params of the candidate it checks)."""
     precision = Knobs.model_validate(ref.config.get("knobs", {})).precision.value
-    if (ref.params or {}).get("optimizer") == Optimizer.ADAMW_8BIT.value:
-        return f"{precision} with fp32 AdamW moments"
-    return precision
+    params = ref.params or {}
+    parts = [precision]
+    if params.get("optimizer") == Optimizer.ADAMW_8BIT.value:
+        parts.append("fp32 AdamW moments")
+    if params.get("kernels", Kernels.NONE.value) != Kernels.NONE.value:
+        parts.append("the unfused loss")
+    return " with ".join(parts[:2]) + (f" and {parts[2]}" if len(parts) > 2 else "")
 
 
 def _borrowed(reference: Trial) -> str:
@@ -271,6 +302,8 @@ def _borrowed(reference: Trial) -> str:
         parts.append(f"{ran.attention.value} attention")
     if "compile_mode" in params and params["compile_mode"] != ran.compile_mode.value:
         parts.append(f"compile mode {ran.compile_mode.value}")
+    if params.get("compile_scope", "model") != ran.compile_scope.value:
+        parts.append(f"compile scope {ran.compile_scope.value}")
     if not parts:
         return ""
     return f"; the reference ran {' and '.join(parts)}, a graph the study had compiled"

@@ -67,6 +67,7 @@ from autotuner.search.trial_cost import TrialCosts
 from autotuner.spec import (
     Checkpointing,
     CompileMode,
+    CompileScope,
     Knobs,
     ModelFamily,
     ModelSpec,
@@ -130,7 +131,7 @@ class SearchPolicy:
         # What each config's trial took: the end checks' time (end_time.py). Why the search or
         # the re-measurements stopped for them, once they did (the study's events, `stopped`).
         self.walls = TrialWalls(recomputes=self._recomputes)
-        self.costs = TrialCosts()  # what a proposal's trial is expected to take
+        self.costs = TrialCosts(model.n_layer)  # what a proposal's trial is expected to take
         self.time_stop: str | None = None
         self.checks_note: str | None = None  # why the end checks did not start (end_time.py)
         self._end_checks_decided = False
@@ -396,6 +397,8 @@ class SearchPolicy:
             return None
         mode = knobs.compile_mode
         kind = "eager" if mode == CompileMode.NONE else f"compile {mode.value}"
+        if mode != CompileMode.NONE and knobs.compile_scope == CompileScope.BLOCK:
+            kind += " per block"
         why = (
             f"{knobs.precision.value} {kind} trial expected to take "
             f"{duration(trial_s)}"
@@ -481,7 +484,9 @@ class SearchPolicy:
         ref = parity_reference_knobs(knobs, self.target, self.model)
         if ref is None:
             return None
-        if ref.optimizer != knobs.optimizer and self.limit_gib is not None:
+        # fp32 moments, or the unfused loss's logits, need memory the candidate did not.
+        more = (ref.optimizer, ref.kernels) != (knobs.optimizer, knobs.kernels)
+        if more and self.limit_gib is not None:
             # A parity run steps one micro-batch at a time (study/endgame.py).
             one = ref.model_copy(update={"grad_accum": 1})
             if not self.cost.predict(one, self.limit_gib).surely_fits(REFERENCE_FIT_Z):
@@ -537,6 +542,8 @@ def _kind(knobs: Knobs) -> tuple[str, ...]:
     return (
         knobs.precision.value,
         knobs.compile_mode.value,
+        knobs.compile_scope.value,
         knobs.attention.value,
         knobs.checkpointing.value,
+        knobs.kernels.value,
     )

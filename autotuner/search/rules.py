@@ -23,10 +23,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotuner.executors.base import Target
+from autotuner.search import liger
 from autotuner.spec import (
     Attention,
     CompileMode,
+    CompileScope,
+    Kernels,
     Knobs,
+    ModelFamily,
     ModelSpec,
     Precision,
     clip,
@@ -52,7 +56,7 @@ def incompatibility(
     num_gpus: int | None = None,
 ) -> str | None:
     """Why these knobs cannot run on the target (or would repeat another config), else None."""
-    for check in (_device_rules, _capability_rules, _shape_rules):
+    for check in (_device_rules, _capability_rules, _shape_rules, _kernel_rules):
         reason = check(knobs, target, model)
         if reason:
             return reason
@@ -186,6 +190,38 @@ def _shape_rules(knobs: Knobs, target: Target, model: ModelSpec | None) -> str |
         return (
             f"fp8 matmuls need dims that are multiples of 16 (d_model={model.d_model}, "
             f"ffn={model.ffn_dim}), so no layer would convert: use bf16"
+        )
+    return None
+
+
+def _kernel_rules(knobs: Knobs, target: Target, model: ModelSpec | None) -> str | None:
+    """compile_scope and kernels: settings that do nothing, and Liger's coverage."""
+    if knobs.compile_scope == CompileScope.BLOCK and knobs.compile_mode == CompileMode.NONE:
+        return (
+            "compile_scope=block does nothing with compile_mode=none (nothing is compiled); it "
+            "would re-measure the same config: search compile_scope with a compile mode"
+        )
+    if knobs.kernels == Kernels.NONE:
+        return None
+    if target.device_type == "cpu":
+        return (
+            f"kernels={knobs.kernels} runs Liger-Kernel's Triton kernels, which need a CUDA GPU; "
+            "on the CPU leave kernels out of the space (or set it to none)"
+        )
+    if model is None:
+        return None
+    if model.family == ModelFamily.FACTORY:
+        # The factory's model returns logits (docs/models.md): the fused loss needs the hidden
+        # states and the output layer, which only the model's own code can hand over.
+        return (
+            f"kernels={knobs.kernels} needs the model's output layer and hidden states, and a "
+            "factory model returns logits: leave kernels out of the space for a factory model"
+        )
+    if knobs.kernels == Kernels.LIGER and not liger.patches(model):
+        return (
+            f"kernels=liger has no kernels for Hugging Face model_type "
+            f"{liger.hf_model_type(model)!r}: Liger {liger.LIGER_VERSION} patches "
+            f"{liger.covered_types()}; use kernels=fused-ce (the fused loss needs no patch)"
         )
     return None
 

@@ -72,6 +72,10 @@ EXPERT: dict[str, list[Any]] = {
     "precision": ["bf16", "fp16", "tf32", "fp32"],
     "attention": ["flash", "cudnn", "efficient", "flex", "math"],
     "compile_mode": ["default", "none"],
+    # The whole model under one compile and PyTorch's own loss: what a run gets unless someone
+    # turns on regional compilation or installs Liger-Kernel.
+    "compile_scope": ["model", "block"],
+    "kernels": ["none", "fused-ce", "liger"],
     "checkpointing": ["none", "selective", "full"],
     "optimizer": ["adamw-fused", "adamw-foreach"],
     "vocab_pad_multiple": [64, 128, 1],

@@ -11,6 +11,13 @@ mode's and fp8's factor (COMPILE_FACTOR, FP8_COMPILE_FACTOR), measured on the H2
   (bench/results/h200_session_20261201).
 With nothing compiled yet, a compile is taken as twice the measured non-compile time.
 
+What is compiled scales it too (`compile_scope`): the whole model is one unrolled graph of
+every block, where block scope traces one block and reuses its graph for every layer (the rest
+runs eagerly), so its compile is a share of the whole model's: BLOCK_COMPILE_BLOCKS blocks'
+worth of the model's n_layer until the study has measured both scopes, then the ratio of their
+measured compiles (each over its mode's and fp8's factor), as the end-time model learns its
+warm share from re-runs. Whole-model compiles took 70-150 s per trial at 1-3B on an H100.
+
 The proposer divides expected improvement by it (GPU-seconds per proposal); the policy refuses
 to launch a trial that, with the end checks due, would not finish inside a time budget (a
 max-autotune trial launched near the end of `--minutes` compiled for minutes past it).
@@ -20,7 +27,7 @@ from __future__ import annotations
 
 from statistics import median
 
-from autotuner.spec import CompileMode, Knobs, TrialResult
+from autotuner.spec import CompileMode, CompileScope, Knobs, TrialResult
 
 COMPILE_FACTOR = {
     CompileMode.NONE: 0.0,
@@ -31,25 +38,35 @@ COMPILE_FACTOR = {
 }
 FP8_COMPILE_FACTOR = 2.4
 EAGER_TO_COMPILE = 2.0  # a first compile / the non-compile time, before any was measured
+# A block-scope compile in blocks' worth of the whole model's: the one block's forward and
+# backward graphs, and about as much again of what a compile costs whatever its size
+# (dynamo and inductor's start, the eager rest's first run). A prior, not yet measured.
+BLOCK_COMPILE_BLOCKS = 2.0
 
-Group = tuple[CompileMode, bool]
+Group = tuple[CompileMode, bool, CompileScope]
 
 
 class TrialCosts:
     """Expected seconds of a trial, from the study's measured walls (compile included)."""
 
-    def __init__(self) -> None:
+    def __init__(self, n_layer: int = 1) -> None:
+        """`n_layer`: the model's blocks (block scope's prior share of a whole-model compile)."""
+        self.n_layer = max(1, n_layer)
         self._walls: dict[Group, list[float]] = {}
         self._rest: list[float] = []  # wall less compile, every measured trial
-        self._compiles: list[float] = []  # each compile over its kind's factor: a default one
+        # Each compile over its kind's factor (a default-mode, non-fp8 one), by scope.
+        self._compiles: dict[CompileScope, list[float]] = {s: [] for s in CompileScope}
 
     @staticmethod
     def group(knobs: Knobs) -> Group:
-        return (knobs.compile_mode, knobs.precision.is_fp8)
+        scope = knobs.compile_scope
+        if knobs.compile_mode == CompileMode.NONE:
+            scope = CompileScope.MODEL  # nothing compiled: the scope changes nothing
+        return (knobs.compile_mode, knobs.precision.is_fp8, scope)
 
     @staticmethod
     def _factor(group: Group) -> float:
-        mode, fp8 = group
+        mode, fp8, _ = group
         return COMPILE_FACTOR[mode] * (FP8_COMPILE_FACTOR if fp8 else 1.0)
 
     def observe(self, knobs: Knobs, result: TrialResult) -> None:
@@ -60,7 +77,18 @@ class TrialCosts:
         compile_s = result.compile_s or 0.0
         self._rest.append(max(0.0, result.wall_s - compile_s))
         if compile_s and self._factor(group):
-            self._compiles.append(compile_s / self._factor(group))
+            self._compiles[group[2]].append(compile_s / self._factor(group))
+
+    def block_share(self) -> float:
+        """A block-scope compile over a whole-model one: the study's measured ratio once it
+        compiled both, else BLOCK_COMPILE_BLOCKS of n_layer blocks."""
+        block, model = self._compiles[CompileScope.BLOCK], self._compiles[CompileScope.MODEL]
+        if block and model:
+            return median(block) / median(model)
+        return min(1.0, BLOCK_COMPILE_BLOCKS / self.n_layer)
+
+    def _scope_share(self, scope: CompileScope) -> float:
+        return self.block_share() if scope == CompileScope.BLOCK else 1.0
 
     def expected_s(self, knobs: Knobs) -> float:
         group = self.group(knobs)
@@ -69,5 +97,16 @@ class TrialCosts:
         if not self._rest:
             return 1.0
         rest = median(self._rest)
-        default_compile = median(self._compiles) if self._compiles else EAGER_TO_COMPILE * rest
-        return rest + default_compile * self._factor(group)
+        scope = group[2]
+        if self._compiles[scope]:
+            compile_s = median(self._compiles[scope])
+        else:
+            # From the other scope's compiles, or from the non-compile time, scaled to this one.
+            other = next((s for s in CompileScope if s != scope and self._compiles[s]), None)
+            whole = (
+                median(self._compiles[other]) / self._scope_share(other)
+                if other is not None
+                else EAGER_TO_COMPILE * rest
+            )
+            compile_s = whole * self._scope_share(scope)
+        return rest + compile_s * self._factor(group)

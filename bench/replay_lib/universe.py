@@ -14,7 +14,7 @@ from typing import Any
 
 import optuna
 
-from autotuner.executors.replay import Landscape
+from autotuner.executors.replay import Landscape, with_later_knobs
 from autotuner.presets import MODEL_PRESETS
 from autotuner.search.sampler import distributions
 from autotuner.search.space import IntRange, SearchSpace, parse_space
@@ -70,7 +70,8 @@ def landscape_model(landscape: Landscape, model: str | None) -> ModelSpec:
 def universe(landscape: Landscape, space: SearchSpace) -> dict[str, TrialResult]:
     """The recorded configs inside the space (its fixed values matched), by searched params."""
     out: dict[str, TrialResult] = {}
-    for params, result in landscape.entries:
+    for recorded, result in landscape.entries:
+        params = with_later_knobs(recorded, [*space.knobs, *space.fixed])
         if any(str(params.get(k, v)) != str(v) for k, v in space.fixed.items()):
             continue
         if not all(k in params and _in(space.knobs[k], params[k]) for k in space.knobs):

@@ -29,6 +29,8 @@ from autotuner.spec import (
     Attention,
     Checkpointing,
     CompileMode,
+    CompileScope,
+    Kernels,
     Knobs,
     ModelSpec,
     Optimizer,
@@ -251,6 +253,42 @@ def test_an_8bit_adamw_winner_is_checked_against_fp32_moments(
         assert ended["text"].startswith("bf16 with 8-bit AdamW moments changes numerics")
 
 
+@pytest.mark.parametrize("drifting", [(), ("fused-ce",)])
+def test_a_fused_loss_winner_is_checked_against_the_unfused_loss(
+    sqlite_url: str, drifting: tuple[str, ...]
+) -> None:
+    """Liger's fused linear cross-entropy computes the loss and its gradient chunk by chunk:
+    a winner with it is checked like fp8, against the same knobs with the unfused loss
+    (kernels none) at the reference precision."""
+    knobs = {"kernels": ["none", "fused-ce"]}
+    entries = [
+        ({"kernels": k}, measured(tps, fingerprint=FAKE_GPU, wall_s=10.0))
+        for k, tps in (("none", 10_000.0), ("fused-ce", 12_000.0))
+    ]
+    trials, rec, _ = run_study(
+        sqlite_url,
+        knobs,
+        fixed={"precision": "bf16"},
+        drifting=drifting,
+        max_trials=10,
+        recorded=Landscape(entries),
+    )
+    (ref,) = by_purpose(trials, "parity-ref")
+    assert ref.params["kernels"] == "fused-ce"  # the row names the candidate it checks
+    assert (ref.config["knobs"]["kernels"], ref.config["knobs"]["precision"]) == ("none", "bf16")
+    (cand,) = [t for t in candidate_runs(trials) if t.params["kernels"] == "fused-ce"]
+    assert cand.config["knobs"]["kernels"] == "fused-ce"
+    if drifting:
+        assert cand.state == TrialState.INFEASIBLE and cand.error_class == "numerics"
+        assert "away from bf16 with the unfused loss" in (cand.error_message or "")
+        assert rec["knobs"]["kernels"] == "none"
+    else:
+        assert rec["knobs"]["kernels"] == "fused-ce" and rec["numerics"]["passed"]
+        text = rec["numerics"]["text"]
+        assert text.startswith("bf16 with Liger's fused-ce kernels: loss within"), text
+        assert "of bf16 with the unfused loss" in text
+
+
 def test_the_check_needs_a_numerics_changing_precision_the_target_runs() -> None:
     space = parse_space({"name": "s", "knobs": {"precision": ["bf16", "fp8-tensorwise"]}})
     assert space_changes_numerics(space, H200)
@@ -262,6 +300,9 @@ def test_the_check_needs_a_numerics_changing_precision_the_target_runs() -> None
     assert space_changes_numerics(fixed, H200)
     eight_bit = parse_space({"name": "s", "knobs": {"optimizer": ["adamw-fused", "adamw-8bit"]}})
     assert space_changes_numerics(eight_bit, Target("cpu", 0))  # 8-bit moments: any device
+    fused = parse_space({"name": "s", "knobs": {"kernels": ["none", "fused-ce", "liger"]}})
+    assert space_changes_numerics(fused, H200)
+    assert not space_changes_numerics(fused, Target("cpu", 0))  # Liger's kernels: CUDA only
 
 
 def test_the_reference_borrows_a_compiled_graphs_kernel_and_compile_mode() -> None:
@@ -289,7 +330,11 @@ def test_the_reference_borrows_a_compiled_graphs_kernel_and_compile_mode() -> No
     eight = expert.model_copy(update={"optimizer": Optimizer.ADAMW_8BIT})
     assert warm_reference(reference, [eight]).optimizer == reference.optimizer
     assert warm_reference(reference, [eight]).attention == Attention.FLASH
+    # Block scope compiles the same arithmetic in smaller graphs: it lends its graph too.
+    block = expert.model_copy(update={"compile_scope": CompileScope.BLOCK})
+    assert warm_reference(reference, [block]).compile_scope == CompileScope.BLOCK
     for other in (
+        expert.model_copy(update={"kernels": Kernels.FUSED_CE}),
         expert.model_copy(update={"micro_batch_size": 4}),
         expert.model_copy(update={"checkpointing": Checkpointing.SELECTIVE}),
         expert.model_copy(update={"attention": Attention.MATH}),

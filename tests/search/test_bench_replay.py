@@ -348,3 +348,40 @@ def test_on_the_llama_3b_landscape_the_fp8_seed_is_within_2pct_of_the_best() -> 
     assert trials == {0: {"ours": 1, "ours-allseeds": 1}, 1: {"ours": 1, "ours-allseeds": 1}}, (
         trials
     )
+
+
+def test_landscapes_recorded_before_the_newer_knobs_replay_as_their_defaults() -> None:
+    """The recorded landscapes have no compile_scope, kernels (nor, GPT-2's, allocator): their
+    trials ran the whole model under one compile with the unfused loss and the default
+    allocator. A space that searches those knobs finds every recorded config at those values,
+    and the replay answers them, as the same space without the knobs does."""
+    from autotuner.executors.replay import Landscape, ReplayExecutor
+    from autotuner.search.space import load_space, parse_space
+    from autotuner.spec import Kernels, Knobs, ModelSpec, TrialConfig, TrialResult
+    from bench.replay_lib.universe import universe
+
+    root = Path(__file__).resolve().parents[2] / "bench" / "results"
+    landscape = Landscape.load(root / "landscape_llama_1b_h200.json")
+    assert not any("kernels" in p or "compile_scope" in p for p, _ in landscape.entries)
+    # single-gpu's knobs (its fixed loader settings are not the recording's).
+    knobs = load_space("single-gpu").knobs
+    assert knobs["kernels"] and knobs["compile_scope"]
+    space = parse_space({"name": "newer", "knobs": knobs})
+    older = {k: v for k, v in knobs.items() if k not in ("kernels", "compile_scope")}
+    without = parse_space({"name": "older", "knobs": older})
+    table, before = universe(landscape, space), universe(landscape, without)
+    assert len(table) == len(before) > 0
+    assert {json.loads(k)["kernels"] for k in table} == {"none"}
+    assert {json.loads(k)["compile_scope"] for k in table} == {"model"}
+    # The executor keys on the searched knobs, the new ones included.
+    executor = ReplayExecutor(landscape, list(space.knobs))
+    params, recorded = next((p, r) for p, r in landscape.entries if r.tokens_per_s)
+    ran = Knobs.model_validate({k: v for k, v in params.items() if k in Knobs.model_fields})
+
+    def answer(knobs: Knobs) -> TrialResult:
+        model = ModelSpec.resolve({"preset": "llama-1b"})
+        return executor._answer(TrialConfig(model=model, knobs=knobs))
+
+    assert answer(ran).tokens_per_s == recorded.tokens_per_s
+    fused = answer(ran.model_copy(update={"kernels": Kernels.FUSED_CE}))
+    assert "not in the recorded landscape" in (fused.error_message or "")

@@ -68,6 +68,46 @@ def test_flash_is_judged_on_the_configs_head_width() -> None:
     assert _why(H200, model=gemma, precision="bf16", attention="flash") == ""
 
 
+def _hf(model_type: str) -> ModelSpec:
+    config = {
+        "model_type": model_type,
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "intermediate_size": 128,
+        "vocab_size": 512,
+        "max_position_embeddings": 64,
+    }
+    return ModelSpec.resolve({"hf_config": config, "seq_len": 64})
+
+
+def test_compile_scope_and_kernel_rules() -> None:
+    bf16 = {"precision": "bf16", "attention": "flash"}
+    # Block scope with nothing compiled is the eager config again.
+    why = _why(H200, compile_mode="none", compile_scope="block", **bf16)
+    assert "does nothing with compile_mode=none" in why and "re-measure" in why
+    assert _why(H200, compile_mode="default", compile_scope="block", **bf16) == ""
+    cpu_block = {"precision": "fp32", "attention": "math", "compile_scope": "block"}
+    assert _why(CPU, compile_mode="default", **cpu_block) == ""
+    # Liger's kernels are Triton: CUDA only, whichever of the two.
+    for kernels in ("fused-ce", "liger"):
+        why = _why(CPU, precision="fp32", attention="math", kernels=kernels)
+        assert "need a CUDA GPU" in why and "kernels" in why
+    # The built-in families are covered (GPT-2's tied embedding is fine for the fused loss).
+    assert _why(H200, kernels="liger", **bf16) == ""
+    assert _why(H200, kernels="fused-ce", **bf16) == ""
+    # fp8 leaves the output layer in bf16 (workers/precision.py): the fused loss still applies.
+    assert _why(H200, kernels="fused-ce", precision="fp8-tensorwise", attention="flash") == ""
+    # A Hugging Face architecture Liger does not patch: liger pruned naming what it covers,
+    # fused-ce still allowed.
+    why = _why(H200, model=_hf("gpt_neox"), kernels="liger", **bf16)
+    assert "'gpt_neox'" in why and "Liger 0.8.5" in why and "qwen3" in why and "fused-ce" in why
+    assert _why(H200, model=_hf("gpt_neox"), kernels="fused-ce", **bf16) == ""
+    assert _why(H200, model=_hf("qwen2"), kernels="liger", **bf16) == ""
+    factory = GPT2.model_copy(update={"family": "factory", "factory": "m.py:build"})
+    assert "factory model returns logits" in _why(H200, model=factory, kernels="fused-ce", **bf16)
+
+
 @pytest.mark.parametrize("guided", [False, True])
 def test_no_impossible_config_is_launched(db, run_study, guided: bool) -> None:
     _, executor, trials, _ = run_study(db, trials=25, options={"guided": guided})

@@ -6,8 +6,13 @@ from __future__ import annotations
 
 from autotuner.search.end_time import TimeLeft
 from autotuner.search.policy import SearchPolicy
-from autotuner.search.trial_cost import COMPILE_FACTOR, FP8_COMPILE_FACTOR, TrialCosts
-from autotuner.spec import CompileMode, Knobs, Precision
+from autotuner.search.trial_cost import (
+    BLOCK_COMPILE_BLOCKS,
+    COMPILE_FACTOR,
+    FP8_COMPILE_FACTOR,
+    TrialCosts,
+)
+from autotuner.spec import CompileMode, CompileScope, Knobs, Precision
 from tests.fakes import measured
 from tests.search.conftest import gpt2_space, make_policy
 
@@ -40,6 +45,33 @@ def test_an_unmeasured_kind_scales_the_measured_compiles() -> None:
     # Once measured, a kind's own walls decide.
     costs.observe(AUTOTUNE, measured(1.0, wall_s=400.0, compile_s=390.0))
     assert costs.expected_s(AUTOTUNE) == 400.0
+
+
+def test_a_block_scope_compile_is_a_share_of_the_whole_models_learned_once_both_ran() -> None:
+    """Block scope traces one block and reuses its graph for every layer: a priori
+    BLOCK_COMPILE_BLOCKS of the model's n_layer blocks' worth of the whole model's compile,
+    then the ratio the study measured, which also scales the other compile modes."""
+    block = DEFAULT.model_copy(update={"compile_scope": CompileScope.BLOCK})
+    costs = TrialCosts(n_layer=16)
+    # Llama 1B-like: a 100 s whole-model compile in a 120 s trial.
+    costs.observe(DEFAULT, measured(1.0, wall_s=120.0, compile_s=100.0))
+    assert costs.block_share() == BLOCK_COMPILE_BLOCKS / 16
+    assert costs.expected_s(block) == 20.0 + 100.0 * BLOCK_COMPILE_BLOCKS / 16
+    # Measured: 25 s per block scope (a quarter), which the other modes' estimates take up.
+    costs.observe(block, measured(1.0, wall_s=45.0, compile_s=25.0))
+    assert costs.block_share() == 0.25
+    assert costs.expected_s(block) == 45.0
+    autotune_block = AUTOTUNE.model_copy(update={"compile_scope": CompileScope.BLOCK})
+    factor = COMPILE_FACTOR[CompileMode.MAX_AUTOTUNE_NO_CUDAGRAPHS]
+    assert costs.expected_s(autotune_block) == 20.0 + 25.0 * factor
+    # Only block scope compiled so far: the whole model's compile is scaled back up.
+    only_block = TrialCosts(n_layer=16)
+    only_block.observe(block, measured(1.0, wall_s=45.0, compile_s=25.0))
+    assert only_block.expected_s(DEFAULT) == 20.0 + 25.0 * 16 / BLOCK_COMPILE_BLOCKS
+    # Eager: the scope does nothing, one group.
+    assert TrialCosts.group(EAGER.model_copy(update={"compile_scope": CompileScope.BLOCK})) == (
+        TrialCosts.group(EAGER)
+    )
 
 
 def _policy() -> SearchPolicy:

@@ -150,3 +150,10 @@ def test_best_says_whether_the_headroom_check_ran() -> None:
     checked = {**entry, "check": {"text": "passed: 14.1% free"}}
     assert as_ended(checked) == checked
     assert dict(memory_rows(checked))["headroom check"] == "passed: 14.1% free"
+
+
+def test_compile_scope_and_kernels_read_short_in_the_config_column() -> None:
+    from autotuner.cli.render import compact_params
+
+    params = {"compile_mode": "default", "compile_scope": "block", "kernels": "fused-ce"}
+    assert compact_params(params) == "compile scope=block kernels=fused-ce"

@@ -67,6 +67,20 @@ VARIANTS: dict[str, tuple[dict[str, Any], int]] = {
         },
         1,
     ),
+    "single-block-fused-ce": (
+        {"compile_mode": "default", "compile_scope": "block", "kernels": "fused-ce"},
+        1,
+    ),
+    "single-block-liger-fp32": (
+        {
+            "precision": "fp32",
+            "attention": "efficient",
+            "compile_mode": "max-autotune-no-cudagraphs",
+            "compile_scope": "block",
+            "kernels": "liger",
+        },
+        1,
+    ),
     "fsdp2-fp8": (
         {"precision": "fp8-rowwise", "parallel": "fsdp2", "checkpointing": "full"},
         4,
@@ -221,6 +235,21 @@ def test_hf_training_arguments(name: str, tmp_path: Path) -> None:
         assert "pad_to_multiple_of=64" in text
     if knobs.get("optimizer") == "adamw-8bit":  # torchao's AdamW8bit, as the trial ran
         assert str(args.optim.value) == "adamw_torch_8bit"
+    # Liger: the Trainer's own switch; fused-ce alone through its config. Block scope: not the
+    # Trainer's whole-model compile, the per-layer loop in a NOTE.
+    assert args.use_liger_kernel == (knobs.get("kernels", "none") != "none")
+    if knobs.get("kernels") == "fused-ce":
+        assert args.liger_kernel_config == {
+            "rope": False,
+            "rms_norm": False,
+            "swiglu": False,
+            "cross_entropy": False,
+            "fused_linear_cross_entropy": True,
+        }
+    if knobs.get("compile_scope") == "block":
+        assert not args.torch_compile
+        mode = knobs["compile_mode"]
+        assert f"for layer in model.model.layers: layer.compile(mode={mode!r})" in text
 
 
 @pytest.mark.parametrize("name", VARIANTS)
@@ -240,6 +269,11 @@ def test_lightning_trainer(name: str) -> None:
     if parallel == "ddp":
         assert trainer.strategy._ddp_kwargs["bucket_cap_mb"] == knobs["ddp_bucket_cap_mb"]
         assert trainer.strategy._ddp_comm_hook.__name__ == "powerSGD_hook"
+    text = _export(name, "lightning")  # the model-side knobs: what the LightningModule does
+    if knobs.get("compile_scope") == "block":
+        assert f"block.compile(mode={knobs['compile_mode']!r}) for each transformer block" in text
+    if knobs.get("kernels", "none") != "none":
+        assert "Liger's fused linear cross-entropy" in text
 
 
 def _lightning_trainer(snippet: str):
@@ -283,6 +317,9 @@ def _check_torchtitan(text: str, knobs: dict[str, Any]) -> None:
     )
     assert training["global_batch_size"] == knobs["micro_batch_size"] * dp * knobs["grad_accum"]
     assert flat["compile"]["enable"] == (str(knobs["compile_mode"]) != "none")
+    if flat["compile"]["enable"]:  # block scope ran the loss eagerly
+        loss = str(knobs["compile_scope"]) != "block"
+        assert ("loss" in flat["compile"]["components"]) == loss
 
 
 def _flatten(prefix: str, table: dict[str, Any], out: dict[str, dict[str, Any]]) -> None:
@@ -306,6 +343,8 @@ def test_accelerate_config(name: str, tmp_path: Path) -> None:
         assert env["FSDP_RESHARD_AFTER_FORWARD"] == str(parallel == "fsdp2").lower()
     if env is not None and "compile_mode" in knobs:
         assert env["ACCELERATE_DYNAMO_MODE"] == knobs["compile_mode"]
+    if knobs.get("compile_scope") == "block":  # Accelerate's regional compilation
+        assert config.dynamo_config["dynamo_use_regional_compilation"] is True
 
 
 def _load_accelerate(text: str, tmp_path: Path):
@@ -337,6 +376,21 @@ def test_pytorch_snippet_trains_one_step(name: str) -> None:
         pytest.importorskip("torchao.optim")
     knobs, _ = VARIANTS[name]
     _one_pytorch_step(_export(name, "pytorch"), Knobs.model_validate(knobs).model_dump())
+
+
+def test_pytorch_snippet_compiles_each_block_under_block_scope() -> None:
+    """compile_scope=block: prepare() compiles each block in place with the measured mode
+    (one graph per block, the rest eager) and returns the model itself; with Liger's kernels
+    the snippet carries fused_loss, which needs CUDA: only its presence is checked here."""
+    knobs = {**SINGLE, "compile_mode": "default", "compile_scope": "block"}
+    rec, config = _rec(knobs, 1)
+    snippet = render(rec, "pytorch", study_id="s1", config=config)
+    assert (
+        "        block.compile(mode='default')" in snippet and "torch.compile(model" not in snippet
+    )
+    _one_pytorch_step(snippet, Knobs.model_validate(knobs).model_dump())
+    fused = _exec(_export("single-block-fused-ce", "pytorch"))
+    assert callable(fused["fused_loss"])
 
 
 def test_pytorch_snippet_ddp_on_one_gloo_rank(tmp_path: Path) -> None:

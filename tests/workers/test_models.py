@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from autotuner.spec import Knobs, ModelSpec
-from workers.errors import EnvironmentProblem
+from workers.errors import EnvironmentProblem, UnsupportedConfig
 from workers.models import build_model, padded_vocab_size
 from workers.models.llama import apply_rope, rope_tables
 

@@ -15,6 +15,9 @@ product). This module adds the peak-memory estimate that predicts OOM, as a sum 
 |                        | compiled float8 less again (its own component, calibrated apart)        |
 | scores                 | the T x T attention matrices the math backend materialises (fp32)       |
 | logits(_compiled)      | the fp32 loss path over the vocab: upcast, log-softmax, its gradient    |
+|                        | (compiled: only under whole-model compile; block scope runs it eagerly) |
+| logits_fused           | Liger's fused linear cross-entropy (kernels fused-ce, liger): one chunk |
+|                        | of logits, the output layer's input gradient and its weight gradient    |
 | base                   | allocator-visible constants (cuBLAS workspace, RNG, small buffers)      |
 | optimizer_step         | how far the optimizer step's peak exceeds backward's (0 for most)       |
 | graph_grads            | CUDA graphs with accumulation: how far the end of a micro-step's        |
@@ -49,6 +52,8 @@ from autotuner.spec import (
     Attention,
     Checkpointing,
     CompileMode,
+    CompileScope,
+    Kernels,
     Knobs,
     ModelFamily,
     ModelSpec,
@@ -64,6 +69,7 @@ COMPONENTS = (
     "scores",
     "logits",
     "logits_compiled",
+    "logits_fused",
     "base",
     "optimizer_step",
     "graph_grads",
@@ -148,8 +154,10 @@ def estimate(
         static_b = _replica_static_bytes(knobs, n, num_gpus)
     tokens = knobs.micro_batch_size * model.seq_len
     acts_b, scores_b = _activation_bytes_per_token(model, knobs, on_cuda)
-    logits_b = _logits_bytes_per_token(model, knobs)
     compiled = knobs.compile_mode != CompileMode.NONE
+    # Under block scope only the blocks are compiled (nearly all the activations); the output
+    # layer and the loss run eagerly, so their path keeps the eager footprint.
+    loss_compiled = compiled and knobs.compile_scope == CompileScope.MODEL
     comps = {c: 0.0 for c in COMPONENTS}
     comps["static"] = static_b / GIB
     if not compiled:
@@ -159,9 +167,14 @@ def estimate(
     else:
         comps["activations_compiled"] = tokens * acts_b / GIB * COMPILED_ACTIVATION_FACTOR
     comps["scores"] = tokens * scores_b / GIB
-    comps["logits_compiled" if compiled else "logits"] = (
-        tokens * logits_b / GIB * (COMPILED_LOGITS_FACTOR if compiled else 1.0)
-    )
+    if knobs.kernels != Kernels.NONE:
+        comps["logits_fused"] = fused_loss_bytes(model, knobs, tokens, sharded=fsdp) / GIB
+    else:
+        logits_gib = tokens * logits_bytes_per_token(model, knobs) / GIB
+        if loss_compiled:
+            comps["logits_compiled"] = logits_gib * COMPILED_LOGITS_FACTOR
+        else:
+            comps["logits"] = logits_gib
     comps["base"] = base_gib(on_cuda)
     backward_gib = sum(comps.values()) - comps["base"]
     step_gib = _optimizer_step_bytes(model, knobs, n, num_gpus if fsdp else 1, static_b) / GIB
@@ -271,6 +284,8 @@ def _activation_bytes_per_token(
     full_block = block_activation_bytes(model, half)
     if knobs.checkpointing == Checkpointing.NONE:
         per_layer, extra = full_block, 0.0
+        if _liger_swiglu_recomputes(model, knobs):
+            per_layer -= ff * b
     elif knobs.checkpointing == Checkpointing.SELECTIVE:
         # Op-level policy (workers/models/checkpointing.py): every matmul and attention output
         # is kept, the norms and activations are recomputed; plus the block's input.
@@ -293,11 +308,61 @@ def _activation_bytes_per_token(
     return acts, scores
 
 
-def _logits_bytes_per_token(model: ModelSpec, knobs: Knobs) -> float:
-    # The loss runs in fp32 whatever the precision: the (upcast) logits, the saved log-softmax
-    # and its gradient, 12 bytes per vocab entry per token (the half logits are freed by then).
+def _liger_swiglu_recomputes(model: ModelSpec, knobs: Knobs) -> bool:
+    """Liger's SwiGLU (kernels=liger) saves the gate and up projections only and recomputes
+    silu(gate) in backward (ops/swiglu.py), one ffn-wide tensor a layer fewer than eager
+    autograd keeps. Compiled graphs already recompute it (the compiled factor), and GPT-2's
+    GELU MLP has no such kernel. Liger's RMSNorm/LayerNorm save their input and the inverse
+    RMS (or mean) as the fused eager kernels do, and its RoPE only the cos/sin tables, as the
+    eager rotation does: no change there."""
+    return (
+        knobs.kernels == Kernels.LIGER
+        and knobs.compile_mode == CompileMode.NONE
+        and model.family != ModelFamily.GPT2
+    )
+
+
+def logits_bytes_per_token(model: ModelSpec, knobs: Knobs) -> float:
+    """The eager loss path's peak per token: 12 bytes per (padded) vocab entry.
+
+    The loss runs in fp32 whatever the precision (`F.cross_entropy(logits.float(), ...)`). In
+    forward the half logits (2 B) are upcast (4 B) and log-softmaxed (4 B, saved for
+    backward): 10 B at most, and neither the half logits nor their upcast are saved (the output
+    layer's backward needs its input, the cast's nothing), so forward ends holding 4. Backward
+    starts there, with every activation still alive: the loss's gradient over the vocab (4 B)
+    and log-softmax's gradient out (4 B) beside the saved output, 12 B; the casts back (4 B to
+    2 B) come after those are freed. Under fp32 the upcast is the logits themselves: 12 B too.
+    """
     vocab = padded_vocab(model.vocab_size, knobs.vocab_pad_multiple)
     return vocab * 12.0
+
+
+def fused_loss_bytes(
+    model: ModelSpec, knobs: Knobs, tokens: int, *, sharded: bool = False
+) -> float:
+    """Liger's fused linear cross-entropy (liger_kernel/ops/fused_linear_cross_entropy.py,
+    0.8.5) over `tokens` rows: the B x T x V logits never exist. Its forward walks the rows in
+    chunks sized so that a chunk of logits holds about as many values as the output layer's
+    input (chunk = next power of 2 of rows / ceil(V / d), at most every row), computes each
+    chunk's loss and gradient in place, and accumulates the input's and the weight's gradients
+    there and then (backward only scales them). Alive at its peak, the last chunk, beside every
+    activation: the chunk (in the autocast dtype: 2 B, fp32 4 B), the input's gradient (the
+    final norm's output is fp32 under autocast: 4 B x d a row), the weight's gradient (fp32,
+    4 B a weight, held from forward until backward hands it to autograd; under FSDP2 the
+    weight it sees is the all-gathered one, in the compute dtype) and the per-row loss. No
+    recompute: the matmul FLOPs are the unfused path's."""
+    vocab = padded_vocab(model.vocab_size, knobs.vocab_pad_multiple)
+    d = model.d_model
+    growth = -(-vocab // d)
+    chunk = min(_next_power_of_2(-(-tokens // growth)), tokens)
+    half = knobs.precision.is_half  # fp8 too: its output layer stays bf16
+    chunk_b = chunk * vocab * (2.0 if half else 4.0)
+    weight_b = 2.0 if sharded and half else 4.0
+    return chunk_b + tokens * (d * 4.0 + 4.0) + vocab * d * weight_b
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
 
 
 def cost_summary(model: ModelSpec) -> dict[str, Any]:

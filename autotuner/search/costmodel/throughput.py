@@ -13,7 +13,16 @@ robust). Terms, in seconds per token per GPU:
 | efficient/flex        | one term per kernel: each is its own implementation                   |
 | attn_math             | the math backend: the full score FLOPs plus its fp32 T x T traffic    |
 | elementwise_eager /   | bytes that norms, activations, residuals and the fp32 loss move at    |
-| elementwise_compiled  | HBM bandwidth (inductor fuses them: its own multiplier)               |
+| elementwise_compiled  | HBM bandwidth (inductor fuses them: its own multiplier); under block  |
+|                       | scope the loss is eager                                               |
+| scope_block           | compile_scope=block's seams: each block's output and its gradient     |
+|                       | written and read between graphs (no fusion across them), and each     |
+|                       | block's compiled call (guards) forward and backward                   |
+| loss_fused            | Liger's fused linear cross-entropy (kernels fused-ce, liger) in place |
+|                       | of the fp32 loss: its logits chunks' bytes, the input gradient, each  |
+|                       | chunk's launches and the host sync it makes per micro-step            |
+| kernels_liger         | kernels=liger: the norms', SwiGLU's and RoPE's bytes in Liger's       |
+|                       | kernels (one pass each), taken out of the elementwise terms          |
 | launch_eager/compiled | kernel launches per micro-step (CPU-bound), shared by its tokens;     |
 |                       | eager float8 adds its casts' launches                                 |
 | /graphs               | (CUDA graphs replay the step: almost none)                            |
@@ -55,6 +64,8 @@ from autotuner.spec import (
     Attention,
     Checkpointing,
     CompileMode,
+    CompileScope,
+    Kernels,
     Knobs,
     ModelFamily,
     ModelSpec,
@@ -76,6 +87,9 @@ TERMS = (
     "attn_math",
     "elementwise_eager",
     "elementwise_compiled",
+    "scope_block",
+    "loss_fused",
+    "kernels_liger",
     "launch_eager",
     "launch_compiled",
     "launch_graphs",
@@ -109,6 +123,15 @@ PRIOR_MULTIPLIER = {
     "attn_math": 1.5,
     "elementwise_eager": 1.5,
     "elementwise_compiled": 0.6,
+    # Not yet fitted on a GPU: their physics at the memory-bound terms' efficiency, with the
+    # prior's width. Block scope's seams come to about 1% of a Llama 1B step on the H200 (the
+    # eager loss, which block scope also brings, is the elementwise terms', several % more on
+    # a 128k vocabulary). Liger's kernels make one pass over their bytes where eager ops make
+    # several (eager's 1.5 already counts the extra passes), and are opaque to inductor, which
+    # would have fused them into the neighbouring matmuls' epilogues (compiled's 0.6).
+    "scope_block": 1.5,
+    "loss_fused": 1.5,
+    "kernels_liger": 1.0,
     "launch_eager": 1.0,
     "launch_compiled": 1.0,
     "launch_graphs": 1.0,
@@ -159,6 +182,20 @@ ADAMW_8BIT_BYTES_PER_PARAM = 12 + 2 * Optimizer.ADAMW_8BIT.state_bytes_per_param
 # taken out (the 2-core CPU machine: 215 us a call, bench/results/optimizer_step_cpu.md).
 ADAMW_8BIT_CALL_S = 3.9e-4
 FP8_WEIGHT_CAST_BYTES = 7  # read fp32 weight, amax pass, write fp8 (per micro-step)
+# compile_scope=block: a compiled block's call from the eager loop, forward and backward
+# (dynamo's guards on the block's inputs and the compiled function's dispatch).
+BLOCK_CALL_S = 3e-5
+# Liger's fused linear cross-entropy per chunk of rows: the logits matmul, the loss-and-gradient
+# kernel, the input's and the weight's gradient matmuls and a cast (ops/fused_linear_
+# cross_entropy.py); and the host sync of its `.item()` (the count of rows that carry a target),
+# once a micro-step: the launch queue drains there.
+FUSED_CE_KERNELS_PER_CHUNK = 5
+HOST_SYNC_S = 5e-5
+# Kernel launches Liger's kernels change per block, forward and backward: eager, its RoPE
+# (the rotate-half formulation's ~10 ops for q and k, each way) and SwiGLU (silu and the
+# product) become one kernel each way; compiled, they stand beside inductor's fused kernels
+# (norms, SwiGLU, RoPE: forward and backward) instead of inside them.
+LIGER_KERNELS_PER_BLOCK = {"eager": -20, "compiled": 8, "graphs": 0}
 
 
 @dataclass(frozen=True)
@@ -226,11 +263,24 @@ def features(model: ModelSpec, knobs: Knobs, hw: _Hardware, num_gpus: int) -> np
     half = knobs.precision.is_half
     recompute = {Checkpointing.NONE: 1.0, Checkpointing.SELECTIVE: 1.3, Checkpointing.FULL: 1.4}
     block_bytes = block_activation_bytes(model, half) * 4.0 * recompute[knobs.checkpointing]
-    loss_bytes = vocab * 4.0 * 6  # fp32 logits: upcast, log-softmax, its gradient, read back
     compiled = knobs.compile_mode != CompileMode.NONE
-    elementwise = (L * block_bytes + loss_bytes) / hw.bytes_per_s
-    x["elementwise_compiled" if compiled else "elementwise_eager"] = elementwise
+    block_scope = compiled and knobs.compile_scope == CompileScope.BLOCK
+    blocks_term = "elementwise_compiled" if compiled else "elementwise_eager"
+    if knobs.kernels == Kernels.LIGER and model.family != ModelFamily.GPT2:
+        liger_b = _liger_bytes(model, half) * recompute[knobs.checkpointing]
+        block_bytes = max(0.0, block_bytes - liger_b)
+        x["kernels_liger"] = L * liger_b / hw.bytes_per_s
+    x[blocks_term] += L * block_bytes / hw.bytes_per_s
     micro_tokens = knobs.micro_batch_size * T  # per GPU
+    if knobs.kernels != Kernels.NONE:
+        x["loss_fused"] = _fused_loss_s(model, knobs, vocab, micro_tokens, hw)
+    else:
+        loss_bytes = vocab * 4.0 * 6  # fp32 logits: upcast, log-softmax, its gradient, read back
+        loss_term = "elementwise_eager" if block_scope or not compiled else "elementwise_compiled"
+        x[loss_term] += loss_bytes / hw.bytes_per_s
+    if block_scope:
+        seams = L * d * 4.0 * 4 / hw.bytes_per_s  # fp32 output and its gradient, each way
+        x["scope_block"] = seams + 2 * L * BLOCK_CALL_S / micro_tokens
     step_tokens = micro_tokens * knobs.grad_accum
     kind = (
         "graphs"
@@ -239,7 +289,10 @@ def features(model: ModelSpec, knobs: Knobs, hw: _Hardware, num_gpus: int) -> np
         if compiled
         else "eager"
     )
-    kernels = KERNELS_PER_BLOCK[kind] * L + KERNELS_FIXED[kind]
+    # Block scope leaves the embedding, final norm, output layer and loss eager.
+    kernels = KERNELS_PER_BLOCK[kind] * L + KERNELS_FIXED["eager" if block_scope else kind]
+    if knobs.kernels == Kernels.LIGER and model.family != ModelFamily.GPT2:
+        kernels = max(0, kernels + LIGER_KERNELS_PER_BLOCK[kind] * L)
     fp8_launches = 0.0
     if knobs.precision.is_fp8:  # eager float8 casts launch amax, scale and cast per linear
         fp8_kernels = FP8_KERNELS_PER_LINEAR[kind] * _linears_per_block(model) * L
@@ -291,6 +344,33 @@ def _weight_bytes_per_micro_step(knobs: Knobs, block_params: int, head_params: i
     if knobs.grad_accum > 1:
         moved += params * 12.0 * (knobs.grad_accum - 1) / knobs.grad_accum
     return moved
+
+
+def _liger_bytes(model: ModelSpec, half: bool) -> float:
+    """Bytes per token one block's norms, SwiGLU and RoPE move in Liger's kernels (one pass
+    each, forward and backward), at the elementwise terms' 4x-the-saved-bytes convention over
+    what they save: the two norms' fp32 inputs, SwiGLU's gate and up projections, RoPE's
+    rotated q and k."""
+    b = 2.0 if half else 4.0
+    kv = model.kv_heads * model.head_dim
+    return (2 * model.d_model * 4.0 + 2 * model.ffn_dim * b + (model.d_model + kv) * b) * 4.0
+
+
+def _fused_loss_s(
+    model: ModelSpec, knobs: Knobs, vocab: int, micro_tokens: int, hw: _Hardware
+) -> float:
+    """Seconds per token of Liger's fused linear cross-entropy beyond its matmuls (their FLOPs
+    are the unfused head's: it computes the gradients in forward, no recompute). Each logit
+    of a chunk is written by the matmul, read and overwritten with its gradient by the loss
+    kernel, and read by the two gradient matmuls: 5 passes in the autocast dtype; the input's
+    gradient is written in fp32. Per micro-step, each chunk's launches and one host sync."""
+    b = 2.0 if knobs.precision.is_half else 4.0
+    bytes_per_token = vocab * b * 5 + model.d_model * 4.0
+    growth = -(-vocab // model.d_model)
+    chunk = min(1 << max(0, (-(-micro_tokens // growth) - 1).bit_length()), micro_tokens)
+    chunks = -(-micro_tokens // chunk)
+    host_s = chunks * FUSED_CE_KERNELS_PER_CHUNK * LAUNCH_S + HOST_SYNC_S
+    return bytes_per_token / hw.bytes_per_s + host_s / micro_tokens
 
 
 def _block_params(model: ModelSpec, *, active: bool) -> int:

@@ -62,6 +62,17 @@ def render(f: Facts) -> str:
         )
     if f.compile_mode:
         config["dynamo_config"] = {"dynamo_backend": "INDUCTOR", "dynamo_mode": f.compile_mode}
+    if f.block_compile:
+        config["dynamo_config"]["dynamo_use_regional_compilation"] = True
+        notes.append(
+            "compile_scope=block: Accelerate's regional compilation compiles each repeated "
+            "block, and the rest of the model separately, where the trial ran the rest eagerly"
+        )
+    if f.kernels_label:
+        notes.append(
+            f"kernels={f.kernels.value}: Accelerate has no setting for {f.kernels_label}; "
+            "apply them in the model (--format pytorch has the calls)"
+        )
     if f.sharded:
         config["fsdp_config"] = {
             "fsdp_version": 2,

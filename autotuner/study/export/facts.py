@@ -12,6 +12,8 @@ from typing import Any
 from autotuner.spec import (
     Attention,
     Checkpointing,
+    CompileScope,
+    Kernels,
     Knobs,
     MeasureSettings,
     Optimizer,
@@ -74,6 +76,27 @@ class Facts:
         """torch.compile's mode, or None when the trial ran eager."""
         mode = self.knobs.compile_mode.value
         return None if mode == "none" else mode
+
+    @property
+    def block_compile(self) -> bool:
+        """Each transformer block compiled on its own (compile_scope=block); the embedding,
+        final norm, output layer and loss ran eagerly."""
+        return self.compile_mode is not None and self.knobs.compile_scope == CompileScope.BLOCK
+
+    @property
+    def kernels(self) -> Kernels:
+        """Liger-Kernel's kernels the trial ran: none, the fused linear cross-entropy, or that
+        and Liger's norm, SwiGLU and RoPE kernels."""
+        return self.knobs.kernels
+
+    @property
+    def kernels_label(self) -> str | None:
+        """The kernels in words, None without them."""
+        if self.kernels == Kernels.FUSED_CE:
+            return "Liger's fused linear cross-entropy"
+        if self.kernels == Kernels.LIGER:
+            return "Liger's fused linear cross-entropy, RMSNorm/LayerNorm, SwiGLU and RoPE kernels"
+        return None
 
     @property
     def checkpointing(self) -> Checkpointing:

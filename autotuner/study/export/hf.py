@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotuner.spec import Attention, Checkpointing
+from autotuner.spec import Attention, Checkpointing, Kernels
 from autotuner.study.export.code import py_literal
 from autotuner.study.export.facts import Facts
 
@@ -23,6 +23,15 @@ _ATTN_IMPLEMENTATION = {
     Attention.FLASH: "sdpa",
     Attention.CUDNN: "sdpa",
     Attention.FLEX: "flex_attention",
+}
+# kernels=fused-ce: Liger's fused linear cross-entropy alone (the Trainer's liger_kernel_config
+# is passed to Liger's apply function for the model's type, whose other kernels default on).
+_FUSED_CE_ONLY = {
+    "rope": False,
+    "rms_norm": False,
+    "swiglu": False,
+    "cross_entropy": False,
+    "fused_linear_cross_entropy": True,
 }
 _SDPA_BACKEND = {
     Attention.EFFICIENT: "EFFICIENT_ATTENTION",
@@ -42,9 +51,32 @@ def render(f: Facts) -> str:
     if f.tf32:
         kwargs["tf32"] = True
     notes: list[str] = []
-    if f.compile_mode:
+    if f.block_compile:
+        # torch_compile would compile the whole model, which is not what was measured.
+        notes.append(
+            "compile_scope=block: TrainingArguments compiles the whole model (torch_compile) "
+            "and has no per-block setting; compile each decoder layer before building the "
+            f"Trainer: for layer in model.model.layers: layer.compile(mode={f.compile_mode!r})"
+        )
+    elif f.compile_mode:
         kwargs["torch_compile"] = True
         kwargs["torch_compile_mode"] = f.compile_mode
+    if f.kernels != Kernels.NONE:
+        kwargs["use_liger_kernel"] = True
+        if f.kernels == Kernels.FUSED_CE:
+            kwargs["liger_kernel_config"] = dict(_FUSED_CE_ONLY)
+        notes.append(
+            "use_liger_kernel needs `pip install liger-kernel` and a CUDA GPU, and patches the "
+            "model types Liger covers (llama, mistral, qwen2/3, gemma, phi3, ...)"
+            + (
+                "; liger_kernel_config is a TrainingArguments field of recent transformers "
+                "(5.x has it): on one without it, call liger_kernel.transformers."
+                "_apply_liger_kernel_to_instance(model=model, rope=False, rms_norm=False, "
+                "swiglu=False) yourself instead"
+                if f.kernels == Kernels.FUSED_CE
+                else ""
+            )
+        )
     if f.checkpointing != Checkpointing.NONE:
         kwargs["gradient_checkpointing"] = True
         kwargs["gradient_checkpointing_kwargs"] = {"use_reentrant": False}

@@ -72,8 +72,12 @@ def render(f: Facts) -> str:
     if k.loader_workers > 0:
         loader["prefetch_factor"] = str(k.prefetch_factor)
     model_side = []
-    if f.compile_mode:
+    if f.block_compile:
+        model_side.append(f"block.compile(mode={f.compile_mode!r}) for each transformer block")
+    elif f.compile_mode:
         model_side.append(f"torch.compile(mode={f.compile_mode!r})")
+    if f.kernels_label:
+        model_side.append(f.kernels_label)
     if f.checkpointing != Checkpointing.NONE:
         model_side.append(f"{f.checkpointing.value} activation checkpointing per block")
     if f.fp8_recipe:

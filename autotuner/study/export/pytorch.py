@@ -10,7 +10,7 @@ trials; `blocks` is the model's nn.ModuleList of transformer blocks. Needs torch
 
 from __future__ import annotations
 
-from autotuner.spec import Attention, Checkpointing
+from autotuner.spec import Attention, Checkpointing, Kernels
 from autotuner.study.export.code import COMM_HOOK_IMPORT, COMM_HOOKS, py_literal
 from autotuner.study.export.facts import Facts
 
@@ -51,6 +51,21 @@ def _policy(ctx, op, *args, **kwargs):
 def _selective():
     return create_selective_checkpoint_contexts(_policy)
 """
+
+
+# kernels=fused-ce / liger: the output layer and the loss in Liger's fused kernel, called from
+# the model's forward (Liger keeps the logits chunk by chunk: the loss needs the hidden states
+# and the output layer, not logits). Imported when called: Liger needs CUDA and Triton.
+_FUSED_LOSS = '''
+def fused_loss(output_layer, hidden, targets):
+    """Mean next-token loss through Liger's fused linear cross-entropy: call it in your model's
+    forward in place of F.cross_entropy(output_layer(hidden).float(), targets)."""
+    from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
+
+    loss = LigerFusedLinearCrossEntropyLoss()
+    flat = hidden.reshape(-1, hidden.size(-1))
+    return loss(output_layer.weight, flat, targets.reshape(-1), output_layer.bias)
+'''
 
 
 def render(f: Facts) -> str:
@@ -106,6 +121,19 @@ def render(f: Facts) -> str:
     if f.adamw_8bit:
         imports.append("from torchao.optim import AdamW8bit  # 8-bit moments, fp32 update math")
     compile_call = f"torch.compile({{}}, mode={f.compile_mode!r})" if f.compile_mode else "{}"
+    if f.kernels != Kernels.NONE:
+        body.append(_FUSED_LOSS.strip("\n"))
+        notes.append(
+            f"kernels={f.kernels.value}: your model's forward computes its loss with "
+            "fused_loss(output_layer, hidden, targets) (liger-kernel, CUDA only)"
+        )
+    if f.kernels == Kernels.LIGER:
+        notes.append(
+            "kernels=liger: also swap the blocks' norms for liger_kernel.transformers.LigerRMSNorm "
+            "(LigerLayerNorm), their SwiGLU for liger_kernel.ops.swiglu.LigerSiLUMulFunction and "
+            "their RoPE for liger_kernel.transformers.liger_rotary_pos_emb; a Hugging Face model: "
+            "liger_kernel.transformers._apply_liger_kernel_to_instance(model=model)"
+        )
     sync = "contextlib.nullcontext()"
     if f.sharded:
         imports.append("from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard")
@@ -142,7 +170,16 @@ def render(f: Facts) -> str:
                 hook, state = COMM_HOOKS[k.grad_compression]
                 prep.append(f"    model.register_comm_hook({state}, {hook})")
             sync = "contextlib.nullcontext() if last else model.no_sync()"
-        prep.append(f"    return {compile_call.format('model')}, optimizer")
+        if f.block_compile:
+            # Regional compilation: one graph per block, reused by every layer; the embedding,
+            # output layer and loss stay eager, as measured.
+            prep += [
+                "    for block in blocks:",
+                f"        block.compile(mode={f.compile_mode!r})",
+                "    return model, optimizer",
+            ]
+        else:
+            prep.append(f"    return {compile_call.format('model')}, optimizer")
     body.append("\n".join(prep))
     # ------------------------------------------------------------- train_step()
     if f.attention == Attention.FLEX:

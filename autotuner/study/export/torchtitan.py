@@ -49,7 +49,22 @@ def render(f: Facts) -> str:
             "adamw-8bit: torchtitan's [optimizer] has no 8-bit moments; build "
             "torchao.optim.AdamW8bit in your optimizer builder (--format pytorch has the call)"
         )
-    sections["compile"] = {"enable": f.compile_mode is not None, "components": ["model", "loss"]}
+    # torchtitan's "model" component compiles each transformer block on its own (regional
+    # compilation), "loss" the loss function: block scope ran the loss eagerly.
+    components = ["model"] if f.block_compile else ["model", "loss"]
+    sections["compile"] = {"enable": f.compile_mode is not None, "components": components}
+    if f.block_compile:
+        notes.append("compile_scope=block: torchtitan compiles each block on its own already")
+    elif f.compile_mode:
+        notes.append(
+            "compile_scope=model: the trial compiled the whole model in one graph; torchtitan "
+            "compiles each block on its own (compile_scope=block), and has no setting for one graph"
+        )
+    if f.kernels_label:
+        notes.append(
+            f"kernels={f.kernels.value}: torchtitan has no setting for {f.kernels_label}; "
+            "apply them in your model (--format pytorch has the calls)"
+        )
     if f.compile_mode not in (None, "default"):
         notes.append(
             f"compile mode {f.compile_mode!r}: torchtitan compiles with the default mode and has "

@@ -1,0 +1,147 @@
+"""The memory model's loss path under compile_scope and kernels, checked against numbers
+derived by hand for a 128k-vocabulary model (Llama 1B's shapes: d 2048, vocab 128,256, 16
+layers, d_ff 8192, sequence 2048), at micro-batch 8 (16,384 tokens)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pytest import approx
+
+from autotuner.search.costmodel import estimate
+from autotuner.search.costmodel.memory import COMPILED_LOGITS_FACTOR, GIB
+from autotuner.search.space import parse_space
+from autotuner.spec import Knobs, ModelSpec
+from tests.search.conftest import H200, make_policy
+
+LLAMA1B = ModelSpec.resolve({"preset": "llama-1b"})
+TOKENS = 8 * 2048
+
+
+def _comps(**knobs: Any) -> dict[str, float]:
+    base = {"precision": "bf16", "attention": "flash", "micro_batch_size": 8}
+    return estimate(LLAMA1B, Knobs(**{**base, **knobs})).components
+
+
+def test_the_eager_loss_path_is_12_bytes_per_vocab_entry() -> None:
+    # log-softmax's saved output, the loss's gradient and log-softmax's gradient: fp32 each.
+    # 128,256 x 12 B x 16,384 tokens = 128,256 x 12 / 65,536 GiB = 23.484375 GiB.
+    eager = _comps(compile_mode="none")
+    assert eager["logits"] == approx(23.484375)
+    assert eager["logits_compiled"] == eager["logits_fused"] == 0.0
+    # Whole-model compile fuses the loss (its prior factor); block scope leaves it eager.
+    model = _comps(compile_mode="default")
+    assert model["logits_compiled"] == approx(23.484375 * COMPILED_LOGITS_FACTOR)
+    block = _comps(compile_mode="default", compile_scope="block")
+    assert block["logits"] == approx(23.484375) and block["logits_compiled"] == 0.0
+    # The blocks are compiled under either scope: the same activation component.
+    assert block["activations_compiled"] == approx(model["activations_compiled"])
+
+
+def test_fused_ce_keeps_a_chunk_and_the_output_layers_gradients() -> None:
+    # Liger's chunking: ceil(128,256 / 2,048) = 63; ceil(16,384 / 63) = 261 rows -> 512 (the
+    # next power of 2). The chunk: 512 x 128,256 bf16 = 131,334,144 B. The input's gradient:
+    # 16,384 x 2,048 fp32 = 134,217,728 B, the per-row loss 65,536 B; the weight's gradient:
+    # 128,256 x 2,048 fp32 = 1,050,673,152 B. In all 1,316,290,560 B = 1.2259 GiB.
+    expected = (131_334_144 + 134_217_728 + 65_536 + 1_050_673_152) / GIB
+    for scope in ("model", "block"):
+        for compile_mode in ("none", "default"):
+            if scope == "block" and compile_mode == "none":
+                continue
+            fused = _comps(kernels="fused-ce", compile_mode=compile_mode, compile_scope=scope)
+            assert fused["logits_fused"] == approx(expected)
+            assert fused["logits"] == fused["logits_compiled"] == 0.0
+    assert expected == approx(1.2259, abs=1e-4)
+    # What it frees: eager 23.48 - 1.23 = 22.26 GiB; compiled 7.75 - 1.23 = 6.52 GiB.
+    none = estimate(LLAMA1B, Knobs(precision="bf16", attention="flash", micro_batch_size=8))
+    fused = estimate(
+        LLAMA1B, Knobs(precision="bf16", attention="flash", micro_batch_size=8, kernels="fused-ce")
+    )
+    assert none.allocated_gib - fused.allocated_gib == approx(23.484375 - expected)
+    # fp32: the chunk is fp32 (512 x 128,256 x 4 B), the rest the same.
+    fp32 = _comps(kernels="fused-ce", precision="fp32", attention="efficient")
+    assert fp32["logits_fused"] == approx(expected + 131_334_144 / GIB)
+
+
+def test_liger_also_drops_swiglus_saved_activation_in_eager_blocks() -> None:
+    # Liger's SwiGLU recomputes silu(gate): 8,192 x 2 B a token a layer fewer, x 16 layers x
+    # 16,384 tokens = 4 GiB exactly. Compiled graphs already recompute it: no change there.
+    fused, liger = _comps(kernels="fused-ce"), _comps(kernels="liger")
+    assert fused["activations"] - liger["activations"] == approx(4.0)
+    assert liger["logits_fused"] == fused["logits_fused"]
+    compiled = {"compile_mode": "default"}
+    assert _comps(kernels="liger", **compiled)["activations_compiled"] == approx(
+        _comps(kernels="fused-ce", **compiled)["activations_compiled"]
+    )
+
+
+def test_a_fused_loss_lets_a_larger_micro_batch_fit() -> None:
+    """The expert default's micro-batch search and the proposer read the same memory model: on
+    the H200 (139.8 GiB, 10% kept free) fused-ce fits a larger micro-batch than the unfused
+    loss, eager and compiled (a micro-batch a step, so the compiled gain shows: whole-model
+    compile already keeps a third of the loss path)."""
+    space = parse_space(
+        {
+            "name": "kernels-test",
+            "knobs": {
+                "micro_batch_size": list(range(1, 65)),
+                "kernels": ["none", "fused-ce"],
+                "compile_mode": ["none", "default"],
+            },
+            "fixed": {"precision": "bf16", "attention": "flash", "vocab_pad_multiple": 64},
+        }
+    )
+    policy = make_policy(space, model=LLAMA1B, target=H200)
+    seeder = policy._seeder()
+    for compile_mode in ("none", "default"):
+        plain = seeder._largest_fitting_mb({"kernels": "none", "compile_mode": compile_mode})
+        fused = seeder._largest_fitting_mb({"kernels": "fused-ce", "compile_mode": compile_mode})
+        assert plain is not None and fused is not None and fused > plain, compile_mode
+
+
+def test_the_proposer_takes_the_fused_loss_to_the_micro_batch_it_fits() -> None:
+    """After the expert default (unfused, micro-batch 16 under compile), the proposer's next
+    config is micro-batch 32 with the fused loss: its fit probability, from the same memory
+    model, is near 1 where the unfused loss at 32 may not fit."""
+    from tests.fakes import measured
+
+    space = parse_space(
+        {
+            "name": "kernels-proposal",
+            "knobs": {"micro_batch_size": [1, 2, 4, 8, 16, 32], "kernels": ["none", "fused-ce"]},
+            "fixed": {
+                "precision": "bf16",
+                "attention": "flash",
+                "vocab_pad_multiple": 64,
+                "compile_mode": "default",
+            },
+        }
+    )
+    policy = make_policy(space, model=LLAMA1B, target=H200)
+    policy.enable_proposals(seed=0)
+    expert = policy.expert_params()
+    assert expert == {"kernels": "none", "micro_batch_size": 16}
+    peak = policy.cost.predict(policy.knobs(expert)).allocated_gib
+    result = measured(60_000.0, wall_s=100.0, compile_s=80.0, peak_mem_gib=peak)
+    policy.observe(0, expert, result, "expert-default")
+    assert policy.suggest(set()) == {"micro_batch_size": 32, "kernels": "fused-ce"}
+
+
+def test_the_numerics_reference_recomputes_where_the_unfused_logits_would_not_fit() -> None:
+    """The check's reference runs the unfused loss, whose logits the candidate never kept: at
+    a micro-batch only the fused loss fits (eager Llama 1B, 16), the reference recomputes
+    every block to make room (the same loss curve); where both fit (8), it keeps the
+    candidate's checkpointing."""
+    space = parse_space(
+        {
+            "name": "kernels-reference",
+            "knobs": {"micro_batch_size": [8, 16], "kernels": ["none", "fused-ce"]},
+            "fixed": {"precision": "bf16", "attention": "flash", "compile_mode": "none"},
+        }
+    )
+    policy = make_policy(space, model=LLAMA1B, target=H200)
+    for mb, checkpointing in ((8, "none"), (16, "full")):
+        candidate = policy.knobs({"micro_batch_size": mb, "kernels": "fused-ce"})
+        reference = policy.reference_knobs(candidate)
+        assert reference is not None
+        assert (reference.kernels, reference.checkpointing) == ("none", checkpointing), mb
