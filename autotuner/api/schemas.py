@@ -59,8 +59,9 @@ class StudyView(_View):
         "with no budget to measure against yet (a time budget only, not started)"
     )
     minutes_used: float | None = Field(
-        description="Minutes from the study's start to its end, or to now while it runs; null "
-        "before it starts. Can pass max_minutes: trials launched in time run to their end"
+        description="Minutes from the study's start to its end, or to now while it runs, less "
+        "the time it waited for its cluster or GPUs (`waiting`); null before it starts. Can "
+        "pass max_minutes: trials launched in time run to their end"
     )
     best_value: float | None = Field(
         description="The highest objective value a search trial measured so far"
@@ -72,6 +73,11 @@ class StudyView(_View):
     )
     best_trial_number: int | None = Field(description="The recommended trial, kept up to date")
     error_message: str | None = Field(description="Why a failed study failed")
+    waiting: str | None = Field(
+        default=None,
+        description="Why a running study launches no trial now (its Ray cluster is down or "
+        "its GPUs left the cluster); null while it can. The wait is not spent from max_minutes",
+    )
     created_at: str = Field(description=_ISO)
     started_at: str | None = Field(description=_ISO)
     finished_at: str | None = Field(description=_ISO)

@@ -185,6 +185,11 @@ class Study(Base):
     seeds: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
     recommendation: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
     error_message: Mapped[str | None] = mapped_column(Text)
+    # Why the study launches nothing now (its cluster cannot run trials, its GPUs left), null
+    # while it can; and the seconds it has waited so, left out of its time budget (migration
+    # 0009, study/pause.py).
+    waiting: Mapped[str | None] = mapped_column(Text)
+    paused_s: Mapped[float] = mapped_column(Float, default=0.0, server_default=text("0"))
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     started_at: Mapped[dt.datetime | None]
     finished_at: Mapped[dt.datetime | None]
