@@ -149,7 +149,7 @@ class RayExecutor:
             return self._target or Target("cpu", 0)
         if self._target is not None and now - self._target_read_at < TARGET_REFRESH_S:
             return self._target
-        gpus = int(self._call(self._ray.cluster_resources).get("GPU", 0))
+        gpus = int(self._gcs(self._ray.cluster_resources).get("GPU", 0))
         self._target_read_at = now
         if gpus == 0:
             self._target = Target("cpu", 0)
@@ -192,13 +192,29 @@ class RayExecutor:
         except Exception as exc:
             raise ExecutorUnavailable(f"Ray: {type(exc).__name__}: {exc}"[:500]) from exc
 
+    def _gcs(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """A Ray call that asks the GCS, made only while the GCS's port answers: a call to a
+        dead GCS blocks until it is back (and exits the process after 60 s). Measured: the
+        target's refresh, in the second between two health checks, blocked the coordinator's
+        thread when the GCS was killed. Drops the connection where it does not answer."""
+        if not _port_open(self._gcs_address):
+            self._drop(self._gcs_down())
+            raise ExecutorUnavailable(self._down or "")
+        return self._call(fn, *args, **kwargs)
+
+    def _gcs_down(self) -> str:
+        return (
+            f"the Ray GCS at {self._gcs_address} does not answer: the head node is down or "
+            "restarting; trials wait for it, the service connects again when it is back"
+        )
+
     def free_slots(self, gpus_per_trial: int) -> int:
         if self._down is not None:
             return 0
         target = self.target()
         if target.device_type == "cpu":
             return 0 if self._running else 1
-        available = int(self._call(self._ray.available_resources).get("GPU", 0))
+        available = int(self._gcs(self._ray.available_resources).get("GPU", 0))
         # available_resources lags behind submissions; count what we have in flight ourselves.
         in_flight = sum(r.config.num_gpus for r in self._running.values())
         free = min(available, target.gpus_total - in_flight)
@@ -215,7 +231,7 @@ class RayExecutor:
         # A trial that asks for GPUs always reserves them, whatever the cluster shows now:
         # dropping them when the GPU node had left ran a GPU study's trials on the CPU.
         if config.num_gpus > 1:
-            gang = self._call(self._placer.reserve, config, name)
+            gang = self._gcs(self._placer.reserve, config, name)
             self._running[handle] = _Running(None, config, time.monotonic(), gang)
             return handle
         options: dict[str, Any] = {"num_cpus": 1, "name": name}
@@ -312,10 +328,7 @@ class RayExecutor:
         """Why the connection cannot run trials, or None: the GCS's port, then this driver's
         node (its raylet) as the GCS sees it, then the raylet's own port."""
         if not _port_open(self._gcs_address):
-            return (
-                f"the Ray GCS at {self._gcs_address} does not answer: the head node is down "
-                "or restarting; trials wait for it, the service connects again when it is back"
-            )
+            return self._gcs_down()
         try:
             nodes = self._ray.nodes()
         except Exception as exc:
@@ -365,6 +378,8 @@ class RayExecutor:
             result_json, worker = self._ray.get(running.ref)
             return Completed(handle, TrialResult.model_validate_json(result_json), worker)
         except Exception as exc:  # the task itself failed: worker or node lost, scheduling
+            if lost_to_cluster(exc):  # a node may have gone: its GPUs with it, read them now
+                self._target_read_at = -float("inf")
             return Completed(
                 handle,
                 TrialResult.failure(
