@@ -40,11 +40,13 @@ scheduler's stuck-round check makes that visible (`/healthz`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from autotuner.executors.base import Completed, ExecutorUnavailable, Target
@@ -302,7 +304,8 @@ class RayExecutor:
             return self._down
         # Dropped: connect again once there is a cluster to connect to.
         own_local = self._init is not None and self._init["address"] == "local"
-        if not own_local and not (_port_open(self._gcs_address) and _raylet_on_this_host()):
+        gcs = self._gcs_address
+        if not own_local and not (_port_open(gcs) and _raylet_on_this_host(gcs)):
             return self._down
         try:
             self._ray.init(**(self._init or {"address": self._gcs_address}))
@@ -378,8 +381,10 @@ class RayExecutor:
             result_json, worker = self._ray.get(running.ref)
             return Completed(handle, TrialResult.model_validate_json(result_json), worker)
         except Exception as exc:  # the task itself failed: worker or node lost, scheduling
-            if lost_to_cluster(exc):  # a node may have gone: its GPUs with it, read them now
-                self._target_read_at = -float("inf")
+            if lost_to_cluster(exc):
+                # A node may have gone, its GPUs with it, or the cluster itself: look at both
+                # before anything else is launched.
+                self._target_read_at = self._health_at = -float("inf")
             return Completed(
                 handle,
                 TrialResult.failure(
@@ -431,17 +436,22 @@ def _port_open(address: str | None) -> bool:
         return False
 
 
-def _raylet_on_this_host() -> bool:
-    """Whether a raylet runs on this host. A driver's `ray.init` connects through one and waits
-    up to 60 s for it (measured: the head's raylet killed, its GCS alive, every attempt blocked
-    the coordinator's thread 60 s), so without one there is nothing to connect through yet."""
+def _raylet_on_this_host(gcs_address: str) -> bool:
+    """Whether a raylet of the cluster at `gcs_address` runs on this host. A driver's `ray.init`
+    connects through one and waits up to 60 s for it (measured: the head's raylet killed, its
+    GCS alive, every attempt blocked the coordinator's thread 60 s), so without one there is
+    nothing to connect through yet. Read from the raylets' command lines (`--gcs-address=`),
+    as `ray.init` finds them; where /proc cannot tell, try."""
+    flag = f"--gcs-address={gcs_address}".encode()
     try:
-        # Not a public API: the very check ray.init makes (a raylet process's --node_id).
-        from ray._private.services import find_node_ids
-
-        return bool(find_node_ids())
-    except Exception:  # cannot tell: try to connect
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            with contextlib.suppress(OSError):  # a process that ended meanwhile
+                args = cmdline.read_bytes().split(b"\0")
+                if args[0].endswith(b"/raylet") and flag in args:
+                    return True
+    except OSError:
         return True
+    return False
 
 
 def _gpu_target(gpus: int, info: dict[str, Any]) -> Target:

@@ -3,10 +3,10 @@
 - the only GPU node leaves while a GPU study's trial runs: the trial is lost (the cluster's
   failure, not the config's: no retry spent, no budget), the study waits and says so, runs no
   trial without a GPU, and goes on when a GPU node joins;
-- the head's GCS is killed (kill -9) mid-study: `/healthz` says 503 and why, the running
-  trial is lost, the service neither exits nor ends the study, and when a new head starts at
-  the same address (a new cluster: `WrongClusterID` for a driver still connected) the service
-  connects again and finishes the study.
+- the head's GCS or its raylet is killed (kill -9) mid-study: `/healthz` says 503 and why,
+  the running trial is lost, nothing is launched on the dead cluster, the service neither
+  exits nor ends the study, and when a new head starts at the same address (a new cluster:
+  `WrongClusterID` for a driver still connected) the service connects again and finishes.
 
 The trials' bodies are fake measurements (tests/fakes.py `fake_ray_executor`): what runs them,
 where and with which GPUs is the real executor on a real cluster. Every test ends with the
@@ -147,9 +147,12 @@ def test_a_gpu_study_waits_for_its_gpus_and_its_lost_trial_costs_nothing(
     assert len([t for t in trials if t.retry_of is None]) == 3  # the re-run cost no budget
 
 
-def test_a_killed_gcs_is_reported_waited_out_and_a_restarted_head_rejoined(
-    head: Callable[[], object], pg_url: str
+@pytest.mark.parametrize(("killed", "said"), [("gcs", "GCS"), ("raylet", "raylet stopped")])
+def test_a_killed_head_is_reported_waited_out_and_a_restarted_head_rejoined(
+    head: Callable[[], object], pg_url: str, killed: str, said: str
 ) -> None:
+    """kill -9 of the head's raylet failed every trial as infra and ended the study at once
+    with nothing measured; of its GCS, blocked the service and exited it 60 s later."""
     cluster = head()
     executor = fake_ray_executor(cluster.address)  # type: ignore[attr-defined]
     db = Database(pg_url)
@@ -163,19 +166,25 @@ def test_a_killed_gcs_is_reported_waited_out_and_a_restarted_head_rejoined(
             wait_for(fake_trial_marker(study_id, 0).exists, 60, "trial #0 to run")
             assert client.get("/healthz").status_code == 200
             node = cluster.head_node  # type: ignore[attr-defined]
-            node.kill_gcs_server()  # kill -9 of the GCS, then of the rest of the head
-            node.kill_all_processes(check_alive=False, allow_graceful=False, wait=True)
-            cluster.head_node = None  # type: ignore[attr-defined]
+            if killed == "gcs":
+                node.kill_gcs_server()  # kill -9
+            else:
+                node.kill_raylet()
 
             def unhealthy() -> bool:
                 answer = client.get("/healthz")
                 error = answer.json()["coordinator"]["last_error"] or ""
-                return answer.status_code == 503 and "GCS" in error
+                return answer.status_code == 503 and said in error
 
             wait_for(unhealthy, 20, "healthz to say 503 and why")
             wait_for(lambda: _trials(db, study_id)[0].state == TrialState.LOST, 30, "#0 to be lost")
+            trials = _trials(db, study_id)
             assert _study(db, study_id).status == StudyStatus.RUNNING
-            head()  # a new cluster at the same address
+            assert [t.state for t in trials] == [TrialState.LOST], "launched on a dead cluster"
+            # The operator restarts Ray: a new cluster at the same address.
+            node.kill_all_processes(check_alive=False, allow_graceful=False, wait=True)
+            cluster.head_node = None  # type: ignore[attr-defined]
+            head()
             wait_for(lambda: client.get("/healthz").status_code == 200, 90, "healthz to recover")
             wait_for(lambda: _study(db, study_id).status == StudyStatus.COMPLETED, 120, "the study")
         finally:
