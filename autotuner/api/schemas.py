@@ -93,7 +93,10 @@ class TrialView(_View):
         "(another config an engineer would try first), remeasure, proxy (a shallower model), "
         "or an end check of the winner: reference, parity, parity-ref, headroom"
     )
-    attempt: int = Field(description="2 for the one retry of an infra failure")
+    attempt: int = Field(
+        description="2 for the one retry of a timeout, crash or infra failure; a lost trial's "
+        "re-run keeps the lost one's attempt (the loss was not its config's failure)"
+    )
     retry_of: int | None = Field(description="The trial number this one retries")
     params: dict[str, Any] = Field(description="The knob values tried")
     tokens_per_s: float | None

@@ -169,7 +169,9 @@ class StudyRunner:
             self.done = True
             return
         self.started_at = study.started_at
-        self.pause.paused_s = study.paused_s  # waited before a restart: still not spent
+        # Waited before a restart: still not spent; a wait it stopped in goes on until the
+        # first check says otherwise (and clears the stored reason then).
+        self.pause.resume(study.waiting, study.paused_s)
         self.budget = Budget(
             self.max_trials, self.max_minutes, self.started_at, self._clock, self.pause.seconds
         )

@@ -59,6 +59,7 @@ class StudySettings:
     device_type: str | None  # what the trials were last known to run on: cuda, cpu
     seeds: dict[str, Any] | None = None  # the seed plan stored at the start (hold_seeds)
     paused_s: float = 0.0  # seconds waited for the cluster or GPUs so far (study/pause.py)
+    waiting: str | None = None  # why it waited when its last coordinator stopped
 
 
 class StudyLease:
@@ -122,6 +123,7 @@ class StudyLease:
                 device_type=study.device_type,
                 seeds=study.seeds,
                 paused_s=study.paused_s or 0.0,
+                waiting=study.waiting,
             )
 
     def hold_space(self, space: SearchSpace) -> None:

@@ -59,6 +59,11 @@ class Pause:
         self.reason: str | None = None
         self._since: float | None = None
 
+    def resume(self, reason: str | None, paused_s: float) -> None:
+        """Take up what the study row says (a coordinator that starts it)."""
+        self.paused_s, self.reason = paused_s, reason
+        self._since = None if reason is None else self._clock()
+
     def seconds(self) -> float:
         """Seconds this study has waited, the ongoing wait included."""
         ongoing = 0.0 if self._since is None else self._clock() - self._since

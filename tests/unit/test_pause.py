@@ -52,3 +52,14 @@ def test_a_gpu_study_waits_only_for_the_gpus_it_needs() -> None:
     assert "1 of the 2" in (gpus_missing("cuda", 2, Target("cuda", 1)) or "")
     assert gpus_missing("cuda", 2, Target("cuda", 2)) is None
     assert gpus_missing("cpu", 1, Target("cpu", 0)) is None
+
+
+def test_a_restarted_coordinator_clears_a_wait_that_is_over() -> None:
+    """A study stored waiting when its coordinator stopped: the next one's first check with the
+    cluster back clears the reason on the row (it stayed there before)."""
+    clock, stored = _Clock(), []
+    pause = Pause(lambda why, s: stored.append((why, s)), clock=clock)
+    pause.resume("waiting for GPUs", 12.0)
+    clock.now = 3.0
+    pause.update(None)
+    assert stored == [(None, 15.0)]
