@@ -292,7 +292,9 @@ class CoordinatorStatus(_View):
         "error, or off"
     )
     healthy: bool | None = Field(
-        None, description="False when its thread died or its last round failed"
+        None,
+        description="False while it runs no trial: starting, its thread dead, its last round "
+        "failed, a round stuck for 120 s, or its cluster unavailable (`last_error` says why)",
     )
     thread_alive: bool | None = None
     last_round_age_s: float | None = Field(None, description="Seconds since its last round")

@@ -175,6 +175,7 @@ class Scheduler:
             if self.executor is None:
                 return
             self.state = "running"
+            self._last_round_at = time.monotonic()  # a first round that never ends is stuck too
             backoff = ROUND_ERROR_BACKOFF_S
             while not self._stop.is_set():
                 try:

@@ -167,6 +167,48 @@ def test_healthz_is_503_while_the_executor_cannot_start(pg_url: str) -> None:
             scheduler.stop()
 
 
+def test_a_stuck_round_makes_healthz_unhealthy(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round that never ends (a cluster call that does not return): the thread is alive and
+    its state says running, yet no study moves; /healthz says 503 and that it is stuck."""
+    import threading
+
+    from autotuner.study import scheduler as scheduler_module
+
+    monkeypatch.setattr(scheduler_module, "STUCK_ROUND_S", 1.0)
+    db = Database(pg_url)
+    scheduler = _scheduler(db, _executor())
+    release, rounds = threading.Event(), 0
+    real_tick = scheduler.tick
+
+    def tick() -> None:
+        nonlocal rounds
+        rounds += 1
+        if rounds == 3:
+            release.wait(30)  # stuck, until the test lets it go
+        real_tick()
+
+    scheduler.tick = tick  # type: ignore[method-assign]
+    app = create_app(ServiceSettings(db_url=pg_url, coordinator=False, migrate=False))
+    with TestClient(app) as client:
+        app.state.scheduler = scheduler
+        scheduler.start()
+        try:
+
+            def stuck() -> bool:
+                answer = client.get("/healthz")
+                error = answer.json()["coordinator"]["last_error"] or ""
+                return answer.status_code == 503 and "stuck" in error
+
+            wait_for(stuck, 10, "healthz to say the coordinator is stuck")
+            release.set()
+            wait_for(lambda: client.get("/healthz").status_code == 200, 10, "healthz 200")
+        finally:
+            release.set()
+            scheduler.stop()
+
+
 def test_an_unreachable_cluster_is_waited_out_and_no_study_fails(pg_url: str) -> None:
     db = Database(pg_url)
     ids = [create_study(db, model=MODEL, space=SPACE, max_trials=6, seed=i) for i in range(2)]
