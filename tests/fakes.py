@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import tempfile
 import zlib
+from pathlib import Path
 from typing import Any
 
 from autotuner.executors.base import Completed, Executor
@@ -429,3 +431,53 @@ def without_packages(folder: Any, *names: str) -> str:
     path.mkdir(parents=True, exist_ok=True)
     (path / "sitecustomize.py").write_text(_UNINSTALL.format(names=tuple(names)))
     return str(path)
+
+
+# --------------------------------------------------------------------------- a Ray cluster
+
+FAKE_TRIAL_S_ENV = "AUTOTUNER_FAKE_TRIAL_S"  # how long each FakeTrialRayExecutor trial takes
+
+
+def fake_trial_marker(study_id: str | None, number: int | None) -> Path:
+    """The file a FakeTrialRayExecutor trial writes when it starts (all nodes share /tmp)."""
+    return Path(tempfile.gettempdir()) / f"autotuner-fake-trial-{study_id}-{number}"
+
+
+def _fake_trial_task(config_json: str) -> tuple[str, str]:
+    """Runs on a Ray worker in a trial's place: says it started, takes $AUTOTUNER_FAKE_TRIAL_S
+    (the cluster's environment, 1 s by default), and measures what a fake GPU would, if Ray
+    gave the task one: on a node without, it measures the CPU, 100x slower, as a trial that
+    lost its GPU reservation would."""
+    import os
+    import socket
+    import time
+
+    import ray
+
+    config = TrialConfig.model_validate_json(config_json)
+    fake_trial_marker(config.study_id, config.trial_number).touch()
+    time.sleep(float(os.environ.get(FAKE_TRIAL_S_ENV, "1")))
+    gpus = ray.get_gpu_ids()
+    node = ray.get_runtime_context().get_node_id()[:8]
+    mb = config.knobs.micro_batch_size
+    tps = 10_000.0 * mb / (mb + 8) * (1.0 if gpus else 0.01)
+    fingerprint = FAKE_GPU if gpus else FAKE_GPU.model_copy(update={"device_type": "cpu"})
+    result = measured(tps, fingerprint=fingerprint, wall_s=1.0)
+    return result.model_dump_json(), f"{socket.gethostname()}:{os.getpid()}@{node} gpus={gpus}"
+
+
+def fake_ray_executor(address: str) -> Any:
+    """The real RayExecutor (its GPU reservations, placement, failure handling, connection
+    health and reconnects) on a Ray test cluster of logical GPUs, with each trial's body a
+    fake measurement (`_fake_trial_task`) and the GPU probe's answer given (FakeGpu H200):
+    what a cluster without CUDA can test of a GPU study."""
+    from autotuner.executors.ray_executor import RayExecutor
+
+    class FakeTrialRayExecutor(RayExecutor):
+        def __init__(self, address: str) -> None:
+            super().__init__(address)
+            self._task = self._ray.remote(max_calls=0, max_retries=0)(_fake_trial_task)
+            self._gpu_info = {"name": "FakeGpu H200", "compute_capability": [9, 0]}
+            self._gpu_info["memory_gib"] = 80.0
+
+    return FakeTrialRayExecutor(address)

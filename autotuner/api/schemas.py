@@ -59,8 +59,9 @@ class StudyView(_View):
         "with no budget to measure against yet (a time budget only, not started)"
     )
     minutes_used: float | None = Field(
-        description="Minutes from the study's start to its end, or to now while it runs; null "
-        "before it starts. Can pass max_minutes: trials launched in time run to their end"
+        description="Minutes from the study's start to its end, or to now while it runs, less "
+        "the time it waited for its cluster or GPUs (`waiting`); null before it starts. Can "
+        "pass max_minutes: trials launched in time run to their end"
     )
     best_value: float | None = Field(
         description="The highest objective value a search trial measured so far"
@@ -73,6 +74,11 @@ class StudyView(_View):
     best_trial_number: int | None = Field(description="The recommended trial, kept up to date")
     error_message: str | None = Field(
         description="Why a failed study failed, in one line (with the remedy where there is one)"
+    )
+    waiting: str | None = Field(
+        default=None,
+        description="Why a running study launches no trial now (its Ray cluster is down or "
+        "its GPUs left the cluster); null while it can. The wait is not spent from max_minutes",
     )
     created_at: str = Field(description=_ISO)
     started_at: str | None = Field(description=_ISO)
@@ -89,7 +95,10 @@ class TrialView(_View):
         "(another config an engineer would try first), remeasure, proxy (a shallower model), "
         "or an end check of the winner: reference, parity, parity-ref, headroom"
     )
-    attempt: int = Field(description="2 for the one retry of an infra failure")
+    attempt: int = Field(
+        description="2 for the one retry of a timeout, crash or infra failure; a lost trial's "
+        "re-run keeps the lost one's attempt (the loss was not its config's failure)"
+    )
     retry_of: int | None = Field(description="The trial number this one retries")
     params: dict[str, Any] = Field(description="The knob values tried")
     tokens_per_s: float | None
@@ -291,7 +300,9 @@ class CoordinatorStatus(_View):
         "error, or off"
     )
     healthy: bool | None = Field(
-        None, description="False when its thread died or its last round failed"
+        None,
+        description="False while it runs no trial: starting, its thread dead, its last round "
+        "failed, a round stuck for 120 s, or its cluster unavailable (`last_error` says why)",
     )
     thread_alive: bool | None = None
     last_round_age_s: float | None = Field(None, description="Seconds since its last round")

@@ -363,9 +363,13 @@ def studies_table(views: list[dict[str, Any]]) -> Table:
     for v, best in zip(views, bests, strict=True):
         counts = "\n".join(f"{n} {k}" for k, n in sorted(v["trial_counts"].items()))
         created = safe((v["created_at"] or "")[:16].replace("T", " "))
+        # A study that waits for its cluster or GPUs says why under its name (study/pause.py).
+        name = safe(v["name"])
+        if v.get("waiting"):
+            name += f"\n[yellow]waiting: {safe(v['waiting'])}[/]"
         table.add_row(
             Text.assemble(safe(v["id"]), "\n", (created, "dim")),
-            safe(v["name"]),
+            name,
             safe(v["status"]),
             Text.assemble(safe(counts) or "-", "\n", (budget_used(v), "dim")),
             best,

@@ -262,10 +262,12 @@ class _TuneProgress:
                 highlight=False,
             )
         elif event.kind == "lost":
-            self.progress.console.print(f"trial #{event.trial_number} was lost; retrying once")
-        elif event.kind in ("search_over", "remeasure_cut", "checks_cut"):
+            self.progress.console.print(
+                f"trial #{event.trial_number} was lost (not its config's failure); it runs again"
+            )
+        elif event.kind in ("search_over", "remeasure_cut", "checks_cut", "waiting"):
             # The time budget's end is kept for the end checks, or they did not fit in it
-            # (search/end_time.py).
+            # (search/end_time.py); or the study waits for its cluster (study/pause.py).
             self.progress.console.print(f"[yellow]{safe(event.message)}[/]", highlight=False)
 
     def print_repeats(self) -> None:

@@ -20,11 +20,16 @@ class ExecutorUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class Completed:
-    """One finished trial: the handle `submit` returned, its result, and where it ran."""
+    """One finished trial: the handle `submit` returned, its result, and where it ran.
+
+    `lost`: the cluster failed under the trial (a Ray system error: its worker or node died,
+    the raylet or the GCS went away), so the result (an `infra` failure saying so) tells
+    nothing about the config; the coordinator runs it again without charging the config."""
 
     handle: str
     result: TrialResult
     worker: str | None = None
+    lost: bool = False
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,12 @@ class Executor(Protocol):
 
     def running(self) -> list[str]:
         """Handles of trials submitted and not yet collected."""
+        ...
+
+    def health(self) -> str | None:
+        """Why no trial can run now (one line, for /healthz and the studies' pause), or None
+        when trials can run. Checks the cluster connection and reconnects one that died (a
+        restarted Ray head); while this says why, `free_slots` is 0."""
         ...
 
     def close(self) -> None:

@@ -108,6 +108,9 @@ class _Wrapper:
     def running(self) -> list[str]:
         return self.inner.running()
 
+    def health(self) -> str | None:
+        return self.inner.health()
+
     def close(self) -> None:
         self.inner.close()
 

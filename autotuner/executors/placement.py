@@ -19,7 +19,8 @@ peers on other nodes down with it, and each of them reports its own error within
 closed connection, say), so the first failure to arrive is not necessarily the first that
 happened: from the first one seen, the others get `SETTLE_S` to report, and the one whose task
 ended first (the nodes' clocks) is the trial's; a rank's own failure beats "rank 0 stopped for a
-failed peer". A task that died (its node lost) is `infra`. Then every task left is cancelled
+failed peer". A task that died (its node lost) is `infra`, and the trial lost to the cluster
+(ray_errors.py). Then every task left is cancelled
 (`ray.cancel(force=True)`: the ranks die with their task's process, by the parent-death signal)
 and the placement group removed, so its GPUs serve the next trial.
 """
@@ -32,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from autotuner.executors.ray_errors import lost_to_cluster
 from autotuner.spec import FailureClass, TrialConfig, TrialResult
 
 BUNDLE = {"GPU": 1, "CPU": 1}
@@ -80,6 +82,7 @@ class _Failure:
     ended_at: float
     result: TrialResult
     worker: str | None
+    lost: bool = False  # the cluster failed under the rank (ray_errors.py), not the trial
 
 
 @dataclass
@@ -97,7 +100,7 @@ class Gang:
     done: set[int] = field(default_factory=set)
     failures: list[_Failure] = field(default_factory=list)
     first_failure_at: float | None = None
-    ok: tuple[TrialResult, str | None] | None = None
+    ok: tuple[TrialResult, str | None, bool] | None = None
 
     @property
     def reserving(self) -> bool:
@@ -141,7 +144,8 @@ class Placer:
             except Exception as exc:  # e.g. rank 0's node left between placement and launch
                 gang.ready = None
                 message = f"could not start the trial's Ray tasks: {type(exc).__name__}: {exc}"
-                self._failed(gang, _Failure(time.time(), _infra(message[:2000], gang), None))
+                failure = _Failure(time.time(), _infra(message[:2000], gang), None, lost=True)
+                self._failed(gang, failure)
             return
         i = next(i for i, r in enumerate(gang.refs) if r == ref)
         gang.done.add(i)
@@ -154,6 +158,7 @@ class Placer:
                     time.time(),
                     _infra(f"the Ray task of rank {i} failed: {type(exc).__name__}: {exc}", gang),
                     None,
+                    lost=lost_to_cluster(exc),
                 ),
             )
             return
@@ -162,7 +167,7 @@ class Placer:
             return  # a node other than 0 whose ranks finished cleanly: rank 0 reports
         result = TrialResult.model_validate_json(result_json)
         if result.failure_class is None and i == 0:
-            gang.ok = (result, self.worker(gang))
+            gang.ok = (result, self.worker(gang), False)
         elif result.failure_class is not None:
             self._failed(gang, _Failure(ended_at, result, worker))
 
@@ -171,8 +176,9 @@ class Placer:
         if gang.first_failure_at is None:
             gang.first_failure_at = time.monotonic()
 
-    def outcome(self, gang: Gang) -> tuple[TrialResult, str | None] | None:
-        """The trial's result once it is decided, else None."""
+    def outcome(self, gang: Gang) -> tuple[TrialResult, str | None, bool] | None:
+        """The trial's (result, worker, lost) once it is decided, else None; lost: the
+        deciding failure was the cluster's (`Completed.lost`)."""
         if gang.ok is not None:
             return gang.ok
         if not gang.failures or gang.first_failure_at is None:
@@ -182,7 +188,7 @@ class Placer:
             return None
         # A rank's own failure first (failed_rank set), then the task that ended first.
         first = min(gang.failures, key=lambda f: (f.result.failed_rank is None, f.ended_at))
-        return first.result, first.worker or self.worker(gang)
+        return first.result, first.worker or self.worker(gang), first.lost
 
     def settle_left(self, gang: Gang) -> float | None:
         """Seconds until a gang with an undecided failure must be decided (None: none)."""

@@ -22,20 +22,39 @@ The hardware follows the cluster: the GPU count is re-read every few seconds, an
 appear (a GPU node that joined after the service started) one GPU is probed for its name,
 capability and memory, without blocking the coordinator while the probe runs. Every Ray call
 that can fail because the cluster is unreachable raises `ExecutorUnavailable`, which the
-coordinator treats as an outage to wait out, not as a broken study.
+coordinator treats as an outage to wait out, not as a broken study. A trial never loses its
+GPU reservation: a config that asks for GPUs is submitted with them, whatever the cluster
+shows now (a GPU study waits for GPUs in the coordinator, study/pause.py).
+
+The connection itself is watched (`health`, once a second at most): the GCS must answer on its
+port and the node this driver submits through (its raylet) must be alive. When either fails,
+every trial in flight is reported lost (`Completed.lost`) and the connection is dropped
+(`ray.shutdown()`): a driver left connected to a dead GCS exits the whole process after 60 s
+("Failed to connect to GCS"), and one whose GCS comes back as a new cluster aborts
+(`WrongClusterID`). Once the GCS answers again, the executor connects anew (`ray.init` at the
+same address; a local cluster of its own is started again). Measured on Ray 2.60 with a test
+cluster: the shutdown takes ~5 s with the GCS gone, and the process outlives the 60 s.
+A Ray call made in the instant between the check and a GCS death can still block; the
+scheduler's stuck-round check makes that visible (`/healthz`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import socket
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from autotuner.executors.base import Completed, ExecutorUnavailable, Target
 from autotuner.executors.placement import Gang, Placer
+from autotuner.executors.ray_errors import lost_to_cluster
 from autotuner.spec import FailureClass, TrialConfig, TrialResult
+
+log = logging.getLogger(__name__)
 
 # Extra seconds past a trial's own limit before the coordinator gives up on its Ray task
 # (the subprocess timeout inside the task fires first; this catches a lost node).
@@ -43,6 +62,8 @@ TASK_GRACE_S = 60.0
 TARGET_REFRESH_S = 5.0  # how often the cluster's GPU count is re-read
 PROBE_TIMEOUT_S = 120.0  # a GPU probe that takes longer is abandoned and tried again
 RESERVE_TIMEOUT_S = 300.0  # a k-GPU trial whose GPUs Ray cannot place this long is `infra`
+HEALTH_CHECK_S = 1.0  # how often the connection is checked (a TCP connect and one GCS call)
+PORT_PROBE_TIMEOUT_S = 2.0  # a GCS or raylet port that does not accept within this is down
 
 
 def _run_trial_task(config_json: str) -> tuple[str, str]:
@@ -92,6 +113,7 @@ class RayExecutor:
 
         self._ray = ray
         self._started_ray = not ray.is_initialized()  # ours to shut down in close()
+        self._init: dict[str, Any] | None = None  # how to connect again (None: not ours)
         if self._started_ray:
             # Ray's start-up notices (auth token, dashboard) are noise on a user's terminal.
             logging.getLogger("ray").setLevel(logging.ERROR)
@@ -106,7 +128,12 @@ class RayExecutor:
                 # cluster running on this machine); num_gpus lets tests declare logical GPUs.
                 address = "local"
                 kwargs.update(num_cpus=num_cpus or os.cpu_count(), num_gpus=num_gpus)
-            ray.init(address=address, **kwargs)
+            self._init = {"address": address, **kwargs}
+            ray.init(**self._init)
+        self._connected()
+        self._down: str | None = None  # why the cluster cannot run trials (None: it can)
+        self._health_at = -float("inf")
+        self._lost: list[Completed] = []  # trials a dropped connection took, to report
         self._task = ray.remote(max_calls=0, max_retries=0)(_run_trial_task)
         self._placer = Placer(ray, placement_strategy)
         self._running: dict[str, _Running] = {}
@@ -120,9 +147,11 @@ class RayExecutor:
 
     def target(self) -> Target:
         now = time.monotonic()
+        if self._down is not None:  # no cluster to ask: what it was
+            return self._target or Target("cpu", 0)
         if self._target is not None and now - self._target_read_at < TARGET_REFRESH_S:
             return self._target
-        gpus = int(self._call(self._ray.cluster_resources).get("GPU", 0))
+        gpus = int(self._gcs(self._ray.cluster_resources).get("GPU", 0))
         self._target_read_at = now
         if gpus == 0:
             self._target = Target("cpu", 0)
@@ -165,35 +194,59 @@ class RayExecutor:
         except Exception as exc:
             raise ExecutorUnavailable(f"Ray: {type(exc).__name__}: {exc}"[:500]) from exc
 
+    def _gcs(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """A Ray call that asks the GCS, made only while the GCS's port answers: a call to a
+        dead GCS blocks until it is back (and exits the process after 60 s). Measured: the
+        target's refresh, in the second between two health checks, blocked the coordinator's
+        thread when the GCS was killed. Drops the connection where it does not answer."""
+        if not _port_open(self._gcs_address):
+            self._drop(self._gcs_down())
+            raise ExecutorUnavailable(self._down or "")
+        return self._call(fn, *args, **kwargs)
+
+    def _gcs_down(self) -> str:
+        return (
+            f"the Ray GCS at {self._gcs_address} does not answer: the head node is down or "
+            "restarting; trials wait for it, the service connects again when it is back"
+        )
+
     def free_slots(self, gpus_per_trial: int) -> int:
+        if self._down is not None:
+            return 0
         target = self.target()
         if target.device_type == "cpu":
             return 0 if self._running else 1
-        available = int(self._call(self._ray.available_resources).get("GPU", 0))
+        available = int(self._gcs(self._ray.available_resources).get("GPU", 0))
         # available_resources lags behind submissions; count what we have in flight ourselves.
         in_flight = sum(r.config.num_gpus for r in self._running.values())
         free = min(available, target.gpus_total - in_flight)
         return max(0, free // max(gpus_per_trial, 1))
 
     def submit(self, config: TrialConfig) -> str:
+        if self._down is not None:
+            raise ExecutorUnavailable(self._down)
         self._counter += 1
         handle = f"t{self._counter}"
         # The task's name shows in `ray list tasks`, the Ray dashboard and the worker's process
         # title (`ray::trial st-1234abcd#7`), so an operator can tell which trial is which.
         name = f"trial {config.study_id or '-'}#{config.trial_number}"
-        cuda = self.target().device_type == "cuda"
-        if config.num_gpus > 1 and cuda:
-            gang = self._call(self._placer.reserve, config, name)
+        # A trial that asks for GPUs always reserves them, whatever the cluster shows now:
+        # dropping them when the GPU node had left ran a GPU study's trials on the CPU.
+        if config.num_gpus > 1:
+            gang = self._gcs(self._placer.reserve, config, name)
             self._running[handle] = _Running(None, config, time.monotonic(), gang)
             return handle
         options: dict[str, Any] = {"num_cpus": 1, "name": name}
-        if config.num_gpus and cuda:
+        if config.num_gpus:
             options["num_gpus"] = config.num_gpus
         ref = self._call(self._task.options(**options).remote, config.model_dump_json())
         self._running[handle] = _Running(ref, config, time.monotonic())
         return handle
 
     def collect(self, timeout_s: float) -> list[Completed]:
+        if self._lost:  # taken by a dropped connection (health)
+            lost, self._lost = self._lost, []
+            return lost
         if not self._running:
             time.sleep(min(timeout_s, 0.05))
             return []
@@ -224,6 +277,7 @@ class RayExecutor:
         return done
 
     def cancel(self, handle: str) -> None:
+        self._lost = [c for c in self._lost if c.handle != handle]
         if handle in self._running:
             self._end(handle)
 
@@ -236,7 +290,82 @@ class RayExecutor:
             self._call(self._ray.cancel, running.ref, force=True)
 
     def running(self) -> list[str]:
-        return list(self._running)
+        return [*self._running, *(c.handle for c in self._lost)]
+
+    def health(self) -> str | None:
+        now = time.monotonic()
+        if now - self._health_at < HEALTH_CHECK_S:
+            return self._down
+        self._health_at = now
+        if self._down is None:
+            why = self._connection_problem()
+            if why is not None:
+                self._drop(why)
+            return self._down
+        # Dropped: connect again once there is a cluster to connect to.
+        own_local = self._init is not None and self._init["address"] == "local"
+        gcs = self._gcs_address
+        if not own_local and not (_port_open(gcs) and _raylet_on_this_host(gcs)):
+            return self._down
+        try:
+            self._ray.init(**(self._init or {"address": self._gcs_address}))
+            self._connected()
+        except Exception as exc:
+            with_reason = self._down.split("; connecting again failed")[0]
+            self._down = f"{with_reason}; connecting again failed: {type(exc).__name__}: {exc}"
+            self._down = self._down[:500]
+            self._disconnect()
+            return self._down
+        log.warning("Ray cluster at %s connected again (it was: %s)", self._gcs_address, self._down)
+        self._down = None
+        self._target_read_at = -float("inf")  # the GPUs may differ: read them now
+        return None
+
+    def _connected(self) -> None:
+        """Note where the driver is connected: the GCS's address and its own node's id."""
+        context = self._ray.get_runtime_context()
+        self._gcs_address: str = context.gcs_address
+        self._node_id: str = context.get_node_id()
+
+    def _connection_problem(self) -> str | None:
+        """Why the connection cannot run trials, or None: the GCS's port, then this driver's
+        node (its raylet) as the GCS sees it, then the raylet's own port."""
+        if not _port_open(self._gcs_address):
+            return self._gcs_down()
+        try:
+            nodes = self._ray.nodes()
+        except Exception as exc:
+            return f"the Ray GCS at {self._gcs_address} failed a call: {type(exc).__name__}: {exc}"
+        mine = next((n for n in nodes if n.get("NodeID") == self._node_id), None)
+        raylet = (
+            None
+            if mine is None
+            else f"{mine.get('NodeManagerAddress')}:{mine.get('NodeManagerPort')}"
+        )
+        if mine is None or not mine.get("Alive") or not _port_open(raylet):
+            return (
+                f"the Ray node this service submits through ({self._node_id[:8]}) is dead (its "
+                "raylet stopped); the service connects again when the cluster answers"
+            )
+        return None
+
+    def _drop(self, why: str) -> None:
+        """Give up the connection: every trial in flight is lost (`Completed.lost`)."""
+        log.warning("Ray cluster unavailable: %s", why)
+        self._down = why[:500]
+        now = time.monotonic()
+        for handle, running in self._running.items():
+            failure = TrialResult.failure(FailureClass.INFRA, why, wall_s=now - running.started)
+            self._lost.append(Completed(handle, failure, lost=True))
+        self._running.clear()
+        self._probe = None
+        self._disconnect()
+
+    def _disconnect(self) -> None:
+        try:
+            self._ray.shutdown()
+        except Exception:  # already half gone; nothing of it is used again
+            log.exception("ray.shutdown after the cluster failed")
 
     def close(self) -> None:
         """Disconnect; a local cluster this executor started goes down with its processes."""
@@ -252,6 +381,10 @@ class RayExecutor:
             result_json, worker = self._ray.get(running.ref)
             return Completed(handle, TrialResult.model_validate_json(result_json), worker)
         except Exception as exc:  # the task itself failed: worker or node lost, scheduling
+            if lost_to_cluster(exc):
+                # A node may have gone, its GPUs with it, or the cluster itself: look at both
+                # before anything else is launched.
+                self._target_read_at = self._health_at = -float("inf")
             return Completed(
                 handle,
                 TrialResult.failure(
@@ -259,6 +392,7 @@ class RayExecutor:
                     f"Ray task failed: {type(exc).__name__}: {exc}"[:2000],
                     wall_s=time.monotonic() - running.started,
                 ),
+                lost=lost_to_cluster(exc),
             )
 
     def _expire_overdue(self) -> list[Completed]:
@@ -288,6 +422,36 @@ class RayExecutor:
             failure = TrialResult.failure(FailureClass.INFRA, message, wall_s=now - started)
             out.append(Completed(handle, failure))
         return out
+
+
+def _port_open(address: str | None) -> bool:
+    """Whether host:port accepts a TCP connection (a Ray GCS or raylet that is up)."""
+    if not address:
+        return False
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=PORT_PROBE_TIMEOUT_S):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def _raylet_on_this_host(gcs_address: str) -> bool:
+    """Whether a raylet of the cluster at `gcs_address` runs on this host. A driver's `ray.init`
+    connects through one and waits up to 60 s for it (measured: the head's raylet killed, its
+    GCS alive, every attempt blocked the coordinator's thread 60 s), so without one there is
+    nothing to connect through yet. Read from the raylets' command lines (`--gcs-address=`),
+    as `ray.init` finds them; where /proc cannot tell, try."""
+    flag = f"--gcs-address={gcs_address}".encode()
+    try:
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            with contextlib.suppress(OSError):  # a process that ended meanwhile
+                args = cmdline.read_bytes().split(b"\0")
+                if args[0].endswith(b"/raylet") and flag in args:
+                    return True
+    except OSError:
+        return True
+    return False
 
 
 def _gpu_target(gpus: int, info: dict[str, Any]) -> Target:

@@ -211,6 +211,9 @@ class ReplayExecutor:
     def close(self) -> None:
         pass  # nothing was started: answers come from a table
 
+    def health(self) -> str | None:
+        return None  # a table is always there
+
     def free_slots(self, gpus_per_trial: int) -> int:
         return max(0, self.slots - len(self._pending))
 

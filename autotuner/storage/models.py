@@ -191,6 +191,11 @@ class Study(Base):
     submit_key: Mapped[str | None] = mapped_column(String(200), unique=True)
     # sha256 of the request the key came with: the same key with another request is refused.
     submit_digest: Mapped[str | None] = mapped_column(String(64))
+    # Why the study launches nothing now (its cluster cannot run trials, its GPUs left), null
+    # while it can; and the seconds it has waited so, left out of its time budget (migration
+    # 0010, study/pause.py).
+    waiting: Mapped[str | None] = mapped_column(Text)
+    paused_s: Mapped[float] = mapped_column(Float, default=0.0, server_default=text("0"))
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     started_at: Mapped[dt.datetime | None]
     finished_at: Mapped[dt.datetime | None]

@@ -19,17 +19,19 @@ class Budget:
     counts wall-clock time since the study first started (a restart does not reset it).
 
     `clock`: what "now" is; a replay on simulated time passes the clock its executor advances
-    by each answered trial's wall (executors/replay.py `SimulatedClock`)."""
+    by each answered trial's wall (executors/replay.py `SimulatedClock`). `paused_s`: the
+    seconds the study waited for its cluster or its GPUs (study/pause.py), not spent."""
 
     max_trials: int | None
     max_minutes: float | None
     started_at: dt.datetime
     clock: Callable[[], dt.datetime] = field(default=utc_now, compare=False)
+    paused_s: Callable[[], float] = field(default=lambda: 0.0, compare=False)
 
     def elapsed_s(self) -> float:
         started = self.started_at
         started = started if started.tzinfo else started.replace(tzinfo=dt.UTC)
-        return (self.clock() - started).total_seconds()
+        return (self.clock() - started).total_seconds() - self.paused_s()
 
     def time_left(self) -> TimeLeft | None:
         """Elapsed and budgeted seconds; None without a time budget."""

@@ -54,7 +54,16 @@ from autotuner.study.budget import Budget, utc_now
 from autotuner.study.create import create_study
 from autotuner.study.events import Event, OnEvent
 from autotuner.study.lifecycle import StudyLease, default_owner
-from autotuner.study.trials import InFlight, TrialBook, history, outcome, trial_config
+from autotuner.study.lost import rerun_allowed
+from autotuner.study.pause import Pause, WaitingForGpus, gpus_missing
+from autotuner.study.trials import (
+    InFlight,
+    TrialBook,
+    history,
+    lost_outcome,
+    outcome,
+    trial_config,
+)
 
 __all__ = ["MAX_IDLE_PROPOSALS", "Event", "StudyRunner", "create_study", "default_owner"]
 
@@ -119,6 +128,9 @@ class StudyRunner:
             on_event=self.on_event,
         )
         self.trials = TrialBook(db, study_id, executor, self.on_event, owner=self.owner)
+        # Why it launches nothing now (the cluster down, its GPUs gone), and for how long.
+        self.pause = Pause(self._store_waiting)
+        self.device_type: str | None = None  # what its trials run on: cuda or cpu
         self.retry_queue: list[tuple[Params, int]] = []  # (params, number retried)
         self.measured: dict[str, Observation] = {}  # canonical params -> what it gave
         # Every candidate config ever dispatched, failed ones too: the throughput model must
@@ -157,8 +169,18 @@ class StudyRunner:
             self.done = True
             return
         self.started_at = study.started_at
-        self.budget = Budget(self.max_trials, self.max_minutes, self.started_at, self._clock)
+        # Waited before a restart: still not spent; a wait it stopped in goes on until the
+        # first check says otherwise (and clears the stored reason then).
+        self.pause.resume(study.waiting, study.paused_s)
+        self.budget = Budget(
+            self.max_trials, self.max_minutes, self.started_at, self._clock, self.pause.seconds
+        )
         self.target = self.executor.target()
+        if study.device_type == "cuda" and self.target.device_type != "cuda":
+            # Its GPUs left (or are not back yet): wait, never plan or run it for the CPU.
+            self.pause.update(gpus_missing("cuda", self.gpus_per_trial, self.target))
+            raise WaitingForGpus(self.pause.reason or "")
+        self.device_type = self.target.device_type
         if study.device_type != self.target.device_type:  # submitted without a target, or moved
             self.lease.record_device(self.target.device_type)
         too_big = self.target.device_type == "cuda" and self.gpus_per_trial > self.target.gpus_total
@@ -305,6 +327,8 @@ class StudyRunner:
             self.trials.cancel_all()
             self._finish_study(StudyStatus.CANCELLED)
             return 0
+        # The cluster down or the GPUs gone: launch nothing, say why (study/pause.py).
+        self.pause.check(self.executor, self.device_type, self.gpus_per_trial)
         launched = self.launch(max_launches)
         self.lease.keep_alive([f.trial_id for f in self.in_flight.values()])
         if not self.in_flight and (self._budget_spent() or self._exhausted):
@@ -313,6 +337,8 @@ class StudyRunner:
 
     def launch(self, max_count: int | None = None) -> int:
         """Dispatch up to max_count new trials while the budget and the executor allow."""
+        if self.pause.reason is not None:
+            return 0
         launched = 0
         for flight in self.trials.reconcile():  # a failed dispatch's row, submitted now
             if flight.retry_of is None:
@@ -333,7 +359,9 @@ class StudyRunner:
     @property
     def wants_trials(self) -> bool:
         """Whether this runner would launch a trial if it had a free slot."""
-        return not self.done and not self._exhausted and not self._budget_spent()
+        if self.done or self.pause.reason is not None:
+            return False
+        return not self._exhausted and not self._budget_spent()
 
     # ------------------------------------------------------------------ launching
 
@@ -551,7 +579,10 @@ class StudyRunner:
         reference = flight.purpose == "reference"  # one GPU, outside the study's space
         gpus = 1 if reference else self.gpus_per_trial
         out = outcome(flight, result, self.policy, self.objective, gpus, self.options)
-        if flight.purpose in (PARITY, PARITY_REFERENCE):
+        lost = completed.lost and rerun_allowed(flight.purpose)
+        if lost:  # the cluster failed under it: nothing about the config (study/lost.py)
+            out = lost_outcome(flight, result, self.trials.lost_streak(flight))
+        elif flight.purpose in (PARITY, PARITY_REFERENCE):
             out = endgame.parity_outcome(self, flight, result, out)
         elif flight.purpose == HEADROOM_CHECK:
             out = endgame.headroom_outcome(out)
@@ -560,7 +591,7 @@ class StudyRunner:
         self.trials.finish(
             flight,
             out.state,
-            result,
+            None if lost else result,  # a loss's wall and message are the cluster's
             out.error_class,
             out.message,
             out.value,
@@ -578,7 +609,8 @@ class StudyRunner:
             return
         if out.retry:
             self.retry_queue.append((flight.params, flight.number))
-        self.policy.observe(flight.number, flight.params, result, flight.purpose)
+        if not lost:
+            self.policy.observe(flight.number, flight.params, result, flight.purpose)
         if flight.ask is not None:
             tell(self.optuna, flight.ask, out.observation)
         if out.observation.value is not None and flight.purpose not in END_CHECKS:
@@ -601,6 +633,10 @@ class StudyRunner:
 
     def _budget_spent(self) -> bool:
         return self.budget.spent(self.launched, bool(self.retry_queue))
+
+    def _store_waiting(self, reason: str | None, paused_s: float) -> None:
+        self.lease.set_waiting(reason, paused_s)
+        self.on_event(Event("waiting" if reason else "resumed", message=reason))
 
     def _fail_study(self, message: str) -> None:
         self.lease.fail(message)

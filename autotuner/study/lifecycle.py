@@ -31,6 +31,7 @@ from autotuner.storage.session import Database
 from autotuner.study.events import Event, OnEvent
 from autotuner.study.gc_pause import gc_paused
 from autotuner.study.live import end_of_study_rows, store_live_best
+from autotuner.study.lost import charge_crash_loops
 from autotuner.study.recommend import knob_importance, recommend_ranked
 
 
@@ -57,6 +58,8 @@ class StudySettings:
     started_at: dt.datetime
     device_type: str | None  # what the trials were last known to run on: cuda, cpu
     seeds: dict[str, Any] | None = None  # the seed plan stored at the start (hold_seeds)
+    paused_s: float = 0.0  # seconds waited for the cluster or GPUs so far (study/pause.py)
+    waiting: str | None = None  # why it waited when its last coordinator stopped
 
 
 class StudyLease:
@@ -96,8 +99,15 @@ class StudyLease:
                 if study.status == StudyStatus.QUEUED:
                     studies.set_status(study, StudyStatus.RUNNING)
                 far_future = dt.datetime.now(dt.UTC) + dt.timedelta(days=1)
-                for lost in TrialRepo(s).mark_lost(self.study_id, heartbeat_older_than=far_future):
-                    self.on_event(Event("lost", lost.number, lost.params, TrialState.LOST))
+                trials = TrialRepo(s)
+                lost = trials.mark_lost(self.study_id, heartbeat_older_than=far_future)
+                # Each is run again without spending its config's retry, unless its config
+                # was lost too often in a row: then it is a crash (study/lost.py).
+                charge_crash_loops(lost, lambda n: trials.get(self.study_id, n))
+                for trial in lost:
+                    self.on_event(
+                        Event("lost", trial.number, trial.params, TrialState(trial.state))
+                    )
             return StudySettings(
                 space=SearchSpace.model_validate(study.space),
                 model=ModelSpec.model_validate(study.model_spec),
@@ -112,6 +122,8 @@ class StudyLease:
                 started_at=study.started_at or dt.datetime.now(dt.UTC),
                 device_type=study.device_type,
                 seeds=study.seeds,
+                paused_s=study.paused_s or 0.0,
+                waiting=study.waiting,
             )
 
     def hold_space(self, space: SearchSpace) -> None:
@@ -130,6 +142,11 @@ class StudyLease:
         """Store what the trials run on (`cuda` or `cpu`): the study page says "trials on the
         CPU" or "N GPUs per trial" before any trial has reported, and the list filters on it."""
         self._set(device_type=device_type)
+
+    def set_waiting(self, reason: str | None, paused_s: float) -> None:
+        """Store why the study launches nothing now (None: it launches again) and the seconds
+        it has waited so far (study/pause.py). Fenced by the lease like every write."""
+        self._set(waiting=reason, paused_s=paused_s)
 
     def _set(self, **columns: Any) -> None:
         """Write these columns of the study row while we hold its lease."""
@@ -163,9 +180,9 @@ class StudyLease:
         """Mark the study failed with `message` and release the lease."""
         with self.db.session() as s:
             studies = StudyRepo(s)
-            studies.set_status(
-                studies.require(self.study_id), StudyStatus.FAILED, error_message=message
-            )
+            study = studies.require(self.study_id)
+            study.waiting = None
+            studies.set_status(study, StudyStatus.FAILED, error_message=message)
             studies.release(self.study_id, self.owner)
 
     def finish(
@@ -201,6 +218,7 @@ class StudyLease:
             studies = StudyRepo(s)
             study = studies.require(self.study_id)
             studies.set_best(study, rec["trial_number"] if rec else None, rec)
+            study.waiting = None  # an ended study waits for nothing
             if study.status != StudyStatus.CANCELLED or status == StudyStatus.CANCELLED:
                 studies.set_status(study, status)
             studies.release(self.study_id, self.owner)

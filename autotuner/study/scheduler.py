@@ -44,6 +44,7 @@ from autotuner.storage.models import Study, StudyStatus
 from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database, DatabaseUnavailable
 from autotuner.study.coordinator import StudyRunner
+from autotuner.study.pause import WaitingForGpus
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,13 @@ DB_ERRORS = (
     DatabaseUnavailable,
 )
 ROUND_ERROR_BACKOFF_S = 1.0  # after a round that raised, wait this long (doubling, to 30 s)
+# A round that has not ended for this long is stuck (a cluster call that never returns): the
+# service is unhealthy. The longest a round takes otherwise is a study's end (its evidence,
+# seconds) or dropping a dead Ray connection (ray.shutdown: 5 s with the GCS gone).
+STUCK_ROUND_S = 120.0
+WAITING_RETRY_S = 5.0  # a GPU study adopted while the cluster has no GPU: look again after
+# Scheduler states in which it runs no trial: /healthz says 503 (with `last_error`).
+NOT_RUNNING = ("starting", "error", "stopped", "cluster unavailable")
 
 
 @dataclass
@@ -96,6 +104,7 @@ class Scheduler:
         self._thread: threading.Thread | None = None
         self._db_down_since: float | None = None
         self._last_round_at: float | None = None  # monotonic time the last round ended
+        self._cluster_failed = False  # a call of this round found the cluster unavailable
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -121,9 +130,16 @@ class Scheduler:
 
     @property
     def healthy(self) -> bool:
-        """The thread is alive and its last round did not fail."""
+        """The thread is alive, its executor can run trials, its last round did not fail and
+        the current one is not stuck."""
         alive = self._thread is not None and self._thread.is_alive()
-        return alive and self.state not in ("error", "stopped")
+        return alive and self.state not in NOT_RUNNING and self._stuck_s() is None
+
+    def _stuck_s(self) -> float | None:
+        """Seconds since the last round ended, where that is past STUCK_ROUND_S."""
+        last = self._last_round_at
+        age = None if last is None else time.monotonic() - last
+        return age if age is not None and age > STUCK_ROUND_S else None
 
     def status(self) -> dict[str, Any]:
         in_flight = sum(len(s.runner.in_flight) for s in list(self._slots.values()))
@@ -133,6 +149,9 @@ class Scheduler:
         else:
             state = self.state
         last = self._last_round_at
+        last_error = self.last_error
+        if (stuck := self._stuck_s()) is not None and state == "running":
+            last_error = f"no coordinator round has ended for {stuck:.0f} s: it is stuck"
         return {
             "state": state,
             "healthy": self.healthy,
@@ -141,7 +160,7 @@ class Scheduler:
             "owner": self.owner,
             "studies_running": len(self._slots),
             "trials_in_flight": in_flight,
-            "last_error": self.last_error,
+            "last_error": last_error,
         }
 
     def target(self) -> Any:
@@ -156,6 +175,7 @@ class Scheduler:
             if self.executor is None:
                 return
             self.state = "running"
+            self._last_round_at = time.monotonic()  # a first round that never ends is stuck too
             backoff = ROUND_ERROR_BACKOFF_S
             while not self._stop.is_set():
                 try:
@@ -172,7 +192,9 @@ class Scheduler:
                     continue
                 backoff = ROUND_ERROR_BACKOFF_S
                 self._last_round_at = time.monotonic()
-                if self.state in ("error", "cluster unavailable"):
+                # The cluster is back only once a round ran with no call failing on it.
+                back = self.state == "cluster unavailable" and not self._cluster_failed
+                if self.state == "error" or back:
                     self.state = "running"
         except BaseException as exc:
             log.exception("the coordinator stopped")
@@ -196,6 +218,12 @@ class Scheduler:
     def tick(self) -> None:
         """One round: discover, collect, record, then hand out free slots round-robin."""
         assert self.executor is not None
+        self._cluster_failed = False
+        why = self.executor.health()  # also re-makes a dead cluster connection
+        if why is not None:
+            # Said by /healthz; the studies pause on their own (StudyRunner.advance), and the
+            # round goes on: the trials the failure took are recorded as lost.
+            self._executor_down(ExecutorUnavailable(why), wait=False)
         now = time.monotonic()
         if now - self._last_discover >= self.discover_s:
             self._discover()
@@ -313,6 +341,11 @@ class Scheduler:
         except ExecutorUnavailable as exc:
             self._executor_down(exc)
             return
+        except WaitingForGpus as exc:
+            # Its GPUs are not in the cluster: the study row says so; look again shortly.
+            log.info("study %s: %s", study_id, exc)
+            self._blocked[study_id] = time.monotonic() + WAITING_RETRY_S
+            return
         except Exception as exc:
             if isinstance(exc, RuntimeError) and "another coordinator" in str(exc):
                 # Another coordinator holds the lease (or a dead one's has not expired yet).
@@ -336,11 +369,15 @@ class Scheduler:
         self.last_error = str(exc).splitlines()[0][:500]
         self._stop.wait(min(self.poll_s * 2, 1.0))
 
-    def _executor_down(self, exc: BaseException) -> None:
-        log.warning("cluster unavailable (%s); retrying", str(exc).splitlines()[0][:200])
+    def _executor_down(self, exc: BaseException, *, wait: bool = True) -> None:
+        message = (str(exc).splitlines() or [type(exc).__name__])[0]
+        if self.state != "cluster unavailable" or self.last_error != message[:500]:
+            log.warning("cluster unavailable (%s); retrying", message[:200])
+        self._cluster_failed = True
         self.state = "cluster unavailable"
-        self.last_error = str(exc).splitlines()[0][:500]
-        self._stop.wait(min(self.poll_s * 2, 1.0))
+        self.last_error = message[:500]
+        if wait:
+            self._stop.wait(min(self.poll_s * 2, 1.0))
 
     def _database_up(self) -> None:
         if self._db_down_since is not None:

@@ -46,6 +46,7 @@ from autotuner.storage.models import Trial, TrialState
 from autotuner.storage.repository import TrialAlreadyFinished, TrialRepo
 from autotuner.storage.session import Database
 from autotuner.study.events import Event, OnEvent
+from autotuner.study.lost import LOST_LIMIT, crash_loop_message, lost_in_a_row, rerun_allowed
 
 
 @dataclass
@@ -73,7 +74,9 @@ def knobs_that_differ(params: dict[str, Any], config: TrialConfig) -> dict[str, 
 
 
 def retried_once(purpose: str, attempt: int) -> bool:
-    """Whether an infra failure (timeout, crash, lost) of this trial earns its one retry.
+    """Whether a failure of the config's own process (timeout, crash, infra) earns its one
+    retry. A lost trial (our side failed, not the config) is run again without spending it:
+    study/lost.py.
 
     A re-measurement does not: its interleaved plan moves on (search/remeasure.py); nor does a
     multi-GPU study's one-GPU reference (its scaling is then reported as not measured), nor a
@@ -173,6 +176,20 @@ def outcome(
     return Outcome(TrialState.FAILED, None, fclass, result.error_message, obs, retry)
 
 
+def lost_outcome(flight: InFlight, result: TrialResult, streak: int) -> Outcome:
+    """A trial the cluster failed under (`Completed.lost`): lost, and run again without
+    spending the config's retry, unless it is the LOST_LIMIT-th loss in a row (study/lost.py):
+    then a crash of the config, with the reason. Told to the sampler as FAIL either way."""
+    why = f"the Ray cluster failed under it: {result.error_message or 'no reason given'}"
+    obs = Observation(flight.params, None)
+    if streak >= LOST_LIMIT:
+        message = crash_loop_message(streak, why)
+        retry = retried_once(flight.purpose, flight.attempt)
+        return Outcome(TrialState.FAILED, None, FailureClass.CRASH, message, obs, retry)
+    message = f"{why}; run again, not charged to the config"[:2000]
+    return Outcome(TrialState.LOST, None, FailureClass.INFRA, message, obs, retry=True)
+
+
 @dataclass
 class History:
     """What a study's trial rows say, for a coordinator that (re)starts it."""
@@ -198,8 +215,13 @@ def history(trials: list[Trial], policy: SearchPolicy) -> History:
         past.observations.append(obs)
         if t.state != TrialState.PRUNED:
             past.measured[canonical_params(t.params)] = obs
-        failed = t.state in (TrialState.FAILED, TrialState.LOST)
-        if failed and retried_once(t.purpose, t.attempt) and not t.retried:
+        if t.retried:
+            continue
+        if t.state == TrialState.FAILED and retried_once(t.purpose, t.attempt):
+            past.retries.append((t.params, t.number))
+        elif t.state == TrialState.LOST and rerun_allowed(t.purpose):
+            # Lost to our side, not the config: run again at the same attempt (study/lost.py;
+            # a loss that completed a crash loop was stored as failed at takeover).
             past.retries.append((t.params, t.number))
     policy.refit()
     return past
@@ -246,6 +268,10 @@ class TrialBook:
                 original = trials.get(self.study_id, retry_of)
                 if original is not None:
                     original.retried = True
+                    # A lost trial's re-run keeps its attempt: the loss was ours, not the
+                    # config's, so its one retry is still there (study/lost.py).
+                    lost = original.state == TrialState.LOST.value
+                    attempt = original.attempt if lost else original.attempt + 1
             row = trials.create_running(
                 self.study_id,
                 params=params,
@@ -305,6 +331,14 @@ class TrialBook:
             out.append(flight)
         self._maybe_orphaned = False
         return out
+
+    def lost_streak(self, flight: InFlight) -> int:
+        """How many times in a row this trial's config has been lost, this loss included."""
+        with self.db.read() as s:
+            trials = TrialRepo(s)
+            row = s.get(Trial, flight.trial_id)
+            assert row is not None
+            return lost_in_a_row(row, lambda n: trials.get(self.study_id, n))
 
     def record_pruned(
         self, params: dict[str, Any], config: TrialConfig, prune: Prune, purpose: str = "search"

@@ -70,7 +70,9 @@ def _minutes_used(study: Study) -> float | None:
     start = study.started_at
     # SQLite hands back naive datetimes; they are UTC (storage/models.py stores UTC).
     start, end = (x if x.tzinfo else x.replace(tzinfo=dt.UTC) for x in (start, end))
-    return round(max((end - start).total_seconds(), 0.0) / 60.0, 2)
+    # Waits for the cluster or the GPUs are not spent (study/pause.py).
+    used = (end - start).total_seconds() - (study.paused_s or 0.0)
+    return round(max(used, 0.0) / 60.0, 2)
 
 
 def study_view(
@@ -117,6 +119,7 @@ def study_view(
         "recommended_value": recommended_value,
         "best_trial_number": study.best_trial_number,
         "error_message": study.error_message,
+        "waiting": study.waiting,
         "created_at": _iso(study.created_at),
         "started_at": _iso(study.started_at),
         "finished_at": _iso(study.finished_at),

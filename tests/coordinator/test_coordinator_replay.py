@@ -300,3 +300,70 @@ def test_a_grid_study_ends_when_its_grid_is_visited(
     assert study.status == StudyStatus.COMPLETED
     assert "search space exhausted" in (study.recommendation or {}).get("stopped", "")
     assert not [r for r in caplog.records if "re-evaluating" in r.getMessage()]
+
+
+def _die_while_running(db: Database, runner: StudyRunner, executor: ReplayExecutor) -> StudyRunner:
+    """The coordinator dies (kill -9) with a trial in flight; a new one takes the study over
+    and dispatches what it owes (the lost trial's re-run), then is the next to die."""
+    assert runner.in_flight
+    with db.session() as s:
+        StudyRepo(s).release(runner.study_id, runner.owner)
+    resumed = StudyRunner(db, runner.study_id, executor, poll_s=0.0)
+    resumed.start()
+    while not resumed.in_flight:
+        resumed.step()
+    return resumed
+
+
+def test_the_expert_default_lost_twice_is_run_again_without_spending_its_retry(
+    db: Database,
+) -> None:
+    """Two kill -9 of the service while the expert default ran: #0 lost, its re-run #1 lost.
+    Neither was the config's failure, so neither spends its one retry: #2 runs it and measures
+    it (it was `attempt 2` before, and a lost attempt 2 was never run again: `best` said the
+    expert default was not measured)."""
+    runner, executor = _runner(db, trials=4)
+    runner.start()
+    while not runner.in_flight:
+        runner.step()
+    for _ in range(2):
+        runner = _die_while_running(db, runner, executor)
+    while not runner.done:
+        runner.step()
+    with db.session() as s:
+        trials = TrialRepo(s).list(runner.study_id)
+        rec = StudyRepo(s).require(runner.study_id).recommendation
+    assert [t.state for t in trials[:2]] == [TrialState.LOST, TrialState.LOST]
+    rerun = trials[2]
+    assert (rerun.retry_of, rerun.attempt, rerun.purpose) == (1, 1, EXPERT_DEFAULT)
+    assert rerun.state == TrialState.COMPLETE
+    assert rec is not None and rec["vs_expert_default"]["trial_number"] == rerun.number
+    first_attempts = [t for t in trials if t.retry_of is None and t.state != TrialState.PRUNED]
+    assert len(first_attempts) == 4  # the re-runs cost the budget nothing
+
+
+def test_a_config_lost_three_times_in_a_row_is_then_a_crash_with_its_retry(
+    db: Database,
+) -> None:
+    """The bound against a crash loop (study/lost.py): a config whose trial takes the service
+    down every time it runs is, at its third loss in a row, a crash of the config, said so, and
+    gets the one retry of a crash, no more."""
+    from autotuner.study.lost import LOST_LIMIT
+
+    runner, executor = _runner(db, trials=4)
+    runner.start()
+    while not runner.in_flight:
+        runner.step()
+    for _ in range(LOST_LIMIT):
+        runner = _die_while_running(db, runner, executor)
+    while not runner.done:
+        runner.step()
+    with db.session() as s:
+        trials = TrialRepo(s).list(runner.study_id)
+    assert [t.state for t in trials[: LOST_LIMIT - 1]] == [TrialState.LOST] * (LOST_LIMIT - 1)
+    charged = trials[LOST_LIMIT - 1]
+    assert charged.state == TrialState.FAILED and charged.error_class == "crash"
+    assert f"lost {LOST_LIMIT} times in a row" in (charged.error_message or "")
+    retry = trials[LOST_LIMIT]
+    assert (retry.retry_of, retry.attempt) == (charged.number, 2)
+    assert retry.state == TrialState.COMPLETE

@@ -134,6 +134,81 @@ def test_a_dead_coordinator_thread_makes_healthz_unhealthy(pg_url: str) -> None:
         scheduler.stop()
 
 
+def test_healthz_is_503_while_the_executor_cannot_start(pg_url: str) -> None:
+    """An unreachable cluster at start (the executor cannot be made): /healthz said 200 for as
+    long as it lasted, although no trial could run; it says 503 and why, then 200 once up."""
+    db = Database(pg_url)
+    executor = _executor()
+    attempts = 0
+
+    def make_executor() -> FlakyExecutor:
+        nonlocal attempts
+        attempts += 1
+        if attempts < 3:
+            raise ConnectionError("Ray head at 10.0.0.1:6379 unreachable")
+        return executor
+
+    scheduler = Scheduler(db, make_executor, owner="faults", poll_s=0.05, discover_s=0.2)
+    app = create_app(ServiceSettings(db_url=pg_url, coordinator=False, migrate=False))
+    with TestClient(app) as client:
+        app.state.scheduler = scheduler
+        scheduler.start()
+        try:
+
+            def unhealthy_saying_why() -> bool:
+                answer = client.get("/healthz")
+                error = answer.json()["coordinator"]["last_error"] or ""
+                return answer.status_code == 503 and "unreachable" in error
+
+            wait_for(unhealthy_saying_why, 10, "healthz to say 503 and why")
+            # Retried at 1 s, then 2 s: the third attempt makes it.
+            wait_for(lambda: client.get("/healthz").status_code == 200, 30, "healthz 200")
+        finally:
+            scheduler.stop()
+
+
+def test_a_stuck_round_makes_healthz_unhealthy(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round that never ends (a cluster call that does not return): the thread is alive and
+    its state says running, yet no study moves; /healthz says 503 and that it is stuck."""
+    import threading
+
+    from autotuner.study import scheduler as scheduler_module
+
+    monkeypatch.setattr(scheduler_module, "STUCK_ROUND_S", 1.0)
+    db = Database(pg_url)
+    scheduler = _scheduler(db, _executor())
+    release, rounds = threading.Event(), 0
+    real_tick = scheduler.tick
+
+    def tick() -> None:
+        nonlocal rounds
+        rounds += 1
+        if rounds == 3:
+            release.wait(30)  # stuck, until the test lets it go
+        real_tick()
+
+    scheduler.tick = tick  # type: ignore[method-assign]
+    app = create_app(ServiceSettings(db_url=pg_url, coordinator=False, migrate=False))
+    with TestClient(app) as client:
+        app.state.scheduler = scheduler
+        scheduler.start()
+        try:
+
+            def stuck() -> bool:
+                answer = client.get("/healthz")
+                error = answer.json()["coordinator"]["last_error"] or ""
+                return answer.status_code == 503 and "stuck" in error
+
+            wait_for(stuck, 10, "healthz to say the coordinator is stuck")
+            release.set()
+            wait_for(lambda: client.get("/healthz").status_code == 200, 10, "healthz 200")
+        finally:
+            release.set()
+            scheduler.stop()
+
+
 def test_an_unreachable_cluster_is_waited_out_and_no_study_fails(pg_url: str) -> None:
     db = Database(pg_url)
     ids = [create_study(db, model=MODEL, space=SPACE, max_trials=6, seed=i) for i in range(2)]
@@ -146,6 +221,7 @@ def test_an_unreachable_cluster_is_waited_out_and_no_study_fails(pg_url: str) ->
     try:
         wait_for(lambda: executor.failed_calls >= 5, 10, "the executor to be called and fail")
         assert scheduler.status()["state"] == "cluster unavailable"
+        assert not scheduler.status()["healthy"]  # /healthz: 503 while no trial can run
         time.sleep(1.0)  # an outage of a second or more, with calls failing all along
         executor.broken = None
         for study_id in ids:

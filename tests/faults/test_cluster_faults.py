@@ -1,0 +1,195 @@
+"""A study survives its Ray cluster (Ray's test cluster on this machine, real Postgres).
+
+- the only GPU node leaves while a GPU study's trial runs: the trial is lost (the cluster's
+  failure, not the config's: no retry spent, no budget), the study waits and says so, runs no
+  trial without a GPU, and goes on when a GPU node joins;
+- the head's GCS or its raylet is killed (kill -9) mid-study: `/healthz` says 503 and why,
+  the running trial is lost, nothing is launched on the dead cluster, the service neither
+  exits nor ends the study, and when a new head starts at the same address (a new cluster:
+  `WrongClusterID` for a driver still connected) the service connects again and finishes.
+
+The trials' bodies are fake measurements (tests/fakes.py `fake_ray_executor`): what runs them,
+where and with which GPUs is the real executor on a real cluster. Every test ends with the
+invariants (tests/faults/invariants.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from autotuner.api.app import ServiceSettings, create_app
+from autotuner.search.space import parse_space
+from autotuner.spec import ModelSpec
+from autotuner.storage.models import Study, StudyStatus, Trial, TrialState
+from autotuner.storage.repository import StudyRepo, TrialRepo
+from autotuner.storage.session import Database
+from autotuner.study.coordinator import StudyRunner, create_study
+from autotuner.study.scheduler import Scheduler
+from tests.fakes import FAKE_TRIAL_S_ENV, fake_ray_executor, fake_trial_marker
+from tests.faults.invariants import check_invariants
+from tests.service.conftest import KNOBS, free_port, wait_for
+
+pytestmark = [pytest.mark.ray, pytest.mark.postgres, pytest.mark.slow]
+
+SPACE = parse_space(
+    {
+        "name": "cluster-faults",
+        "knobs": {"micro_batch_size": KNOBS["micro_batch_size"]},
+        "fixed": {"precision": "fp32", "attention": "math", "compile_mode": "none"},
+    }
+)
+MODEL = ModelSpec.resolve({"preset": "tiny"})
+# The GCS declares a node dead after 2 missed checks 0.5 s apart (Ray's default: 5 x 3 s), so
+# a node's death reaches its tasks' owner in about a second.
+FAST = {"health_check_period_ms": 500, "health_check_failure_threshold": 2}
+
+
+@pytest.fixture
+def head(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], object]]:
+    """Starts a Ray head with no GPU at one fixed GCS port, as often as called (a restarted
+    head is a new cluster at the same address); every node it started is stopped at the end."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    ray.shutdown()  # a Ray left connected by an earlier test would be used instead
+    # Every trial takes 4 s: long enough to be killed while it runs (the nodes inherit it).
+    monkeypatch.setenv(FAKE_TRIAL_S_ENV, "4")
+    port = free_port()
+    clusters: list[Cluster] = []
+
+    def start() -> Cluster:
+        args = {"num_cpus": 1, "num_gpus": 0, "gcs_server_port": port, "_system_config": FAST}
+        clusters.append(Cluster(initialize_head=True, head_node_args=args))
+        return clusters[-1]
+
+    try:
+        yield start
+    finally:
+        ray.shutdown()
+        for c in clusters:
+            c.shutdown()
+
+
+def _study(db: Database, study_id: str) -> Study:
+    with db.read() as s:
+        study = StudyRepo(s).require(study_id)
+        s.expunge(study)
+        return study
+
+
+def _trials(db: Database, study_id: str) -> list[Trial]:
+    with db.read() as s:
+        trials = TrialRepo(s).list(study_id)
+        s.expunge_all()
+        return trials
+
+
+def _until(step: Callable[[], object], check: Callable[[], bool]) -> Callable[[], bool]:
+    def poll() -> bool:
+        step()
+        return check()
+
+    return poll
+
+
+def test_a_gpu_study_waits_for_its_gpus_and_its_lost_trial_costs_nothing(
+    head: Callable[[], object], pg_url: str
+) -> None:
+    cluster = head()
+    gpu_node = cluster.add_node(num_cpus=1, num_gpus=1)  # type: ignore[attr-defined]
+    executor = fake_ray_executor(cluster.address)  # type: ignore[attr-defined]
+    wait_for(lambda: executor.target().device_type == "cuda", 30, "the GPU node's GPU")
+    db = Database(pg_url)
+    study_id = create_study(db, model=MODEL, space=SPACE, max_trials=3, device_type="cuda")
+    runner = StudyRunner(db, study_id, executor, poll_s=0.2)
+    runner.start()
+    marker = fake_trial_marker(study_id, 0)
+    wait_for(_until(runner.step, marker.exists), 60, "trial #0 to run on the GPU node")
+    cluster.remove_node(gpu_node, allow_graceful=False)  # type: ignore[attr-defined]
+
+    def waiting() -> bool:
+        return "waiting for GPUs" in (_study(db, study_id).waiting or "")
+
+    wait_for(_until(runner.step, waiting), 90, "the study to wait for GPUs and say so")
+    wait_for(
+        _until(runner.step, lambda: _trials(db, study_id)[0].state == TrialState.LOST),
+        90,
+        "trial #0 to be lost with its node",
+    )
+    lost = _trials(db, study_id)[0]
+    assert "cluster failed under it" in (lost.error_message or ""), lost.error_message
+    cluster.add_node(num_cpus=1, num_gpus=1)  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 120
+    while not runner.done and time.monotonic() < deadline:
+        runner.step()
+    assert runner.done, "the study did not go on once a GPU node was back"
+    trials, study = _trials(db, study_id), _study(db, study_id)
+    assert study.status == StudyStatus.COMPLETED and study.waiting is None
+    assert study.paused_s > 0  # the wait is not spent from a time budget
+    measured = [t for t in trials if t.state == TrialState.COMPLETE]
+    # No trial of the GPU study ran without its GPU reservation.
+    assert measured and all("gpus=[]" not in (t.worker or "") for t in measured), [
+        t.worker for t in measured
+    ]
+    # #0 ran again until measured (a re-run dispatched as the node died may be lost too), each
+    # time at attempt 1: its retry unspent.
+    chain = [trials[0]]
+    while (rerun := next((t for t in trials if t.retry_of == chain[-1].number), None)) is not None:
+        chain.append(rerun)
+    assert [t.attempt for t in chain] == [1] * len(chain)
+    assert chain[-1].state == TrialState.COMPLETE
+    assert all(t.state == TrialState.LOST for t in chain[:-1])
+    check_invariants(db, study_id, max_trials=3)
+    assert len([t for t in trials if t.retry_of is None]) == 3  # the re-run cost no budget
+
+
+@pytest.mark.parametrize(("killed", "said"), [("gcs", "GCS"), ("raylet", "raylet stopped")])
+def test_a_killed_head_is_reported_waited_out_and_a_restarted_head_rejoined(
+    head: Callable[[], object], pg_url: str, killed: str, said: str
+) -> None:
+    """kill -9 of the head's raylet failed every trial as infra and ended the study at once
+    with nothing measured; of its GCS, blocked the service and exited it 60 s later."""
+    cluster = head()
+    executor = fake_ray_executor(cluster.address)  # type: ignore[attr-defined]
+    db = Database(pg_url)
+    study_id = create_study(db, model=MODEL, space=SPACE, max_trials=3, device_type="cpu")
+    scheduler = Scheduler(db, lambda: executor, owner="cluster-faults", poll_s=0.1, discover_s=0.2)
+    app = create_app(ServiceSettings(db_url=pg_url, coordinator=False, migrate=False))
+    with TestClient(app) as client:
+        app.state.scheduler = scheduler
+        scheduler.start()
+        try:
+            wait_for(fake_trial_marker(study_id, 0).exists, 60, "trial #0 to run")
+            assert client.get("/healthz").status_code == 200
+            node = cluster.head_node  # type: ignore[attr-defined]
+            if killed == "gcs":
+                node.kill_gcs_server()  # kill -9
+            else:
+                node.kill_raylet()
+
+            def unhealthy() -> bool:
+                answer = client.get("/healthz")
+                error = answer.json()["coordinator"]["last_error"] or ""
+                return answer.status_code == 503 and said in error
+
+            wait_for(unhealthy, 20, "healthz to say 503 and why")
+            wait_for(lambda: _trials(db, study_id)[0].state == TrialState.LOST, 30, "#0 to be lost")
+            trials = _trials(db, study_id)
+            assert _study(db, study_id).status == StudyStatus.RUNNING
+            assert [t.state for t in trials] == [TrialState.LOST], "launched on a dead cluster"
+            # The operator restarts Ray: a new cluster at the same address.
+            node.kill_all_processes(check_alive=False, allow_graceful=False, wait=True)
+            cluster.head_node = None  # type: ignore[attr-defined]
+            head()
+            wait_for(lambda: client.get("/healthz").status_code == 200, 90, "healthz to recover")
+            wait_for(lambda: _study(db, study_id).status == StudyStatus.COMPLETED, 120, "the study")
+        finally:
+            scheduler.stop()
+    trials = _trials(db, study_id)
+    rerun = next(t for t in trials if t.retry_of == 0)
+    assert (rerun.attempt, rerun.state) == (1, TrialState.COMPLETE)
+    check_invariants(db, study_id, max_trials=3)
