@@ -107,9 +107,15 @@
     // "search"): a time budget's cuts are the reader's to know.
     if (b.stopped) box.append(node("p", { id: "best-search" }, "Search: " + b.stopped));
     if (b.importance && b.importance.length) {
+      // The share is each knob's part of the effects beyond noise (search/importance.py); a
+      // report stored before carries PED-ANOVA's (`importance_raw`), which ranked by where the
+      // sampler went, not by the effects its text states: shown without it.
       const imp = node("table", { class: "kv", id: "importance" });
-      for (const row of b.importance) imp.append(node("tr", {}, node("th", {}, row.knob), node("td", {}, row.text || row.importance)));
-      box.append(node("h3", {}, "Knob importance"), imp);
+      for (const row of b.importance) {
+        const share = row.importance_raw === undefined && !missing(row.importance) ? fmt.pct(row.importance) : "";
+        imp.append(node("tr", {}, node("th", {}, row.knob), node("td", { class: "num share" }, share), node("td", {}, row.text || "")));
+      }
+      box.append(node("h3", {}, "Knob importance ", node("small", {}, "(each knob's share of the measured effects beyond noise)")), imp);
     }
   }
 
