@@ -156,7 +156,9 @@ def study_page(
         # The trials whose tokens/s is no throughput (a numerics check's parity runs).
         data["not_measurements"] = sorted(NOT_MEASUREMENTS)
     if detail["chart_rows"] is not None:
-        data["charts"] = chart_data(detail["chart_rows"])
+        # The line ends on the number the headline and the card show (charts.progress_series).
+        best = detail["best"]["best"]
+        data["charts"] = chart_data(detail["chart_rows"], final=best and best.get("tokens_per_s"))
         data["charts_at"] = detail["study"]["trials_finished"]
     return _respond(request, "study.html", data)
 

@@ -11,10 +11,12 @@ fastest always among them), its exact median, and count its failures.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from autotuner.search.progress import END_CHECKS
 from autotuner.study.recommend import pareto_sweep
 
 MAX_PROGRESS_POINTS = 1_000  # 500 buckets of min and max
@@ -29,25 +31,59 @@ def _measured(rows: Sequence[Row]) -> list[Row]:
     return [r for r in rows if r["state"] == "complete" and r["tokens_per_s"]]
 
 
-def progress_series(rows: Sequence[Row], max_points: int = MAX_PROGRESS_POINTS) -> dict[str, Any]:
+def progress_series(
+    rows: Sequence[Row], max_points: int = MAX_PROGRESS_POINTS, *, final: float | None = None
+) -> dict[str, Any]:
     """Measured trials as [number, tokens/s] (min/max per bucket past `max_points`), and the
     best so far as the exact steps [number, best] (plus the last trial, to end the line).
-    The line counts only the trials the recommendation may stand on (`candidate`): a faster
-    trial that left too little memory free is drawn as a point but does not raise it, as the
-    page's "best so far" does not name it."""
+
+    The line is the recommendation's number as it stood after each trial, not the fastest
+    single trial: each config's measurements pooled (their median), re-measured configs ahead
+    of the rest, as study/recommend.py ranks them, so a first measurement that a re-measurement
+    revised down steps the line down with it. It counts only the trials the recommendation may
+    stand on (`candidate`, and no end check): a faster trial that left too little memory free
+    is drawn as a point but does not raise it. `final`: the recommendation's own value, where
+    it went past the fastest config (a failed end check, a tie settled for the reference
+    numerics): the line ends on it, so the chart and the page's headline read one number."""
     ok = _measured(rows)
-    best_line: list[list[float]] = []
-    best = 0.0
-    for r in ok:
-        if r.get("candidate", True) and r["tokens_per_s"] > best:
-            best = r["tokens_per_s"]
-            best_line.append([r["number"], best])
+    best_line = _best_so_far(ok)
+    if final is not None and best_line and not math.isclose(best_line[-1][1], final):
+        best_line.append([ok[-1]["number"], final])
     if best_line and best_line[-1][0] != ok[-1]["number"]:
-        best_line.append([ok[-1]["number"], best])
+        best_line.append([ok[-1]["number"], best_line[-1][1]])
     points = [[r["number"], r["tokens_per_s"]] for r in ok]
     if len(points) > max_points:
         points = _min_max_buckets(points, max_points // 2)
     return {"points": points, "best": best_line, "measured": len(ok), "shown": len(points)}
+
+
+def _best_so_far(ok: Sequence[Row]) -> list[list[float]]:
+    """[number, value] wherever the leading config's pooled median changed. The leader is kept
+    as it goes and looked for again only when its own median falls (a re-measurement below its
+    first measurement): linear in the trials but for those few."""
+    values: dict[tuple[tuple[str, Any], ...], list[float]] = {}
+    remeasured: set[tuple[tuple[str, Any], ...]] = set()
+
+    def rank(key: tuple[tuple[str, Any], ...]) -> tuple[bool, float]:
+        return key in remeasured, statistics.median(values[key])
+
+    line: list[list[float]] = []
+    leader: tuple[tuple[str, Any], ...] | None = None
+    for r in ok:
+        if not r.get("candidate", True) or r.get("purpose") in END_CHECKS:
+            continue
+        key = tuple(sorted(r["params"].items()))
+        values.setdefault(key, []).append(r["tokens_per_s"])
+        if r.get("purpose") == "remeasure":
+            remeasured.add(key)
+        if leader is None or rank(key) > rank(leader):
+            leader = key
+        elif key == leader:  # the leader's own median moved: another config may lead now
+            leader = max(values, key=rank)
+        value = rank(leader)[1]
+        if not line or value != line[-1][1]:
+            line.append([r["number"], value])
+    return line
 
 
 def _min_max_buckets(points: list[list[float]], buckets: int) -> list[list[float]]:
@@ -144,9 +180,10 @@ def knob_strips(rows: Sequence[Row], per_value: int = STRIP_POINTS) -> dict[str,
     return out
 
 
-def chart_data(rows: Sequence[Row]) -> dict[str, Any]:
+def chart_data(rows: Sequence[Row], *, final: float | None = None) -> dict[str, Any]:
+    """The study page's charts; `final`: the recommendation's tokens/s (progress_series)."""
     return {
-        "progress": progress_series(rows),
+        "progress": progress_series(rows, final=final),
         "pareto": pareto_points(rows),
         "strips": knob_strips(rows),
     }

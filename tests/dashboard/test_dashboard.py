@@ -93,3 +93,84 @@ def test_static_chart_library_is_served(study: tuple[Database, str]) -> None:
     client = TestClient(make_app(db))
     js = client.get("/static/chart.umd.min.js")
     assert js.status_code == 200 and "Chart.js v4" in js.text[:200]
+
+
+def test_one_number_for_the_best_on_the_study_page_and_the_list(
+    study: tuple[Database, str],
+) -> None:
+    """Issue 42: a first measurement that the re-measurements revised down kept the chart's
+    best-so-far line at the first value while the headline and the card said the pooled one.
+    The line, the card, the headline's value and the studies list now read one number."""
+    from sqlalchemy import update
+
+    from autotuner.search.objective import Objective
+    from autotuner.storage.models import Study, StudyStatus, TrialState
+    from autotuner.storage.repository import TrialRepo
+    from autotuner.study import operations
+    from autotuner.study.live import store_live_best
+    from tests.fakes import measured
+
+    db, study_id = study
+    with db.session() as s:  # the replayed study, as if it were still running
+        s.execute(
+            update(Study).where(Study.id == study_id).values(status=StudyStatus.RUNNING.value)
+        )
+    first = operations.get_best(db, study_id)["best"]
+    assert first is not None
+    lower = first["tokens_per_s"] * 0.8
+    with db.session() as s:  # fresh processes measure the winner 20% below, outvoting the first
+        trials = TrialRepo(s)
+        for _ in range(first["measurements"] + 1):
+            row = trials.create_running(
+                study_id, params=first["params"], config={}, purpose="remeasure"
+            )
+            trials.finish(row, TrialState.COMPLETE, result=measured(lower), objective_value=lower)
+    store_live_best(db, study_id, Objective.TOKENS_PER_S)
+    client = TestClient(make_app(db))
+    data = client.get(f"/studies/{study_id}?format=json").json()
+    line = data["charts"]["progress"]["best"]
+    headline = data["study"]["recommended_value"]
+    assert line[-1][1] == data["best"]["tokens_per_s"] == headline
+    assert headline < first["tokens_per_s"]
+    # The line rose to the first measurement and stepped down where the re-measurements
+    # outvoted it (a step of the line's own, not an end point added to match).
+    steps = [v for _, v in line]
+    assert first["tokens_per_s"] in steps and steps.index(headline) > steps.index(
+        first["tokens_per_s"]
+    )
+    listed = client.get("/?format=json").json()["studies"][0]
+    assert listed["recommended_value"] == headline
+
+
+def test_the_list_never_swaps_the_recommendation_for_the_fastest_trial(
+    study: tuple[Database, str],
+) -> None:
+    """Issue 42: the studies list's best moved while one watched. It showed the fastest single
+    trial (`best_value`) wherever a running study had no stored recommendation (before the
+    first one is written, or after a trial that left none recommendable) and the
+    recommendation's pooled value otherwise. A running study now shows only the latter; one
+    that ended with nothing recommendable shows its fastest, said so."""
+    from sqlalchemy import update
+
+    from autotuner.storage.models import Study, StudyStatus
+
+    db, study_id = study
+    client = TestClient(make_app(db))
+
+    def cell() -> str:
+        match = re.search(r'<td class="num best-value"[^>]*>(.*?)</td>', client.get("/").text)
+        assert match
+        return match.group(1)
+
+    fastest = client.get("/?format=json").json()["studies"][0]["best_value"]
+    for status, shown in (
+        (StudyStatus.RUNNING, "–"),
+        (StudyStatus.COMPLETED, f"{fastest:,.0f} <small>none recommendable</small>"),
+    ):
+        with db.session() as s:
+            s.execute(
+                update(Study)
+                .where(Study.id == study_id)
+                .values(status=status.value, recommendation=None)
+            )
+        assert cell() == shown
