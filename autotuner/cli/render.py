@@ -13,8 +13,11 @@ from rich.table import Table
 
 from autotuner.cli.common import out, safe
 from autotuner.study.labels import (
+    SINGLE_REPEAT,
     budget_used,
     no_recommendation_note,
+    purpose_tag,
+    spread_text,
     trial_label,
     unfinished_note,
 )
@@ -56,7 +59,9 @@ def best_table(view: dict[str, Any]) -> RenderableType:
         if k in rec["params"]:
             table.add_row(safe(k), safe(v))
     spread = ""
-    if rec.get("tokens_per_s_min") is not None:
+    if spread_text(rec) == SINGLE_REPEAT:  # no spread measured: none to print
+        spread = "  (1 timed repeat: no spread measured)"
+    elif rec.get("tokens_per_s_min") is not None:
         spread = f"  (repeats {rec['tokens_per_s_min']:,.0f} .. {rec['tokens_per_s_max']:,.0f})"
     table.add_row("tokens/s", f"{rec['tokens_per_s']:,.0f}{spread}")
     on_gpu = (rec.get("fingerprint") or {}).get("device_type") == "cuda"
@@ -196,18 +201,21 @@ def trials_table(study: dict[str, Any], views: list[dict[str, Any]]) -> Renderab
     columns += ["batch"] * batch + ["MFU"] * has["mfu"] + ["GiB"] * has["peak_mem_gib"]
     rows: list[list[str]] = []
     notes: dict[str, list[int]] = {}
+    single = False
     for v in views:
         tps = v["tokens_per_s"]
-        spread = ""
-        if tps and v["tokens_per_s_min"] is not None:
-            spread = f"{(v['tokens_per_s_max'] - v['tokens_per_s_min']) / 2 / tps:.1%}"
-        label = trial_label(v)
+        spread = spread_text(v).lstrip("±")
+        if spread == SINGLE_REPEAT:
+            spread, single = "1 rep", True
+        label = safe(trial_label(v))  # `safe` drops control bytes: the newline comes after
+        if tag := purpose_tag(v):  # a re-run of a config a row above shows: say why
+            label = f"{label}\n{tag}"
         note = trial_note(v)
         if note:
             notes.setdefault(note, []).append(v["number"])
         row = [
             str(v["number"]),
-            safe(label),
+            label,
             safe(compact_params(v["params"], varying)),
             f"{tps:,.0f}" if tps else "",
             spread,
@@ -225,7 +233,7 @@ def trials_table(study: dict[str, Any], views: list[dict[str, Any]]) -> Renderab
             table.add_column(name, overflow="fold")
             continue
         # Numbers and states are never cut: `24,9…` tok/s is no number at all.
-        width = max([len(name), *(len(r[i]) for r in rows)])
+        width = max([len(name), *(len(line) for r in rows for line in r[i].split("\n"))])
         table.add_column(
             name, justify="left" if name == "state" else "right", no_wrap=True, min_width=width
         )
@@ -235,6 +243,8 @@ def trials_table(study: dict[str, Any], views: list[dict[str, Any]]) -> Renderab
         Text.from_markup(f"[bold]{_numbers(numbers)}[/] {safe(note)}")
         for note, numbers in notes.items()
     ]
+    if single:
+        lines.append(Text("1 rep: a single timed repeat, so no spread was measured", style="dim"))
     if any(v.get("global_batch_tokens") for v in views):
         lines.append(Text("batch: tokens per optimizer step (K = 1024)", style="dim"))
     return Group(table, *lines) if lines else table
@@ -335,6 +345,8 @@ def _varying_knobs(views: list[dict[str, Any]]) -> set[str] | None:
 def _best_cell(v: dict[str, Any]) -> str:
     """What a study recommends so far: its value and trial (`381,892 #2`), `-` before any."""
     value = v.get("recommended_value")
+    if value is None and v.get("status") in ("queued", "running"):
+        return "-"  # the fastest single trial is no recommendation (the dashboard's list agrees)
     value = v.get("best_value") if value is None else value
     number = v["best_trial_number"]
     if number is None:
