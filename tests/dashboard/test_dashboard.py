@@ -81,11 +81,23 @@ def test_trial_page_shows_config_result_and_error(study: tuple[Database, str]) -
     assert 'id="config"' in page.text and "FakeGpu H200" in page.text
 
 
-def test_unknown_study_and_trial_are_404(study: tuple[Database, str]) -> None:
+def test_unknown_study_and_trial_are_404_pages(study: tuple[Database, str]) -> None:
+    """Issue 42: an unknown study id showed the raw JSON `{"detail": ...}` in the browser. It
+    is the dashboard's 404 page, saying what was not found, with a link to every study; a
+    script (`format=json`) still gets the JSON."""
     db, study_id = study
     client = TestClient(make_app(db))
-    assert client.get("/studies/st-nope").status_code == 404
-    assert client.get(f"/studies/{study_id}/trials/999").status_code == 404
+    for path, said in (
+        ("/studies/st-nope", "no study with id, id prefix or name &#39;st-nope&#39;"),
+        (f"/studies/{study_id}/trials/999", f"study {study_id} has no trial #999"),
+    ):
+        page = client.get(path)
+        assert page.status_code == 404
+        assert page.headers["content-type"].startswith("text/html"), page.text
+        assert '<p id="not-found">' in page.text and said in page.text, page.text
+        assert 'href="/">All studies</a>' in page.text
+        as_json = client.get(path, params={"format": "json"})
+        assert as_json.status_code == 404 and "detail" in as_json.json()
 
 
 def test_static_chart_library_is_served(study: tuple[Database, str]) -> None:
