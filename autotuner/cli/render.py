@@ -13,6 +13,7 @@ from rich.table import Table
 
 from autotuner.cli.common import out, safe
 from autotuner.study.labels import (
+    PURPOSE_TAGS,
     SINGLE_REPEAT,
     budget_used,
     no_recommendation_note,
@@ -207,15 +208,13 @@ def trials_table(study: dict[str, Any], views: list[dict[str, Any]]) -> Renderab
         spread = spread_text(v).lstrip("±")
         if spread == SINGLE_REPEAT:
             spread, single = "1 rep", True
-        label = safe(trial_label(v))  # `safe` drops control bytes: the newline comes after
-        if tag := purpose_tag(v):  # a re-run of a config a row above shows: say why
-            label = f"{label}\n{tag}"
+        label = trial_label(v)
         note = trial_note(v)
         if note:
             notes.setdefault(note, []).append(v["number"])
         row = [
             str(v["number"]),
-            label,
+            safe(label),
             safe(compact_params(v["params"], varying)),
             f"{tps:,.0f}" if tps else "",
             spread,
@@ -233,7 +232,7 @@ def trials_table(study: dict[str, Any], views: list[dict[str, Any]]) -> Renderab
             table.add_column(name, overflow="fold")
             continue
         # Numbers and states are never cut: `24,9…` tok/s is no number at all.
-        width = max([len(name), *(len(line) for r in rows for line in r[i].split("\n"))])
+        width = max([len(name), *(len(r[i]) for r in rows)])
         table.add_column(
             name, justify="left" if name == "state" else "right", no_wrap=True, min_width=width
         )
@@ -244,7 +243,9 @@ def trials_table(study: dict[str, Any], views: list[dict[str, Any]]) -> Renderab
         for note, numbers in notes.items()
     ]
     if single:
-        lines.append(Text("1 rep: a single timed repeat, so no spread was measured", style="dim"))
+        lines.append(
+            Text("±: half the repeats' range; 1 rep: one timed repeat, no spread", style="dim")
+        )
     if any(v.get("global_batch_tokens") for v in views):
         lines.append(Text("batch: tokens per optimizer step (K = 1024)", style="dim"))
     return Group(table, *lines) if lines else table
@@ -272,16 +273,29 @@ def trial_note(view: dict[str, Any]) -> str:
             f"tight: leaves {view['memory_free_rel']:.1%} of the GPU memory free, less than "
             "the study's headroom: not recommended"
         )
-    if not note and view.get("purpose") in _PARITY_NOTES:
-        note = _PARITY_NOTES[view["purpose"]]
+    # What a re-run was for (a re-measurement, an end check), said before why it failed: its
+    # row repeats a config a row above shows, and would read as a duplicate.
+    if purpose_tag(view) and (said := _PURPOSE_NOTES.get(str(view.get("purpose")))):
+        note = f"{said}; {note}" if note else said
     if view.get("retry_of") is not None:
         note = f"retry of #{view['retry_of']}" + (f"; {note}" if note else "")
     return note
 
 
-# A parity run's row names the candidate it checks (search/numerics.py) and measures no
-# throughput (study/trial_list.py leaves its tokens/s out): said once under the table.
-_PARITY_NOTES = {
+# Why a trial that is no search proposal ran (labels.PURPOSE_TAGS names it): said once under
+# the table for every trial of that purpose, so each row stays one line at 80 columns. A parity
+# run's row names the candidate it checks (search/numerics.py) and measures no throughput
+# (study/trial_list.py leaves its tokens/s out).
+_PURPOSE_NOTES = {
+    "expert-default": f"{PURPOSE_TAGS['expert-default']}: the yardstick the recommendation is "
+    "compared with",
+    "remeasure": f"{PURPOSE_TAGS['remeasure']}: a top config again in a fresh process, pooled "
+    "with its first measurement",
+    "headroom": f"{PURPOSE_TAGS['headroom']}: the winner again with an evaluation pass and a "
+    "checkpoint save, for its real peak memory",
+    "reference": f"{PURPOSE_TAGS['reference']}: the best config on one GPU, for the scaling "
+    "efficiency",
+    "proxy": f"{PURPOSE_TAGS['proxy']}: the config on the shallower proxy model (--proxy-layers)",
     "parity-ref": "the numerics check's reference: the candidate shown, run at the reference "
     "precision with fp32 AdamW moments, its loss per step; no throughput measured",
     "parity": "the numerics check's parity run of the candidate shown: its loss per step; no "

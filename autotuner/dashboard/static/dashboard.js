@@ -44,8 +44,10 @@
     // is named as such, not as a best the card below then says does not exist.
     const value = st.recommended_value ?? (data.best ? st.best_value : null);
     const unit = st.objective === "tokens_per_s" ? "tokens/s" : st.objective;
+    // The trial the card below names: one source for the number and the trial.
+    const number = data.best ? data.best.trial_number : st.best_trial_number;
     const best = value
-      ? ` · best so far ${fmt.int(value)} ${unit}${missing(st.best_trial_number) ? "" : ` (trial #${st.best_trial_number})`}`
+      ? ` · best so far ${fmt.int(value)} ${unit}${missing(number) ? "" : ` (trial #${number})`}`
       : missing(st.best_value) ? "" : ` · fastest ${fmt.int(st.best_value)} ${unit}, none recommendable`;
     document.getElementById("progress-text").textContent =
       `${st.trials_launched}${budget} trials launched (${counts || "none yet"})${window.autotuner.minutes(st)}${best}`;
