@@ -186,3 +186,35 @@ def test_the_list_never_swaps_the_recommendation_for_the_fastest_trial(
                 .values(status=status.value, recommendation=None)
             )
         assert cell() == shown
+
+
+def test_the_best_so_far_line_ranks_configs_as_the_recommendation_does() -> None:
+    """Each config's measurements pooled (their median), re-measured configs ahead of a single
+    unrepeated measurement (study/recommend.py `_ranked`), end checks and tight trials left
+    out; the line ends on the recommendation's value where that differs."""
+    from autotuner.dashboard.charts import progress_series
+
+    def row(number: int, config: str, tps: float, purpose: str = "search", **kw: object):
+        return {
+            "number": number,
+            "state": "complete",
+            "tokens_per_s": tps,
+            "purpose": purpose,
+            "params": {"precision": config},
+            "candidate": True,
+            **kw,
+        }
+
+    rows = [
+        row(0, "a", 1000.0),
+        row(1, "b", 950.0),
+        row(2, "c", 1200.0, candidate=False),  # tight: a point, never the line
+        row(3, "a", 880.0, "remeasure"),  # a pooled: 940, re-measured, ahead of b's 950
+        row(4, "a", 2000.0, "headroom"),  # an end check: not a measurement of a candidate
+        row(5, "a", 890.0, "remeasure"),  # a pooled: 890
+    ]
+    progress = progress_series(rows)
+    assert progress["best"] == [[0, 1000.0], [3, 940.0], [5, 890.0]]
+    assert [p[1] for p in progress["points"]] == [1000.0, 950.0, 1200.0, 880.0, 2000.0, 890.0]
+    # A recommendation elsewhere (b, say, after a's numerics check failed): the line ends on it.
+    assert progress_series(rows, final=950.0)["best"][-1] == [5, 950.0]
