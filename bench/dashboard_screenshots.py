@@ -1,27 +1,32 @@
-"""Screenshots of the dashboard's views, on studies replayed from real H200 measurements.
+"""Every screenshot under docs/screenshots, from one command, on real H200 measurements.
 
-Two studies search the recorded GPT-2 124M landscape of one H200 (bench/results/
-landscape_gpt2_124m_h200.json: 60 configs measured on the GPU, failures included) through the
-real coordinator and a ReplayExecutor, as `bench/replay.py` does: ours (TPE with the rules, the
-cost model and the expert seed) and plain random search. Every trial's numbers, telemetry
-included, are the GPU's; only the order in which the search met them is replayed. A proposal
-the recording lacks is pruned as "not recorded in the landscape" (no GPU time).
+    python bench/dashboard_screenshots.py [--out docs/screenshots]
 
-Then the dashboard is served and driven in headless Chromium (tests/browser.py): the studies
-list with two studies ticked, a study page (strip plots, the trials table), the table sorted by
-tokens/s and filtered to the failures, the compare page and the best trial's page.
-Prints the page errors Chromium reported (none expected).
+Three sources, each served by the dashboard and driven in headless Chromium (tests/browser.py);
+every screenshot this writes is referenced from README.md, and nothing else lives in the folder:
 
-    python bench/dashboard_screenshots.py [--out docs/screenshots] [--trials 40]
+- Real studies, `bench/results/h200_session_20261203/tune-*.db` (as `bench/tune_h200.sh` leaves
+  them): copied into one database in a temp dir (the committed files are only read), each
+  study's recommendation re-judged by the current code (`rejudge`: what `tune` would store at
+  its end today, knob importance included), then the studies list, the study with the most
+  trials (its page, its per-knob strips, its trials sorted by tokens/s, its best trial's page)
+  and the study whose best is furthest above its expert default: `h200-*.png`.
+- The Llama 8B study of `bench/results/h200_session_20261206b`, re-judged the same way: its
+  recommendation settles a tie for the reference numerics (`study-tie-reference-numerics.png`).
+- Replays over the recorded H200 landscapes (`bench/results/landscape_*_h200.json`) through the
+  real coordinator and a ReplayExecutor, as `bench/replay.py` does: every trial's numbers are
+  the GPU's, only the order in which the search met them is replayed (a proposal the recording
+  lacks is pruned as "not recorded in the landscape"). An 8-trial Llama 3B study without a
+  time budget (its fp8 seed may run before the expert default:
+  `study-expert-default-second.png`, `trial-expert-default.png`), and GPT-2 124M searched by
+  ours and by plain random search, ticked on the list and compared (`studies-compare-pick.png`,
+  `compare.png`).
+- A study run through the real coordinator on a ReplayExecutor whose worker cannot import the
+  model's package: it fails at its first trial, and its page says why in one line
+  (`study-failed-environment.png`).
 
-With `--real DIR`, no replay: the SQLite databases of real studies in DIR (`tune-*.db`, as
-`bench/tune_h200.sh` leaves them) are copied into one database in a temp dir (the committed
-files are only read) and the dashboard is served over it: the studies list, the study page of
-the study with the most trials, its per-knob strips and trials table, its best trial's page,
-and the page of the study whose best is furthest above its expert default, each saved as
-`h200-*.png`.
-
-    python bench/dashboard_screenshots.py --real bench/results/h200_session_20261203
+Prints the page errors Chromium reported (none expected). `--real DIR --out ELSEWHERE` takes
+the `h200-*.png` views of another session's databases instead, to look at.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from autotuner.executors.replay import Landscape, ReplayExecutor
 from autotuner.options import PLAIN_SAMPLER, StudyOptions
 from autotuner.search.policy import Prune
-from autotuner.spec import Knobs, canonical_params
+from autotuner.spec import FailureClass, Knobs, TrialResult, canonical_params
 from autotuner.storage.session import Database, upgrade_database
 from autotuner.study import operations
 from autotuner.study.coordinator import StudyRunner, create_study
@@ -51,18 +56,36 @@ from bench.replay_lib.universe import (
     universe,
 )
 from tests.browser import Browser
+from tests.coordinator.test_study_ends import _run as run_ending_study
 from tests.dashboard.conftest import make_app
 from tests.dashboard.test_dashboard_browser import _serve
 
 ROOT = Path(__file__).resolve().parent.parent
-RECORDING = ROOT / "bench/results/landscape_gpt2_124m_h200.json"
+RESULTS = ROOT / "bench/results"
+GPT2 = RESULTS / "landscape_gpt2_124m_h200.json"
+LLAMA_3B = RESULTS / "landscape_llama_3b_h200.json"
+SESSION = RESULTS / "h200_session_20261203"  # GPT-2 with failures, Llama 1B, 3B and 8B
+TIE_SESSION = RESULTS / "h200_session_20261206b"  # Llama 8B: a tie settled for numerics
+CHARTS = "document.body.dataset.charts"
+# What a worker without transformers says for an `hf` model (workers/models/hf.py).
+NO_HF = (
+    "the worker cannot import transformers (ModuleNotFoundError: No module named "
+    "'transformers'), which family 'hf' needs: pip install transformers in the workers' "
+    "Python environment"
+)
 
 
 def replay_study(
-    db: Database, name: str, sampler: str, options: StudyOptions, trials: int, seed: int
+    db: Database,
+    recording: Path,
+    name: str,
+    sampler: str,
+    options: StudyOptions,
+    trials: int,
+    seed: int,
 ) -> str:
-    """One study over the recording, proposals snapped to recorded configs (bench/replay.py)."""
-    landscape = Landscape.load(RECORDING)
+    """One study over `recording`, proposals snapped to recorded configs (bench/replay.py)."""
+    landscape = Landscape.load(recording)
     space = auto_space(landscape)
     table = universe(landscape, space)
     snap = Snapper(table, space)
@@ -125,54 +148,59 @@ def vs_default(db: Database, study_id: str) -> float:
     return float(ratio or 0.0)
 
 
-def real_screenshots(source: Path, out: Path) -> None:
-    sources = sorted(source.glob("tune-*.db"))
+def rejudge(db: Database, study_id: str) -> None:
+    """Store the recommendation the current code makes of the study's trials, as the study's
+    end does (study/lifecycle.py `finish`): a recording's stored one is what the code of its day
+    said. What only the run knew (why the search stopped, the models' evidence) is kept."""
+    from autotuner.search import headroom_check
+    from autotuner.search.numerics import as_ended
+    from autotuner.search.objective import Objective
+    from autotuner.storage.repository import StudyRepo
+    from autotuner.study.live import end_of_study_rows
+    from autotuner.study.recommend import knob_importance, recommend_ranked
+
+    with db.read() as s:
+        study = StudyRepo(s).require(study_id)
+        objective, options = Objective(study.objective), study.options
+        kept = dict(study.recommendation or {})
+        trials = end_of_study_rows(s, study_id)
+        rec, ranked = recommend_ranked(trials, objective, options=options)
+    if rec is None:
+        return
+    rec["importance"] = knob_importance(ranked, rec["noise_rel"])
+    if rec.get("numerics"):
+        rec["numerics"] = as_ended(rec["numerics"])
+    if rec.get("headroom"):
+        rec["headroom"] = headroom_check.as_ended(rec["headroom"])
+    with db.session() as s:
+        study = StudyRepo(s).require(study_id)
+        study.recommendation = {**kept, **rec}
+        study.best_trial_number = rec["trial_number"]  # stored beside it, as live.py does
+
+
+def copied(sources: list[Path]) -> Database:
+    """The studies of `sources` in one database of a temp dir, re-judged by the current code."""
     if not sources:
-        raise SystemExit(f"no tune-*.db in {source}")
+        raise SystemExit("no tune-*.db to screenshot: the session folders hold them")
     target = Path(tempfile.mkdtemp(prefix="screens-real-")) / "real.db"
     merge_databases(sources, target)
     url = f"sqlite:///{target}"
     upgrade_database(url)  # a no-op at the current head; older recordings are brought up to it
     db = Database(url)
-    studies = operations.list_studies(db, limit=50)
-    biggest = max(studies, key=lambda s: s["trials_total"])["id"]
-    others = [s["id"] for s in studies if s["id"] != biggest] or [biggest]
-    fastest = max(others, key=lambda i: vs_default(db, i))
-    best = operations.get_best(db, biggest)["best"]
-    # An ended study that recommends nothing (Llama 8B: every trial tight or out of memory).
-    none = [s["id"] for s in studies if operations.get_best(db, s["id"])["best"] is None]
-    charts = "document.body.dataset.charts"
-    sorted_view = "document.body.dataset.tableView?.startsWith('sort=tokens_per_s')"
-    # (file, address, ready when, viewport height, element scrolled to the top or None)
-    shots = [
-        (
-            "h200-studies.png",
-            "/",
-            "document.getElementById('compare-button') !== null",
-            240 + 52 * len(studies),  # the header, the filters and a row per study
-            None,
-        ),
-        ("h200-study.png", f"/studies/{biggest}", charts, 1560, None),
-        ("h200-study-strips.png", f"/studies/{biggest}", charts, 900, "effects"),
-        (
-            "h200-study-trials.png",
-            f"/studies/{biggest}?sort=tokens_per_s&order=desc",
-            sorted_view,
-            900,
-            "trials",
-        ),
-        ("h200-study-llama.png", f"/studies/{fastest}", charts, 1000, None),
-    ]
-    if best is not None:
-        trial = f"/studies/{biggest}/trials/{best['trial_number']}"
-        shots.append(("h200-trial.png", trial, "document.body.dataset.trialCharts", 1160, None))
-    shots += [
-        (f"h200-no-recommendation-{i}.png", f"/studies/{i}", charts, 1000, None) for i in none
-    ]
+    for study in operations.list_studies(db, limit=50):
+        rejudge(db, study["id"])
+    return db
+
+
+Shot = tuple[str, str, str, int, str | None]  # file, address, ready when, height, scrolled to
+
+
+def shoot(db: Database, out: Path, shots: list[Shot], width: int = 1400) -> list[str]:
+    """Each shot of the dashboard served over `db`; the page errors Chromium reported."""
     errors: list[str] = []
     for base in _serve(make_app(db)):
         for name, path, ready, height, scroll_to in shots:
-            with Browser(width=1400, height=height) as b:
+            with Browser(width=width, height=height) as b:
                 b.open(base + path, ready=ready)
                 if scroll_to == "effects":  # the card around the strips, its heading in view
                     b.eval("document.getElementById('effects').parentElement.scrollIntoView()")
@@ -180,56 +208,124 @@ def real_screenshots(source: Path, out: Path) -> None:
                     b.eval(f"document.getElementById('{scroll_to}').scrollIntoView()")
                 b.screenshot(out / name, full_page=False)
                 errors += b.errors
-    print(f"screenshots in {out}; studies {biggest}, {fastest}; page errors: {errors}")
+    return errors
+
+
+def real_screenshots(out: Path, session: Path = SESSION) -> list[str]:
+    db = copied(sorted(session.glob("tune-*.db")))
+    studies = operations.list_studies(db, limit=50)
+    biggest = max(studies, key=lambda s: s["trials_total"])["id"]
+    others = [s["id"] for s in studies if s["id"] != biggest] or [biggest]
+    fastest = max(others, key=lambda i: vs_default(db, i))
+    best = operations.get_best(db, biggest)["best"]
+    sorted_view = "document.body.dataset.tableView?.startsWith('sort=tokens_per_s')"
+    shots: list[Shot] = [
+        (
+            "h200-studies.png",
+            "/",
+            "document.getElementById('compare-button') !== null",
+            240 + 52 * len(studies),  # the header, the filters and a row per study
+            None,
+        ),
+        ("h200-study.png", f"/studies/{biggest}", CHARTS, 1560, None),
+        ("h200-study-strips.png", f"/studies/{biggest}", CHARTS, 900, "effects"),
+        (
+            "h200-study-trials.png",
+            f"/studies/{biggest}?sort=tokens_per_s&order=desc",
+            sorted_view,
+            900,
+            "trials",
+        ),
+        ("h200-study-llama.png", f"/studies/{fastest}", CHARTS, 1000, None),
+    ]
+    if best is not None:
+        trial = f"/studies/{biggest}/trials/{best['trial_number']}"
+        shots.append(("h200-trial.png", trial, "document.body.dataset.trialCharts", 1160, None))
+    errors = shoot(db, out, shots)
+    if session != SESSION:
+        print(f"real: studies {biggest}, {fastest} of {session}")
+        return errors
+    tie = copied(sorted(TIE_SESSION.glob("tune-*.db")))
+    (study,) = operations.list_studies(tie, limit=2)
+    errors += shoot(
+        tie,
+        out,
+        [("study-tie-reference-numerics.png", f"/studies/{study['id']}", CHARTS, 900, None)],
+        width=1280,
+    )
+    print(f"real: studies {biggest}, {fastest}, {study['id']} (tie)")
+    return errors
+
+
+def replay_screenshots(out: Path) -> list[str]:
+    url = f"sqlite:///{tempfile.mkdtemp(prefix='screens-')}/dash.db"
+    upgrade_database(url)
+    db = Database(url)
+    ours = replay_study(db, GPT2, "gpt2-124m-h200-ours", "tpe", StudyOptions(), 40, 0)
+    plain = replay_study(db, GPT2, "gpt2-124m-h200-random", "random", PLAIN_SAMPLER, 40, 1)
+    llama = replay_study(db, LLAMA_3B, "llama-3b-h200-untimed", "tpe", StudyOptions(), 8, 0)
+    expert = next(
+        t["number"]
+        for t in operations.list_trials(db, llama)
+        if t["purpose"] == "expert-default" and t["state"] == "complete"
+    )
+    failed, _ = run_ending_study(db, TrialResult.failure(FailureClass.ENVIRONMENT, NO_HF))
+    errors = shoot(
+        db,
+        out,
+        [
+            (
+                "study-failed-environment.png",
+                f"/studies/{failed}",
+                "document.getElementById('best-none') !== null",
+                900,
+                None,
+            ),
+            ("study-expert-default-second.png", f"/studies/{llama}", CHARTS, 900, None),
+            (
+                "trial-expert-default.png",
+                f"/studies/{llama}/trials/{expert}",
+                "document.body.dataset.trialCharts",
+                900,
+                None,
+            ),
+            (
+                "compare.png",
+                f"/compare?a={ours}&b={plain}",
+                "document.body.dataset.compared",
+                900,
+                None,
+            ),
+        ],
+    )
+    for base in _serve(make_app(db)):
+        with Browser(width=1400, height=420) as b:
+            b.open(f"{base}/", ready="document.getElementById('compare-button') !== null")
+            b.click(f"input[name=pick][value={ours}]")
+            b.click(f"input[name=pick][value={plain}]")
+            b.screenshot(out / "studies-compare-pick.png", full_page=False)
+            errors += b.errors
+    print(f"replayed: {ours} (ours), {plain} (random), {llama} (Llama 3B, expert #{expert})")
+    return errors
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "docs/screenshots"))
-    ap.add_argument("--trials", type=int, default=40)
-    ap.add_argument("--real", metavar="DIR", help="screenshot the real studies in DIR/tune-*.db")
+    ap.add_argument(
+        "--real",
+        metavar="DIR",
+        help="only the h200-*.png views, of another session's DIR/tune-*.db (to look at, "
+        "with --out elsewhere: docs/screenshots shows the session the README describes)",
+    )
     args = ap.parse_args()
     out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     if args.real:
-        real_screenshots(Path(args.real), out)
-        return
-    url = f"sqlite:///{tempfile.mkdtemp(prefix='screens-')}/dash.db"
-    upgrade_database(url)
-    db = Database(url)
-    ours = replay_study(db, "gpt2-124m-h200-ours", "tpe", StudyOptions(), args.trials, 0)
-    plain = replay_study(db, "gpt2-124m-h200-random", "random", PLAIN_SAMPLER, args.trials, 1)
-    best = operations.get_best(db, ours)["best"]
-    for base in _serve(make_app(db)):
-        with Browser(width=1400, height=900) as b:
-            b.open(f"{base}/", ready="document.getElementById('compare-button') !== null")
-            b.click(f"input[name=pick][value={ours}]")
-            b.click(f"input[name=pick][value={plain}]")
-            b.screenshot(out / "studies-compare-pick.png")
-            b.open(f"{base}/studies/{ours}", ready="document.body.dataset.charts")
-            b.screenshot(out / "study-views.png")
-            b.eval("document.getElementById('effects').parentElement.scrollIntoView()")
-            b.screenshot(out / "study-strips.png", full_page=False)
-            b.open(
-                f"{base}/studies/{ours}?sort=tokens_per_s&order=desc",
-                ready="document.body.dataset.tableView?.startsWith('sort=tokens_per_s')",
-            )
-            b.eval("document.getElementById('trials').scrollIntoView()")
-            b.screenshot(out / "study-trials-sorted.png", full_page=False)
-            b.open(
-                f"{base}/studies/{ours}?state=failed",
-                ready="document.body.dataset.tableView?.includes('state=')",
-            )
-            b.eval("document.getElementById('trials').scrollIntoView()")
-            b.screenshot(out / "study-trials-failures.png", full_page=False)
-            b.open(f"{base}/compare?a={ours}&b={plain}", ready="document.body.dataset.compared")
-            b.screenshot(out / "compare.png")
-            b.open(
-                f"{base}/studies/{ours}/trials/{best['trial_number']}",
-                ready="document.body.dataset.trialCharts",
-            )
-            b.screenshot(out / "trial-telemetry.png")
-            errors = list(b.errors)
-    print(f"screenshots in {out}; studies {ours} (ours), {plain} (random); page errors: {errors}")
+        errors = real_screenshots(out, Path(args.real))
+    else:
+        errors = real_screenshots(out) + replay_screenshots(out)
+    print(f"screenshots in {out}; page errors: {errors}")
 
 
 if __name__ == "__main__":

@@ -244,7 +244,10 @@ class Recommendation(BaseModel):
         "and the best config at it (best_at_expert), text",
     )
     importance: list[dict[str, Any]] | None = Field(
-        None, description="Per-knob effect and verdict, most important first (finished studies)"
+        None,
+        description="Per knob: each value's best (levels), the effect (effect_rel), the "
+        "importance (its share of the effects beyond noise, log scale) and a verdict, most "
+        "important first (finished studies)",
     )
     cost_model: dict[str, Any] | None = Field(None, description="The memory/time model's accuracy")
     throughput_model: dict[str, Any] | None = Field(

@@ -13,8 +13,12 @@ from rich.table import Table
 
 from autotuner.cli.common import out, safe
 from autotuner.study.labels import (
+    PURPOSE_TAGS,
+    SINGLE_REPEAT,
     budget_used,
     no_recommendation_note,
+    purpose_tag,
+    spread_text,
     trial_label,
     unfinished_note,
 )
@@ -56,7 +60,9 @@ def best_table(view: dict[str, Any]) -> RenderableType:
         if k in rec["params"]:
             table.add_row(safe(k), safe(v))
     spread = ""
-    if rec.get("tokens_per_s_min") is not None:
+    if spread_text(rec) == SINGLE_REPEAT:  # no spread measured: none to print
+        spread = "  (1 timed repeat: no spread measured)"
+    elif rec.get("tokens_per_s_min") is not None:
         spread = f"  (repeats {rec['tokens_per_s_min']:,.0f} .. {rec['tokens_per_s_max']:,.0f})"
     table.add_row("tokens/s", f"{rec['tokens_per_s']:,.0f}{spread}")
     on_gpu = (rec.get("fingerprint") or {}).get("device_type") == "cuda"
@@ -196,11 +202,12 @@ def trials_table(study: dict[str, Any], views: list[dict[str, Any]]) -> Renderab
     columns += ["batch"] * batch + ["MFU"] * has["mfu"] + ["GiB"] * has["peak_mem_gib"]
     rows: list[list[str]] = []
     notes: dict[str, list[int]] = {}
+    single = False
     for v in views:
         tps = v["tokens_per_s"]
-        spread = ""
-        if tps and v["tokens_per_s_min"] is not None:
-            spread = f"{(v['tokens_per_s_max'] - v['tokens_per_s_min']) / 2 / tps:.1%}"
+        spread = spread_text(v).lstrip("±")
+        if spread == SINGLE_REPEAT:
+            spread, single = "1 rep", True
         label = trial_label(v)
         note = trial_note(v)
         if note:
@@ -235,6 +242,10 @@ def trials_table(study: dict[str, Any], views: list[dict[str, Any]]) -> Renderab
         Text.from_markup(f"[bold]{_numbers(numbers)}[/] {safe(note)}")
         for note, numbers in notes.items()
     ]
+    if single:
+        lines.append(
+            Text("±: half the repeats' range; 1 rep: one timed repeat, no spread", style="dim")
+        )
     if any(v.get("global_batch_tokens") for v in views):
         lines.append(Text("batch: tokens per optimizer step (K = 1024)", style="dim"))
     return Group(table, *lines) if lines else table
@@ -262,16 +273,29 @@ def trial_note(view: dict[str, Any]) -> str:
             f"tight: leaves {view['memory_free_rel']:.1%} of the GPU memory free, less than "
             "the study's headroom: not recommended"
         )
-    if not note and view.get("purpose") in _PARITY_NOTES:
-        note = _PARITY_NOTES[view["purpose"]]
+    # What a re-run was for (a re-measurement, an end check), said before why it failed: its
+    # row repeats a config a row above shows, and would read as a duplicate.
+    if purpose_tag(view) and (said := _PURPOSE_NOTES.get(str(view.get("purpose")))):
+        note = f"{said}; {note}" if note else said
     if view.get("retry_of") is not None:
         note = f"retry of #{view['retry_of']}" + (f"; {note}" if note else "")
     return note
 
 
-# A parity run's row names the candidate it checks (search/numerics.py) and measures no
-# throughput (study/trial_list.py leaves its tokens/s out): said once under the table.
-_PARITY_NOTES = {
+# Why a trial that is no search proposal ran (labels.PURPOSE_TAGS names it): said once under
+# the table for every trial of that purpose, so each row stays one line at 80 columns. A parity
+# run's row names the candidate it checks (search/numerics.py) and measures no throughput
+# (study/trial_list.py leaves its tokens/s out).
+_PURPOSE_NOTES = {
+    "expert-default": f"{PURPOSE_TAGS['expert-default']}: the yardstick the recommendation is "
+    "compared with",
+    "remeasure": f"{PURPOSE_TAGS['remeasure']}: a top config again in a fresh process, pooled "
+    "with its first measurement",
+    "headroom": f"{PURPOSE_TAGS['headroom']}: the winner again with an evaluation pass and a "
+    "checkpoint save, for its real peak memory",
+    "reference": f"{PURPOSE_TAGS['reference']}: the best config on one GPU, for the scaling "
+    "efficiency",
+    "proxy": f"{PURPOSE_TAGS['proxy']}: the config on the shallower proxy model (--proxy-layers)",
     "parity-ref": "the numerics check's reference: the candidate shown, run at the reference "
     "precision with fp32 AdamW moments, its loss per step; no throughput measured",
     "parity": "the numerics check's parity run of the candidate shown: its loss per step; no "
@@ -336,6 +360,8 @@ def _varying_knobs(views: list[dict[str, Any]]) -> set[str] | None:
 def _best_cell(v: dict[str, Any]) -> str:
     """What a study recommends so far: its value and trial (`381,892 #2`), `-` before any."""
     value = v.get("recommended_value")
+    if value is None and v.get("status") in ("queued", "running"):
+        return "-"  # the fastest single trial is no recommendation (the dashboard's list agrees)
     value = v.get("best_value") if value is None else value
     number = v["best_trial_number"]
     if number is None:

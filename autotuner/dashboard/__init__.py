@@ -35,6 +35,7 @@ from autotuner.storage.repository import StudyNotFound
 from autotuner.study import operations
 from autotuner.study.export import export_commands
 from autotuner.study.labels import (
+    PURPOSE_TAGS,
     budget_used,
     model_label,
     no_recommendation_note,
@@ -133,7 +134,7 @@ def study_page(
             _db(request), study_id, after=after, last=PAGE_SIZE, charts_at=charts_at
         )
     except StudyNotFound as exc:
-        raise HTTPException(404, str(exc)) from None
+        return _not_found(request, f"{exc}.")
     data = {
         "study": detail["study"],
         "best": detail["best"]["best"],
@@ -156,8 +157,11 @@ def study_page(
         }
         # The trials whose tokens/s is no throughput (a numerics check's parity runs).
         data["not_measurements"] = sorted(NOT_MEASUREMENTS)
+        data["purpose_tags"] = PURPOSE_TAGS  # what a re-measurement or end check is tagged
     if detail["chart_rows"] is not None:
-        data["charts"] = chart_data(detail["chart_rows"])
+        # The line ends on the number the headline and the card show (charts.progress_series).
+        best = detail["best"]["best"]
+        data["charts"] = chart_data(detail["chart_rows"], final=best and best.get("tokens_per_s"))
         data["charts_at"] = detail["study"]["trials_finished"]
     return _respond(request, "study.html", data)
 
@@ -262,7 +266,7 @@ def trial_page(request: Request, study_id: str, number: int) -> Response:
     try:
         data = operations.get_trial_detail(_db(request), study_id, number)
     except (StudyNotFound, NotFound) as exc:
-        raise HTTPException(404, str(exc)) from None
+        return _not_found(request, f"{exc}.")
     return _respond(request, "trial.html", data)
 
 

@@ -1,6 +1,6 @@
 """Which knobs mattered, and which did not (within noise), for the recommendation.
 
-Two views per knob, both honest about noise:
+One measure per knob, read straight off the measurements and honest about noise:
 
 - **Effect**: the best objective reached with each value of the knob, and the ratio between the
   best and the worst of those (`effect_rel`). It reads as "the best config we found with the
@@ -9,38 +9,38 @@ Two views per knob, both honest about noise:
   processes where the top candidates were re-measured), the knob *does not matter within noise*
   and the recommendation says so plainly. Under-explored values look worse than they are, so
   this errs toward "matters", never toward a false "does not matter".
-- **Importance**: Optuna's PED-ANOVA (`optuna.importance.PedAnovaImportanceEvaluator`; fANOVA
-  would need scikit-learn, which the control plane does not ship), computed on the feasible
-  configs, with a permutation baseline: the same (unnormalised) importance on the objective
-  values shuffled across configs, N times. A knob whose importance is not above the
-  baseline's 90th percentile (`above_baseline` false) is indistinguishable from shuffled data
-  by this measure. With the few dozen configs a study measures, and a sampler that
-  concentrates them near the optimum, this test is weak; the verdict therefore rests on the
-  effect, and the importance is reported beside it.
+- **Importance**: each knob's share of the effects beyond noise, on a log scale
+  (`log(1 + effect) - log(1 + noise)`, at least 0, over the knobs that matter): a knob worth
+  4.5x outranks one worth 19%, as their effects say, and a knob within noise has none. Ratios
+  multiply, so their logs add: two knobs worth 2x each weigh as much as one worth 4x.
+
+Why not Optuna's importance evaluators: PED-ANOVA (what this reported before) answers "which
+knob's values tell the top quarter of the configs the search tried from the rest", which
+depends on where the sampler went more than on what the knob does. A guided search spends most
+trials at large micro-batches, so the top quarter and the rest share their micro-batches, and
+a knob the sampler varies everywhere (the optimizer) separates them: on such a study it ranked
+the optimizer (19% effect) at 0.69 and the micro-batch (4.5x) at 0.30
+(`tests/search/test_importance.py`). fANOVA on log-throughput would weigh effects, but needs
+scikit-learn, which the control plane does not ship, and a random forest fitted to the few
+dozen configs a study measures extrapolates into the values the sampler skipped.
 
 A knob whose values moved only together with another knob's (every config with one value of
 it had one value of the other, and the other way round) has no effect of its own to report:
-its verdict is `confounded`, naming the knob it moved with. A knob that changes only memory
-(`allocator`) is `memory only`: no config runs under both of its values. A 10-minute Llama 3B
-study measures two configs, the expert default and the fp8 seed, which differ in precision and (on
-Hopper) attention kernel: the 32.8% between them was reported as what each knob alone is
-worth.
+its verdict is `confounded`, naming the knob it moved with, and no importance. A knob that
+changes only memory (`allocator`) is `memory only`: no config runs under both of its values. A
+10-minute Llama 3B study measures two configs, the expert default and the fp8 seed, which
+differ in precision and (on Hopper) attention kernel: the 32.8% between them was reported as
+what each knob alone is worth.
 """
 
 from __future__ import annotations
 
-import warnings
+import math
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-import optuna
-from optuna.distributions import BaseDistribution, CategoricalDistribution
-from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
-
 from autotuner.numbers import number
 
-PERMUTATIONS = 10
 # Knobs that change what memory is reserved, not the speed. The screen never runs a config under
 # both values (search/screen.py: allocator twins), so the values' bests are other configs' bests:
 # their ratio is no effect of the knob's.
@@ -49,17 +49,14 @@ MEMORY_ONLY_KNOBS = {
     "allocator": "a config runs with expandable segments only where the default may break the "
     "memory headroom",
 }
-MIN_CONFIGS_FOR_IMPORTANCE = 6
-MAX_CONFIGS_FOR_IMPORTANCE = 500  # a random sample of them past this (bounds the cost)
+ORDER = {"matters": 0, "confounded": 1, "memory only": 2, "within noise": 3, "not explored": 4}
 
 
 def knob_report(
-    configs: Sequence[tuple[dict[str, Any], float]],
-    noise_rel: float,
-    *,
-    seed: int = 0,
+    configs: Sequence[tuple[dict[str, Any], float]], noise_rel: float
 ) -> list[dict[str, Any]]:
-    """One row per knob, most important first: effect, importance, baseline and a verdict.
+    """One row per knob, most important first: each value's best, the effect, its importance
+    and a verdict.
 
     `configs`: (params, objective value) of each distinct feasible config (repeats pooled).
     """
@@ -67,9 +64,6 @@ def knob_report(
         return []
     knobs = sorted({k for params, _ in configs for k in params})
     best = max(v for _, v in configs)
-    raw, baseline = _importances(configs, knobs, seed)
-    total = sum(raw.values())
-    importance = {k: round(v / total, 4) for k, v in raw.items()} if total > 0 else {}
     rows = []
     moved_with = _moved_with(configs, knobs)
     for knob in knobs:
@@ -81,12 +75,6 @@ def knob_report(
         row: dict[str, Any] = {
             "knob": knob,
             "levels": {k: round(v, 6) for k, v in sorted(levels.items(), key=lambda kv: -kv[1])},
-            "importance": importance.get(knob),  # share of the summed PED-ANOVA importance
-            "importance_raw": raw.get(knob),
-            "baseline_raw": baseline.get(knob),
-            "above_baseline": (
-                raw[knob] > baseline[knob] if knob in raw and knob in baseline else None
-            ),
             "noise_rel": round(noise_rel, 4),
         }
         if len(levels) < 2:
@@ -128,9 +116,32 @@ def knob_report(
                     f"(noise ±{noise_rel:.1%}; best overall {number(best)})"
                 )
         rows.append(row)
-    order = {"matters": 0, "confounded": 1, "memory only": 2, "within noise": 3, "not explored": 4}
-    rows.sort(key=lambda r: (order[r["verdict"]], -(r["effect_rel"] or 0.0)))
+    _importance(rows, noise_rel)
+    rows.sort(key=lambda r: (ORDER[r["verdict"]], -(r["effect_rel"] or 0.0)))
     return rows
+
+
+def _importance(rows: list[dict[str, Any]], noise_rel: float) -> None:
+    """Each row's `importance`: its share of the summed log effects beyond noise, among the
+    knobs with an effect of their own (`matters`, `within noise`: 0); None for the others
+    (not explored, memory only, confounded: no effect that is the knob's alone)."""
+    floor = math.log1p(max(noise_rel, 0.0))
+    beyond = {}
+    for row in rows:
+        if row["verdict"] in ("matters", "within noise"):
+            effect = row["effect_rel"]
+            beyond[row["knob"]] = (
+                max(0.0, math.log1p(effect) - floor) if math.isfinite(effect) else math.inf
+            )
+    total = sum(beyond.values())
+    for row in rows:
+        share = beyond.get(row["knob"])
+        if share is None:
+            row["importance"] = None
+        elif math.isinf(total):  # a value that measured nothing beside one that did
+            row["importance"] = 1.0 if math.isinf(share) else 0.0
+        else:
+            row["importance"] = round(share / total, 4) if total > 0 else 0.0
 
 
 def _moved_with(
@@ -148,89 +159,3 @@ def _moved_with(
                 out[knob].append(other)
                 out[other].append(knob)
     return out
-
-
-def _importances(
-    configs: Sequence[tuple[dict[str, Any], float]], knobs: list[str], seed: int
-) -> tuple[dict[str, float], dict[str, float]]:
-    varied = [k for k in knobs if len({str(p.get(k)) for p, _ in configs}) > 1]
-    usable = [(p, v) for p, v in configs if all(k in p for k in varied)]
-    if len(varied) < 1 or len(usable) < MIN_CONFIGS_FOR_IMPORTANCE:
-        return {}, {}
-    if len(usable) > MAX_CONFIGS_FOR_IMPORTANCE:
-        # Each PED-ANOVA run builds an Optuna study of every config, 1 + PERMUTATIONS times:
-        # 40 s at 8,000 configs. A fixed random sample bounds it; the effect uses them all.
-        picked = np.random.default_rng(seed).choice(
-            len(usable), MAX_CONFIGS_FOR_IMPORTANCE, replace=False
-        )
-        usable = [usable[i] for i in sorted(picked)]
-    dists: dict[str, BaseDistribution] = {
-        k: _SharedChoices(sorted({str(p[k]) for p, _ in usable})) for k in varied
-    }
-    params = [{k: str(p[k]) for k in varied} for p, _ in usable]
-    values = np.array([v for _, v in usable])
-    study = _study(params, dists)
-    observed = _ped_anova(study, values)
-    rng = np.random.default_rng(seed)
-    shuffled: dict[str, list[float]] = {k: [] for k in varied}
-    for _ in range(PERMUTATIONS):
-        for k, v in _ped_anova(study, rng.permutation(values)).items():
-            shuffled[k].append(v)
-    baseline = {k: round(float(np.percentile(v, 90)), 6) for k, v in shuffled.items() if v}
-    return {k: round(v, 6) for k, v in observed.items()}, baseline
-
-
-class _SharedChoices(CategoricalDistribution):
-    """A knob's choices, one object shared by every trial of the report's study: a deep copy
-    (Optuna copies each trial it adds) is the object itself, its hash computed once. PED-ANOVA
-    groups each run's trials by their distribution; comparing 500 equal copies choice by
-    choice, then hashing each, for every knob of 11 runs was half the knob report's time.
-    The choices never change, so sharing them changes nothing else."""
-
-    __slots__ = ("_hash",)  # kept out of __dict__, which equality and Optuna's JSON read
-
-    def __init__(self, choices: Sequence[str]) -> None:
-        super().__init__(choices)
-        self._hash = super().__hash__()
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        return self is other or super().__eq__(other)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> _SharedChoices:
-        return self
-
-
-def _study(params: list[dict[str, str]], dists: dict[str, BaseDistribution]) -> optuna.Study:
-    """The configs as one Optuna study, built once: each PED-ANOVA run (the observed values,
-    then each permutation) reads its values through `target` (building a study per run took
-    seconds at 500 configs). The trials' own values are unused."""
-    study = optuna.create_study(direction="minimize")
-    study.add_trials(
-        [optuna.trial.create_trial(params=p, distributions=dists, value=0.0) for p in params]
-    )
-    return study
-
-
-def _ped_anova(study: optuna.Study, values: np.ndarray) -> dict[str, float]:
-    """PED-ANOVA importances of reaching high `values` (one per trial of `study`, in order)."""
-    n = len(values)
-    # PED-ANOVA compares the top quantile with the rest; with few trials a 10% quantile holds
-    # one or two configs, so use a quarter (at least two configs).
-    quantile = min(max(0.25, 2.0 / n), 0.5)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            return dict(
-                get_param_importances(
-                    study,
-                    evaluator=PedAnovaImportanceEvaluator(target_quantile=quantile),
-                    normalize=False,
-                    # PED-ANOVA takes low targets as good: the values negated, maximised.
-                    target=lambda t: -float(values[t.number]),
-                )
-            )
-        except (RuntimeError, ValueError):
-            return {}

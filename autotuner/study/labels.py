@@ -112,3 +112,41 @@ def budget_used(study: dict[str, Any]) -> str:
     if max_minutes and used is not None:
         parts.append(f"{used:.1f}/{max_minutes:g} min")
     return " · ".join(parts)
+
+
+# What a trial was run for, where it is not the search's own proposal (search/progress.py's
+# purposes): the tables show it beside the state, since a re-measurement or an end check
+# re-runs a config an earlier row already shows and would otherwise read as a duplicate.
+PURPOSE_TAGS = {
+    "expert-default": "expert default",
+    "remeasure": "re-measurement",
+    "headroom": "headroom check",
+    "parity": "numerics check",
+    "parity-ref": "numerics reference",
+    "reference": "1-GPU reference",
+    "proxy": "proxy",
+}
+
+
+def purpose_tag(view: dict[str, Any]) -> str:
+    """The trial's purpose as the tables tag it (`re-measurement`), or "" for a search or seed
+    trial; nothing for a measured proxy, whose state label already says `proxy`."""
+    if trial_label(view) == "proxy":
+        return ""
+    return PURPOSE_TAGS.get(str(view.get("purpose")), "")
+
+
+SINGLE_REPEAT = "1 repeat"
+
+
+def spread_text(view: dict[str, Any]) -> str:
+    """A measured trial's repeat spread as the tables show it: `±1.2%` (half the min-max range
+    of its timed repeats, relative to the median), `1 repeat` where it ran a single one (its
+    min and max are that repeat: a spread of 0.0% would claim a precision nobody measured;
+    a trial stopped early reports its one repeat), "" where nothing was measured."""
+    tps, low, high = (view.get(k) for k in ("tokens_per_s", "tokens_per_s_min", "tokens_per_s_max"))
+    if not tps or low is None or high is None:
+        return ""
+    if low == high:
+        return SINGLE_REPEAT
+    return f"±{(high - low) / 2 / tps:.1%}"

@@ -198,7 +198,7 @@ class StudyLease:
 
         The trials are read in one read-only transaction, their JSON only where it is needed
         (`live.end_of_study_rows`), and the recommendation computed there (the winner's JSON
-        is read on demand); its evidence (the knob report's permutations, the models' replay:
+        is read on demand); its evidence (the knob report, the models' replay:
         seconds for a big study) is computed with no transaction open; the write is one short
         transaction, fenced by the lease. All of it with the cyclic garbage collector paused
         (study/gc_pause.py)."""

@@ -552,6 +552,7 @@ def _chart_rows(
                 "number": row[0],
                 "state": row[1],
                 "tokens_per_s": None if row[3] in NOT_MEASUREMENTS else row[2],
+                "purpose": row[3],
                 "peak_mem_gib": record.peak_mem_gib,
                 "candidate": not tight and not row[4],
                 "params": {k: v for k, v in zip(knobs, row[split:], strict=True) if v is not None},

@@ -188,7 +188,7 @@ def recommend(
 ) -> dict[str, Any] | None:
     """A JSON-able summary of the winner, or None when no trial completed.
 
-    `evidence` adds the knob report (PED-ANOVA with permutations: a second or so), which the
+    `evidence` adds the knob report (each knob's effect, verdict and importance), which the
     coordinator stores once at the end of a study; live views leave it out.
     """
     rec, ranked = recommend_ranked(trials, objective, options=options)

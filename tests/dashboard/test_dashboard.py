@@ -81,11 +81,23 @@ def test_trial_page_shows_config_result_and_error(study: tuple[Database, str]) -
     assert 'id="config"' in page.text and "FakeGpu H200" in page.text
 
 
-def test_unknown_study_and_trial_are_404(study: tuple[Database, str]) -> None:
+def test_unknown_study_and_trial_are_404_pages(study: tuple[Database, str]) -> None:
+    """Issue 42: an unknown study id showed the raw JSON `{"detail": ...}` in the browser. It
+    is the dashboard's 404 page, saying what was not found, with a link to every study; a
+    script (`format=json`) still gets the JSON."""
     db, study_id = study
     client = TestClient(make_app(db))
-    assert client.get("/studies/st-nope").status_code == 404
-    assert client.get(f"/studies/{study_id}/trials/999").status_code == 404
+    for path, said in (
+        ("/studies/st-nope", "no study with id, id prefix or name &#39;st-nope&#39;"),
+        (f"/studies/{study_id}/trials/999", f"study {study_id} has no trial #999"),
+    ):
+        page = client.get(path)
+        assert page.status_code == 404
+        assert page.headers["content-type"].startswith("text/html"), page.text
+        assert '<p id="not-found">' in page.text and said in page.text, page.text
+        assert 'href="/">All studies</a>' in page.text
+        as_json = client.get(path, params={"format": "json"})
+        assert as_json.status_code == 404 and "detail" in as_json.json()
 
 
 def test_static_chart_library_is_served(study: tuple[Database, str]) -> None:
@@ -93,3 +105,116 @@ def test_static_chart_library_is_served(study: tuple[Database, str]) -> None:
     client = TestClient(make_app(db))
     js = client.get("/static/chart.umd.min.js")
     assert js.status_code == 200 and "Chart.js v4" in js.text[:200]
+
+
+def test_one_number_for_the_best_on_the_study_page_and_the_list(
+    study: tuple[Database, str],
+) -> None:
+    """Issue 42: a first measurement that the re-measurements revised down kept the chart's
+    best-so-far line at the first value while the headline and the card said the pooled one.
+    The line, the card, the headline's value and the studies list now read one number."""
+    from sqlalchemy import update
+
+    from autotuner.search.objective import Objective
+    from autotuner.storage.models import Study, StudyStatus, TrialState
+    from autotuner.storage.repository import TrialRepo
+    from autotuner.study import operations
+    from autotuner.study.live import store_live_best
+    from tests.fakes import measured
+
+    db, study_id = study
+    with db.session() as s:  # the replayed study, as if it were still running
+        s.execute(
+            update(Study).where(Study.id == study_id).values(status=StudyStatus.RUNNING.value)
+        )
+    first = operations.get_best(db, study_id)["best"]
+    assert first is not None
+    lower = first["tokens_per_s"] * 0.8
+    with db.session() as s:  # fresh processes measure the winner 20% below, outvoting the first
+        trials = TrialRepo(s)
+        for _ in range(first["measurements"] + 1):
+            row = trials.create_running(
+                study_id, params=first["params"], config={}, purpose="remeasure"
+            )
+            trials.finish(row, TrialState.COMPLETE, result=measured(lower), objective_value=lower)
+    store_live_best(db, study_id, Objective.TOKENS_PER_S)
+    client = TestClient(make_app(db))
+    data = client.get(f"/studies/{study_id}?format=json").json()
+    line = data["charts"]["progress"]["best"]
+    headline = data["study"]["recommended_value"]
+    assert line[-1][1] == data["best"]["tokens_per_s"] == headline
+    assert headline < first["tokens_per_s"]
+    # The line rose to the first measurement and stepped down where the re-measurements
+    # outvoted it (a step of the line's own, not an end point added to match).
+    steps = [v for _, v in line]
+    assert first["tokens_per_s"] in steps and steps.index(headline) > steps.index(
+        first["tokens_per_s"]
+    )
+    listed = client.get("/?format=json").json()["studies"][0]
+    assert listed["recommended_value"] == headline
+
+
+def test_the_list_never_swaps_the_recommendation_for_the_fastest_trial(
+    study: tuple[Database, str],
+) -> None:
+    """Issue 42: the studies list's best moved while one watched. It showed the fastest single
+    trial (`best_value`) wherever a running study had no stored recommendation (before the
+    first one is written, or after a trial that left none recommendable) and the
+    recommendation's pooled value otherwise. A running study now shows only the latter; one
+    that ended with nothing recommendable shows its fastest, said so."""
+    from sqlalchemy import update
+
+    from autotuner.storage.models import Study, StudyStatus
+
+    db, study_id = study
+    client = TestClient(make_app(db))
+
+    def cell() -> str:
+        match = re.search(r'<td class="num best-value"[^>]*>(.*?)</td>', client.get("/").text)
+        assert match
+        return match.group(1)
+
+    fastest = client.get("/?format=json").json()["studies"][0]["best_value"]
+    for status, shown in (
+        (StudyStatus.RUNNING, "–"),
+        (StudyStatus.COMPLETED, f"{fastest:,.0f} <small>none recommendable</small>"),
+    ):
+        with db.session() as s:
+            s.execute(
+                update(Study)
+                .where(Study.id == study_id)
+                .values(status=status.value, recommendation=None)
+            )
+        assert cell() == shown
+
+
+def test_the_best_so_far_line_ranks_configs_as_the_recommendation_does() -> None:
+    """Each config's measurements pooled (their median), re-measured configs ahead of a single
+    unrepeated measurement (study/recommend.py `_ranked`), end checks and tight trials left
+    out; the line ends on the recommendation's value where that differs."""
+    from autotuner.dashboard.charts import progress_series
+
+    def row(number: int, config: str, tps: float, purpose: str = "search", **kw: object):
+        return {
+            "number": number,
+            "state": "complete",
+            "tokens_per_s": tps,
+            "purpose": purpose,
+            "params": {"precision": config},
+            "candidate": True,
+            **kw,
+        }
+
+    rows = [
+        row(0, "a", 1000.0),
+        row(1, "b", 950.0),
+        row(2, "c", 1200.0, candidate=False),  # tight: a point, never the line
+        row(3, "a", 880.0, "remeasure"),  # a pooled: 940, re-measured, ahead of b's 950
+        row(4, "a", 2000.0, "headroom"),  # an end check: not a measurement of a candidate
+        row(5, "a", 890.0, "remeasure"),  # a pooled: 890
+    ]
+    progress = progress_series(rows)
+    assert progress["best"] == [[0, 1000.0], [3, 940.0], [5, 890.0]]
+    assert [p[1] for p in progress["points"]] == [1000.0, 950.0, 1200.0, 880.0, 2000.0, 890.0]
+    # A recommendation elsewhere (b, say, after a's numerics check failed): the line ends on it.
+    assert progress_series(rows, final=950.0)["best"][-1] == [5, 950.0]

@@ -157,3 +157,61 @@ def test_compile_scope_and_kernels_read_short_in_the_config_column() -> None:
 
     params = {"compile_mode": "default", "compile_scope": "block", "kernels": "fused-ce"}
     assert compact_params(params) == "compile scope=block kernels=fused-ce"
+
+
+def _trial(number: int, tps: float | None, low: float | None, high: float | None, **kw: object):
+    view: dict[str, object] = {
+        "number": number,
+        "state": "complete",
+        "purpose": "search",
+        "params": {"micro_batch_size": 8 * (number + 1), "precision": "bf16"},
+        "tokens_per_s": tps,
+        "tokens_per_s_min": low,
+        "tokens_per_s_max": high,
+        "mfu": 0.41,
+        "peak_mem_gib": 21.5,
+        "global_batch_tokens": 65536,
+        "error_class": None,
+        "error_message": None,
+        "retry_of": None,
+        "tight": False,
+        "memory_free_rel": 0.3,
+    }
+    return {**view, **kw}
+
+
+def test_trials_mark_single_repeats_and_what_a_re_run_was_for() -> None:
+    """Issue 42: a single-repeat trial showed "0.0%" of spread as if perfectly precise, and a
+    re-measurement or a headroom check read as a duplicate of the row it re-runs."""
+    from rich.console import Console
+
+    from autotuner.cli.render import trials_table
+
+    views = [
+        _trial(0, 25_000.0, 24_800.0, 25_300.0),
+        _trial(1, 31_000.0, 31_000.0, 31_000.0),  # one timed repeat
+        _trial(
+            2,
+            30_500.0,
+            30_200.0,
+            30_700.0,
+            purpose="remeasure",
+            params=_trial(1, 0, 0, 0)["params"],
+        ),
+        _trial(
+            3, 30_900.0, 30_600.0, 31_100.0, purpose="headroom", params=_trial(1, 0, 0, 0)["params"]
+        ),
+    ]
+    console = Console(width=80, record=True)
+    console.print(trials_table({"id": "st-1", "status": "completed"}, views))
+    text = console.export_text()
+    assert all(len(line) <= 80 for line in text.splitlines()), text
+    assert "0.0%" not in text, text
+    row = next(line for line in text.splitlines() if line.lstrip().startswith("1 "))
+    assert "1 rep" in row, text
+    assert "1 rep: one timed repeat, no spread" in text
+    # One line per trial (80 columns); what a re-run was for is said under the table.
+    assert sum(1 for line in text.splitlines() if line.lstrip()[:1].isdigit()) == len(views)
+    assert "#2 re-measurement: a top config again in a fresh process" in text, text
+    assert "#3 headroom check: the winner again with an evaluation pass" in text, text
+    assert "1.0%" in text  # a real spread is still shown: (25,300 - 24,800) / 2 / 25,000

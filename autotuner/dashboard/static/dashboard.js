@@ -16,6 +16,7 @@
   const POLL_MS = 5000;
   const live = (status) => status === "queued" || status === "running";
   const PARITY_RUNS = data.not_measurements || []; // their tokens/s is no throughput (trial_list.py)
+  const PURPOSES = data.purpose_tags || {}; // study/labels.py PURPOSE_TAGS: why a trial re-ran
 
   if (data.studies) { liveStudiesList(data); return; }
   if (!data.trials || typeof Chart === "undefined") return; // not a study page
@@ -43,8 +44,10 @@
     // is named as such, not as a best the card below then says does not exist.
     const value = st.recommended_value ?? (data.best ? st.best_value : null);
     const unit = st.objective === "tokens_per_s" ? "tokens/s" : st.objective;
+    // The trial the card below names: one source for the number and the trial.
+    const number = data.best ? data.best.trial_number : st.best_trial_number;
     const best = value
-      ? ` · best so far ${fmt.int(value)} ${unit}${missing(st.best_trial_number) ? "" : ` (trial #${st.best_trial_number})`}`
+      ? ` · best so far ${fmt.int(value)} ${unit}${missing(number) ? "" : ` (trial #${number})`}`
       : missing(st.best_value) ? "" : ` · fastest ${fmt.int(st.best_value)} ${unit}, none recommendable`;
     document.getElementById("progress-text").textContent =
       `${st.trials_launched}${budget} trials launched (${counts || "none yet"})${window.autotuner.minutes(st)}${best}`;
@@ -108,9 +111,15 @@
     // "search"): a time budget's cuts are the reader's to know.
     if (b.stopped) box.append(node("p", { id: "best-search" }, "Search: " + b.stopped));
     if (b.importance && b.importance.length) {
+      // The share is each knob's part of the effects beyond noise (search/importance.py); a
+      // report stored before carries PED-ANOVA's (`importance_raw`), which ranked by where the
+      // sampler went, not by the effects its text states: shown without it.
       const imp = node("table", { class: "kv", id: "importance" });
-      for (const row of b.importance) imp.append(node("tr", {}, node("th", {}, row.knob), node("td", {}, row.text || row.importance)));
-      box.append(node("h3", {}, "Knob importance"), imp);
+      for (const row of b.importance) {
+        const share = row.importance_raw === undefined && !missing(row.importance) ? fmt.pct(row.importance) : "";
+        imp.append(node("tr", {}, node("th", {}, row.knob), node("td", { class: "num share" }, share), node("td", {}, row.text || "")));
+      }
+      box.append(node("h3", {}, "Knob importance ", node("small", {}, "(each knob's share of the measured effects beyond noise)")), imp);
     }
   }
 
@@ -158,12 +167,27 @@
   // One strip plot per knob: each value's measured trials (tokens/s, spread sideways so they
   // don't overlap; a quantile sample past 150 per value), its median as a bar, and its failures
   // as a red cross at 0 with their count. charts.py knob_strips has the data.
+  // `text` cut (with an ellipsis) to `room` pixels in `scale`'s tick font.
+  function fit(scale, text, room) {
+    const ctx = scale.ctx;
+    ctx.save();
+    ctx.font = Chart.helpers.toFont(scale.options.ticks.font).string;
+    let shown = text;
+    while (shown.length > 2 && ctx.measureText(shown === text ? shown : shown + "…").width > room) shown = shown.slice(0, -1);
+    ctx.restore();
+    return shown === text ? text : shown + "…";
+  }
+
   function drawStrips(strips) {
     const box = document.getElementById("effects");
     const c = window.autotuner.colors;
     for (const [knob, strip] of Object.entries(strips)) {
       const id = "effect-" + knob;
-      if (!document.getElementById(id)) box.append(node("div", { class: "strip" }, node("h3", {}, knob), node("canvas", { id })));
+      // A knob of many values (micro-batch: 10) gets two columns of the grid: in one, its
+      // labels had some 30 px each.
+      const wide = strip.values.length > 6;
+      const cls = wide ? "strip wide" : "strip";
+      if (!document.getElementById(id)) box.append(node("div", { class: cls }, node("h3", {}, knob), node("canvas", { id })));
       const points = [], medians = [], failures = [];
       strip.cells.forEach((cell, i) => {
         const dense = cell.tps.length > 40;
@@ -179,7 +203,7 @@
           { label: "median", data: medians, pointStyle: "line", pointRadius: 14, borderWidth: 3, borderColor: c.ink, backgroundColor: c.ink },
           { label: "failed", data: failures, pointStyle: "crossRot", pointRadius: 7, borderWidth: 2, borderColor: c.bad, backgroundColor: c.bad },
         ] },
-        options: { animation: false, parsing: false,
+        options: { animation: false, parsing: false, aspectRatio: wide ? 4 : 2, // as tall as the rest
           plugins: { legend: { display: false }, tooltip: { callbacks: { label: (ctx) => {
             const cell = strip.cells[ctx.raw.i], value = strip.values[ctx.raw.i];
             if (ctx.datasetIndex === 2) return `${knob}=${value}: ${ctx.raw.n} failed`;
@@ -189,14 +213,21 @@
           scales: {
             x: { type: "linear", min: -0.5, max: strip.values.length - 0.5, grid: { display: false },
                  afterBuildTicks: (axis) => { axis.ticks = strip.values.map((_, i) => ({ value: i })); },
-                 // Two lines (the value, then its counts), level: on one line four values'
-                 // labels ran into each other in a quarter-width strip.
-                 ticks: { autoSkip: false, maxRotation: 0, callback: (v) => {
+                 // Lines, level: the value, its measured count, its failures. On one line
+                 // four values' labels ran into each other in a quarter-width strip, and at
+                 // 10,000 trials "1234, 56✗" ran into its neighbour: counts are short (1.2k)
+                 // and the failures get a line of their own.
+                 // A value's name is cut to its share of the strip's width, measured in the
+                 // ticks' font (less the y axis and a gap): "fp8-tensorwise" beside
+                 // "fp8-rowwise" ran into it in a quarter-width strip. All of it is in the
+                 // tooltip.
+                 ticks: { autoSkip: false, maxRotation: 0, callback: function (v) {
                    const cell = strip.cells[v];
                    if (!cell) return "";
-                   const value = String(strip.values[v]); // a long one cut: all of it in the tooltip
-                   const shown = value.length > 14 ? value.slice(0, 13) + "…" : value;
-                   return [shown, `${cell.measured}${cell.failed ? `, ${cell.failed}✗` : ""}`];
+                   const room = (this.chart.width - 70) / strip.values.length - 10;
+                   const lines = [fit(this, String(strip.values[v]), room), fmt.count(cell.measured)];
+                   if (cell.failed) lines.push(`${fmt.count(cell.failed)}✗`);
+                   return lines;
                  } } },
             y: { title: { display: true, text: "tokens/s" }, beginAtZero: true },
           } },
@@ -225,9 +256,14 @@
 
   function row(t) {
     const state = node("td", {}, node("span", { class: "state " + label(t) }, label(t)));
+    // A re-measurement or an end check re-runs a config a row above shows: it says what for
+    // (labels.py purpose_tag), else it reads as a duplicate.
+    const tag = label(t) === "proxy" ? "" : PURPOSES[t.purpose] || "";
+    if (tag) state.append(" ", node("span", { class: "purpose" }, tag));
     if (t.retry_of !== null) state.append(" ", node("small", {}, `(retry of #${t.retry_of})`));
-    const spread = t.tokens_per_s && t.tokens_per_s_min !== null && t.tokens_per_s_max !== null
-      ? "±" + (100 * (t.tokens_per_s_max - t.tokens_per_s_min) / 2 / t.tokens_per_s).toFixed(1) + "%" : "";
+    const spreadText = window.autotuner.spread(t);
+    const spread = spreadText === window.autotuner.SINGLE_REPEAT
+      ? node("small", { class: "single", title: "one timed repeat: no spread was measured" }, spreadText) : spreadText;
     const cells = [
       // The measurements first (as optuna-dashboard and W&B do): a wide space's knobs scroll.
       node("td", {}, node("a", { href: `${base}/trials/${t.number}` }, t.number)), state,
