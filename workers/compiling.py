@@ -17,12 +17,13 @@ mixture-of-experts layer, which sits deeper), a factory model's `.blocks`.
 
 from __future__ import annotations
 
+import traceback
 from collections import deque
 
 import torch
 import torch.nn as nn
 
-from autotuner.spec import CompileMode, CompileScope
+from autotuner.spec import CompileMode, CompileScope, Kernels, Knobs
 from workers.errors import UnsupportedConfig
 
 
@@ -60,3 +61,34 @@ def compile_model(
         block.compile(mode=mode.value)
     kind = type(blocks[0]).__name__
     return model, f"compile_scope block: {len(blocks)} {kind} blocks compiled ({mode.value})"
+
+
+def fused_loss_untraceable(exc: BaseException, knobs: Knobs) -> UnsupportedConfig | None:
+    """A whole-model compile that failed inside Liger-Kernel's code: the pair (kernels,
+    compile_scope model) cannot run, whatever else the config says, so the result names both
+    knobs and the search rules out exactly that pair (a plain compile error names none).
+
+    Seen on the H200 (torch 2.11, liger-kernel 0.8.5): dynamo cannot trace the fused loss's
+    weight-gradient `addmm(..., out_dtype=float32, out=...)` under autocast, in bf16 and fp8
+    alike, while the same kernels with compiled blocks (the loss eager) ran."""
+    if knobs.kernels == Kernels.NONE or knobs.compile_scope != CompileScope.MODEL:
+        return None
+    chain, seen = [], set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    frames = [f.filename for e in chain for f in traceback.extract_tb(e.__traceback__)]
+    in_liger = any("liger_kernel" in name for name in frames) or any(
+        "liger_kernel" in str(e) for e in chain
+    )
+    if not in_liger:
+        return None
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+    return UnsupportedConfig(
+        f"torch.compile could not trace Liger's kernels inside a whole-model graph ({first}); "
+        f"compile the blocks (compile_scope 'block': the loss runs eagerly) with kernels "
+        f"{knobs.kernels.value!r}, or use kernels 'none' with compile_scope 'model'",
+        {"kernels": knobs.kernels.value, "compile_scope": CompileScope.MODEL.value},
+    )

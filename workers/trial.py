@@ -190,6 +190,13 @@ def run_trial(config: TrialConfig) -> TrialResult | None:
     except Exception as exc:
         memory.release_cap()
         failure_class, message, extra = classify(exc)
+        if failure_class == FailureClass.COMPILE_ERROR:
+            from workers.compiling import fused_loss_untraceable
+
+            refusal = fused_loss_untraceable(exc, config.knobs)
+            if refusal is not None:
+                failure_class, message = FailureClass.UNSUPPORTED, str(refusal)
+                extra = {**extra, "unsupported_knobs": refusal.knobs}
         group = info.get("_group")
         if failure_class == FailureClass.CRASH and group is not None and group.stalled():
             failure_class = FailureClass.TIMEOUT

@@ -80,3 +80,37 @@ def test_block_scope_trains_to_the_same_losses_as_eager():
         loss.backward()
         losses.append((loss.item(), model.layers[0].attention.wq.weight.grad.norm().item()))
     assert losses[1] == pytest.approx(losses[0], rel=1e-4)
+
+
+def _raised_in(filename: str) -> BaseException:
+    """A compile error whose traceback passes through `filename` (as dynamo's does when it
+    fails tracing a library's code)."""
+    code = compile(
+        "raise RuntimeError('Dynamo failed to run FX node with fake tensors')", filename, "exec"
+    )
+    try:
+        exec(code, {})
+    except RuntimeError as exc:
+        try:
+            raise torch._dynamo.exc.TorchRuntimeError(
+                "RuntimeError when making fake tensor call"
+            ) from exc
+        except torch._dynamo.exc.TorchRuntimeError as wrapped:
+            return wrapped
+    raise AssertionError("unreachable")
+
+
+def test_a_whole_model_compile_failing_in_ligers_code_blames_the_kernels_and_scope_pair():
+    from workers.compiling import fused_loss_untraceable
+
+    liger = _raised_in("/site/liger_kernel/ops/fused_linear_cross_entropy.py")
+    knobs = Knobs(kernels="fused-ce", compile_mode="default", compile_scope="model")
+    refusal = fused_loss_untraceable(liger, knobs)
+    assert refusal is not None and "compile_scope 'block'" in str(refusal)
+    assert refusal.knobs == {"kernels": "fused-ce", "compile_scope": "model"}
+    # Compiled blocks, no kernels, or a failure elsewhere stay compile errors.
+    assert (
+        fused_loss_untraceable(liger, knobs.model_copy(update={"compile_scope": "block"})) is None
+    )
+    assert fused_loss_untraceable(liger, knobs.model_copy(update={"kernels": "none"})) is None
+    assert fused_loss_untraceable(_raised_in("/site/torch/x.py"), knobs) is None
