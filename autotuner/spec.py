@@ -571,7 +571,8 @@ class DataFile(_Record):
 
 
 class MeasureSettings(_Record):
-    """How a trial measures (MEASUREMENT.md). Defaults suit a GPU; the CPU demo shortens them."""
+    """How a trial measures (docs/measurement.md). Defaults suit a GPU; the CPU demo shortens
+    them."""
 
     warmup_min_steps: int = Field(default=3, ge=1, le=1000)
     warmup_max_steps: int = Field(default=30, ge=1, le=10000)
@@ -595,7 +596,7 @@ class MeasureSettings(_Record):
     # multicast (NVLS) in their VMs; left on, NCCL/symmetric memory may try it and fail or hang
     # at init. A documented setting, not a hidden default: turn it off where NVLS works.
     disable_nvls_multicast: bool = True
-    # A loss-parity trial (the numerics check of a recommendation, MEASUREMENT.md "fp8 and
+    # A loss-parity trial (the numerics check of a recommendation, docs/measurement.md "fp8 and
     # other numerics changes"): None (default) runs the timing protocol. A number N trains N
     # optimizer steps from `seed` on a learnable token stream (workers/data.py ParityBatches:
     # the same tokens for every config of one model and batch shape), records every step's
@@ -641,7 +642,7 @@ class MeasureSettings(_Record):
     # model and optimizer state dicts (serialized, not written to disk), so the result's
     # peak_*_with_eval_ckpt_gib show what a real run that evaluates and checkpoints needs.
     headroom_check: bool = False
-    # Stop a search trial early (MEASUREMENT.md "Noise"): when its first timed repeat runs
+    # Stop a search trial early (docs/measurement.md "Noise"): when its first timed repeat runs
     # below this many tokens/s, the worker stops after it and reports an ok result with
     # `stopped_early` set. The coordinator sets it for search trials only (the incumbent's
     # tokens/s less a margin far beyond the noise: search/early_stop.py); None: never stop.

@@ -61,7 +61,7 @@ HF_LLAMA_125M = {
 }
 
 # Short repeats keep an eager GPT-2 trial to a few seconds of GPU time; the repeatability check
-# uses MEASUREMENT.md's full 1 s repeats.
+# uses docs/measurement.md's full 1 s repeats.
 QUICK = MeasureSettings(
     repeats=3, min_repeat_s=0.3, warmup_min_steps=3, warmup_max_steps=15, timeout_s=60
 )

@@ -12,7 +12,7 @@ has, rewriting the JSON after every trial):
          fsdp2, fsdp2-no-reshard eager, and ddp/fsdp2 compiled.
   nccl   the eager DDP config under NCCL variations (algo Ring/Tree, proto Simple/LL/LL128,
          bucket 100 MB, bf16 compression), each twice, interleaved, beside the default twice:
-         communication settings often differ by less than the noise (MEASUREMENT.md).
+         communication settings often differ by less than the noise (docs/measurement.md).
          ~16 eager trials: give it its own call (`--only nccl`) to stay within ~8 minutes;
          gpt2 + llama fit in another.
   llama  Llama 1B bf16 mb4 flash: 1 GPU vs 2 GPUs with ddp and fsdp2.
@@ -47,7 +47,7 @@ from bench.gpu_validation import _fmt, _spread, _write
 
 GROUPS = ("gpt2", "nccl", "llama", "interference")
 INTERFERENCE_ROUNDS = 3
-# MEASUREMENT.md's 1 s repeats, a short warm-up: an eager GPT-2 trial is ~15 s of wall time.
+# docs/measurement.md's 1 s repeats, a short warm-up: an eager GPT-2 trial is ~15 s of wall time.
 MEASURE = MeasureSettings(repeats=3, min_repeat_s=1.0, warmup_min_steps=3, warmup_max_steps=15)
 EAGER_TIMEOUT_S = 90
 COMPILE_TIMEOUT_S = 180
@@ -343,7 +343,7 @@ def markdown(doc: dict[str, Any]) -> str:
                 f"{g['tokens_per_s_min']:,.0f} | {g['tokens_per_s_max']:,.0f} |"
             )
         lines.append("")
-        lines.append("Settings whose ranges overlap are a tie (MEASUREMENT.md, Noise).")
+        lines.append("Settings whose ranges overlap are a tie (docs/measurement.md, Noise).")
     if doc.get("skipped"):
         lines += ["", f"Skipped (budget): {', '.join(doc['skipped'])}"]
     return "\n".join(lines) + "\n"

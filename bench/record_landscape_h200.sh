@@ -12,7 +12,7 @@ set -euo pipefail
 model=$1 global_batch=$2 minutes=$3
 bash bench/install_wheels_h200.sh
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-100}
-# The lent multi-GPU machines need NVLink multicast off in every process (shared/device/README).
+# The lent multi-GPU machines need NVLink multicast off in every process (their NCCL and symmetric memory fail or hang at init otherwise).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 committed=bench/results/landscape_recording/$model.db
 db=$OUT/$model.db

@@ -20,7 +20,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-# Warm-up is the measurement protocol's (steps until the step time settles: MEASUREMENT.md),
+# Warm-up is the measurement protocol's (steps until the step time settles: docs/measurement.md),
 # counted apart; the rest is what a faster worker could cut.
 OVERHEAD_PHASES = ("start", "imports", "setup", "build", "checks", "exit")
 # The headroom check's evaluation pass and checkpoint save: an end check's purpose, apart too.

@@ -1,26 +1,35 @@
 #!/usr/bin/env bash
-# The wheelhouse (.whl) the lent H200 machine needs, sized to travel: the tree and `.whl`
-# together must stay under the device tool's 64 MiB.
+# The wheelhouse (.whl) the lent GPU machine needs for studies and trials, sized to travel: the
+# tree and `.whl` together must stay under the device tool's 64 MiB.
 #   bash bench/wheelhouse.sh            # from the repo root, on this machine (PyPI reachable)
-# On top of ../shared/device/make-wheelhouse.sh: orjson (storage/session.py imports it), minus
-# what the machine's image has already (shared/device/README.md, KINDS.md's package list), and
-# Ray repacked without what neither a trial nor the coordinator imports (its dashboard's web
-# client, Ray Data, Ray LLM, Tune, Train, Serve, AIR) and its binaries' symbol tables stripped
-# (the dynamic symbols stay), recompressed with LZMA: 38 MB where the script alone gives 58 MB,
-# which with the tree (18 MB on 2026-12-04) is over the limit.
+# On the machine: bash bench/install_wheels_h200.sh, then PYTHONPATH=/tmp/site:$PWD.
+# Python 3.12 x86-64 wheels of what that machine's image lacks (it has torch, numpy, pandas,
+# pyarrow, nvidia-ml-py, aiohttp, grpcio, protobuf, click, pyyaml, requests, filelock, msgpack,
+# tqdm, and httpx, jinja2, rich, typer, psutil and their dependencies): Ray, Optuna, SQLAlchemy,
+# Alembic, pydantic, torchao (float8 training, 8-bit AdamW), the service's FastAPI stack and
+# orjson. Ray is repacked without what neither a trial nor the coordinator imports (its Java jar,
+# RLlib, its dashboard's web client, Ray Data, LLM, Tune, Train, Serve, AIR) and its binaries'
+# symbol tables stripped (the dynamic symbols stay), recompressed with LZMA: 38 MB where Ray as
+# published (79 MB) alone would be over the limit. The hf family's packages travel apart
+# (bench/wheelhouse_hf.sh).
 set -euo pipefail
 dest=.whl
 grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo /.whl/ >> .git/info/exclude
-../shared/device/make-wheelhouse.sh "$dest"
-python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
-  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-  --platform manylinux2014_x86_64 -d "$dest" orjson
-# On the machine already (its image): never installed over it.
-for name in httpx httpcore h11 anyio sniffio jinja2 markupsafe rich typer shellingham psutil; do
-  rm -f "$dest"/"$name"-*.whl
-done
+mkdir -p "$dest"
+get() {
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    --platform manylinux1_x86_64 -d "$dest" "$@"
+}
+get "ray==${RAY_VERSION:-2.60.0}"
+get optuna sqlalchemy alembic mako colorlog greenlet \
+    jsonschema jsonschema-specifications referencing rpds-py \
+    pydantic pydantic-core annotated-types typing-inspection \
+    "torchao==${TORCHAO_VERSION:-0.18.0}"
+get platformdirs fastapi starlette uvicorn orjson fastapi-offline
 # Repacked with LZMA rather than deflate: 26 MB where deflate gives 35 MB (pip's zipfile reads
-# both); on 2026-12-04 the tree (18 MB) and a deflated wheelhouse were over the 64 MiB.
+# both).
 lzma_zip='
 import os, sys, zipfile
 with zipfile.ZipFile(sys.argv[1], "w", compression=zipfile.ZIP_LZMA) as z:
@@ -29,7 +38,7 @@ with zipfile.ZipFile(sys.argv[1], "w", compression=zipfile.ZIP_LZMA) as z:
             for f in files:
                 z.write(os.path.join(root, f))
 '
-drop="dashboard/client llm data tune train serve air"  # folders under ray/
+drop="jars rllib dashboard/client llm data tune train serve air"  # folders under ray/
 strip="^ray/($(echo $drop | tr ' ' '|'))/"
 for w in "$dest"/ray-*.whl; do
   w=$(cd "$(dirname "$w")" && pwd)/$(basename "$w")

@@ -2,7 +2,7 @@
 
 Synthetic: `grad_accum` fixed micro-batches generated on the device once and replayed every
 optimizer step. The data path then costs nothing, and since every step sees the same batches the
-loss must fall step over step (the sanity check in MEASUREMENT.md: a config that does not train
+loss must fall step over step (the sanity check in docs/measurement.md: a config that does not train
 shows up as a loss that does not fall).
 
 Loader (MeasureSettings.data_source `loader`): a token file written to a temp dir, read through

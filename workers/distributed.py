@@ -11,7 +11,7 @@ step, so no rank decides alone to stop, measure one more step, or wait in a coll
   report nothing: the launcher takes the first rank's failure).
 - `slowest(seconds)` after each timed step/repeat: every rank sees the same (slowest) time, so
   all make the same warm-up and steps-per-repeat decisions, and a repeat's time is the slowest
-  rank's (MEASUREMENT.md).
+  rank's (docs/measurement.md).
 - `mean(loss)`: the loss averaged over ranks, so a NaN on one rank fails every rank alike.
 
 A failure inside a step cannot be agreed on (the healthy ranks wait in the step's gradient

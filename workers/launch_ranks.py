@@ -2,7 +2,7 @@
 
 Our own launcher, not torchrun: torchrun restarts or tears down workers by its own rules and
 reports an exit status, while a trial needs a TrialResult that names the first rank that failed
-and why (MEASUREMENT.md: a failure on any rank is the trial's failure, classified by the first
+and why (docs/measurement.md: a failure on any rank is the trial's failure, classified by the first
 rank that failed; no rank may be left waiting in a collective).
 
 Every rank is a process of its own with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT

@@ -1,4 +1,4 @@
-"""The timing protocol of MEASUREMENT.md, over any `step()` and `sync()`.
+"""The timing protocol of docs/measurement.md, over any `step()` and `sync()`.
 
 1. First step, timed alone: it holds torch.compile's tracing and codegen, cuDNN/cuBLAS
    heuristics, allocator growth. Reported as first_step_s, never counted in throughput.

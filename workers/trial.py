@@ -2,7 +2,7 @@
 
     python -m workers.trial --config cfg.json --result out.json     ("-": stdin / stdout)
 
-The order follows MEASUREMENT.md: process-level state first (environment, NCCL variables,
+The order follows docs/measurement.md: process-level state first (environment, NCCL variables,
 before torch is imported), then torch-level state (threads, matmul precision, memory cap), then
 the support checks, then model -> float8 -> optimizer -> compile -> data, then the timing
 protocol (workers/measure.py). Every outcome is a TrialResult; a config failure (oom,

@@ -1,4 +1,4 @@
-"""The numerics check of the recommendation (MEASUREMENT.md, "fp8 and other numerics changes").
+"""The numerics check of the recommendation (docs/measurement.md, "fp8 and other numerics changes").
 
 A winner whose precision changes the numerics (fp16, tf32, fp8-tensorwise, fp8-rowwise), whose
 optimizer keeps 8-bit moments (adamw-8bit), or whose loss runs in Liger's fused kernels (kernels
