@@ -104,7 +104,11 @@ def inductor_dir() -> Path:
 def drop_unfinished_builds(cache: Path) -> list[Path]:
     """Remove the libraries of C++ builds that did not finish (their scratch folder is still
     there) and that no process is building now (their lock is free), with the folder, so the
-    next compile builds them again. Returns the libraries removed."""
+    next compile builds them again. Returns the libraries removed.
+
+    Safe beside concurrent trials of the same study (one per GPU of a node share the cache):
+    a build in progress holds its kernel's lock, and a build's folder is looked at again once
+    the lock is ours, so a library another trial has just finished is never removed."""
     from filelock import FileLock, Timeout  # torch's own lock (a torch dependency)
 
     removed: list[Path] = []
@@ -123,6 +127,12 @@ def drop_unfinished_builds(cache: Path) -> list[Path]:
             library = Path(bucket.path) / f"{name}.so"
             try:
                 with FileLock(cache / "locks" / f"{key}.lock", timeout=0):
+                    # Looked at again under the lock: a concurrent trial of the study may have
+                    # finished this build between the scan and the lock (its scratch folder
+                    # gone, its library whole), and loads the library after releasing the lock
+                    # (inductor's load_fn), so removing it then failed that trial's compile.
+                    if not os.path.isdir(entry.path):
+                        continue
                     if library.exists():
                         library.unlink()
                         removed.append(library)
