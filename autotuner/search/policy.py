@@ -196,8 +196,9 @@ class SearchPolicy:
         self._kinds_seen.add(kind)
         return proxy
 
-    def suggest(self, exclude: set[str]) -> Params | None:
-        """The throughput model's next config (None: leave it to the sampler)."""
+    def suggest(self, exclude: set[str], pending: Sequence[Params] = ()) -> Params | None:
+        """The throughput model's next config (None: leave it to the sampler); `pending`: the
+        configs running now, whose kinds the proposal avoids where it can (proposer.py)."""
         if self.proposer is None:
             return None
         best = self._incumbent
@@ -205,6 +206,7 @@ class SearchPolicy:
             exclude=exclude,
             incumbent=best[1] if best else None,
             best_tokens_per_s=best[0] if best else None,
+            pending=pending,
         )
 
     def knobs(self, params: dict[str, Any]) -> Knobs:

@@ -13,6 +13,14 @@ and proposes the best one that passes the policy's screen. Nothing is pruned her
 candidates it does not pick stay for Optuna's sampler, which proposes whenever this module has
 nothing worth a trial (no incumbent yet, or every expected improvement below `MIN_GAIN`).
 
+Several GPUs run several trials at once, so a proposal is often made while others run
+(`pending`). Those are excluded like measured ones, and their *kind* (micro-batch, precision,
+compile mode and scope: what decides a trial's speed and compile) is avoided where a
+candidate of another kind scores at least `SIMILAR_SCORE` of the best: the best candidate
+is usually a one-knob neighbour of the one just launched, and a second trial of that kind
+teaches the model little before the first reports (the batch stays informative, as Optuna's
+constant liar keeps TPE's). Where nothing of another kind comes close, the best runs.
+
 Candidates are the whole space when it is small (`MAX_ENUMERATED`), else a fixed random sample
 of it plus every one-knob neighbour of the incumbent; a caller may supply its own pool (the
 replay benchmark: only the recorded configs exist).
@@ -23,7 +31,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +48,10 @@ MAX_ENUMERATED = 6000
 SAMPLED = 3000
 MIN_GAIN = 0.003  # expected improvement below 0.3% of the incumbent: not worth a trial
 MAX_SCREENED = 200  # candidates checked against the screen per proposal, best first
+# While trials run, a candidate of a kind none of them is may replace the best one when it
+# scores at least this share of it: within 2x, the expected-improvement-per-second estimate
+# does not tell the two apart as well as a result of a new kind teaches the model.
+SIMILAR_SCORE = 0.5
 
 
 @dataclass
@@ -75,9 +87,15 @@ class Proposer:
         self._pool_ready = False
 
     def suggest(
-        self, *, exclude: set[str], incumbent: Params | None, best_tokens_per_s: float | None
+        self,
+        *,
+        exclude: set[str],
+        incumbent: Params | None,
+        best_tokens_per_s: float | None,
+        pending: Sequence[Params] = (),
     ) -> Params | None:
-        """The candidate worth most per GPU-second, or None to leave the choice to the sampler."""
+        """The candidate worth most per GPU-second, or None to leave the choice to the sampler.
+        `pending`: the configs running now (see the module docstring)."""
         if not best_tokens_per_s or self.throughput.measured == 0:
             return None
         self._fill(incumbent)
@@ -89,12 +107,28 @@ class Proposer:
         gain = _expected_improvement(mean, sd, best_tokens_per_s)
         seconds = np.array([self.costs.expected_s(c.knobs) for c in cands])
         score = gain * self._fit_probability(cands) / seconds
+        busy = self._kinds(pending)
+        best: int | None = None  # the best candidate that passes the screen
         for i in np.argsort(-score)[:MAX_SCREENED]:
             if gain[i] < MIN_GAIN * best_tokens_per_s:
-                return None
-            if self.screen(cands[i].params, cands[i].knobs) is None:
+                break
+            if best is not None and score[i] < SIMILAR_SCORE * score[best]:
+                break  # nothing of another kind comes close: the best runs
+            if self.screen(cands[i].params, cands[i].knobs) is not None:
+                continue
+            if batch_kind(cands[i].knobs) not in busy:
                 return dict(cands[i].params)
-        return None
+            best = i if best is None else best
+        return None if best is None else dict(cands[best].params)
+
+    def _kinds(self, pending: Sequence[Params]) -> set[tuple[Any, ...]]:
+        kinds = set()
+        for params in pending:
+            try:
+                kinds.add(batch_kind(self.space.knobs_for(params, self.model, self.gpus)))
+            except ValueError:  # not a config of this space (an end check's): no kind to avoid
+                continue
+        return kinds
 
     # ------------------------------------------------------------------ candidates
 
@@ -149,6 +183,17 @@ class Proposer:
         )
         z = (limit - need) / np.maximum(sd, 1e-9)
         return 0.5 * (1.0 + _erf(z / math.sqrt(2.0)))
+
+
+def batch_kind(knobs: Knobs) -> tuple[Any, ...]:
+    """What two trials running at once should differ in to teach the model apart: the
+    micro-batch, the precision and the compile (mode and scope)."""
+    return (
+        knobs.micro_batch_size,
+        knobs.precision.value,
+        knobs.compile_mode.value,
+        knobs.compile_scope.value,
+    )
 
 
 def _values(domain: Any) -> list[Any]:

@@ -453,7 +453,7 @@ class StudyRunner:
             or self.optuna.get_trials(deepcopy=False, states=(OptunaState.WAITING,))
         ):
             return False
-        params = self.policy.suggest(self._taken())
+        params = self.policy.suggest(self._taken(), self._running_params())
         if params is None:
             return False
         proxy = self.policy.proxy_for(params)
@@ -481,7 +481,7 @@ class StudyRunner:
         if self.optuna.get_trials(deepcopy=False, states=(OptunaState.WAITING,)):
             return
         taken = self._taken()
-        params = self.policy.suggest(taken)
+        params = self.policy.suggest(taken, self._running_params())
         while params is None and self._later_seeds:
             # The model has nothing worth a trial: the expert's alternatives that waited.
             seed = self._later_seeds.pop(0)
@@ -494,6 +494,11 @@ class StudyRunner:
         or left out for time."""
         running = {canonical_params(f.params) for f in self.in_flight.values()}
         return set(self.measured) | self.attempted | running | self._late
+
+    def _running_params(self) -> list[Params]:
+        """The configs of the search's trials running now: with several GPUs, the next
+        proposal is made while they run (the proposer avoids their kinds where it can)."""
+        return [f.params for f in self.in_flight.values() if f.purpose not in END_CHECKS]
 
     def _too_late(self, knobs: Knobs) -> bool:
         why = self.policy.too_late(knobs, self.max_trials, self.budget.time_left())
