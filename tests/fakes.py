@@ -443,11 +443,26 @@ def fake_trial_marker(study_id: str | None, number: int | None) -> Path:
     return Path(tempfile.gettempdir()) / f"autotuner-fake-trial-{study_id}-{number}"
 
 
+def fake_trial_log(study_id: str | None) -> Path:
+    """One JSON line per FakeTrialRayExecutor trial of the study that ended (not one killed
+    with its Ray worker): its number, the GPU ids Ray gave its task, CUDA_VISIBLE_DEVICES as
+    the task saw it, its start and end (time.time()) and how it ended."""
+    return Path(tempfile.gettempdir()) / f"autotuner-fake-trials-{study_id}.jsonl"
+
+
+def fake_trial_fault(study_id: str | None, number: int | None) -> Path:
+    """Write "raise" (the Ray task raises) or "crash" (the trial's process died: a `crash`
+    result) into this file before trial `number` runs, and it fails so, at once."""
+    return Path(tempfile.gettempdir()) / f"autotuner-fake-fault-{study_id}-{number}"
+
+
 def _fake_trial_task(config_json: str) -> tuple[str, str]:
     """Runs on a Ray worker in a trial's place: says it started, takes $AUTOTUNER_FAKE_TRIAL_S
     (the cluster's environment, 1 s by default), and measures what a fake GPU would, if Ray
     gave the task one: on a node without, it measures the CPU, 100x slower, as a trial that
-    lost its GPU reservation would."""
+    lost its GPU reservation would. Logs what it saw (fake_trial_log); fails as told
+    (fake_trial_fault)."""
+    import json
     import os
     import socket
     import time
@@ -455,15 +470,35 @@ def _fake_trial_task(config_json: str) -> tuple[str, str]:
     import ray
 
     config = TrialConfig.model_validate_json(config_json)
+    start = time.time()
     fake_trial_marker(config.study_id, config.trial_number).touch()
-    time.sleep(float(os.environ.get(FAKE_TRIAL_S_ENV, "1")))
     gpus = ray.get_gpu_ids()
+    fault_file = fake_trial_fault(config.study_id, config.trial_number)
+    fault = fault_file.read_text().strip() if fault_file.exists() else None
+    if fault is None:
+        time.sleep(float(os.environ.get(FAKE_TRIAL_S_ENV, "1")))
+    record = {
+        "number": config.trial_number,
+        "gpus": [str(g) for g in gpus],
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "start": start,
+        "end": time.time(),
+        "outcome": fault or "ok",
+    }
+    with open(fake_trial_log(config.study_id), "a") as log:  # one short append per trial
+        log.write(json.dumps(record) + "\n")
+    if fault == "raise":
+        raise RuntimeError(f"trial #{config.trial_number} raised (fake)")
     node = ray.get_runtime_context().get_node_id()[:8]
+    worker = f"{socket.gethostname()}:{os.getpid()}@{node} gpus={gpus}"
+    if fault == "crash":
+        result = TrialResult.failure(FailureClass.CRASH, "killed by SIGKILL (fake)", wall_s=0.0)
+        return result.model_dump_json(), worker
     mb = config.knobs.micro_batch_size
     tps = 10_000.0 * mb / (mb + 8) * (1.0 if gpus else 0.01)
     fingerprint = FAKE_GPU if gpus else FAKE_GPU.model_copy(update={"device_type": "cpu"})
     result = measured(tps, fingerprint=fingerprint, wall_s=1.0)
-    return result.model_dump_json(), f"{socket.gethostname()}:{os.getpid()}@{node} gpus={gpus}"
+    return result.model_dump_json(), worker
 
 
 def fake_ray_executor(address: str) -> Any:
