@@ -10,8 +10,10 @@ it runs and restores them after. A fresh Ray worker per trial cost 0.17-0.23 s p
 1.0 s per trial on the H200 (16% of a 33-trial eager GPT-2 study's wall, before this change:
 bench/results/h200_session_20261201/). Multi-GPU node tasks (placement.py) keep max_calls=1.
 
-Concurrency comes from the cluster: one trial per `gpus_per_trial` free GPUs. On a CPU-only
-cluster trials run one at a time, because two trials sharing cores would measure each other.
+Concurrency comes from the cluster: one trial per `gpus_per_trial` free GPUs, each pinned by
+Ray to its own (its task's CUDA_VISIBLE_DEVICES, which the trial's process inherits). On a
+CPU-only cluster trials run one at a time, because two trials sharing cores would measure each
+other. (tests/faults/test_concurrent_gpus.py; docs/architecture.md "Several trials at once".)
 
 A trial on one GPU is one task with num_gpus=1. A trial on k > 1 GPUs first reserves them as a
 placement group, one bundle per rank (PACK: on one node when one has k free GPUs), then runs one
