@@ -15,6 +15,7 @@ One Ray cluster for the module: starting one costs seconds of the 2-core CI mach
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -62,9 +63,7 @@ def cluster() -> Iterator[Any]:
     ray.shutdown()  # a Ray left connected by an earlier test would be used instead
     before = os.environ.get(FAKE_TRIAL_S_ENV)
     os.environ[FAKE_TRIAL_S_ENV] = str(TRIAL_S)  # the node inherits it at its start
-    head = Cluster(
-        initialize_head=True, head_node_args={"num_cpus": GPUS + 1, "num_gpus": GPUS}
-    )
+    head = Cluster(initialize_head=True, head_node_args={"num_cpus": GPUS + 1, "num_gpus": GPUS})
     try:
         yield head
     finally:
@@ -111,7 +110,7 @@ def _one_gpu_each_and_no_overlap(log: list[dict[str, Any]]) -> None:
         by_gpu.setdefault(entry["gpus"][0], []).append(entry)
     for gpu, entries in by_gpu.items():
         entries.sort(key=lambda e: e["start"])
-        for a, b in zip(entries, entries[1:], strict=False):
+        for a, b in itertools.pairwise(entries):
             assert b["start"] >= a["end"], f"trials #{a['number']} and #{b['number']} on GPU {gpu}"
 
 
@@ -130,7 +129,9 @@ def _study(db: Database, max_trials: int) -> str:
     return study_id
 
 
-def test_three_gpus_run_three_trials_at_once_each_on_its_own_gpu(executor: Any, pg_url: str) -> None:
+def test_three_gpus_run_three_trials_at_once_each_on_its_own_gpu(
+    executor: Any, pg_url: str
+) -> None:
     db = Database(pg_url)
     study_id = _study(db, max_trials=6)
     runner = StudyRunner(db, study_id, executor, poll_s=0.1)
