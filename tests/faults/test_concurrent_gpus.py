@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from autotuner.options import StudyOptions
 from autotuner.search.progress import SEARCH_TRIALS
 from autotuner.search.space import parse_space
 from autotuner.spec import ModelSpec, canonical_params
@@ -51,6 +52,8 @@ SPACE = parse_space(
     }
 )
 MODEL = ModelSpec.resolve({"preset": "tiny"})
+# The search alone: the end's re-measurements and headroom check add batches, not coverage.
+SEARCH_ONLY = StudyOptions(remeasure_top=0, headroom=0)
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -124,7 +127,14 @@ def _max_overlap(log: list[dict[str, Any]]) -> int:
 
 
 def _study(db: Database, max_trials: int) -> str:
-    study_id = create_study(db, model=MODEL, space=SPACE, max_trials=max_trials, device_type="cuda")
+    study_id = create_study(
+        db,
+        model=MODEL,
+        space=SPACE,
+        max_trials=max_trials,
+        device_type="cuda",
+        options=SEARCH_ONLY,
+    )
     fake_trial_log(study_id).unlink(missing_ok=True)
     return study_id
 
@@ -159,6 +169,8 @@ def test_a_failed_trial_gives_its_gpu_to_the_next(executor: Any, pg_url: str, fa
     fake_trial_fault(study_id, 1).write_text(fault)  # #1 fails at once, beside #0 and #2
     runner = StudyRunner(db, study_id, executor, poll_s=0.1)
     runner.start()
+    runner.step()  # the first round fills the three GPUs
+    assert sorted(f.number for f in runner.in_flight.values()) == [0, 1, 2]
     deadline = time.monotonic() + 120
     while not runner.done and time.monotonic() < deadline:
         runner.step()
@@ -166,10 +178,17 @@ def test_a_failed_trial_gives_its_gpu_to_the_next(executor: Any, pg_url: str, fa
     log = {e["number"]: e for e in _log(study_id)}
     failed = log[1]
     assert failed["outcome"] == fault
-    # The next trial launched after #1 failed ran on #1's GPU while the first ones still ran.
-    after = min((e for e in log.values() if e["start"] >= failed["end"]), key=lambda e: e["start"])
-    assert after["gpus"] == failed["gpus"], (failed, after)
-    assert after["start"] < log[0]["end"], "the freed GPU waited for a whole batch to end"
+    # #1's GPU served another trial while #0 and #2 still ran (Ray assigns a GPU when a task
+    # gets its worker, not in submission order, so which trial took it may vary), and three
+    # trials besides #1 ran at once: the failure kept no GPU.
+    others_end = min(log[0]["end"], log[2]["end"])
+    reused = [
+        e
+        for n, e in log.items()
+        if n != 1 and e["gpus"] == failed["gpus"] and failed["end"] <= e["start"] < others_end
+    ]
+    assert reused, (failed, sorted(log.values(), key=lambda e: e["start"]))
+    assert _max_overlap([e for n, e in log.items() if n != 1]) == GPUS
     _one_gpu_each_and_no_overlap(list(log.values()))
     trials = _trials(db, study_id)
     assert trials[1].state == TrialState.FAILED and trials[1].retried
