@@ -70,13 +70,20 @@ PORT_PROBE_TIMEOUT_S = 2.0  # a GCS or raylet port that does not accept within t
 
 def _run_trial_task(config_json: str) -> tuple[str, str]:
     """Runs on a Ray worker: one trial in a fresh subprocess; returns (result json, worker)."""
-    import socket
-
     from workers.launch import run_trial_process
 
     config = TrialConfig.model_validate_json(config_json)
     result = run_trial_process(config)
-    return result.model_dump_json(), f"{socket.gethostname()}:{os.getpid()}"
+    return result.model_dump_json(), worker_name()
+
+
+def worker_name() -> str:
+    """Where a trial ran, as its row's `worker` says: host and process, and the GPU Ray gave
+    the task (its CUDA_VISIBLE_DEVICES, the trial's process's too), so on a node running one
+    trial per GPU each trial names its own."""
+    where = f"{socket.gethostname()}:{os.getpid()}"
+    gpus = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return f"{where} gpu={gpus}" if gpus else where
 
 
 def _probe_task() -> dict[str, Any]:
