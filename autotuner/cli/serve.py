@@ -163,4 +163,3 @@ def serve(
         log_level=log_level.lower(),
         timeout_graceful_shutdown=10,
     )
-
