@@ -55,7 +55,7 @@ from autotuner.cli.render import (
     studies_table,
     trials_table,
 )
-from autotuner.status import ENDED_STATUSES
+from autotuner.status import STOPPED_STATUSES
 
 if TYPE_CHECKING:
     from autotuner.cli.client import Backend
@@ -228,7 +228,7 @@ def _watch_json(source: Backend, study: str, interval: float) -> None:
         if line != last:
             print(line, flush=True)
             last = line
-        if view["status"] in ENDED_STATUSES:
+        if view["status"] in STOPPED_STATUSES:
             return
         time.sleep(interval)
 
@@ -248,7 +248,7 @@ def _watch_table(source: Backend, study: str, interval: float) -> None:
             f"trial(s); updated {stamp}"
             + (
                 ""
-                if view["status"] in ENDED_STATUSES
+                if view["status"] in STOPPED_STATUSES
                 else f", every {interval:g} s (Ctrl-C to stop)"
             )
         )
@@ -256,7 +256,7 @@ def _watch_table(source: Backend, study: str, interval: float) -> None:
 
     view = source.best(study)
     with Live(frame(view), console=out, auto_refresh=False) as live:
-        while view["status"] not in ENDED_STATUSES:
+        while view["status"] not in STOPPED_STATUSES:
             time.sleep(interval)
             view = source.best(study)
             live.update(frame(view), refresh=True)

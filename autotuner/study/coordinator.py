@@ -16,6 +16,7 @@ become `lost` and are retried once (`lifecycle.StudyLease.take`).
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from typing import Any
@@ -66,6 +67,8 @@ from autotuner.study.trials import (
 )
 
 __all__ = ["MAX_IDLE_PROPOSALS", "Event", "StudyRunner", "create_study", "default_owner"]
+
+log = logging.getLogger(__name__)
 
 # How many proposals in a row may be ruled out or repeat a measured config before we conclude
 # the sampler has nothing new to offer (a small space fully explored).
@@ -637,6 +640,20 @@ class StudyRunner:
     def _store_waiting(self, reason: str | None, paused_s: float) -> None:
         self.lease.set_waiting(reason, paused_s)
         self.on_event(Event("waiting" if reason else "resumed", message=reason))
+
+    def interrupt(self, why: str) -> None:
+        """Stop for now (Ctrl-C, SIGTERM, a service's drain): cancel the trials in flight,
+        store them and the study as interrupted, give the lease back (`autotuner resume`
+        continues it: its trials, budget left and seeds are all in its rows)."""
+        for handle in list(self.in_flight):
+            try:
+                self.executor.cancel(handle)
+            except Exception:  # the cluster may be gone too: the rows are what resume reads
+                log.warning("study %s: could not cancel %s", self.study_id, handle)
+        self.in_flight.clear()
+        self.lease.interrupt(why)
+        self.done = True
+        self.on_event(Event("done", state=StudyStatus.INTERRUPTED, message=why))
 
     def _fail_study(self, message: str) -> None:
         self.lease.fail(message)
