@@ -187,11 +187,13 @@ class StudyRunner:
         if study.device_type != self.target.device_type:  # submitted without a target, or moved
             self.lease.record_device(self.target.device_type)
         too_big = self.target.device_type == "cuda" and self.gpus_per_trial > self.target.gpus_total
-        if too_big:
-            # It could never be scheduled: say so and stop, rather than wait forever for GPUs.
+        if too_big or (self.target.device_type != "cuda" and self.gpus_per_trial > 1):
+            # It could never be scheduled as asked (on the CPU a trial is one process): say so
+            # and stop, rather than wait forever for GPUs or store a count it did not run.
+            have = self.target.gpus_total if too_big else 0
             self._fail_study(
                 f"each trial asks for {self.gpus_per_trial} GPUs but the cluster has "
-                f"{self.target.gpus_total}; resubmit with --gpus {self.target.gpus_total} "
+                f"{have}; resubmit with --gpus {max(have, 1)} "
                 f"or fewer, or add GPU workers to the cluster"
             )
             return

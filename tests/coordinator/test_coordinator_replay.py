@@ -367,3 +367,24 @@ def test_a_config_lost_three_times_in_a_row_is_then_a_crash_with_its_retry(
     retry = trials[LOST_LIMIT]
     assert (retry.retry_of, retry.attempt) == (charged.number, 2)
     assert retry.state == TrialState.COMPLETE
+
+
+def test_a_multi_gpu_study_on_a_cluster_without_gpus_fails_rather_than_run_one_process(
+    db: Database,
+) -> None:
+    """Issue 42: `--gpus 4` where there is no GPU ran one CPU process and kept 4 on the study;
+    submitted to a bare database, it fails at its start with the fix, nothing launched."""
+    from autotuner.executors.base import Target
+
+    study_id = create_study(db, model=MODEL, space=SPACE, max_trials=5, gpus_per_trial=4)
+    cpu = Target("cpu", 0)
+    executor = ReplayExecutor(synthetic_landscape(KNOBS), list(KNOBS), slots=1, target=cpu)
+    runner = StudyRunner(db, study_id, executor, poll_s=0.0)
+    runner.run()
+    assert runner.done and not executor.submitted
+    with db.session() as s:
+        study = StudyRepo(s).require(study_id)
+        assert study.status == StudyStatus.FAILED
+        assert "asks for 4 GPUs but the cluster has 0; resubmit with --gpus 1" in (
+            study.error_message or ""
+        )
