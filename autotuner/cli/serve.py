@@ -84,8 +84,9 @@ def serve(
 
     With $AUTOTUNER_TOKEN set, every call needs it as a bearer token, reads
     included (browsers sign in at /login), unless --public-reads. Listening
-    beyond localhost needs a token of 32 characters or more. Studies left unfinished by a previous
-    run are picked up again on start.
+    beyond localhost needs a token of 32 characters or more. Studies a
+    crashed previous run left unfinished are picked up again on start; those
+    a drain (SIGTERM) interrupted wait for `autotuner resume STUDY --server`.
 
     The service reads a study's own token data only under the directories
     given with --data-dir or $AUTOTUNER_DATA_DIRS, and runs model factories
