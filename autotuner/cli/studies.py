@@ -309,7 +309,15 @@ def status(
         print_json(views[0] if study else views)
         return
     out.print(studies_table(views))
-    if study and views[0].get("error_message"):
+    if study and views[0]["status"] == "interrupted":
+        # Not an error: stopped by its user or a drain, and not over.
+        err.print(
+            f"{safe(views[0].get('error_message') or 'interrupted')}; continue it with: "
+            f"autotuner resume {safe(views[0]['id'])}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    elif study and views[0].get("error_message"):
         err.print(f"error: {safe(views[0]['error_message'])}", highlight=False, soft_wrap=True)
 
 

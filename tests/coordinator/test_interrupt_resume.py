@@ -67,6 +67,8 @@ def test_sigint_and_sigterm_interrupt_tune_and_resume_finishes_it(tmp_path: Path
     # Nothing left running; the cancelled trial says so, and runs again at resume.
     states = _rows(db, "SELECT state, error_class FROM trials")
     assert ("running", None) not in states and ("lost", "interrupted") in states, states
+    _, said = _start("status", study_id, "--db", db).communicate(timeout=60)
+    assert f"interrupted by SIGINT; continue it with: autotuner resume {study_id}" in said
 
     resumed = _start("resume", study_id, "--db", db)
     _interrupt(resumed, db, signal.SIGTERM)
