@@ -161,7 +161,9 @@ def run_here(
     recommendation (exit 1 for a failed study). Ctrl-C or SIGTERM interrupts it: the trials in
     flight are cancelled, the study is stored `interrupted` (nothing left running), and the
     exit status is 128 + the signal's number (130, 143) with the command that continues it."""
+    from autotuner.inputs import UserError
     from autotuner.study.coordinator import StudyRunner
+    from autotuner.study.pause import WaitingForGpus
 
     progress = _TuneProgress(total, quiet=as_json)
     runner = StudyRunner(database, study_id, executor, owner=owner, on_event=progress.on_event)
@@ -169,6 +171,14 @@ def run_here(
         with interruptible() as stopped, progress:
             try:
                 runner.run()
+            except WaitingForGpus as exc:
+                # A GPU study resumed where its GPUs are not: it stays interrupted, not
+                # waiting here for GPUs that this machine will never have.
+                runner.interrupt(f"interrupted: resumed where its GPUs are not ({exc})")
+                raise UserError(
+                    f"study {study_id} runs on GPUs and this cluster has none: {exc}; resume "
+                    "it where they are (--ray-address, or --server URL)"
+                ) from None
             except KeyboardInterrupt:
                 # Ignored from here on: a second Ctrl-C must not cut the write short.
                 runner.interrupt(f"interrupted by {stopped.name}")
