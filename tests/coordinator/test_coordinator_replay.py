@@ -393,10 +393,10 @@ def test_a_multi_gpu_study_on_a_cluster_without_gpus_fails_rather_than_run_one_p
 def test_a_gpu_study_resumed_where_there_is_no_gpu_stays_interrupted(db: Database) -> None:
     """`autotuner resume` of a GPU study on a machine without one says where to resume it and
     leaves it interrupted (not queued under this process's lease for a service to adopt)."""
+    from autotuner.cli.tune import run_here
     from autotuner.executors.base import Target
     from autotuner.inputs import UserError
     from autotuner.study.resume import resume_study
-    from autotuner.cli.tune import run_here
 
     study_id = create_study(db, model=MODEL, space=SPACE, max_trials=5, device_type="cuda")
     with db.session() as s:
