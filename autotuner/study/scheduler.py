@@ -439,6 +439,8 @@ class Scheduler:
                     "study %s: the database is down; not stored as interrupted",
                     slot.runner.study_id,
                 )
+            except Exception:  # one study's failure must not keep the others or Ray up
+                log.exception("study %s: storing the interrupt", slot.runner.study_id)
         if self.executor is not None:
             try:  # a local Ray cluster must not outlive the service that started it
                 self.executor.close()
