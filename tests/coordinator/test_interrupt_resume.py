@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from sqlalchemy import text
 
 from tests.direct_db import direct_connection
@@ -58,15 +59,21 @@ def _interrupt(proc: subprocess.Popen[str], db: str, sig: signal.Signals) -> tup
 
 def test_sigint_and_sigterm_interrupt_tune_and_resume_finishes_it(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'r.db'}"
-    tune = _start("tune", "examples/tiny.yaml", "--space", "cpu-demo", "--trials", "3", "--db", db)
+    # cpu-demo with longer repeats: a trial lasts seconds, so a signal seldom falls between two.
+    space = tmp_path / "space.yaml"
+    spec = yaml.safe_load((REPO / "search_spaces" / "cpu-demo.yaml").read_text())
+    spec["measure"]["min_repeat_s"] = 1.0
+    space.write_text(yaml.safe_dump(spec))
+    tune = _start("tune", "examples/tiny.yaml", "--space", str(space), "--trials", "3", "--db", db)
     _, err = _interrupt(tune, db, signal.SIGINT)
     ((study_id, status, message),) = _rows(db, "SELECT id, status, error_message FROM studies")
     assert status == "interrupted" and message == "interrupted by SIGINT"
     assert f"continue it with: autotuner resume {study_id}" in err
     assert "Traceback" not in err
     # Nothing left running; the cancelled trial says so, and runs again at resume.
+    # Nothing left running (a trial between two others may have ended before the signal).
     states = _rows(db, "SELECT state, error_class FROM trials")
-    assert ("running", None) not in states and ("lost", "interrupted") in states, states
+    assert not [row for row in states if row.state == "running"], states
     _, said = _start("status", study_id, "--db", db).communicate(timeout=60)
     assert f"interrupted by SIGINT; continue it with: autotuner resume {study_id}" in said
 
@@ -88,7 +95,9 @@ def test_sigint_and_sigterm_interrupt_tune_and_resume_finishes_it(tmp_path: Path
     launched = [t for t in trials if t.state != "pruned" and t.retry_of is None]
     assert len(launched) == 3, trials
     interrupted = {t.number: t for t in trials if t.error_class == "interrupted"}
-    assert len(interrupted) >= 2, trials
+    # Each signal met a trial unless it fell in the instant between two (a trial lasts seconds).
+    assert interrupted, trials
+    assert all(t.state == "lost" for t in interrupted.values()), trials
     reruns = {t.retry_of: t for t in trials if t.retry_of in interrupted}
     assert set(reruns) == set(interrupted), trials
     assert all(reruns[n].attempt == interrupted[n].attempt for n in reruns), trials
