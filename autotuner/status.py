@@ -12,7 +12,13 @@ class StudyStatus(StrEnum):
     COMPLETED = "completed"  # budget spent or converged; has a recommendation if any trial ran
     CANCELLED = "cancelled"
     FAILED = "failed"  # the study itself could not run (e.g. every trial failed for infra)
+    # Stopped by its user (Ctrl-C or SIGTERM of `tune`) or a service's drain: its running
+    # trials were cancelled and marked so; nothing runs it until `autotuner resume` asks.
+    INTERRUPTED = "interrupted"
 
 
 # A study in one of these is over: no coordinator takes it again.
 ENDED_STATUSES = frozenset({StudyStatus.COMPLETED, StudyStatus.CANCELLED, StudyStatus.FAILED})
+# Nothing runs a study in one of these now (a watcher stops watching): the ended ones, and an
+# interrupted one until it is resumed.
+STOPPED_STATUSES = ENDED_STATUSES | {StudyStatus.INTERRUPTED}

@@ -224,6 +224,25 @@ def cancel_study(study: StudyRef, request: Request) -> dict[str, Any]:
     return view
 
 
+@router.post(
+    "/studies/{study}/resume",
+    response_model=StudyView,
+    response_model_exclude_unset=True,
+    dependencies=[Depends(require_token)],
+    responses={**_STUDY_ERRORS, **_AUTH_ERRORS, 409: {"description": "Not interrupted"}},
+    summary="Resume an interrupted study where it stopped",
+)
+def resume_study(study: StudyRef, request: Request) -> dict[str, Any]:
+    """Queue an interrupted study (Ctrl-C or SIGTERM of `tune`, a service's drain) again: this
+    service's coordinator runs it on with its trials, budget left and seeds. A service never
+    runs an interrupted study unless asked so."""
+    from autotuner.study.resume import resume_study as resume
+
+    view = resume(_db(request), study)
+    _wake(request)
+    return view
+
+
 @router.get(
     "/studies/{study}/export",
     responses={

@@ -31,9 +31,45 @@ CSP = (
 # /docs (Swagger UI, served from this origin: autotuner.api.docs) runs under CSP itself. ReDoc
 # at /redoc styles its page by inserting <style> elements (styled-components) and searches in a
 # blob: worker, so that page alone allows inline styles and blob workers; scripts stay 'self'.
+# The shortest token a service listening beyond localhost accepts: 32 characters are 128 bits
+# as hex, what `openssl rand -hex 16` gives; a short word is guessed by whoever reaches the port.
+MIN_PUBLIC_TOKEN_CHARS = 32
 REDOC_CSP = CSP.replace("style-src 'self'", "style-src 'self' 'unsafe-inline'") + (
     "; worker-src 'self' blob:"
 )
+
+
+def public_bind_refusal(host: str, token: str | None) -> str | None:
+    """Why `serve --host HOST` must not start with this token, or None: beyond localhost every
+    change needs a token, and one that whoever reaches the port cannot guess."""
+    if loopback(host):
+        return None
+    fix = "export AUTOTUNER_TOKEN=$(openssl rand -hex 32), or listen on 127.0.0.1"
+    if not token:
+        return (
+            f"--host {host} listens beyond this machine and AUTOTUNER_TOKEN is not set: anyone "
+            f"who reaches the port could submit and cancel studies; {fix}"
+        )
+    if len(token) < MIN_PUBLIC_TOKEN_CHARS:
+        return (
+            f"--host {host} listens beyond this machine and AUTOTUNER_TOKEN has {len(token)} "
+            f"characters, under the {MIN_PUBLIC_TOKEN_CHARS} a public service needs (a short "
+            f"one can be guessed); {fix}"
+        )
+    return None
+
+
+def loopback(host: str) -> bool:
+    """Whether `host` is this machine only (a host name other than localhost may resolve to
+    anything, so it is not)."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def session_value(token: str) -> str:

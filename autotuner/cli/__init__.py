@@ -1,6 +1,6 @@
 """The `autotuner` command line: the app, and which verb lives where.
 
-- `tune.py`: `tune`, a whole study in this process;
+- `tune.py`: `tune`, a whole study in this process; `resume.py`: `resume`, an interrupted one;
 - `studies.py`: `submit`, `best`, `trials`, `status`, `cancel`, `export`, on the service
   (`--server`) or a local database (`--db`) through `client.py`'s two backends;
 - `serve.py`: `serve`, the service; `spaces.py`: `spaces`; `bench.py`: `bench ...`;
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import typer
 
-from autotuner.cli import bench, serve, spaces, studies, tune
+from autotuner.cli import bench, resume, serve, spaces, studies, tune
 from autotuner.cli.help_names import HelpNamedCommand, HelpNamedGroup
 
 app = typer.Typer(
@@ -41,6 +41,7 @@ app.command(cls=HelpNamedCommand)(studies.best)
 app.command(cls=HelpNamedCommand)(studies.trials)
 app.command(cls=HelpNamedCommand)(studies.status)
 app.command(cls=HelpNamedCommand)(studies.cancel)
+app.command(cls=HelpNamedCommand)(resume.resume)
 app.command(cls=HelpNamedCommand)(studies.export)
 app.command(cls=HelpNamedCommand)(serve.serve)
 app.command(cls=HelpNamedCommand)(spaces.spaces)

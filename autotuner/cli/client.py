@@ -146,6 +146,10 @@ class ServiceClient:
     def cancel(self, ref: str) -> dict[str, Any]:
         return self._call("POST", f"/api/studies/{self._id(ref)}/cancel").json()
 
+    def resume(self, ref: str) -> dict[str, Any]:
+        """Queue an interrupted study again; the service runs it (`autotuner resume`)."""
+        return self._call("POST", f"/api/studies/{self._id(ref)}/resume").json()
+
     def export(self, ref: str, fmt: str, allow_partial: bool = False) -> str:
         path = f"/api/studies/{self._id(ref)}/export"
         params: dict[str, Any] = {"format": fmt}

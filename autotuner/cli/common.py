@@ -258,6 +258,7 @@ def as_flags(message: str) -> str:
 
     The same checks serve the API (options.x) and these commands (--x)."""
     message = re.sub(r"\bglobal_batch_tokens\b", "--global-batch", message)
+    message = re.sub(r"\bgpus_per_trial\b", "--gpus", message)
     message = re.sub(r"\bdata\.path\b", "--data", message)
     message = re.sub(r"\bdata\.tokenizer\b", "--tokenizer", message)
     # Only the option's name: "headroom" is also a word in messages.

@@ -84,8 +84,9 @@ def serve(
 
     With $AUTOTUNER_TOKEN set, every call needs it as a bearer token, reads
     included (browsers sign in at /login), unless --public-reads. Listening
-    beyond localhost needs the token. Studies left unfinished by a previous
-    run are picked up again on start.
+    beyond localhost needs a token of 32 characters or more. Studies a
+    crashed previous run left unfinished are picked up again on start; those
+    a drain (SIGTERM) interrupted wait for `autotuner resume STUDY --server`.
 
     The service reads a study's own token data only under the directories
     given with --data-dir or $AUTOTUNER_DATA_DIRS, and runs model factories
@@ -98,14 +99,13 @@ def serve(
     import os
 
     token = os.environ.get("AUTOTUNER_TOKEN") or None
-    if not token and not _loopback(host):
+    from autotuner.api.security import public_bind_refusal
+
+    refusal = public_bind_refusal(host, token)
+    if refusal is not None:
         from autotuner.inputs import UserError
 
-        raise UserError(
-            f"--host {host} listens beyond this machine and AUTOTUNER_TOKEN is not set: anyone "
-            "who reaches the port could submit and cancel studies; set it (export "
-            "AUTOTUNER_TOKEN=$(openssl rand -hex 32)) or listen on 127.0.0.1"
-        )
+        raise UserError(refusal)
 
     from autotuner.study import data_access as data_dirs
     from autotuner.study import factory_access as factory_dirs
@@ -164,14 +164,3 @@ def serve(
         log_level=log_level.lower(),
         timeout_graceful_shutdown=10,
     )
-
-
-def _loopback(host: str) -> bool:
-    import ipaddress
-
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:  # a host name: it may resolve to anything
-        return False

@@ -55,7 +55,7 @@ from autotuner.cli.render import (
     studies_table,
     trials_table,
 )
-from autotuner.status import ENDED_STATUSES
+from autotuner.status import STOPPED_STATUSES
 
 if TYPE_CHECKING:
     from autotuner.cli.client import Backend
@@ -228,7 +228,7 @@ def _watch_json(source: Backend, study: str, interval: float) -> None:
         if line != last:
             print(line, flush=True)
             last = line
-        if view["status"] in ENDED_STATUSES:
+        if view["status"] in STOPPED_STATUSES:
             return
         time.sleep(interval)
 
@@ -248,7 +248,7 @@ def _watch_table(source: Backend, study: str, interval: float) -> None:
             f"trial(s); updated {stamp}"
             + (
                 ""
-                if view["status"] in ENDED_STATUSES
+                if view["status"] in STOPPED_STATUSES
                 else f", every {interval:g} s (Ctrl-C to stop)"
             )
         )
@@ -256,7 +256,7 @@ def _watch_table(source: Backend, study: str, interval: float) -> None:
 
     view = source.best(study)
     with Live(frame(view), console=out, auto_refresh=False) as live:
-        while view["status"] not in ENDED_STATUSES:
+        while view["status"] not in STOPPED_STATUSES:
             time.sleep(interval)
             view = source.best(study)
             live.update(frame(view), refresh=True)
@@ -309,7 +309,15 @@ def status(
         print_json(views[0] if study else views)
         return
     out.print(studies_table(views))
-    if study and views[0].get("error_message"):
+    if study and views[0]["status"] == "interrupted":
+        # Not an error: stopped by its user or a drain, and not over.
+        err.print(
+            f"{safe(views[0].get('error_message') or 'interrupted')}; continue it with: "
+            f"autotuner resume {safe(views[0]['id'])}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    elif study and views[0].get("error_message"):
         err.print(f"error: {safe(views[0]['error_message'])}", highlight=False, soft_wrap=True)
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
@@ -120,7 +123,7 @@ def tune(
 
     from autotuner.executors.ray_executor import RayExecutor
     from autotuner.storage.repository import StudyRepo
-    from autotuner.study.coordinator import StudyRunner, default_owner
+    from autotuner.study.coordinator import default_owner
     from autotuner.study.factory_access import ENV_VAR as FACTORY_DIRS_ENV
     from autotuner.study.operations import create_requested
 
@@ -148,14 +151,45 @@ def tune(
         err.print(
             f"study [bold]{study_id}[/]: {safe(model.describe())}; space {safe(search_space.name)}"
         )
-    progress = _TuneProgress(request.max_trials, quiet=as_json)
+    run_here(database, study_id, executor, owner, request.max_trials, as_json)
+
+
+def run_here(
+    database: Any, study_id: str, executor: Any, owner: str, total: int | None, as_json: bool
+) -> None:
+    """Run the study whose lease `owner` holds to its end in this process, and print its
+    recommendation (exit 1 for a failed study). Ctrl-C or SIGTERM interrupts it: the trials in
+    flight are cancelled, the study is stored `interrupted` (nothing left running), and the
+    exit status is 128 + the signal's number (130, 143) with the command that continues it."""
+    from autotuner.inputs import UserError
+    from autotuner.study.coordinator import StudyRunner
+    from autotuner.study.pause import WaitingForGpus
+
+    progress = _TuneProgress(total, quiet=as_json)
     runner = StudyRunner(database, study_id, executor, owner=owner, on_event=progress.on_event)
     try:
-        with progress:
-            runner.run()
-    except KeyboardInterrupt:
-        err.print(f"interrupted; resume or inspect with: autotuner trials {study_id}")
-        raise typer.Exit(130) from None
+        with interruptible() as stopped, progress:
+            try:
+                runner.run()
+            except WaitingForGpus as exc:
+                # A GPU study resumed where its GPUs are not: it stays interrupted, not
+                # waiting here for GPUs that this machine will never have.
+                runner.interrupt(f"interrupted: resumed where its GPUs are not ({exc})")
+                raise UserError(
+                    f"study {study_id} runs on GPUs and this cluster has none: {exc}; resume "
+                    "it where they are (--ray-address, or --server URL)"
+                ) from None
+            except KeyboardInterrupt:
+                # Ignored from here on: a second Ctrl-C must not cut the write short.
+                runner.interrupt(f"interrupted by {stopped.name}")
+                err.print(
+                    f"study {study_id} interrupted by {stopped.name}: its running trials were "
+                    f"cancelled; continue it with: autotuner resume {study_id}",
+                    highlight=False,
+                )
+                raise typer.Exit(128 + stopped.number) from None
+    finally:
+        executor.close()
     from autotuner.study.operations import get_best
 
     progress.print_repeats()
@@ -173,6 +207,36 @@ def tune(
             show_best(best, as_json)
         raise typer.Exit(1)
     show_best(best, as_json)
+
+
+class _Stopped:
+    """The signal that stopped the study (SIGINT unless SIGTERM came)."""
+
+    name = "SIGINT"
+    number = int(signal.SIGINT)
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[_Stopped]:
+    """SIGTERM raises KeyboardInterrupt as Ctrl-C does (by default it ends the process with
+    nothing stored: the study stayed `running` for good); once the first arrives, both signals
+    are ignored until the block ends, so the interrupt is stored whole. Restored after."""
+    stopped = _Stopped()
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def stop(number: int, frame: Any) -> None:
+        for sig in previous:
+            signal.signal(sig, signal.SIG_IGN)
+        stopped.name, stopped.number = signal.Signals(number).name, number
+        raise KeyboardInterrupt
+
+    for sig in previous:
+        signal.signal(sig, stop)
+    try:
+        yield stopped
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class _TuneProgress:

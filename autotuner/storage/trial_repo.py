@@ -36,6 +36,10 @@ from autotuner.storage.models import (
     utcnow,
 )
 
+# The error class of a trial cancelled with its interrupted study (state lost): not a
+# FailureClass, since no process of the config failed, and not counted as a loss in a row.
+INTERRUPTED = StudyStatus.INTERRUPTED.value
+
 log = logging.getLogger(__name__)
 
 # Copied out of the result into columns of their own: what lists, charts and sorts read.
@@ -237,6 +241,8 @@ class TrialRepo:
 
         `reason="cancelled"`: their study was cancelled while no coordinator ran it (they are
         failed, with that message; a cancelled study is never resumed, so never retried).
+        A reason starting "interrupted" (`interrupted by SIGINT`): their study was interrupted;
+        they are lost with error class `interrupted`, and its resume runs each again.
 
         The rows are locked first, so a result arriving at the same moment either lands before
         (the trial is not lost) or is refused after (TrialAlreadyFinished), never both.
@@ -263,6 +269,13 @@ class TrialRepo:
                 trial.error_message = (
                     "cancelled with the study (no live coordinator was left to stop it)"
                 )
+            elif reason.startswith(INTERRUPTED):
+                # Stopped with its study: nothing about its config, run again at resume.
+                trial.state = TrialState.LOST.value
+                trial.error_class = INTERRUPTED
+                trial.error_message = (
+                    f"{reason}: cancelled with its study, it runs again when the study resumes"
+                )[:2000]
             else:
                 trial.state = TrialState.LOST.value
                 trial.error_message = (

@@ -16,6 +16,7 @@ become `lost` and are retried once (`lifecycle.StudyLease.take`).
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from typing import Any
@@ -66,6 +67,8 @@ from autotuner.study.trials import (
 )
 
 __all__ = ["MAX_IDLE_PROPOSALS", "Event", "StudyRunner", "create_study", "default_owner"]
+
+log = logging.getLogger(__name__)
 
 # How many proposals in a row may be ruled out or repeat a measured config before we conclude
 # the sampler has nothing new to offer (a small space fully explored).
@@ -184,11 +187,13 @@ class StudyRunner:
         if study.device_type != self.target.device_type:  # submitted without a target, or moved
             self.lease.record_device(self.target.device_type)
         too_big = self.target.device_type == "cuda" and self.gpus_per_trial > self.target.gpus_total
-        if too_big:
-            # It could never be scheduled: say so and stop, rather than wait forever for GPUs.
+        if too_big or (self.target.device_type != "cuda" and self.gpus_per_trial > 1):
+            # It could never be scheduled as asked (on the CPU a trial is one process): say so
+            # and stop, rather than wait forever for GPUs or store a count it did not run.
+            have = self.target.gpus_total if too_big else 0
             self._fail_study(
                 f"each trial asks for {self.gpus_per_trial} GPUs but the cluster has "
-                f"{self.target.gpus_total}; resubmit with --gpus {self.target.gpus_total} "
+                f"{have}; resubmit with --gpus {max(have, 1)} "
                 f"or fewer, or add GPU workers to the cluster"
             )
             return
@@ -642,6 +647,20 @@ class StudyRunner:
     def _store_waiting(self, reason: str | None, paused_s: float) -> None:
         self.lease.set_waiting(reason, paused_s)
         self.on_event(Event("waiting" if reason else "resumed", message=reason))
+
+    def interrupt(self, why: str) -> None:
+        """Stop for now (Ctrl-C, SIGTERM, a service's drain): cancel the trials in flight,
+        store them and the study as interrupted, give the lease back (`autotuner resume`
+        continues it: its trials, budget left and seeds are all in its rows)."""
+        for handle in list(self.in_flight):
+            try:
+                self.executor.cancel(handle)
+            except Exception:  # the cluster may be gone too: the rows are what resume reads
+                log.warning("study %s: could not cancel %s", self.study_id, handle)
+        self.in_flight.clear()
+        self.lease.interrupt(why)
+        self.done = True
+        self.on_event(Event("done", state=StudyStatus.INTERRUPTED, message=why))
 
     def _fail_study(self, message: str) -> None:
         self.lease.fail(message)

@@ -25,17 +25,22 @@ def trial_label(view: dict[str, Any]) -> str:
 
 
 def unfinished_note(best: dict[str, Any]) -> str | None:
-    """For the best view of a study that was cancelled or failed: how far it got, so its best
-    is not read as a finished search's recommendation. None for any other study."""
-    if best["status"] not in ("cancelled", "failed"):
+    """For the best view of a study that was cancelled, failed or interrupted: how far it got,
+    so its best is not read as a finished search's recommendation. None for any other study."""
+    if best["status"] not in ("cancelled", "failed", "interrupted"):
         return None
     done = best["completed_trials"]
     budget = f" of {best['max_trials']}" if best.get("max_trials") else ""
     why = f" ({best['error_message']})" if best.get("error_message") else ""
     ended = "failed" if best["status"] == "failed" else f"was {best['status']}"
+    more = (
+        f"; continue it with: autotuner resume {best['study']}"
+        if best["status"] == "interrupted"
+        else ""
+    )
     return (
         f"study {best['study']} {ended} after {done}{budget} trials{why}: this is the best so "
-        "far, not a finished search's recommendation"
+        f"far, not a finished search's recommendation{more}"
     )
 
 

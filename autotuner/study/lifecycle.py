@@ -176,6 +176,26 @@ class StudyLease:
             study = s.get(Study, self.study_id)
             return study is not None and study.status == StudyStatus.CANCELLED
 
+    def interrupt(self, why: str) -> bool:
+        """Stop the study for now (`why`: "interrupted by SIGINT"): its running trials lost
+        as interrupted (a resume runs each again), the study `interrupted`, the lease given
+        back, in one transaction. False where we no longer hold it or it has ended: nothing
+        is written then."""
+        with self.db.session() as s:
+            studies = StudyRepo(s)
+            study = s.get(Study, self.study_id, with_for_update=True, populate_existing=True)
+            if study is None or study.owner != self.owner:
+                return False
+            if study.status in ENDED_STATUSES:
+                studies.release(self.study_id, self.owner)
+                return False
+            far_future = dt.datetime.now(dt.UTC) + dt.timedelta(days=1)
+            TrialRepo(s).mark_lost(self.study_id, heartbeat_older_than=far_future, reason=why)
+            study.waiting = None
+            studies.set_status(study, StudyStatus.INTERRUPTED, error_message=why)
+            studies.release(self.study_id, self.owner)
+            return True
+
     def fail(self, message: str) -> None:
         """Mark the study failed with `message` and release the lease."""
         with self.db.session() as s:

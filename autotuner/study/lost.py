@@ -21,6 +21,7 @@ from collections.abc import Callable
 from autotuner.search.progress import END_CHECKS
 from autotuner.spec import FailureClass
 from autotuner.storage.models import Trial, TrialState
+from autotuner.storage.trial_repo import INTERRUPTED
 
 # Three losses in a row: two coordinator crashes during one config (the issue that led here)
 # are re-run, a config that kills its node every time it runs stops after three.
@@ -41,6 +42,9 @@ def lost_in_a_row(trial: Trial, by_number: Callable[[int], Trial | None]) -> int
     while row.retry_of is not None:
         previous = by_number(row.retry_of)
         if previous is None or previous.state != TrialState.LOST.value:
+            break
+        # Cancelled when its study was interrupted: the user stopped it, nothing crashed.
+        if previous.error_class == INTERRUPTED:
             break
         streak, row = streak + 1, previous
     return streak

@@ -144,16 +144,23 @@ def validate_request(
             f"space {space.name}: its default config does not build for this model: "
             f"{describe_validation_error(exc)}"
         ) from None
-    if (
-        target is not None
-        and target.device_type == "cuda"
-        and req.gpus_per_trial > max(target.gpus_total, 0)
-    ):
-        raise UserError(
-            f"gpus_per_trial={req.gpus_per_trial} but the cluster has {target.gpus_total} "
-            f"GPU(s); ask for at most {target.gpus_total} per trial, or add GPU workers"
-        )
+    if target is not None and (why := gpus_missing_for(req.gpus_per_trial, target)):
+        raise UserError(why)
     return model, space
+
+
+def gpus_missing_for(gpus_per_trial: int, target: Target) -> str | None:
+    """Why a trial on `gpus_per_trial` GPUs cannot run on `target` as asked, or None. On a
+    cluster with no GPU a trial is one CPU process whatever it asks (issue 42: `--gpus 4`
+    there ran one and stored 4), so more than one is refused there too."""
+    have = max(target.gpus_total, 0) if target.device_type == "cuda" else 0
+    if gpus_per_trial <= max(have, 1):
+        return None
+    cluster = f"{have} GPU(s)" if have else "no GPU (its trials run on the CPU, one process)"
+    fix = f"ask for at most {have} per trial" if have else "drop gpus_per_trial (1 on the CPU)"
+    return (
+        f"gpus_per_trial={gpus_per_trial} but the cluster has {cluster}; {fix}, or add GPU workers"
+    )
 
 
 def submit_study(

@@ -61,6 +61,7 @@ ROUND_ERROR_BACKOFF_S = 1.0  # after a round that raised, wait this long (doubli
 # seconds) or dropping a dead Ray connection (ray.shutdown: 5 s with the GCS gone).
 STUCK_ROUND_S = 120.0
 WAITING_RETRY_S = 5.0  # a GPU study adopted while the cluster has no GPU: look again after
+DRAIN_REASON = "interrupted: the service stopped (drain)"
 # Scheduler states in which it runs no trial: /healthz says 503 (with `last_error`).
 NOT_RUNNING = ("starting", "error", "stopped", "cluster unavailable")
 
@@ -113,10 +114,9 @@ class Scheduler:
         self._thread.start()
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        """Stop launching, cancel what runs, and give every lease back (graceful shutdown).
-
-        The trials that were running stay `running` in the database; whoever runs the study
-        next marks them lost and retries each once.
+        """Stop launching, cancel what runs, and store every study it ran as interrupted, its
+        lease given back (graceful shutdown). The cancelled trials are stored as interrupted
+        (lost: `autotuner resume` runs each again); nothing is left `running`.
         """
         self._stop.set()
         self._wake.set()
@@ -428,17 +428,19 @@ class Scheduler:
         slots = list(self._slots.values())
         self._slots.clear()
         for slot in slots:
-            for handle in list(slot.runner.in_flight):
-                if self.executor is not None:
-                    try:
-                        self.executor.cancel(handle)
-                    except Exception:  # the cluster may be gone too; the trial rows stay running
-                        log.exception("cancelling %s", handle)
+            # Cancelled and stored as interrupted: a drained service's studies wait for
+            # `autotuner resume` rather than run again whenever a service next starts.
             try:
-                with self.db.session() as s:
-                    StudyRepo(s).release(slot.runner.study_id, self.owner)
+                slot.runner.interrupt(DRAIN_REASON)
             except DB_ERRORS:
-                pass  # the lease simply expires
+                # The lease simply expires; a service adopts the study then and marks its
+                # running trials lost, as after a crash.
+                log.warning(
+                    "study %s: the database is down; not stored as interrupted",
+                    slot.runner.study_id,
+                )
+            except Exception:  # one study's failure must not keep the others or Ray up
+                log.exception("study %s: storing the interrupt", slot.runner.study_id)
         if self.executor is not None:
             try:  # a local Ray cluster must not outlive the service that started it
                 self.executor.close()

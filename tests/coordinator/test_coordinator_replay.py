@@ -367,3 +367,47 @@ def test_a_config_lost_three_times_in_a_row_is_then_a_crash_with_its_retry(
     retry = trials[LOST_LIMIT]
     assert (retry.retry_of, retry.attempt) == (charged.number, 2)
     assert retry.state == TrialState.COMPLETE
+
+
+def test_a_multi_gpu_study_on_a_cluster_without_gpus_fails_rather_than_run_one_process(
+    db: Database,
+) -> None:
+    """Issue 42: `--gpus 4` where there is no GPU ran one CPU process and kept 4 on the study;
+    submitted to a bare database, it fails at its start with the fix, nothing launched."""
+    from autotuner.executors.base import Target
+
+    study_id = create_study(db, model=MODEL, space=SPACE, max_trials=5, gpus_per_trial=4)
+    cpu = Target("cpu", 0)
+    executor = ReplayExecutor(synthetic_landscape(KNOBS), list(KNOBS), slots=1, target=cpu)
+    runner = StudyRunner(db, study_id, executor, poll_s=0.0)
+    runner.run()
+    assert runner.done and not executor.submitted
+    with db.session() as s:
+        study = StudyRepo(s).require(study_id)
+        assert study.status == StudyStatus.FAILED
+        assert "asks for 4 GPUs but the cluster has 0; resubmit with --gpus 1" in (
+            study.error_message or ""
+        )
+
+
+def test_a_gpu_study_resumed_where_there_is_no_gpu_stays_interrupted(db: Database) -> None:
+    """`autotuner resume` of a GPU study on a machine without one says where to resume it and
+    leaves it interrupted (not queued under this process's lease for a service to adopt)."""
+    from autotuner.cli.tune import run_here
+    from autotuner.executors.base import Target
+    from autotuner.inputs import UserError
+    from autotuner.study.resume import resume_study
+
+    study_id = create_study(db, model=MODEL, space=SPACE, max_trials=5, device_type="cuda")
+    with db.session() as s:
+        StudyRepo(s).set_status(StudyRepo(s).require(study_id), StudyStatus.INTERRUPTED)
+    executor = ReplayExecutor(
+        synthetic_landscape(KNOBS), list(KNOBS), slots=1, target=Target("cpu", 0)
+    )
+    resume_study(db, study_id, owner="resumer")
+    with pytest.raises(UserError, match="runs on GPUs and this cluster has none"):
+        run_here(db, study_id, executor, "resumer", 5, True)
+    with db.session() as s:
+        study = StudyRepo(s).require(study_id)
+        assert (study.status, study.owner) == (StudyStatus.INTERRUPTED, None)
+    assert not executor.submitted

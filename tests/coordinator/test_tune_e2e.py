@@ -216,3 +216,17 @@ def test_tune_with_minutes_runs_its_end_checks_inside_them(tmp_path: Path) -> No
     # this shared machine (the old order overran by no more: it launched nothing after it).
     over_s = (utc(headroom[0].finished_at) - utc(study.started_at)).total_seconds() - budget_s
     assert over_s <= 3, f"the headroom check ended {over_s:.1f} s after the budget"
+
+
+def test_tune_refuses_more_gpus_than_the_machine_has(tmp_path: Path) -> None:
+    """Issue 42: `--gpus 4` on a machine with no GPU ran one CPU process and stored a study
+    of 4 GPUs per trial. Refused in one line (exit 2), no study stored."""
+    from tests.direct_db import direct_connection
+
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    proc = cli("tune", "examples/tiny.yaml", "--space", "cpu-demo", "--gpus", "4", "--db", db)
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+    assert "--gpus=4 but the cluster has no GPU" in lines[0] and "drop --gpus" in lines[0]
+    with direct_connection(db) as connection:
+        assert connection.exec_driver_sql("SELECT count(*) FROM studies").scalar_one() == 0

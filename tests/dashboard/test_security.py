@@ -134,10 +134,14 @@ def test_api_docs_need_the_token_and_serve_only_their_own_assets(
     assert "style-src 'self' 'unsafe-inline'" in redoc.headers["content-security-policy"]
 
 
-def test_serve_beyond_localhost_needs_a_token(tmp_path: Path) -> None:
+@pytest.mark.parametrize("token", ["", "abc", "x" * 31])
+def test_serve_beyond_localhost_needs_a_strong_token(tmp_path: Path, token: str) -> None:
+    """No token, or one short enough to guess (issue 42: `abc` was accepted), is refused with
+    what to run instead, before anything is written."""
     db = f"sqlite:///{tmp_path / 'r.db'}"
-    proc = run_cli("serve", "--host", "0.0.0.0", "--db", db, env={"AUTOTUNER_TOKEN": ""})
+    proc = run_cli("serve", "--host", "0.0.0.0", "--db", db, env={"AUTOTUNER_TOKEN": token})
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert lines[0].startswith("error:") and "AUTOTUNER_TOKEN" in lines[0]
+    assert "openssl rand -hex 32" in lines[0]
     assert not (tmp_path / "r.db").exists()

@@ -134,3 +134,37 @@ def test_cli_import_stays_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.postgres
+def test_an_interrupted_study_waits_for_resume_on_the_service(
+    service: Service, space_file: Path
+) -> None:
+    """A service never adopts an interrupted study on its own (issue 42: a later `serve` ran
+    one without being asked); `resume --server` queues it and the service runs it to its end."""
+    from autotuner.search.space import parse_space
+    from autotuner.spec import ModelSpec
+    from autotuner.storage.models import StudyStatus
+    from autotuner.storage.repository import StudyRepo
+    from autotuner.storage.session import Database
+    from autotuner.study.coordinator import create_study
+
+    db = Database(service.db_url)
+    model = ModelSpec.resolve({"preset": "tiny"})
+    stopped = create_study(db, model=model, space=parse_space(REPLAY_SPACE), max_trials=3)
+    with db.session() as s:
+        StudyRepo(s).set_status(StudyRepo(s).require(stopped), StudyStatus.INTERRUPTED)
+    server = ["--server", service.url]
+    # A study submitted after it runs to its end: the service's discovery has had many rounds.
+    other = cli("submit", "tiny", "--space", str(space_file), "--trials", "3", *server)
+    assert other.returncode == 0, other.stderr
+    done = cli("best", other.stdout.strip(), "--watch", "--json", "--interval", "0.3", *server)
+    assert json.loads(done.stdout.splitlines()[-1])["status"] == "completed"
+    assert json.loads(cli("status", stopped, "--json", *server).stdout)["status"] == "interrupted"
+
+    resumed = cli("resume", stopped, *server)
+    assert resumed.returncode == 0 and "resumed on the service" in resumed.stdout, resumed.stderr
+    watched = cli("best", stopped, "--watch", "--json", "--interval", "0.3", *server)
+    assert json.loads(watched.stdout.splitlines()[-1])["status"] == "completed"
+    again = cli("resume", stopped, *server)
+    assert again.returncode == 2 and "only an interrupted study resumes" in again.stderr

@@ -114,3 +114,40 @@ def test_a_cancelled_study_stops_and_the_others_go_on(pg_url: str) -> None:
         assert StudyRepo(s).require(stop).status == StudyStatus.CANCELLED
         assert StudyRepo(s).require(keep).status == StudyStatus.COMPLETED
         assert not TrialRepo(s).list(stop, states=[TrialState.RUNNING])
+
+
+def test_a_drained_study_is_interrupted_and_runs_again_only_once_resumed(pg_url: str) -> None:
+    """A graceful stop (the service's drain) cancels the trials in flight and stores the study
+    `interrupted`, nothing left running (issue 42: a trial stayed `running`); a scheduler never
+    adopts it on its own, and once resumed it runs to its budget, the cancelled trials again."""
+    from autotuner.study.resume import resume_study
+
+    db = Database(pg_url)
+    study_id = create_study(db, model=MODEL, space=SPACE, max_trials=6)
+    draining, _ = _scheduler(db, slots=2)
+    draining.tick()  # adopts the study and fills both slots
+    assert len(draining._slots[study_id].runner.in_flight) == 2
+    draining._shutdown()  # what its thread runs as `stop()` ends it
+    with db.session() as s:
+        study = StudyRepo(s).require(study_id)
+        assert (study.status, study.owner) == (StudyStatus.INTERRUPTED, None)
+        trials = TrialRepo(s).list(study_id)
+        assert not [t for t in trials if t.state == TrialState.RUNNING]
+        cancelled = [t.number for t in trials if t.error_class == "interrupted"]
+        assert len(cancelled) == 2 and all(
+            t.state == TrialState.LOST for t in trials if t.number in cancelled
+        )
+    later, _ = _scheduler(db, slots=2)
+    for _ in range(5):
+        later.tick()
+    assert study_id not in later._slots
+    with db.session() as s:
+        assert StudyRepo(s).require(study_id).status == StudyStatus.INTERRUPTED
+    assert resume_study(db, study_id)["status"] == StudyStatus.QUEUED
+    _run(later, [study_id], db)
+    with db.session() as s:
+        trials = TrialRepo(s).list(study_id)
+        assert StudyRepo(s).require(study_id).status == StudyStatus.COMPLETED
+        launched = [t for t in trials if t.state != TrialState.PRUNED and t.retry_of is None]
+        assert len(launched) == 6
+        assert sorted(t.retry_of for t in trials if t.retry_of in cancelled) == cancelled

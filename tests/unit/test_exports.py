@@ -11,6 +11,7 @@ to be refused for the GPU, not for a bad argument.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from autotuner.spec import Knobs, ModelSpec
 from autotuner.storage.session import Database
 from autotuner.study.export import FORMATS, export_commands, render
 from autotuner.study.operations import export_best
+
+REPO = Path(__file__).resolve().parents[2]
 
 # Variants over the knobs that change what each export says (one GPU, DDP, FSDP2, fp8, fp16).
 SINGLE = {
@@ -252,6 +255,26 @@ def test_hf_training_arguments(name: str, tmp_path: Path) -> None:
         assert f"for layer in model.model.layers: layer.compile(mode={mode!r})" in text
 
 
+@pytest.mark.parametrize(
+    "knobs", [SINGLE, VARIANTS["single-fp32-full-foreach"][0], {"precision": "tf32"}]
+)
+def test_hf_training_arguments_of_a_cpu_study_build_as_is(
+    knobs: dict[str, Any], tmp_path: Path
+) -> None:
+    """A study measured on the CPU exports kwargs that TrainingArguments takes here as they are
+    (issue 42: its bf16 was refused without use_cpu; tf32, a GPU mode, is refused on the CPU)."""
+    from transformers import TrainingArguments
+
+    rec, config = _rec(knobs, 1, device="cpu")
+    text = render(rec, "hf", study_id="s1", config=config)
+    args = TrainingArguments(output_dir=str(tmp_path), **_exec(text)["training_args_kwargs"])
+    assert args.use_cpu and args.device.type == "cpu"
+    assert args.bf16 == (Knobs.model_validate(knobs).precision.value == "bf16")
+    assert not args.tf32
+    if knobs.get("precision") == "tf32":
+        assert "# NOTE: tf32 is a GPU mode" in text
+
+
 @pytest.mark.parametrize("name", VARIANTS)
 def test_lightning_trainer(name: str) -> None:
     knobs, _ = VARIANTS[name]
@@ -375,7 +398,12 @@ def test_pytorch_snippet_trains_one_step(name: str) -> None:
     if VARIANTS[name][0].get("optimizer") == "adamw-8bit":
         pytest.importorskip("torchao.optim")
     knobs, _ = VARIANTS[name]
-    _one_pytorch_step(_export(name, "pytorch"), Knobs.model_validate(knobs).model_dump())
+    if Knobs.model_validate(knobs).attention.value in ("efficient", "cudnn"):
+        # GPU-only SDPA kernels (the variant's study ran on a GPU): the CPU runs flash's.
+        knobs = {**knobs, "attention": "flash"}
+    rec, config = _rec(knobs, 1)
+    snippet = render(rec, "pytorch", study_id="s1", config=config)
+    _one_pytorch_step(snippet, Knobs.model_validate(knobs).model_dump())
 
 
 def test_pytorch_snippet_compiles_each_block_under_block_scope() -> None:
@@ -399,7 +427,12 @@ def test_pytorch_snippet_ddp_on_one_gloo_rank(tmp_path: Path) -> None:
     autocast) nor time for them (an inductor compile)."""
     import torch.distributed as dist
 
-    knobs = {**VARIANTS["ddp-fp16-powersgd"][0], "precision": "bf16", "compile_mode": "none"}
+    knobs = {
+        **VARIANTS["ddp-fp16-powersgd"][0],
+        "precision": "bf16",
+        "compile_mode": "none",
+        "attention": "flash",  # its default, efficient, is a GPU kernel
+    }
     rec, config = _rec(knobs, 2)
     snippet = render(rec, "pytorch", study_id="s1", config=config)
     assert "register_comm_hook(powerSGD_hook.PowerSGDState(" in snippet
@@ -410,21 +443,36 @@ def test_pytorch_snippet_ddp_on_one_gloo_rank(tmp_path: Path) -> None:
         dist.destroy_process_group()
 
 
-def _one_pytorch_step(snippet: str, knobs: dict[str, Any]) -> None:
-    from autotuner.spec import Attention, Checkpointing
-    from workers.models.gpt import GPT
+def _user_model(spec: ModelSpec) -> torch.nn.Module:
+    """examples/my_model.py as a user brings it (the factory contract: token ids to logits),
+    with plain causal SDPA as its attention: the snippet pins the kernel around the step."""
+    import importlib.util
 
+    import torch.nn.functional as F
+
+    path = REPO / "examples" / "my_model.py"
+    loaded = importlib.util.spec_from_file_location("my_model", path)
+    assert loaded is not None and loaded.loader is not None
+    module = importlib.util.module_from_spec(loaded)
+    sys.modules["my_model"] = module  # dynamo looks its functions' module up by name
+    loaded.loader.exec_module(module)
+    return module.build(
+        vocab_size=spec.vocab_size,
+        seq_len=spec.seq_len,
+        n_layer=spec.n_layer,
+        d_model=spec.d_model,
+        n_head=spec.n_head,
+        attend=lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+    )
+
+
+def _one_pytorch_step(snippet: str, knobs: dict[str, Any], steps: int = 3) -> None:
+    """`steps` optimizer steps of the snippet's prepare()/train_step() on examples/my_model.py,
+    over the same micro-batches each step: the loss is finite and falls."""
     ns = _exec(snippet)
     torch.manual_seed(0)
     spec = ModelSpec.resolve({"preset": "tiny"})
-    # The snippet pins the attention kernel around the step; the model calls plain SDPA (math:
-    # the tiny model's own backend switch stays neutral) and no checkpointing of its own.
-    model = GPT(
-        spec,
-        padded_vocab=spec.vocab_size,
-        attention=Attention.MATH,
-        checkpointing=Checkpointing.NONE,
-    )
+    model = _user_model(spec)
     before = [p.detach().clone() for p in model.parameters()]
     # The snippet's torch.compile runs through dynamo and AOT autograd (backend aot_eager), not
     # inductor: inductor's C++ build of the kernels (~40 s on a CPU) is torch's, and the worker
@@ -448,19 +496,18 @@ def _one_pytorch_step(snippet: str, knobs: dict[str, Any]) -> None:
         assert optimizer.defaults["fused" if knobs["optimizer"] == "adamw-fused" else "foreach"]
     g = torch.Generator().manual_seed(1)
     batch = int(knobs["micro_batch_size"])
-    batches = iter(
-        [
-            (x := torch.randint(0, spec.vocab_size, (batch, spec.seq_len + 1), generator=g))[
-                :, :-1
-            ],
-            x[:, 1:],
-        ]
+    micro = [
+        torch.randint(0, spec.vocab_size, (batch, spec.seq_len + 1), generator=g)
         for _ in range(int(knobs["grad_accum"]))
-    )
+    ]
+    pairs = [(x[:, :-1], x[:, 1:]) for x in micro]
+    losses = []
     # torchao's AdamW8bit compiles its update per parameter shape: aot_eager here too.
     with mock.patch.object(torch, "compile", compile_without_inductor):
-        loss = ns["train_step"](runnable, optimizer, batches, "cpu")
-    assert torch.isfinite(loss) and 5.0 < float(loss) < 7.5  # ln(512) = 6.2 at random init
+        for _ in range(steps):
+            losses.append(float(ns["train_step"](runnable, optimizer, iter(pairs), "cpu")))
+    assert all(torch.isfinite(torch.tensor(losses))), losses
+    assert losses[-1] < losses[0], losses  # the same tokens each step: it learns them
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
 
 

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
+from autotuner.executors.base import Target
+from autotuner.inputs import UserError
+from autotuner.study.data_access import DataAccess
+from autotuner.study.operations import validate_request
 from autotuner.study.request import StudyRequest
 from tests.unit.test_cli_errors import run_cli
 
@@ -77,3 +82,23 @@ def test_submit_refuses_absurd_requests_in_one_line_and_writes_nothing(
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], proc.stderr
     assert not db_file.exists()
+
+
+@pytest.mark.parametrize(
+    ("target", "gpus", "needle"),
+    [
+        (Target("cpu", 0), 4, "the cluster has no GPU"),
+        (Target("cuda", 2, "H200", (9, 0), 141.0), 4, "the cluster has 2 GPU(s)"),
+    ],
+)
+def test_more_gpus_per_trial_than_the_cluster_has_is_refused(
+    target: Target, gpus: int, needle: str
+) -> None:
+    """Issue 42: `--gpus 4` on a machine with no GPU was accepted and ran one CPU process."""
+    request = StudyRequest.model_validate(
+        {"model": "tiny", "space": "cpu-demo", "max_trials": 1, "gpus_per_trial": gpus}
+    )
+    with pytest.raises(UserError, match=re.escape(needle)):
+        validate_request(request, target, data_access=DataAccess.nowhere())
+    one = request.model_copy(update={"gpus_per_trial": 1})
+    validate_request(one, target, data_access=DataAccess.nowhere())  # one is always there

@@ -57,7 +57,7 @@
   function drawBest(b, unfinished) {
     const box = document.getElementById("best-body");
     box.replaceChildren();
-    // A cancelled or failed study: its best so far, said so (the CLI's `best` says the same).
+    // A cancelled, failed or interrupted study: its best so far, said so (as the CLI's `best`).
     document.getElementById("best-title").textContent = unfinished ? "Best so far (not a recommendation)" : "Recommendation";
     if (unfinished) {
       box.append(node("p", { class: "warn", id: "best-unfinished" }, unfinished));

@@ -48,9 +48,16 @@ def render(f: Facts) -> str:
         "bf16": f.amp_dtype == "bfloat16",
         "fp16": f.amp_dtype == "float16",
     }
-    if f.tf32:
-        kwargs["tf32"] = True
     notes: list[str] = []
+    if f.device_type == "cpu":
+        # Measured on the CPU: the Trainer must run there too. Without use_cpu, TrainingArguments
+        # refuses bf16 on a machine with no GPU ("Your setup doesn't support bf16/gpu").
+        kwargs["use_cpu"] = True
+    if f.tf32 and f.device_type == "cpu":
+        # TF32 is a GPU matmul mode: TrainingArguments refuses tf32=True without an Ampere GPU.
+        notes.append("tf32 is a GPU mode: left out for a study measured on the CPU")
+    elif f.tf32:
+        kwargs["tf32"] = True
     if f.block_compile:
         # torch_compile would compile the whole model, which is not what was measured.
         notes.append(

@@ -4,8 +4,12 @@ It defines `prepare(model, blocks)` (checkpointing per block, float8, DDP or FSD
 AdamW, torch.compile, in the order the trial applied them: workers/trial.py build_step) and
 `train_step(model, optimizer, batches, device_type)` (autocast, the pinned attention kernel,
 gradient accumulation with the collectives skipped on all but the last micro-step, loss
-scaling for fp16, clipping). `model(x, y)` is assumed to return the mean loss, as in the
-trials; `blocks` is the model's nn.ModuleList of transformer blocks. Needs torch >= 2.6.
+scaling for fp16, clipping). The model follows the factory contract (docs/models.md): it maps
+token ids (B, T) to logits (B, T, vocab), and `next_token_loss` computes the mean
+cross-entropy from them, as the trials do (workers/models/factory.py). With Liger's fused loss
+the logits are never made whole: the model's forward takes the targets too and returns
+`fused_loss(...)`, and `next_token_loss` passes them. `blocks` is the model's nn.ModuleList of
+transformer blocks. Needs torch >= 2.6.
 """
 
 from __future__ import annotations
@@ -67,6 +71,20 @@ def fused_loss(output_layer, hidden, targets):
     return loss(output_layer.weight, flat, targets.reshape(-1), output_layer.bias)
 '''
 
+# The loss as the trials compute it for a model that maps token ids to logits (the factory
+# contract): cross-entropy over the logits in fp32, whatever the autocast dtype.
+_LOSS = '''
+def next_token_loss(model, x, y):
+    """Mean next-token cross-entropy of `model`, which maps token ids (B, T) to logits."""
+    logits = model(x)
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), y.reshape(-1))
+'''
+_LOSS_FUSED = '''
+def next_token_loss(model, x, y):
+    """Mean next-token loss from the model's forward, which calls fused_loss (above)."""
+    return model(x, y)
+'''
+
 
 def render(f: Facts) -> str:
     k = f.knobs
@@ -123,10 +141,14 @@ def render(f: Facts) -> str:
     compile_call = f"torch.compile({{}}, mode={f.compile_mode!r})" if f.compile_mode else "{}"
     if f.kernels != Kernels.NONE:
         body.append(_FUSED_LOSS.strip("\n"))
+        body.append(_LOSS_FUSED.strip("\n"))
         notes.append(
-            f"kernels={f.kernels.value}: your model's forward computes its loss with "
+            f"kernels={f.kernels.value}: your model's forward(ids, targets) returns "
             "fused_loss(output_layer, hidden, targets) (liger-kernel, CUDA only)"
         )
+    else:
+        imports.append("import torch.nn.functional as F")
+        body.append(_LOSS.strip("\n"))
     if f.kernels == Kernels.LIGER:
         notes.append(
             "kernels=liger: also swap the blocks' norms for liger_kernel.transformers.LigerRMSNorm "
@@ -199,11 +221,14 @@ def render(f: Facts) -> str:
         "    for i in range(GRAD_ACCUM):",
         "        x, y = next(batches)",
         "        last = i == GRAD_ACCUM - 1",
-        f"        with {sync}:",
-        f"            with {kernel}, torch.autocast(",
+        # The kernel is pinned over the backward too: checkpointed blocks recompute their
+        # forward there, and one that chose another SDPA kernel saves other tensors
+        # (torch's CheckpointError "Recomputed values ... have different metadata").
+        f"        with {sync}, {kernel}:",
+        "            with torch.autocast(",
         "                device_type, dtype=AMP_DTYPE, enabled=AMP_DTYPE is not None",
         "            ):",
-        "                loss = model(x, y) / GRAD_ACCUM",
+        "                loss = next_token_loss(model, x, y) / GRAD_ACCUM",
         "            (scaler.scale(loss) if scaler else loss).backward()",
         "        total += loss.detach()",
         "    if scaler:",

@@ -1,0 +1,60 @@
+"""`autotuner resume`: an interrupted study run on where it stopped (study/resume.py)."""
+
+from __future__ import annotations
+
+from autotuner.cli.common import (
+    DbOption,
+    JsonFlag,
+    RayAddressOption,
+    ServerOption,
+    StudyArg,
+    err,
+    friendly_errors,
+    open_db_for_writing,
+    out,
+    safe,
+)
+from autotuner.cli.render import print_json
+
+
+@friendly_errors
+def resume(
+    study: StudyArg,
+    server: ServerOption = None,
+    ray_address: RayAddressOption = None,
+    db: DbOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Continue an interrupted study (Ctrl-C or SIGTERM of `tune`, a service's drain) where it
+    stopped: its trials, its budget left, its seeds.
+
+    Here, it runs in this process as `tune` does (a local Ray, or --ray-address). With
+    --server, the service queues it and its coordinator runs it; a service never runs an
+    interrupted study unless asked so.
+    """
+    if server and server.strip():
+        from autotuner.cli.client import connect
+
+        view = connect(server, None).resume(study)  # type: ignore[attr-defined]
+        if as_json:
+            print_json(view)
+        else:
+            out.print(f"study {safe(view['id'])} resumed on the service", highlight=False)
+        return
+    database = open_db_for_writing(db)
+
+    from autotuner.cli.tune import run_here
+    from autotuner.executors.ray_executor import RayExecutor
+    from autotuner.study.coordinator import default_owner
+    from autotuner.study.resume import resume_study
+
+    owner = default_owner()
+    if not as_json:
+        err.print("starting Ray...", style="dim")
+    executor = RayExecutor(ray_address)
+    # Queued again with our lease taken in one transaction: a service sharing the database
+    # cannot adopt it before this process runs it.
+    view = resume_study(database, study, owner=owner)
+    if not as_json:
+        err.print(f"study [bold]{safe(view['id'])}[/]: resumed", highlight=False)
+    run_here(database, view["id"], executor, owner, view.get("max_trials"), as_json)
