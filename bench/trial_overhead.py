@@ -37,8 +37,9 @@ from typing import Any
 from autotuner.search.space import load_space
 from autotuner.spec import Device, Knobs, ModelSpec, TrialConfig, TrialResult, TrialStatus
 from workers import preload
-from workers.launch import _trial_env, run_trial_process
+from workers.launch import run_trial_process
 from workers.launch_ranks import Rendezvous, rank_env
+from workers.process import trial_env
 from workers.trial import FULL_TEARDOWN_ENV
 
 PHASES = [
@@ -117,7 +118,7 @@ def start_server(config: TrialConfig) -> float:
     if config.num_gpus > 1:  # the ranks' environment keys a server of their own
         env = rank_env(config, Rendezvous(config.num_gpus), 0, 0, config.measure.timeout_s)
     else:
-        env = _trial_env(config)
+        env = trial_env(config)
     t0 = time.monotonic()
     path = preload.start_server(sys.executable, env)  # owned by this process
     while not path.exists():

@@ -57,6 +57,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+from workers import process
 from workers.service_secrets import without_secrets
 
 ENABLE_ENV = "AUTOTUNER_PRELOAD"
@@ -326,11 +327,9 @@ def _child(request: dict, server_pid: int, close: list[socket.socket | int]) -> 
         for fd, target in ((null, 0), (out, 1), (err, 2)):
             os.dup2(fd, target)
             os.close(fd)
-        from workers.launch import PARENT_ENV
-
         env = without_secrets(request["env"])  # whoever sent the request, no secret passes
 
-        env[PARENT_ENV] = str(server_pid)  # the parent-death signal is armed against us
+        env[process.PARENT_ENV] = str(server_pid)  # the parent-death signal is armed against us
         os.environ.clear()
         os.environ.update(env)
         os.chdir(request["cwd"])

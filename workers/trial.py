@@ -39,10 +39,8 @@ from autotuner.spec import (  # noqa: E402
     process_env,
 )
 from workers import compile_budget, phases  # noqa: E402
+from workers.process import PEER_FAILED_EXIT, die_with_parent, no_core_files  # noqa: E402
 
-# A rank that stopped because another rank failed exits with this status and writes nothing;
-# the launcher (workers/launch_ranks.py) reports the rank that failed first.
-PEER_FAILED_EXIT = 75
 # "1": exit through Python's full interpreter teardown, as trials did before it was skipped
 # (the baseline of bench/trial_overhead.py); anything else: os._exit once the result is written.
 FULL_TEARDOWN_ENV = "AUTOTUNER_TRIAL_FULL_TEARDOWN"
@@ -656,8 +654,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="TrialConfig JSON file, or - for stdin")
     parser.add_argument("--result", required=True, help="TrialResult JSON file, or - for stdout")
     args = parser.parse_args(argv)
-    from workers.launch import die_with_parent, no_core_files
-
     die_with_parent()
     no_core_files()
     try:

@@ -75,9 +75,9 @@ def start_preload_server() -> Path:
     """This checkout's pre-imported worker (workers/preload.py) for the tests' environment,
     started if none runs yet; its socket once it answers."""
     from workers import preload
-    from workers.launch import _trial_env
+    from workers.process import trial_env
 
-    env = _trial_env(make_config())
+    env = trial_env(make_config())
     path = preload.start_server(sys.executable, env)  # owned by this pytest process
     # torch's import on a loaded 2-core machine: up to half a minute.
     return wait_for(lambda: path if path.exists() else None, 180, "the server's socket")

@@ -16,7 +16,7 @@ import torch
 
 from autotuner.spec import NVLS_OFF_ENV, FailureClass, TrialConfig, TrialStatus, process_env
 from tests.service import procs
-from workers import distributed, launch, launch_ranks, pidfile, preload
+from workers import distributed, launch_ranks, pidfile, preload, process
 from workers.launch import run_trial_process
 from workers.trial import inactive_knobs
 
@@ -38,7 +38,7 @@ def _trial_processes() -> list[int]:
     the launcher marks its children with its pid, and the mark survives re-parenting). Forked
     ranks carry the mark of the launcher that started their pre-imported worker; the worker
     itself, which outlives trials by design, is none of them."""
-    return procs.launched_with_env(f"{launch.PARENT_ENV}={os.getpid()}")
+    return procs.launched_with_env(f"{process.PARENT_ENV}={os.getpid()}")
 
 
 @pytest.fixture
@@ -237,7 +237,7 @@ def test_a_hung_rank_ends_at_the_limit_as_timeout(rank_start, no_orphans):
     result = run_trial_process(_config(2, fault="hang", fault_rank=1), timeout_s=15)
     assert result.process_start == rank_start
     assert result.failure_class == FailureClass.TIMEOUT, result.error_message
-    assert time.monotonic() - start < 15 + launch.KILL_GRACE_S + 5
+    assert time.monotonic() - start < 15 + process.KILL_GRACE_S + 5
     # Either the launcher's limit ends every rank, or, first, rank 0's process-group timeout
     # (0.8 x the limit) fires in the collective it waits in: both are the hung rank's timeout.
     message = result.error_message or ""

@@ -19,7 +19,8 @@ import pytest
 
 from autotuner.spec import FailureClass, TrialStatus
 from workers import pidfile, preload
-from workers.launch import _trial_env, prestart_preload, run_trial_process, trial_workdir
+from workers.launch import prestart_preload, run_trial_process
+from workers.process import trial_env, trial_workdir
 
 from .conftest import make_config, start_preload_server, wait_for
 
@@ -239,7 +240,7 @@ def _live_servers(path: Path) -> list[int]:
 def test_the_server_exits_with_its_owner_and_takes_its_trials(
     owner: subprocess.Popen[bytes],
 ) -> None:
-    path = preload.start_server(sys.executable, _trial_env(make_config()))
+    path = preload.start_server(sys.executable, trial_env(make_config()))
     assert f"-{owner.pid}-" in path.name  # its own server, not the module's
     wait_for(lambda: path.exists(), 180, "the owned server's socket")
     (server_pid,) = _live_servers(path)
@@ -267,7 +268,7 @@ def test_the_server_exits_with_its_owner_and_takes_its_trials(
 def test_a_server_still_importing_torch_exits_with_its_owner(
     owner: subprocess.Popen[bytes],
 ) -> None:
-    path = preload.start_server(sys.executable, _trial_env(make_config()))
+    path = preload.start_server(sys.executable, trial_env(make_config()))
     (server_pid,) = wait_for(lambda: _live_servers(path), 30, "the server process")
     owner.kill()
     owner.wait()
@@ -285,8 +286,8 @@ def test_a_prestarted_server_forks_the_first_trial(owner: subprocess.Popen[bytes
     rather than importing torch a second time beside it."""
     config = make_config()
     # The server trials look for is the one prestarted (config.env is not part of it here).
-    key = preload.server_path(sys.executable, _trial_env(None))
-    assert key == preload.server_path(sys.executable, _trial_env(config))
+    key = preload.server_path(sys.executable, trial_env(None))
+    assert key == preload.server_path(sys.executable, trial_env(config))
     prestart_preload()
     assert not key.exists()  # still importing torch when the trial is launched
     result = run_trial_process(config)
@@ -314,7 +315,7 @@ def test_a_launcher_does_not_wait_for_a_failed_or_stale_start(tmp_path: Path) ->
 
 
 def test_each_owner_gets_its_own_server(monkeypatch: pytest.MonkeyPatch) -> None:
-    env = _trial_env(make_config())
+    env = trial_env(make_config())
     assert preload.owner_pid({}) == os.getpid()  # no Ray, no owner named: the launcher
     assert preload.owner_pid({preload.RAYLET_ENV: "4321"}) == 4321  # a Ray worker: its node
     assert preload.owner_pid({preload.RAYLET_ENV: "4321", preload.OWNER_ENV: "99"}) == 99
@@ -332,7 +333,7 @@ def test_the_launcher_hears_of_a_forked_trials_exit_at_once(server: Path, tmp_pa
     cfg_path = tmp_path / "config.json"
     cfg_path.write_text(config.model_dump_json())
     argv = ["--config", str(cfg_path), "--result", str(tmp_path / "result.json")]
-    env = _trial_env(config, tmp_path)
+    env = trial_env(config, tmp_path)
     waits, teardowns = [], []
     for i in range(7):
         stderr = tmp_path / f"stderr-{i}.log"
