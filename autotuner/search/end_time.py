@@ -43,20 +43,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from statistics import median
-from typing import Any
 
+from autotuner.purpose import SEARCH_TRIALS, Purpose
 from autotuner.search.numerics import PARITY_STEPS
-from autotuner.search.progress import (
-    HEADROOM_AND_PARITY,
-    HEADROOM_CHECK,
-    PARITY,
-    PARITY_REFERENCE,
-    REFERENCE,
-    SEARCH_TRIALS,
-)
 from autotuner.spec import Optimizer, TrialResult, canonical_params
+from autotuner.types import Params
 
-Params = dict[str, Any]
+# In the end-time plan only (this module), never a row's purpose: a headroom check that
+# also runs the numerics check's candidate steps (a `headroom` row whose config has
+# measure.parity_steps), one process and one compile for both (search/numerics.py).
+HEADROOM_AND_PARITY = "headroom+parity"
 # The least a trial costs: the fastest measured, a GPT-2 124M trial forked from the
 # pre-imported worker on the H200 (README, "Cheaper trials"), is 2 s.
 FLOOR_S = 2.0
@@ -82,8 +78,8 @@ SEARCH_TIME_SHARE = 0.85  # with no end check due, the search stops here and re-
 # took 4.3 of its 10 minutes must not run 8.7 more of checks (a replayed Llama 3B study did,
 # to 13.0 min: bench/results/replay_minutes_h200).
 END_GRACE_SHARE = 0.1
-_MEASURED = SEARCH_TRIALS | {"remeasure"}  # full trials of a candidate config
-_RERUNS = ("remeasure", HEADROOM_CHECK)  # the same config again: its compile is warm
+_MEASURED = SEARCH_TRIALS | {Purpose.REMEASURE}  # full trials of a candidate config
+_RERUNS = (Purpose.REMEASURE, Purpose.HEADROOM)  # the same config again: its compile is warm
 # What the headroom check adds to a re-run (workers/phases.py): its evaluation pass and its
 # checkpoint save, apart since 2026-12-02; before, both were in `checks`.
 _HEADROOM_PHASES = ("checks", "eval", "checkpoint")
@@ -125,11 +121,11 @@ class DueCheck:
 
 
 _NAMES = {
-    REFERENCE: "the one-GPU reference",
-    HEADROOM_CHECK: "the headroom check",
+    Purpose.REFERENCE: "the one-GPU reference",
+    Purpose.HEADROOM: "the headroom check",
     HEADROOM_AND_PARITY: "the headroom and numerics check",
-    PARITY_REFERENCE: "the numerics check's reference",
-    PARITY: "the numerics check",
+    Purpose.PARITY_REFERENCE: "the numerics check's reference",
+    Purpose.PARITY: "the numerics check",
 }
 
 
@@ -161,7 +157,7 @@ class TrialWalls:
             self._learn_rerun(params, known, result, purpose)
         if purpose not in _MEASURED or not result.wall_s:
             return
-        if purpose != "remeasure":
+        if purpose != Purpose.REMEASURE:
             self._search_walls.append(result.wall_s)
         self._grad_accum[key] = max(1, grad_accum)
         # The longest: the cold compile, not a re-run's warm one (an estimate may be long,
@@ -175,7 +171,7 @@ class TrialWalls:
         if first.compile_s and rerun.compile_s is not None:
             share = min(1.0, rerun.compile_s / first.compile_s)
             self._warm_shares[self._cache_class(params)].append(share)
-        if purpose == HEADROOM_CHECK:
+        if purpose == Purpose.HEADROOM:
             phases = rerun.phases_s or {}
             if any(p in phases for p in _HEADROOM_PHASES):
                 self._eval_s.append(sum(phases.get(p, 0.0) for p in _HEADROOM_PHASES))
@@ -259,9 +255,9 @@ class TrialWalls:
 
     def expected_s(self, purpose: str, params: Params) -> float:
         """How long the end check `purpose` of a config with these params is expected to take."""
-        if purpose in (PARITY, PARITY_REFERENCE):
+        if purpose in (Purpose.PARITY, Purpose.PARITY_REFERENCE):
             return self.parity_s(params)
-        if purpose == HEADROOM_CHECK:
+        if purpose == Purpose.HEADROOM:
             return self.headroom_s(params)
         if purpose == HEADROOM_AND_PARITY:
             return self.headroom_and_parity_s(params)

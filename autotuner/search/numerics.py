@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from autotuner.executors.base import Target
-from autotuner.search.progress import HEADROOM_CHECK, PARITY, PARITY_REFERENCE
+from autotuner.purpose import Purpose
 from autotuner.search.rules import incompatibility
 from autotuner.search.space import SearchSpace
 from autotuner.spec import (
@@ -255,18 +255,20 @@ PARITY_ATTEMPTS = 2  # a parity trial lost or failed for infra reasons runs once
 
 def runs_parity_steps(t: Trial) -> bool:
     """A headroom check that is also the candidate's parity run (its measure.parity_steps)."""
-    return t.purpose == HEADROOM_CHECK and bool((t.config.get("measure") or {}).get("parity_steps"))
+    return t.purpose == Purpose.HEADROOM and bool(
+        (t.config.get("measure") or {}).get("parity_steps")
+    )
 
 
 def _is_candidate_run(t: Trial) -> bool:
-    return t.purpose == PARITY or runs_parity_steps(t)
+    return t.purpose == Purpose.PARITY or runs_parity_steps(t)
 
 
 def last_row(trials: Sequence[Trial], key: str, purpose: str) -> Trial | None:
     """The parity row of this purpose for `key` that counts; None when it is (again) to run:
     never run, or failed for infra reasons (lost, crash, timeout) with an attempt left.
-    PARITY also finds a headroom check that ran the candidate's parity steps."""
-    match = _is_candidate_run if purpose == PARITY else (lambda t: t.purpose == purpose)
+    Purpose.PARITY also finds a headroom check that ran the candidate's parity steps."""
+    match = _is_candidate_run if purpose == Purpose.PARITY else (lambda t: t.purpose == purpose)
     rows = [t for t in trials if match(t) and canonical_params(t.params) == key]
     if not rows:
         return None
@@ -332,7 +334,7 @@ def verdict(candidate: TrialResult, reference: Trial) -> Check:
 
 def check_of(key: str, trials: Sequence[Trial]) -> Check | None:
     """The parity check of the config `key`; None when it never started."""
-    ref = last_row(trials, key, PARITY_REFERENCE)
+    ref = last_row(trials, key, Purpose.PARITY_REFERENCE)
     if ref is None:
         return None
     ref_knobs = Knobs.model_validate(ref.config.get("knobs", {}))
@@ -348,10 +350,14 @@ def check_of(key: str, trials: Sequence[Trial]) -> Check | None:
             ref_prec,
             trials=[ref.number],
         )
-    cand = last_row(trials, key, PARITY)
+    cand = last_row(trials, key, Purpose.PARITY)
     if cand is None:
         return Check(
-            "pending", "the parity check is half done", ref_prec, trials=[ref.number], next=PARITY
+            "pending",
+            "the parity check is half done",
+            ref_prec,
+            trials=[ref.number],
+            next=Purpose.PARITY,
         )
     numbers = [ref.number, cand.number]
     cstate = TrialState(cand.state)
@@ -381,7 +387,7 @@ def check_of(key: str, trials: Sequence[Trial]) -> Check | None:
 def checks_of(ranked: Sequence[Candidate], trials: Sequence[Trial]) -> dict[str, Check]:
     # Only parity rows make a check: filter once, not once per candidate (8,000 candidates in
     # a 10,000-trial study scanned every trial each, 60 s, before this).
-    trials = [t for t in trials if t.purpose == PARITY_REFERENCE or _is_candidate_run(t)]
+    trials = [t for t in trials if t.purpose == Purpose.PARITY_REFERENCE or _is_candidate_run(t)]
     out = {}
     for g in ranked:
         check = check_of(g.key, trials)
@@ -442,13 +448,13 @@ def next_parity(
     check = checks.get(g.key)
     if check is None:
         started = sum(1 for c in checks.values() if c.trials)
-        return (g, PARITY_REFERENCE) if started < MAX_CHECKED else None
+        return (g, Purpose.PARITY_REFERENCE) if started < MAX_CHECKED else None
     return (g, check.next) if check.next else None
 
 
 # The purposes of the rows that may hold parity steps: the numerics check's two runs (a
 # candidate's run is a parity trial, or the headroom check that ran them first).
-PARITY_PURPOSES = (PARITY, PARITY_REFERENCE, HEADROOM_CHECK)
+PARITY_PURPOSES = (Purpose.PARITY, Purpose.PARITY_REFERENCE, Purpose.HEADROOM)
 
 
 def page_view(trial: Trial, related: Sequence[Trial]) -> dict[str, Any] | None:
@@ -463,14 +469,14 @@ def page_view(trial: Trial, related: Sequence[Trial]) -> dict[str, Any] | None:
         return None
     key = canonical_params(trial.params)
     rows = sorted(related, key=lambda t: t.number)
-    role = "reference" if trial.purpose == PARITY_REFERENCE else "candidate"
+    role = "reference" if trial.purpose == Purpose.PARITY_REFERENCE else "candidate"
     ref: Trial | None
     cand: Trial | None
     if role == "reference":
-        partner = last_row(rows, key, PARITY)
+        partner = last_row(rows, key, Purpose.PARITY)
         ref, cand = trial, partner
     else:
-        partner = last_row(rows, key, PARITY_REFERENCE)
+        partner = last_row(rows, key, Purpose.PARITY_REFERENCE)
         ref, cand = partner, trial
 
     def side(t: Trial | None) -> dict[str, Any] | None:
@@ -478,7 +484,7 @@ def page_view(trial: Trial, related: Sequence[Trial]) -> dict[str, Any] | None:
             return None
         knobs = Knobs.model_validate(t.config.get("knobs", {}))
         # What ran, in words: "bf16 with fp32 AdamW moments" against "bf16 with 8-bit ...".
-        name = reference_label(t) if t.purpose == PARITY_REFERENCE else numerics_name(knobs)
+        name = reference_label(t) if t.purpose == Purpose.PARITY_REFERENCE else numerics_name(knobs)
         return {
             "number": t.number,
             "precision": knobs.precision.value,
@@ -516,7 +522,7 @@ def headroom_plan(
     planned = next_parity(ranked, trials)
     if planned is None or planned[0].key != group.key:
         return "alone"
-    if planned[1] == PARITY:
+    if planned[1] == Purpose.PARITY:
         return "with parity"
     return "reference first" if room is None or room >= 2 else "alone"
 

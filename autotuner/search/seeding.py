@@ -8,7 +8,7 @@
    second, after its fastest alternative, where that one is another precision the throughput
    model's prior expects FIRST_IF_FASTER times as fast, the study has no time budget and the
    expert surely fits: the same trials up front, the likely winner one trial sooner. Its trials
-   are marked `expert-default` (progress.EXPERT_DEFAULT): the recommendation's yardstick.
+   are marked `expert-default` (Purpose.EXPERT_DEFAULT): the recommendation's yardstick.
 2. Winners of earlier completed studies on the same GPU (device name and compute capability)
    and model family, newest first and the same preset first, mapped into this space (a value
    the space lacks takes the expert's) and kept only if they pass the policy's screen.
@@ -102,7 +102,7 @@ class SeedPlan:
     now: list[dict[str, Any]]
     later: list[dict[str, Any]] = field(default_factory=list)
     # The expert default's params (one of `now`), None where options.expert_seed is off: its
-    # trials are marked so (progress.EXPERT_DEFAULT), whatever their number.
+    # trials are marked so (Purpose.EXPERT_DEFAULT), whatever their number.
     expert: dict[str, Any] | None = None
 
     @property

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy import Select, func, select, true, update
 from sqlalchemy.orm import Session
 
+from autotuner.purpose import Purpose
 from autotuner.spec import Fingerprint
 from autotuner.status import ENDED_STATUSES
 from autotuner.storage.common import (
@@ -33,8 +34,8 @@ from autotuner.storage.models import (
     StudyStatus,
     Trial,
     TrialState,
-    utcnow,
 )
+from autotuner.types import utcnow
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ class TrialRepo:
         *,
         params: dict[str, Any],
         config: dict[str, Any],
-        purpose: str = "search",
+        purpose: str = Purpose.SEARCH,
         retry_of: int | None = None,
         attempt: int = 1,
         worker: str | None = None,
@@ -105,7 +106,7 @@ class TrialRepo:
         error_class: str,
         error_message: str,
         owner: str | None = None,
-        purpose: str = "search",
+        purpose: str = Purpose.SEARCH,
     ) -> Trial:
         """A trial ruled out before launch: recorded as pruned, finished at once."""
         return self._create(
@@ -135,7 +136,7 @@ class TrialRepo:
         last = self.session.scalar(select(func.max(Trial.number)).where(Trial.study_id == study_id))
         _fits("worker", fields.get("worker"), 200, "use a shorter worker name")
         _fits("purpose", fields.get("purpose"), 16, "use search, seed, expert-default or remeasure")
-        fields.setdefault("purpose", "search")
+        fields.setdefault("purpose", Purpose.SEARCH)
         fields.setdefault("attempt", 1)
         trial = Trial(
             study_id=study_id,

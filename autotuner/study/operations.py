@@ -252,7 +252,7 @@ def summaries(s: Session, study_ids: list[str]) -> dict[str, TrialSummary]:
     statement, however many studies and trials (SQL aggregates; no trial row is loaded)."""
     from sqlalchemy import case, func, select
 
-    from autotuner.search.progress import END_CHECKS
+    from autotuner.purpose import END_CHECKS
     from autotuner.storage.models import Trial, TrialState
     from autotuner.study.views import TrialSummary
 

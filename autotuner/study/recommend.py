@@ -26,8 +26,10 @@ from functools import cached_property
 from typing import Any
 
 from autotuner.options import StudyOptions
+from autotuner.purpose import END_CHECKS, Purpose
 from autotuner.search import headroom, headroom_check
 from autotuner.search.importance import knob_report
+from autotuner.search.noise import noise_band
 from autotuner.search.numerics import (
     checks_of,
     choose,
@@ -35,7 +37,6 @@ from autotuner.search.numerics import (
     prefer_reference_numerics,
 )
 from autotuner.search.objective import Objective, time_to_train_h
-from autotuner.search.progress import END_CHECKS, EXPERT_DEFAULT
 from autotuner.spec import TrialResult, canonical_params, spread_rel
 from autotuner.storage.models import Trial, TrialState
 from autotuner.study.batch import global_batch_entry
@@ -43,9 +44,6 @@ from autotuner.study.columns import load_json, measured, memory_record
 from autotuner.study.compile_time import compile_entry
 from autotuner.study.gpu_clock import gpu_clock_entry
 from autotuner.study.input_pipeline import input_pipeline_entry
-
-MIN_NOISE_REL = 0.005  # timing on a quiet machine is never better than this
-
 
 _REPEATS = ("tokens_per_s", "tokens_per_s_min", "tokens_per_s_max")
 
@@ -90,7 +88,7 @@ class ConfigMeasurements:
 
     @property
     def remeasured(self) -> bool:
-        return any(t.purpose == "remeasure" for t in self.trials)
+        return any(t.purpose == Purpose.REMEASURE for t in self.trials)
 
     @property
     def within_rel(self) -> float:
@@ -112,7 +110,7 @@ class ConfigMeasurements:
 
     @property
     def noise_rel(self) -> float:
-        return max(self.within_rel, self.between_rel, MIN_NOISE_REL)
+        return noise_band(self.within_rel, self.between_rel)
 
 
 def group_measurements(
@@ -171,10 +169,8 @@ def study_noise_rel(groups: Sequence[ConfigMeasurements]) -> float:
     """The study's noise band: median repeat spread, or the fresh-process spread if larger."""
     within = [g.within_rel for g in groups if g.trials]
     between = [g.between_rel for g in groups if len(g.trials) > 1]
-    return max(
-        statistics.median(within) if within else 0.0,
-        max(between) if between else 0.0,
-        MIN_NOISE_REL,
+    return noise_band(
+        statistics.median(within) if within else 0.0, max(between) if between else 0.0
     )
 
 
@@ -341,7 +337,7 @@ def scaling_efficiency(trials: Sequence[Trial], best: ConfigMeasurements) -> dic
     ranks = result.num_ranks or 1
     if ranks <= 1:
         return None
-    refs = [t for t in trials if t.purpose == "reference"]
+    refs = [t for t in trials if t.purpose == Purpose.REFERENCE]
     ref = next((t for t in refs if t.state == TrialState.COMPLETE and t.result), None)
     if ref is None:
         why = "its reference trial failed" if refs else "no reference trial ran"
@@ -420,7 +416,7 @@ def _vs_expert_default(
 def _expert_rows(keyed: Sequence[tuple[str, Trial]]) -> list[tuple[str, Trial]]:
     """The measurements of the expert default's config (the only config `_expert_default`
     reads)."""
-    key = next((k for k, t in keyed if t.purpose == EXPERT_DEFAULT), None)
+    key = next((k for k, t in keyed if t.purpose == Purpose.EXPERT_DEFAULT), None)
     return [(k, t) for k, t in keyed if k == key] if key is not None else []
 
 
@@ -437,12 +433,14 @@ def _headroom_words(group: ConfigMeasurements, options: StudyOptions) -> str | N
 
 def _expert_default(ranked: Sequence[ConfigMeasurements]) -> ConfigMeasurements | None:
     """The measured config of the expert-default seed (none where the study ran none)."""
-    return next((g for g in ranked if any(t.purpose == EXPERT_DEFAULT for t in g.trials)), None)
+    return next(
+        (g for g in ranked if any(t.purpose == Purpose.EXPERT_DEFAULT for t in g.trials)), None
+    )
 
 
 def _expert_trial(expert: ConfigMeasurements) -> Trial:
     """The expert default's own measured trial (its config's others are re-measurements)."""
-    return next(t for t in expert.trials if t.purpose == EXPERT_DEFAULT)
+    return next(t for t in expert.trials if t.purpose == Purpose.EXPERT_DEFAULT)
 
 
 # How many configs tied with the winner are looked at for the reference's numerics: their
@@ -503,8 +501,8 @@ def _runner_up(best: ConfigMeasurements, second: ConfigMeasurements) -> dict[str
 
 
 def _interleaved_pairs(a: ConfigMeasurements, b: ConfigMeasurements) -> list[tuple[float, float]]:
-    ra = [t for t in a.trials if t.purpose == "remeasure"]
-    rb = [t for t in b.trials if t.purpose == "remeasure"]
+    ra = [t for t in a.trials if t.purpose == Purpose.REMEASURE]
+    rb = [t for t in b.trials if t.purpose == Purpose.REMEASURE]
     return [
         (x.objective_value or 0.0, y.objective_value or 0.0) for x, y in zip(ra, rb, strict=False)
     ]

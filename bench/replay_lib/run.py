@@ -10,9 +10,9 @@ from typing import Any
 from autotuner.executors.base import Target
 from autotuner.executors.replay import Landscape, ReplayExecutor, SimulatedClock
 from autotuner.options import PLAIN_SAMPLER, StudyOptions
+from autotuner.purpose import SEARCH_TRIALS
 from autotuner.search.numerics import space_changes_numerics
 from autotuner.search.policy import Prune
-from autotuner.search.progress import SEARCH_TRIALS
 from autotuner.search.remeasure import Remeasure
 from autotuner.search.rules import incompatibility
 from autotuner.search.space import SearchSpace

@@ -14,8 +14,8 @@ import pytest
 
 from autotuner.executors.base import Target
 from autotuner.executors.replay import Landscape
+from autotuner.purpose import SEARCH_TRIALS
 from autotuner.search.numerics import runs_parity_steps
-from autotuner.search.progress import SEARCH_TRIALS
 from autotuner.search.space import parse_space
 from autotuner.spec import ModelSpec
 from autotuner.storage.models import TrialState

@@ -14,6 +14,7 @@ from autotuner.cli.render import best_table
 from autotuner.executors.base import Target
 from autotuner.executors.replay import Landscape
 from autotuner.options import StudyOptions
+from autotuner.purpose import SEARCH_TRIALS, Purpose
 from autotuner.search.numerics import (
     PARITY_STEPS,
     TOLERANCE_REL,
@@ -23,7 +24,6 @@ from autotuner.search.numerics import (
     warm_reference,
 )
 from autotuner.search.objective import Objective
-from autotuner.search.progress import EXPERT_DEFAULT, SEARCH_TRIALS
 from autotuner.search.space import parse_space
 from autotuner.spec import (
     Attention,
@@ -461,7 +461,9 @@ def test_the_parity_trials_events_say_what_ran_and_their_loss(sqlite_url: str) -
     assert ref.loss_curve is not None and len(ref.loss_curve) == PARITY_STEPS
     assert cand.loss_curve is not None and len(cand.loss_curve) == PARITY_STEPS
     # A measured trial ran what its row names.
-    seeds = [e for e in events if e.kind == "finished" and e.purpose in (EXPERT_DEFAULT, "seed")]
+    seeds = [
+        e for e in events if e.kind == "finished" and e.purpose in (Purpose.EXPERT_DEFAULT, "seed")
+    ]
     assert seeds and all(e.ran == {} for e in seeds)
 
 

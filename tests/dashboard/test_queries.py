@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import event
 
-from autotuner.search.progress import EXPERT_DEFAULT
+from autotuner.purpose import Purpose
 from autotuner.search.space import parse_space
 from autotuner.spec import FailureClass, ModelSpec, TrialResult
 from autotuner.storage.models import Study, TrialState
@@ -123,7 +123,7 @@ def _study_of(db: Database, n: int) -> str:
 
     with db.session() as s:
         repo = TrialRepo(s)
-        plan = [(mb, EXPERT_DEFAULT if mb == 1 else "search") for mb in range(1, n)]
+        plan = [(mb, Purpose.EXPERT_DEFAULT if mb == 1 else "search") for mb in range(1, n)]
         plan += [(3, "remeasure"), (2, "remeasure"), (3, "remeasure"), (2, "remeasure")]
         plan += [(3, "headroom")]
         for mb, purpose in plan:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pytest
 import yaml
 
-from autotuner.search.progress import EXPERT_DEFAULT
+from autotuner.purpose import Purpose
 from autotuner.storage.models import Trial, TrialState
 from tests.coordinator.test_tune_e2e import REPO, cli
 from tests.unit.test_cli_render import no_escapes
@@ -84,7 +84,7 @@ def test_the_counts_printed_are_the_trials_stored(demo: Demo) -> None:
     for t in counted:
         if t.state == TrialState.COMPLETE:
             # The expert default is labelled as what the winner is compared with.
-            label = "expert default: " if t.purpose == EXPERT_DEFAULT else ""
+            label = "expert default: " if t.purpose == Purpose.EXPERT_DEFAULT else ""
             assert re.search(rf"^#{t.number} {label}[\d,]+ tok/s ", err, re.MULTILINE), err
 
 

@@ -33,6 +33,8 @@ LAYERS: dict[str, int] = {
     "autotuner.options": 0,
     "autotuner.numbers": 0,
     "autotuner.status": 0,
+    "autotuner.types": 0,
+    "autotuner.purpose": 0,
     "autotuner.storage": 1,
     "autotuner.executors": 1,
     "autotuner.search": 2,
