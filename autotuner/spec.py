@@ -505,9 +505,11 @@ class Knobs(_Record):
     @model_validator(mode="before")
     @classmethod
     def _drop_legacy_settings(cls, data: Any) -> Any:
-        # Rows stored before data_source became a measurement setting carry it among their
-        # knobs; they must still read back (TrialConfig moves it into `measure`). A space that
-        # names it as a knob is refused earlier, in search/space.py, with the fix.
+        # Stored configs may carry data_source among their knobs (it is a measurement setting):
+        # older database rows, and the recorded landscapes and studies in bench/results/ that
+        # the replay and the benchmarks read, which no database migration reaches. They must
+        # read back (TrialConfig moves it into `measure`). A space that names it as a knob is
+        # refused earlier, in search/space.py, with the fix.
         if isinstance(data, dict) and LEGACY_KNOBS & data.keys():
             data = {k: v for k, v in data.items() if k not in LEGACY_KNOBS}
         return data
@@ -517,7 +519,7 @@ class Knobs(_Record):
         return list(cls.model_fields)
 
 
-# Knob names of earlier versions that are measurement settings now (MeasureSettings).
+# Names stored configs may carry among their knobs that are measurement settings (MeasureSettings).
 LEGACY_KNOBS = frozenset({"data_source"})
 
 
@@ -686,8 +688,8 @@ class TrialConfig(_Record):
     @model_validator(mode="before")
     @classmethod
     def _legacy_data_source(cls, data: Any) -> Any:
-        # Configs stored before data_source moved into `measure` carry it among the knobs:
-        # read back, it says what that trial measured, so it moves to where it belongs now.
+        # A stored config may carry data_source among its knobs (Knobs._drop_legacy_settings
+        # says which): read back, it says what that trial measured, so it moves to `measure`.
         knobs = data.get("knobs") if isinstance(data, dict) else None
         if isinstance(knobs, dict) and "data_source" in knobs:
             measure = data.get("measure")

@@ -155,7 +155,7 @@ def rejudge(db: Database, study_id: str) -> None:
     from autotuner.search import headroom_check
     from autotuner.search.numerics import as_ended
     from autotuner.search.objective import Objective
-    from autotuner.storage.repository import StudyRepo
+    from autotuner.storage.study_repo import StudyRepo
     from autotuner.study.live import end_of_study_rows
     from autotuner.study.recommend import knob_importance, recommend_ranked
 

@@ -1,5 +1,5 @@
 """The pre-imported worker: one long-lived process per node that has imported torch (no CUDA
-touched) and forks a fresh child per trial, so a trial no longer pays torch's import.
+touched) and forks a fresh child per trial, so a trial does not pay torch's import.
 
 On a loaded 2-core CPU, `import torch` + `torch._dynamo` took 8-12 s of a 10-20 s cpu-demo
 trial (bench/trial_overhead.py); the child of a fork starts with both in memory.
@@ -7,7 +7,7 @@ trial (bench/trial_overhead.py); the child of a fork starts with both in memory.
 The same guarantees as a fresh process (workers/launch.py):
 - every trial is its own process (a fork of a server that never runs a trial, never touches
   CUDA and never builds a model), in its own session and process group, so a crash, an OOM or
-  a hang ends with it and the launcher's timeout kills its whole group as before;
+  a hang ends with it and the launcher's timeout kills its whole group;
 - its exit status reaches the launcher unchanged (a signal is a negative returncode), so a
   kill -9 or a segfault is recorded as a `crash` naming the signal;
 - the launcher dying kills it: the server kills the child's group when the launcher's
@@ -303,9 +303,8 @@ def _preload() -> None:
     from workers.failures import compile_error_types
 
     compile_error_types()
-    # Not cuDNN's libraries: loading them here before the fork (tried on the H200, 2026-12-04)
-    # saved a cuDNN trial nothing; a fresh process opens them in 0.1 s once they are cached
-    # (bench/results/h200_session_20261204/README.md).
+    # Not cuDNN's libraries: loading them before the fork saves a cuDNN trial nothing, as a
+    # fresh process opens them in 0.1 s once they are cached (bench/results/h200_session_20261204).
 
 
 def _child(request: dict, server_pid: int, close: list[socket.socket | int]) -> None:

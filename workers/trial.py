@@ -203,8 +203,8 @@ def run_trial(config: TrialConfig) -> TrialResult | None:
                 f"in a collective: another rank is hung or far slower\n{message}"
             )
         elif failure_class == FailureClass.CRASH and group is not None and lost_peer(exc):
-            # A knock-on: reported as this rank's crash, it raced the dead peer's report on
-            # another node, and the first to arrive named this rank (CI, 2026-12-04).
+            # A knock-on: reported as this rank's crash, it would race the dead peer's report
+            # on another node, and the first to arrive would name this rank.
             raise PeerFailed(f"rank {group.rank} lost a peer in a collective: {message}") from exc
         return TrialResult.failure(failure_class, message, **_public(info), **extra)
     finally:

@@ -31,7 +31,7 @@ from autotuner.api.security import (
     token_matches,
 )
 from autotuner.dashboard.charts import chart_data, progress_series
-from autotuner.storage.repository import StudyNotFound
+from autotuner.storage.common import StudyNotFound
 from autotuner.study import operations
 from autotuner.study.export import export_commands
 from autotuner.study.labels import (

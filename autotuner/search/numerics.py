@@ -518,7 +518,7 @@ def headroom_plan(
     `with parity` (the reference is done: the check runs the candidate's parity steps first,
     one process and one compile for both checks), `reference first` (the reference is not run
     yet: it goes first), or `alone` (no numerics check is due for it, or only one trial is
-    left in the budget, `room`: the headroom check takes it, as before the checks merged)."""
+    left in the budget, `room`: the headroom check takes it alone)."""
     planned = next_parity(ranked, trials)
     if planned is None or planned[0].key != group.key:
         return "alone"

@@ -267,8 +267,8 @@ class Seeder:
         # `defaults` say where to start, not what to leave unexplored: the neighbours vary
         # those knobs too. Prefer cheap compiles (max-autotune can take minutes to compile).
         # Where only the expandable allocator lets the expert default fit, it is one of them,
-        # and the others start from it: they keep about the expert's memory (Llama 8B's fp8
-        # seed with the default allocator was as tight as the expert default, 2026-12-03).
+        # and the others start from it: they keep about the expert's memory (on Llama 8B an
+        # fp8 seed with the default allocator is as tight as the expert default).
         out = []
         roomy = self._expandable(expert)
         if roomy is not None:
@@ -387,7 +387,7 @@ class Seeder:
         this study is measured yet). Under a time budget the winner is then known early and
         the end checks it needs get their time: in a 10-minute Llama 3B study on the H200 the
         fp8 seed ran last, after three bf16 alternatives of 80 s each, won by 1.18x at
-        8.4 min, and its numerics check no longer fitted (bench/results/h200_session_20261201)."""
+        8.4 min, and its numerics check did not fit (bench/results/h200_session_20261201)."""
         if self.predicted_speed is None:
             return seeds
         speed = self.predicted_speed

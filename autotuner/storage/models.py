@@ -178,7 +178,7 @@ class Study(Base):
     best_trial_number: Mapped[int | None] = mapped_column(Integer)
     # The seeds as the coordinator planned them at the start (migration 0008): {"now": [params],
     # "later": [params], "expert": params | null}. A restarted coordinator queues again those
-    # not run yet, and marks the expert default's trials as before; the plan itself would
+    # not run yet, and marks the expert default's trials as the plan says; a new plan would
     # differ by then (the cost model has learned from the trials since).
     seeds: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
     recommendation: Mapped[dict[str, Any] | None] = mapped_column(JsonType)

@@ -278,8 +278,7 @@ class TrialRepo:
         """Running trials of ended studies that nobody will end: their study was cancelled
         (or finished) while a coordinator held it, and that coordinator died before it stopped
         them. Its lease has expired, so no live coordinator can report them; without this they
-        would stay `running` in a finished study forever (a recording cancelled by hand on
-        2026-12-03, seconds after its machine was taken back, kept one). A cancelled study's
+        would stay `running` in a finished study forever. A cancelled study's
         are failed as cancelled, any other's lost (mark_lost). `study_id`: that study's only."""
         now = db_now(self.session)
         studies = self.session.execute(abandoned_studies(now, study_id)).all()

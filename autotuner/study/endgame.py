@@ -45,8 +45,8 @@ from autotuner.spec import (
     canonical_params,
 )
 from autotuner.storage.models import Trial, TrialState
-from autotuner.storage.repository import TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.budget import Budget
 from autotuner.study.events import Event
 from autotuner.study.recommend import ConfigMeasurements, group_measurements

@@ -7,7 +7,7 @@ from typing import Any
 
 from autotuner.purpose import Purpose
 
-# How a trial stopped by its study's cancel is stored (study/trials.py, storage/repository.py):
+# How a trial stopped by its study's cancel is stored (study/trials.py, storage/trial_repo.py):
 # failed, infra, with this message. Views show it as `cancelled`, not as a failure.
 CANCELLED_MESSAGE = "cancelled with the study"
 

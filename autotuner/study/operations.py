@@ -330,7 +330,7 @@ def list_studies(
 
 
 def _study(s: Session, ref: str) -> tuple[Study, TrialSummary]:
-    from autotuner.storage.repository import StudyRepo
+    from autotuner.storage.study_repo import StudyRepo
 
     study = StudyRepo(s).require(ref)
     return study, summaries(s, [study.id])[study.id]
@@ -371,7 +371,7 @@ def trial_page_json(
 
 def _study_options(s: Session, ref: str) -> tuple[str, StudyOptions]:
     """The study `ref` names: its id and options, all a trial list needs of it."""
-    from autotuner.storage.repository import StudyRepo
+    from autotuner.storage.study_repo import StudyRepo
 
     study = StudyRepo(s).require(ref)
     return study.id, study.options
@@ -396,7 +396,7 @@ def query_trials(
     from sqlalchemy import func, select
 
     from autotuner.storage.models import Trial
-    from autotuner.storage.repository import StudyRepo
+    from autotuner.storage.study_repo import StudyRepo
     from autotuner.study import trial_list
     from autotuner.study.trial_query import apply, parse_trial_query
 
@@ -485,7 +485,7 @@ def _tight_fastest(
     memory free than its headroom: Llama 8B on one H200, 9.7% free of the 10% kept): its
     fastest measured trial, the memory it left free, and the headroom that would accept it,
     so that `best` can say which lower --headroom would accept it (`best --headroom`)."""
-    from autotuner.storage.repository import TrialRepo
+    from autotuner.storage.trial_repo import TrialRepo
     from autotuner.study.columns import memory_record
     from autotuner.study.trial_list import memory_judgement
 
@@ -607,7 +607,8 @@ def get_trial_detail(db: Database, ref: str, number: int) -> dict[str, Any]:
     """One trial in full with its study's id and name, and what the study's models predicted
     for it before it ran (views.predictions_view)."""
     from autotuner.search.numerics import page_view
-    from autotuner.storage.repository import StudyRepo, TrialRepo
+    from autotuner.storage.study_repo import StudyRepo
+    from autotuner.storage.trial_repo import TrialRepo
     from autotuner.study.views import predictions_view, trial_view
 
     with db.read() as s:
@@ -653,7 +654,7 @@ def export_best(db: Database, ref: str, fmt: str, *, allow_partial: bool = False
 
     if fmt not in EXPORT_FORMATS:
         raise UserError(f"format {fmt!r}: choose one of {', '.join(EXPORT_FORMATS)}")
-    from autotuner.storage.repository import TrialRepo
+    from autotuner.storage.trial_repo import TrialRepo
 
     with db.read() as s:
         study, summary = _study(s, ref)
@@ -678,8 +679,10 @@ def export_best(db: Database, ref: str, fmt: str, *, allow_partial: bool = False
 def cancel_study(db: Database, ref: str) -> dict[str, Any]:
     """Cancel a queued or running study. Its coordinator stops its trials within a step; when
     no coordinator holds it, its running trials are ended here."""
+    from autotuner.storage.common import db_now
     from autotuner.storage.models import Study, StudyStatus
-    from autotuner.storage.repository import StudyRepo, TrialRepo, db_now
+    from autotuner.storage.study_repo import StudyRepo
+    from autotuner.storage.trial_repo import TrialRepo
     from autotuner.study.views import study_view
 
     with db.session() as s:

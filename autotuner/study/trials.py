@@ -42,9 +42,10 @@ from autotuner.spec import (
     TrialStatus,
     canonical_params,
 )
+from autotuner.storage.common import TrialAlreadyFinished
 from autotuner.storage.models import Trial, TrialState
-from autotuner.storage.repository import TrialAlreadyFinished, TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.events import Event, OnEvent
 from autotuner.study.lost import LOST_LIMIT, crash_loop_message, lost_in_a_row, rerun_allowed
 

@@ -24,8 +24,9 @@ from autotuner.spec import (
     canonical_params,
 )
 from autotuner.storage.models import TrialState
-from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database, dispose_engines
+from autotuner.storage.study_repo import StudyRepo
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.coordinator import StudyRunner, create_study
 from bench.replay_lib.simtime import RerunWalls
 from bench.replay_lib.universe import Snapper, UniverseSampler, grid_size

@@ -12,8 +12,9 @@ from autotuner.search.policy import Prune
 from autotuner.search.space import parse_space
 from autotuner.spec import Knobs, ModelSpec, canonical_params
 from autotuner.storage.models import StudyStatus, TrialState
-from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.study_repo import StudyRepo
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.coordinator import StudyRunner, create_study
 from tests.fakes import FakeWorkerDeathReplay, synthetic_landscape
 

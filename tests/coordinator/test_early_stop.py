@@ -13,8 +13,9 @@ from autotuner.search.objective import Objective
 from autotuner.search.space import parse_space
 from autotuner.spec import ModelSpec, TrialConfig, TrialResult
 from autotuner.storage.models import StudyStatus, TrialState
-from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.study_repo import StudyRepo
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.coordinator import StudyRunner, create_study
 from autotuner.study.live import live_best
 from autotuner.study.recommend import recommend

@@ -37,8 +37,9 @@ from autotuner.spec import (
     Precision,
 )
 from autotuner.storage.models import Trial, TrialState
-from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.study_repo import StudyRepo
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.coordinator import StudyRunner, create_study
 from autotuner.study.recommend import recommend
 from tests.fakes import FAKE_GPU, FakeParityReplay, measured, parity_curve

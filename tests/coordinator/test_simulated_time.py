@@ -22,8 +22,9 @@ from autotuner.spec import (
     TrialStatus,
 )
 from autotuner.storage.models import StudyStatus, TrialState
-from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.study_repo import StudyRepo
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.coordinator import StudyRunner, create_study
 from bench.replay_lib.simtime import RerunWalls
 from tests.fakes import measured, run_study_whose_checks_cannot_fit

@@ -185,8 +185,9 @@ def test_tune_with_minutes_runs_its_end_checks_inside_them(tmp_path: Path) -> No
     (At the old fixed 15%, four re-measurements came first and the check never ran.)"""
     import datetime as dt
 
-    from autotuner.storage.repository import StudyRepo, TrialRepo
     from autotuner.storage.session import Database
+    from autotuner.storage.study_repo import StudyRepo
+    from autotuner.storage.trial_repo import TrialRepo
 
     db = f"sqlite:///{tmp_path / 'm.db'}"
     # Shorter than the whole cpu-demo space takes (about 25 s with reused Ray workers here):

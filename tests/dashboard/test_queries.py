@@ -18,8 +18,8 @@ from autotuner.purpose import Purpose
 from autotuner.search.space import parse_space
 from autotuner.spec import FailureClass, ModelSpec, TrialResult
 from autotuner.storage.models import Study, TrialState
-from autotuner.storage.repository import TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study import operations
 from autotuner.study.coordinator import create_study
 from tests.dashboard.conftest import KNOBS, make_app

@@ -7,8 +7,8 @@ from sqlalchemy import event
 
 from autotuner.api.app import ServiceSettings, create_app
 from autotuner.storage.models import TrialState
-from autotuner.storage.repository import TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study import operations
 
 

@@ -19,8 +19,8 @@ from autotuner.executors.replay import ReplayExecutor
 from autotuner.search.space import parse_space
 from autotuner.spec import Fingerprint, ModelSpec, TelemetrySeries
 from autotuner.storage.models import TrialState
-from autotuner.storage.repository import TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study import operations
 from autotuner.study.coordinator import StudyRunner, create_study
 from autotuner.study.trials_csv import trials_csv

@@ -285,7 +285,7 @@ LLAMA = {
 
 def _listed(db: Database, name: str, model: dict[str, object], device: str, status: str) -> str:
     from autotuner.storage.models import StudyStatus
-    from autotuner.storage.repository import StudyRepo
+    from autotuner.storage.study_repo import StudyRepo
 
     study_id = create_study(
         db,
@@ -367,7 +367,7 @@ def test_the_studies_list_filters_on_the_server_and_keeps_them_live(sqlite_url: 
 def test_a_long_knob_verdict_wraps_inside_its_card(served: tuple[Database, str, str, str]) -> None:
     """A knob's verdict is a sentence; the allocator's "memory only: ..." ran past the card's
     right edge, clipped, when the table's cells did not wrap (seen in a screenshot)."""
-    from autotuner.storage.repository import StudyRepo
+    from autotuner.storage.study_repo import StudyRepo
 
     db, base, big, _ = served
     sentence = "memory only: it changes what is reserved, not the speed; " * 6

@@ -19,8 +19,8 @@ from autotuner.purpose import Purpose
 from autotuner.search.space import load_space
 from autotuner.spec import ModelSpec
 from autotuner.storage.models import TrialState
-from autotuner.storage.repository import StudyRepo
 from autotuner.storage.session import Database
+from autotuner.storage.study_repo import StudyRepo
 from autotuner.study.batch import global_batch_tokens
 from autotuner.study.coordinator import StudyRunner, create_study
 from tests.search.conftest import GPT2, H200, Run, gpt2_landscape, gpt2_space

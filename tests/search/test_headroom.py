@@ -22,8 +22,9 @@ from autotuner.search.screen import HEADROOM, Z_PRUNE, Screen
 from autotuner.search.space import parse_space
 from autotuner.spec import Knobs, ModelSpec
 from autotuner.storage.models import Trial
-from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.study_repo import StudyRepo
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.columns import memory_record
 from autotuner.study.coordinator import StudyRunner, create_study
 from autotuner.study.labels import trial_label

@@ -224,7 +224,8 @@ def test_seeds_not_run_before_a_restart_run_after_it(db) -> None:
     from autotuner.executors.replay import ReplayExecutor
     from autotuner.options import StudyOptions
     from autotuner.storage.models import TrialState
-    from autotuner.storage.repository import StudyRepo, TrialRepo
+    from autotuner.storage.study_repo import StudyRepo
+    from autotuner.storage.trial_repo import TrialRepo
     from autotuner.study.coordinator import StudyRunner, create_study
     from tests.fakes import physical_landscape
 
@@ -270,7 +271,8 @@ def test_a_seeds_hook_marks_the_config_that_runs_in_the_expert_defaults_place(db
     default, not what the expert default maps to alone: the fp8 seed's config was once marked
     so, and its winner "the expert default"."""
     from autotuner.executors.replay import ReplayExecutor
-    from autotuner.storage.repository import StudyRepo, TrialRepo
+    from autotuner.storage.study_repo import StudyRepo
+    from autotuner.storage.trial_repo import TrialRepo
     from autotuner.study.coordinator import StudyRunner, create_study
 
     landscape = _llama_fp8_landscape(1.3)

@@ -41,8 +41,8 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
     proposals random, unguided (the guided ones avoid what would be pruned; the seeds only take
     micro-batches that divide the batch): the pruned ones take trial numbers beyond the
     budget's."""
-    from autotuner.storage.repository import TrialRepo
     from autotuner.storage.session import Database
+    from autotuner.storage.trial_repo import TrialRepo
 
     folder = tmp_path_factory.mktemp("demo")
     space = yaml.safe_load((REPO / "search_spaces/cpu-demo.yaml").read_text())

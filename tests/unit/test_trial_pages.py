@@ -8,8 +8,8 @@ from pathlib import Path
 
 from autotuner.search.space import load_space
 from autotuner.spec import ModelSpec
-from autotuner.storage.repository import TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study import operations
 from autotuner.study.coordinator import create_study
 from tests.unit.test_cli_errors import run_cli
