@@ -1,4 +1,4 @@
-"""Chart data for the study page, computed from `operations.get_study_detail`'s chart rows.
+"""Chart data for the study page, computed from `trial_reads.get_study_detail`'s chart rows.
 
 The charts stay readable at 10,000 trials: the throughput-over-trials scatter keeps, per bucket
 of consecutive trial numbers, the slowest and the fastest trial (min/max downsampling: the
@@ -72,7 +72,7 @@ def _best_so_far(ok: Sequence[Row]) -> list[list[float]]:
     for i, r in enumerate(ok):
         if not r.get("candidate", True) or r.get("purpose") in END_CHECKS:
             continue
-        key = tuple(r["params"].items())  # in the space's knob order (operations._chart_rows)
+        key = tuple(r["params"].items())  # in the space's knob order (trial_reads._chart_rows)
         pooled = values.setdefault(key, [])
         pooled.append(r["tokens_per_s"])
         remeasured = r.get("purpose") == Purpose.REMEASURE or ranks.get(key, (False, 0.0))[0]

@@ -168,7 +168,7 @@ def test_tune_a_user_factory_model(tmp_path: Path) -> None:
     done = [t for t in trials if t["state"] == "complete"]
     assert done and all(t["tokens_per_s"] > 0 for t in done), trials
     from autotuner.storage.session import Database
-    from autotuner.study.operations import get_trial_detail
+    from autotuner.study.trial_reads import get_trial_detail
 
     # The worker counted the user's module: 2 blocks of 12 d^2 + 4 d, embeddings, head, positions.
     d, v, t = 64, 512, 64
