@@ -49,7 +49,7 @@ from autotuner.storage.session import Database
 from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.budget import Budget
 from autotuner.study.events import Event
-from autotuner.study.recommend import ConfigMeasurements, group_measurements
+from autotuner.study.measurements import ConfigMeasurements, group_measurements
 from autotuner.study.trials import InFlight, Outcome, TrialBook, reference_knobs, trial_config
 from autotuner.types import Params
 

@@ -186,7 +186,7 @@ def get_trial(db: Database, ref: str, number: int) -> dict[str, Any]:
 def get_trial_detail(db: Database, ref: str, number: int) -> dict[str, Any]:
     """One trial in full with its study's id and name, and what the study's models predicted
     for it before it ran (views.predictions_view)."""
-    from autotuner.search.numerics import page_view
+    from autotuner.search.numerics_entry import page_view
     from autotuner.storage.study_repo import StudyRepo
     from autotuner.storage.trial_repo import TrialRepo
     from autotuner.study.views import predictions_view, trial_view
@@ -216,7 +216,7 @@ def _parity_rows(s: Session, study_id: str) -> list[Trial]:
     """The study's rows that may hold parity steps (the numerics check's two runs)."""
     from sqlalchemy import select
 
-    from autotuner.search.numerics import PARITY_PURPOSES
+    from autotuner.search.numerics_entry import PARITY_PURPOSES
     from autotuner.storage.models import Trial as TrialRow
 
     query = select(TrialRow).where(

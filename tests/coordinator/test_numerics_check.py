@@ -487,7 +487,7 @@ def test_one_trial_left_goes_to_the_headroom_check_alone(sqlite_url: str) -> Non
     """The reference goes first only with two trials left for both checks; with one, the
     headroom check takes it (and runs no parity steps: no reference to compare with)."""
     from autotuner.search.numerics import headroom_plan
-    from autotuner.study.recommend import group_measurements
+    from autotuner.study.measurements import group_measurements
 
     trials, _, _ = run_study(sqlite_url, {"precision": ["bf16", "fp8-tensorwise"]})
     measured = [t for t in trials if t.purpose in SEARCH_TRIALS]
