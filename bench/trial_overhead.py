@@ -36,7 +36,7 @@ from typing import Any
 
 from autotuner.search.space import load_space
 from autotuner.spec import Device, Knobs, ModelSpec, TrialConfig, TrialResult, TrialStatus
-from workers import preload
+from workers import preload_client
 from workers.launch import run_trial_process
 from workers.launch_ranks import Rendezvous, rank_env
 from workers.process import trial_env
@@ -55,8 +55,8 @@ PHASES = [
 ]
 BUILD_PARTS = ["checks", "probe", "model", "optimizer", "data"]  # TrialResult.build_parts_s
 ARMS = {
-    "baseline": {preload.ENABLE_ENV: "0", FULL_TEARDOWN_ENV: "1"},
-    "fresh": {preload.ENABLE_ENV: "0"},
+    "baseline": {preload_client.ENABLE_ENV: "0", FULL_TEARDOWN_ENV: "1"},
+    "fresh": {preload_client.ENABLE_ENV: "0"},
     "current": {},
 }
 
@@ -120,7 +120,7 @@ def start_server(config: TrialConfig) -> float:
     else:
         env = trial_env(config)
     t0 = time.monotonic()
-    path = preload.start_server(sys.executable, env)  # owned by this process
+    path = preload_client.start_server(sys.executable, env)  # owned by this process
     while not path.exists():
         if time.monotonic() - t0 > 300:
             log = path.with_suffix(".log")

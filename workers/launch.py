@@ -25,10 +25,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from autotuner.spec import FailureClass, TrialConfig, TrialResult
-from workers import phases, pidfile, preload, process
+from workers import phases, pidfile, preload_client, process
 
 
-def _terminate(proc: subprocess.Popen | preload.ForkedProcess) -> None:
+def _terminate(proc: subprocess.Popen | preload_client.ForkedProcess) -> None:
     process.kill_group(proc.pid, signal.SIGTERM)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=process.KILL_GRACE_S)
@@ -44,8 +44,8 @@ def prestart_preload(python: str = sys.executable) -> None:
     importing torch itself (on the H200 node it waited 4.0 s for the server instead of
     importing for 7.0 s: bench/results/h200_session_20261204d). A trial whose environment
     differs in a variable read at import still gets its own server."""
-    if preload.enabled():
-        preload.start_server(python, process.trial_env(None))
+    if preload_client.enabled():
+        preload_client.start_server(python, process.trial_env(None))
 
 
 def run_trial_process(
@@ -81,9 +81,11 @@ def run_trial_process(
             # A child of the node's pre-imported worker when one runs (workers/preload.py):
             # the same isolation, without torch's import. Else (the first trial, while one
             # starts) a fresh interpreter.
-            proc: subprocess.Popen | preload.ForkedProcess | None = None
-            if preload.enabled():
-                proc = preload.fork_trial(python, argv, env, str(workdir), stdout_path, stderr_path)
+            proc: subprocess.Popen | preload_client.ForkedProcess | None = None
+            if preload_client.enabled():
+                proc = preload_client.fork_trial(
+                    python, argv, env, str(workdir), stdout_path, stderr_path
+                )
             started = "fresh" if proc is None else "forked"
             if proc is None:
                 proc = subprocess.Popen(

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotuner.spec import FailureClass, TrialConfig, TrialResult, TrialStatus, process_env
-from workers import phases, pidfile, preload, process
+from workers import phases, pidfile, preload_client, process
 from workers.process import LIMIT_ENV, PEER_FAILED_EXIT
 from workers.service_secrets import without_secrets
 
@@ -134,7 +134,7 @@ class _Ranks:
     def __init__(self, config, rdv: Rendezvous, tmp: Path, python: str, limit_s: float):
         self.config, self.rdv, self.tmp, self.python, self.limit = config, rdv, tmp, python, limit_s
         self.workdir = process.trial_workdir()  # stable across trials: see its docstring
-        self.procs: list[subprocess.Popen | preload.ForkedProcess] = []
+        self.procs: list[subprocess.Popen | preload_client.ForkedProcess] = []
         self.ended: dict[int, int] = {}  # local rank -> exit status, in the order they ended
         self.start_time = time.monotonic()
 
@@ -157,7 +157,7 @@ class _Ranks:
             }
             for r in ranks
         ]
-        if not (preload.enabled() and self._fork(argv, envs)):
+        if not (preload_client.enabled() and self._fork(argv, envs)):
             self._spawn(argv, envs)
         # Which trial a rank runs, fresh or forked (whose command line is its server's).
         for r, p in enumerate(self.procs):
@@ -169,7 +169,7 @@ class _Ranks:
         yet: it is started for the next trial, and this one's ranks run fresh)."""
         for r, (args, env) in enumerate(zip(argv, envs, strict=True)):
             out, err = self._path(r, "stdout.log"), self._path(r, "stderr.log")
-            proc = preload.fork_trial(self.python, args, env, str(self.workdir), out, err)
+            proc = preload_client.fork_trial(self.python, args, env, str(self.workdir), out, err)
             if proc is None:
                 self.kill()
                 self.procs = []
@@ -201,7 +201,7 @@ class _Ranks:
 
     @property
     def forked(self) -> bool:
-        return bool(self.procs) and isinstance(self.procs[0], preload.ForkedProcess)
+        return bool(self.procs) and isinstance(self.procs[0], preload_client.ForkedProcess)
 
     @property
     def groups(self) -> list[int]:
@@ -233,7 +233,7 @@ class _Ranks:
             poller = select.poll()
             for r, p in enumerate(self.procs):
                 if r not in self.ended and p.returncode is None:
-                    if isinstance(p, preload.ForkedProcess):
+                    if isinstance(p, preload_client.ForkedProcess):
                         poller.register(p.fileno(), select.POLLIN)
                         continue
                     fd = os.pidfd_open(p.pid)
