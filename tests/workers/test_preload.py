@@ -33,12 +33,17 @@ def server() -> Path:
 
 
 def _server_pid(path: Path) -> int:
+    """The server's pid. Its forked trials share its command line: they are told apart by the
+    name a trial gives itself (preload.TRIAL_NAME), whichever /proc lists first."""
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            name = Path(f"/proc/{pid}/comm").read_bytes().strip()
         except OSError:
+            continue
+        if name == preload.TRIAL_NAME:
             continue
         if str(path).encode() in cmdline and b"workers.preload" in cmdline:
             return int(pid)
