@@ -16,7 +16,7 @@ import torch
 
 from autotuner.spec import NVLS_OFF_ENV, FailureClass, TrialConfig, TrialStatus, process_env
 from tests.service import procs
-from workers import distributed, launch_ranks, pidfile, preload, preload_client, process
+from workers import distributed, launch_ranks, pidfile, preload_client, process
 from workers.device import inactive_knobs
 from workers.launch import run_trial_process
 
@@ -175,7 +175,7 @@ def test_a_server_lost_between_two_ranks_forks_runs_every_rank_fresh(
             wait_for(lambda: not procs.alive(server), 10, "the server's end")
         return forks[-1]
 
-    monkeypatch.setattr(preload, "fork_trial", fork_then_lose_the_server)
+    monkeypatch.setattr(preload_client, "fork_trial", fork_then_lose_the_server)
     result = run_trial_process(_config(2))
     _assert_ok(result, 2, "ddp", tokens_per_step=2 * 64)
     assert result.process_start == "fresh"
