@@ -33,18 +33,16 @@ demo: setup
 # waits on processes, so it runs in TEST_WORKERS processes (pytest-xdist; each test's Postgres
 # database, Ray cluster, ports and temp dirs are its own); the tests that assert wall-clock
 # limits (marker `timing`) run after it, alone, where load from the others cannot decide them.
-# 3 processes on 2 cores keep both busy while tests wait on processes: 552-582 s here against
-# 634 s with 2 (fresh clone, this 2-core machine), plus ~130 s of timing tests; with 4, 711 s
-# against 601 s with 3 (2026-12-06).
-# Collection order is kept on purpose: running the minute-long tests first took 714 s against
-# 605 s (2026-12-06), as the CPU-bound compiles then ran beside each other and the tests that
-# wait on processes beside each other, where the default order mixes the two.
+# 3 processes on 2 cores keep both busy while tests wait on processes, faster than 2 or 4.
+# Collection order is kept on purpose: it mixes the CPU-bound compiles with the tests that wait
+# on processes, where the minute-long tests first would run the compiles beside each other.
+# Timings: bench/results/test_suite_cpu.md.
 TEST_WORKERS ?= 3
 test: setup
 	$(PY) -m pytest -m "not gpu and not timing" -n $(TEST_WORKERS) $(PYTEST_ARGS)
 	$(PY) -m pytest -m "not gpu and timing" $(PYTEST_ARGS)
 
-# In TEST_WORKERS processes too: 145 s against 221 s in one (2026-12-06, 579 tests on 2 cores).
+# In TEST_WORKERS processes too, faster than one (bench/results/test_suite_cpu.md).
 test-fast: setup
 	$(PY) -m pytest -m "$(FAST_TESTS)" -n $(TEST_WORKERS) $(PYTEST_ARGS)
 

@@ -77,7 +77,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autotuner.search.progress import HEADROOM_CHECK, PARITY, PARITY_REFERENCE
+from autotuner.purpose import Purpose
 from autotuner.spec import (
     LEGACY_KNOBS,
     Fingerprint,
@@ -96,9 +96,9 @@ SHAPE = ("family", "n_layer", "d_model", "n_head", "n_kv_head", "d_ff", "vocab_s
 # A loss-parity trial's tokens/s counts every step, the compiling first one too (workers/trial.py).
 _PARITY_WHY = "numerics check's loss-parity trial (not a measurement)"
 NOT_SEARCH = {
-    HEADROOM_CHECK: "headroom check (eval + checkpoint after the repeats)",
-    PARITY: _PARITY_WHY,
-    PARITY_REFERENCE: _PARITY_WHY,
+    Purpose.HEADROOM: "headroom check (eval + checkpoint after the repeats)",
+    Purpose.PARITY: _PARITY_WHY,
+    Purpose.PARITY_REFERENCE: _PARITY_WHY,
 }
 
 

@@ -46,7 +46,7 @@ from autotuner.options import PLAIN_SAMPLER, StudyOptions
 from autotuner.search.policy import Prune
 from autotuner.spec import FailureClass, Knobs, TrialResult, canonical_params
 from autotuner.storage.session import Database, upgrade_database
-from autotuner.study import operations
+from autotuner.study import operations, trial_reads
 from autotuner.study.coordinator import StudyRunner, create_study
 from bench.replay_lib.universe import (
     Snapper,
@@ -155,7 +155,7 @@ def rejudge(db: Database, study_id: str) -> None:
     from autotuner.search import headroom_check
     from autotuner.search.numerics import as_ended
     from autotuner.search.objective import Objective
-    from autotuner.storage.repository import StudyRepo
+    from autotuner.storage.study_repo import StudyRepo
     from autotuner.study.live import end_of_study_rows
     from autotuner.study.recommend import knob_importance, recommend_ranked
 
@@ -266,7 +266,7 @@ def replay_screenshots(out: Path) -> list[str]:
     llama = replay_study(db, LLAMA_3B, "llama-3b-h200-untimed", "tpe", StudyOptions(), 8, 0)
     expert = next(
         t["number"]
-        for t in operations.list_trials(db, llama)
+        for t in trial_reads.list_trials(db, llama)
         if t["purpose"] == "expert-default" and t["state"] == "complete"
     )
     failed, _ = run_ending_study(db, TrialResult.failure(FailureClass.ENVIRONMENT, NO_HF))

@@ -35,9 +35,8 @@ from sqlalchemy.engine import make_url
 
 from autotuner.status import ENDED_STATUSES
 from autotuner.storage.models import Study, StudyStatus, Trial, TrialState
-from autotuner.storage.repository import TrialRepo
 from autotuner.storage.session import Database, dispose_engines, upgrade_database
-from autotuner.storage.trial_repo import abandoned_studies
+from autotuner.storage.trial_repo import TrialRepo, abandoned_studies
 from bench.reads_10k import _admin, _percentiles, vacuum_analyze
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -4,7 +4,7 @@ of study, called directly (issue 16; `bench/reads_10k.py` measures them through 
 Seeds one study of 10,000 trials on a fresh PostgreSQL database (bench/reads_lib/seed.py),
 vacuums and analyzes it (as autovacuum would), then prints:
 
-- the trial page (`operations.trial_page_json`, a page of 500 at a random `after`, then gzip
+- the trial page (`trial_reads.trial_page_json`, a page of 500 at a random `after`, then gzip
   level 1 as the service sends it): p50/p95/p99 over `--repeats` calls, and its phases (the
   read transaction, the row fetch, the views, the encoding, gzip) by median;
 - the end of study, as `StudyLease.finish` computes it (rows, recommendation, knob report, the
@@ -39,7 +39,7 @@ from sqlalchemy.engine import make_url
 from autotuner.options import StudyOptions
 from autotuner.search.objective import Objective
 from autotuner.storage.session import Database, dispose_engines, upgrade_database
-from autotuner.study import operations, trial_list
+from autotuner.study import trial_list, trial_reads
 from autotuner.study.gc_pause import gc_paused
 from autotuner.study.live import end_of_study_rows
 from autotuner.study.recommend import knob_importance, recommend_ranked
@@ -56,7 +56,7 @@ def trial_page(db: Database, study_id: str, repeats: int, rng: random.Random) ->
         after = rng.randrange(-1, 10_000 - PAGE)
         t0 = time.perf_counter()
         with db.read() as s:
-            ref, options = operations._study_options(s, study_id)
+            ref, options = trial_reads._study_options(s, study_id)
             t1 = time.perf_counter()
             rows = trial_list.list_rows(s, ref, after=after, limit=PAGE)
         t2 = time.perf_counter()

@@ -36,9 +36,10 @@ from typing import Any
 
 from autotuner.search.space import load_space
 from autotuner.spec import Device, Knobs, ModelSpec, TrialConfig, TrialResult, TrialStatus
-from workers import preload
-from workers.launch import _trial_env, run_trial_process
+from workers import preload_client
+from workers.launch import run_trial_process
 from workers.launch_ranks import Rendezvous, rank_env
+from workers.process import trial_env
 from workers.trial import FULL_TEARDOWN_ENV
 
 PHASES = [
@@ -54,8 +55,8 @@ PHASES = [
 ]
 BUILD_PARTS = ["checks", "probe", "model", "optimizer", "data"]  # TrialResult.build_parts_s
 ARMS = {
-    "baseline": {preload.ENABLE_ENV: "0", FULL_TEARDOWN_ENV: "1"},
-    "fresh": {preload.ENABLE_ENV: "0"},
+    "baseline": {preload_client.ENABLE_ENV: "0", FULL_TEARDOWN_ENV: "1"},
+    "fresh": {preload_client.ENABLE_ENV: "0"},
     "current": {},
 }
 
@@ -117,9 +118,9 @@ def start_server(config: TrialConfig) -> float:
     if config.num_gpus > 1:  # the ranks' environment keys a server of their own
         env = rank_env(config, Rendezvous(config.num_gpus), 0, 0, config.measure.timeout_s)
     else:
-        env = _trial_env(config)
+        env = trial_env(config)
     t0 = time.monotonic()
-    path = preload.start_server(sys.executable, env)  # owned by this process
+    path = preload_client.start_server(sys.executable, env)  # owned by this process
     while not path.exists():
         if time.monotonic() - t0 > 300:
             log = path.with_suffix(".log")

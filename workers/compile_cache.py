@@ -86,7 +86,7 @@ def delta(before: tuple[int, int]) -> tuple[int, int]:
 # compiler with the cached library as its output, in a scratch `<name>_CxxBuild` folder beside
 # it that it removes when the build is done, under a per-kernel file lock. A trial killed in the
 # middle (its time limit, its compile budget, kill -9) leaves the folder and a truncated library
-# (0 bytes on the CPU, 2026-12-02); the next compile of that kernel sees the library exists and
+# (0 bytes on the CPU); the next compile of that kernel sees the library exists and
 # loads it: "ImportError: ....main.so: file too short", a compile_error of every later trial
 # with that graph in the study's cache. (torch 2.13, torch/_inductor/codecache.py:
 # _worker_compile_cpp builds only `if not os.path.exists(target)`.)

@@ -33,7 +33,7 @@ import torch.nn as nn
 
 from autotuner.spec import CompileMode, CompileScope, Knobs, Precision, TrialConfig
 from workers.errors import PeerFailed, UnsupportedConfig
-from workers.launch import LIMIT_ENV
+from workers.process import LIMIT_ENV
 
 PG_TIMEOUT_FRACTION = 0.8
 POWERSGD_RANK = 1  # low-rank approximation rank: the most compression PowerSGD offers

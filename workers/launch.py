@@ -16,7 +16,6 @@ A trial on several GPUs (num_gpus > 1) runs one process per rank: workers/launch
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import subprocess
 import sys
@@ -26,103 +25,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from autotuner.spec import FailureClass, TrialConfig, TrialResult
-from workers import compile_cache, phases, pidfile, preload
-from workers.service_secrets import without_secrets
-
-HEARTBEAT_INTERVAL_S = 5.0
-KILL_GRACE_S = 3.0  # SIGTERM first so the CUDA context is torn down cleanly, then SIGKILL
-STDERR_TAIL_LINES = 20
-_REPO_ROOT = str(Path(__file__).resolve().parent.parent)
+from workers import phases, pidfile, preload_client, process
 
 
-def _stderr_tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 64 * 1024))
-            text = f.read().decode(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.rstrip().splitlines()[-lines:])
-
-
-def _kill_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone already
-        os.killpg(pgid, sig)
-
-
-def _terminate(proc: subprocess.Popen | preload.ForkedProcess) -> None:
-    _kill_group(proc.pid, signal.SIGTERM)
+def _terminate(proc: subprocess.Popen | preload_client.ForkedProcess) -> None:
+    process.kill_group(proc.pid, signal.SIGTERM)
     with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=KILL_GRACE_S)
-    _kill_group(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=process.KILL_GRACE_S)
+    process.kill_group(proc.pid, signal.SIGKILL)
     proc.wait()
-
-
-PARENT_ENV = "AUTOTUNER_TRIAL_PARENT_PID"
-LIMIT_ENV = "AUTOTUNER_TRIAL_LIMIT_S"  # the wall-clock limit, for the ranks' collective timeout
-
-
-def die_with_parent() -> None:
-    """Called first thing in the trial process: if the launcher dies, the trial dies too.
-
-    The trial runs in its own session (so a timeout can kill its whole group), which also means
-    nothing kills it when its Ray worker is lost: on a GPU such an orphan would hold the device
-    while the retry starts. Linux's parent-death signal closes that gap.
-    """
-    expected = os.environ.get(PARENT_ENV)
-    if not expected or not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != int(expected):  # the launcher died before the signal was armed
-        os._exit(1)
-
-
-def no_core_files() -> None:
-    """Called first thing in a launched trial: a crash writes no core file. Trials share one
-    working directory (trial_workdir) where nothing would remove it, and a GPU process's core
-    runs to gigabytes; the crash is classified from its signal, which needs no core."""
-    if not os.environ.get(PARENT_ENV):
-        return  # run by hand: the user's own limits
-    import resource
-
-    with contextlib.suppress(ValueError, OSError):
-        resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
-
-
-def trial_workdir() -> Path:
-    """The working directory of every trial on this node: one stable directory, not the trial's
-    own temporary one (which still holds its config, result and logs, passed by absolute path).
-
-    Why: cuDNN compiles its attention kernels at run time and the cache that spares the next
-    process that compile misses in a directory it has not seen. Measured on the H200
-    (bench/results/h200_session_20261204c): the attention probe took 0.8-1.5 s in a new
-    directory and 0.13-0.2 s in one seen before, so a fresh directory per trial paid it in
-    every cuDNN trial. Warm-up only: a measured step never includes it either way.
-    """
-    path = Path(tempfile.gettempdir()) / f"autotuner-trials-{os.getuid()}"
-    path.mkdir(mode=0o700, exist_ok=True)
-    return path
-
-
-def _trial_env(config: TrialConfig | None, trial_tmp: Path | None = None) -> dict[str, str]:
-    """The environment a trial's process gets; with no config, what every trial's has in
-    common (prestart_preload's: the pre-imported worker's key reads only that part). Never
-    the service's secrets (workers/service_secrets.py), whatever the launcher's own holds."""
-    env = dict(os.environ)
-    env[PARENT_ENV] = str(os.getpid())
-    if config is not None:
-        env.update(compile_cache.cache_env(config, trial_tmp))  # the study's compile cache
-        env.update(config.env)
-    # The trial imports `workers` and `autotuner` from this checkout, wherever it runs from.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO_ROOT, env.get("PYTHONPATH")) if p)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    # Last, so neither the launcher's environment nor config.env can hand a trial a secret.
-    return without_secrets(env)
 
 
 def prestart_preload(python: str = sys.executable) -> None:
@@ -133,8 +44,8 @@ def prestart_preload(python: str = sys.executable) -> None:
     importing torch itself (on the H200 node it waited 4.0 s for the server instead of
     importing for 7.0 s: bench/results/h200_session_20261204d). A trial whose environment
     differs in a variable read at import still gets its own server."""
-    if preload.enabled():
-        preload.start_server(python, _trial_env(None))
+    if preload_client.enabled():
+        preload_client.start_server(python, process.trial_env(None))
 
 
 def run_trial_process(
@@ -161,8 +72,8 @@ def run_trial_process(
         cfg_path, result_path = tmpdir / "config.json", tmpdir / "result.json"
         stdout_path, stderr_path = tmpdir / "stdout.log", tmpdir / "stderr.log"
         cfg_path.write_text(config.model_dump_json())
-        env = _trial_env(config, tmpdir)
-        workdir = trial_workdir()
+        env = process.trial_env(config, tmpdir)
+        workdir = process.trial_workdir()
         start = time.monotonic()
         env[phases.SPAWNED_AT_ENV] = repr(time.time())
         argv = ["--config", str(cfg_path), "--result", str(result_path)]
@@ -170,9 +81,11 @@ def run_trial_process(
             # A child of the node's pre-imported worker when one runs (workers/preload.py):
             # the same isolation, without torch's import. Else (the first trial, while one
             # starts) a fresh interpreter.
-            proc: subprocess.Popen | preload.ForkedProcess | None = None
-            if preload.enabled():
-                proc = preload.fork_trial(python, argv, env, str(workdir), stdout_path, stderr_path)
+            proc: subprocess.Popen | preload_client.ForkedProcess | None = None
+            if preload_client.enabled():
+                proc = preload_client.fork_trial(
+                    python, argv, env, str(workdir), stdout_path, stderr_path
+                )
             started = "fresh" if proc is None else "forked"
             if proc is None:
                 proc = subprocess.Popen(
@@ -194,14 +107,14 @@ def run_trial_process(
                     _terminate(proc)
                     break
                 try:
-                    proc.wait(timeout=min(HEARTBEAT_INTERVAL_S, remaining))
+                    proc.wait(timeout=min(process.HEARTBEAT_INTERVAL_S, remaining))
                     break
                 except subprocess.TimeoutExpired:
                     if on_heartbeat is not None:
                         on_heartbeat()
             # The trial is over: anything it left in its group (loader workers, inductor's
             # compile pool) goes with it.
-            _kill_group(proc.pid, signal.SIGKILL)
+            process.kill_group(proc.pid, signal.SIGKILL)
         wall_s = time.monotonic() - start
         result = _ending(proc.returncode, timed_out, limit, result_path, stderr_path, wall_s)
         result.process_start = started
@@ -217,7 +130,7 @@ def _ending(
     wall_s: float,
 ) -> TrialResult:
     """The TrialResult of a trial process that ended (see the module docstring's table)."""
-    tail = _stderr_tail(stderr_path)
+    tail = process.stderr_tail(stderr_path)
     if timed_out:
         return TrialResult.failure(
             FailureClass.TIMEOUT,

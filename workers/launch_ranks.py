@@ -38,11 +38,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotuner.spec import FailureClass, TrialConfig, TrialResult, TrialStatus
-from workers import launch, phases, pidfile, preload
-from workers.launch import LIMIT_ENV
+from autotuner.spec import FailureClass, TrialConfig, TrialResult, TrialStatus, process_env
+from workers import phases, pidfile, preload_client, process
+from workers.process import LIMIT_ENV, PEER_FAILED_EXIT
 from workers.service_secrets import without_secrets
-from workers.trial import PEER_FAILED_EXIT, process_env
 
 OK_GRACE_S = 3.0  # after rank 0's result, how long the others get to exit by themselves
 FAILURE_SETTLE_S = 2.0  # after a failure result, how long a peer's death may still claim it
@@ -85,7 +84,7 @@ def rank_env(
     limit_s: float,
     trial_tmp: Path | None = None,
 ):
-    env = launch._trial_env(config, trial_tmp)
+    env = process.trial_env(config, trial_tmp)
     env.update(process_env(config))
     env.update(
         RANK=str(rdv.global_rank(local_rank)),
@@ -134,8 +133,8 @@ def run_rank_processes(
 class _Ranks:
     def __init__(self, config, rdv: Rendezvous, tmp: Path, python: str, limit_s: float):
         self.config, self.rdv, self.tmp, self.python, self.limit = config, rdv, tmp, python, limit_s
-        self.workdir = launch.trial_workdir()  # stable across trials: see its docstring
-        self.procs: list[subprocess.Popen | preload.ForkedProcess] = []
+        self.workdir = process.trial_workdir()  # stable across trials: see its docstring
+        self.procs: list[subprocess.Popen | preload_client.ForkedProcess] = []
         self.ended: dict[int, int] = {}  # local rank -> exit status, in the order they ended
         self.start_time = time.monotonic()
 
@@ -158,7 +157,7 @@ class _Ranks:
             }
             for r in ranks
         ]
-        if not (preload.enabled() and self._fork(argv, envs)):
+        if not (preload_client.enabled() and self._fork(argv, envs)):
             self._spawn(argv, envs)
         # Which trial a rank runs, fresh or forked (whose command line is its server's).
         for r, p in enumerate(self.procs):
@@ -170,7 +169,7 @@ class _Ranks:
         yet: it is started for the next trial, and this one's ranks run fresh)."""
         for r, (args, env) in enumerate(zip(argv, envs, strict=True)):
             out, err = self._path(r, "stdout.log"), self._path(r, "stderr.log")
-            proc = preload.fork_trial(self.python, args, env, str(self.workdir), out, err)
+            proc = preload_client.fork_trial(self.python, args, env, str(self.workdir), out, err)
             if proc is None:
                 self.kill()
                 self.procs = []
@@ -202,7 +201,7 @@ class _Ranks:
 
     @property
     def forked(self) -> bool:
-        return bool(self.procs) and isinstance(self.procs[0], preload.ForkedProcess)
+        return bool(self.procs) and isinstance(self.procs[0], preload_client.ForkedProcess)
 
     @property
     def groups(self) -> list[int]:
@@ -215,13 +214,13 @@ class _Ranks:
         if not self.procs:
             return
         for group in self.groups:
-            launch._kill_group(group, signal.SIGTERM)
-        deadline = time.monotonic() + launch.KILL_GRACE_S
+            process.kill_group(group, signal.SIGTERM)
+        deadline = time.monotonic() + process.KILL_GRACE_S
         for p in self.procs:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=max(0.0, deadline - time.monotonic()))
         for group in self.groups:
-            launch._kill_group(group, signal.SIGKILL)
+            process.kill_group(group, signal.SIGKILL)
         for p in self.procs:
             p.wait()
 
@@ -234,7 +233,7 @@ class _Ranks:
             poller = select.poll()
             for r, p in enumerate(self.procs):
                 if r not in self.ended and p.returncode is None:
-                    if isinstance(p, preload.ForkedProcess):
+                    if isinstance(p, preload_client.ForkedProcess):
                         poller.register(p.fileno(), select.POLLIN)
                         continue
                     fd = os.pidfd_open(p.pid)
@@ -249,7 +248,7 @@ class _Ranks:
 
     def wait(self, on_heartbeat) -> tuple[str, int | None]:
         """("ok" | "failed" | "timeout" | "all-ended", the deciding local rank)."""
-        next_beat = time.monotonic() + launch.HEARTBEAT_INTERVAL_S
+        next_beat = time.monotonic() + process.HEARTBEAT_INTERVAL_S
         while True:
             now = time.monotonic()
             remaining = self.limit - (now - self.start_time)
@@ -270,7 +269,7 @@ class _Ranks:
                 return "all-ended", None
             if on_heartbeat is not None and time.monotonic() >= next_beat:
                 on_heartbeat()
-                next_beat = time.monotonic() + launch.HEARTBEAT_INTERVAL_S
+                next_beat = time.monotonic() + process.HEARTBEAT_INTERVAL_S
 
     def _collect_ended(self) -> list[int]:
         newly = []
@@ -320,7 +319,7 @@ class _Ranks:
             return None
 
     def _tail(self, r: int) -> str:
-        tail = launch._stderr_tail(self._path(r, "stderr.log"))
+        tail = process.stderr_tail(self._path(r, "stderr.log"))
         return f"\nlast stderr lines of rank {self.rdv.global_rank(r)}:\n{tail}" if tail else ""
 
     def result(self, outcome: tuple[str, int | None]) -> TrialResult | None:

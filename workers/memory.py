@@ -65,7 +65,7 @@ def _cgroup_room_bytes() -> int | None:
 
 def default_cpu_cap_gib() -> float | None:
     """DEFAULT_CPU_SHARE of the memory available now (the machine's, or the container's where
-    that is less); None where neither can be read (no cap then, as before)."""
+    that is less); None where neither can be read (then no cap)."""
     room = [b for b in (_meminfo_bytes("MemAvailable"), _cgroup_room_bytes()) if b is not None]
     return DEFAULT_CPU_SHARE * min(room) / GIB if room else None
 

@@ -1,5 +1,5 @@
 """The pre-imported worker: one long-lived process per node that has imported torch (no CUDA
-touched) and forks a fresh child per trial, so a trial no longer pays torch's import.
+touched) and forks a fresh child per trial, so a trial does not pay torch's import.
 
 On a loaded 2-core CPU, `import torch` + `torch._dynamo` took 8-12 s of a 10-20 s cpu-demo
 trial (bench/trial_overhead.py); the child of a fork starts with both in memory.
@@ -7,7 +7,7 @@ trial (bench/trial_overhead.py); the child of a fork starts with both in memory.
 The same guarantees as a fresh process (workers/launch.py):
 - every trial is its own process (a fork of a server that never runs a trial, never touches
   CUDA and never builds a model), in its own session and process group, so a crash, an OOM or
-  a hang ends with it and the launcher's timeout kills its whole group as before;
+  a hang ends with it and the launcher's timeout kills its whole group;
 - its exit status reaches the launcher unchanged (a signal is a negative returncode), so a
   kill -9 or a segfault is recorded as a `crash` naming the signal;
 - the launcher dying kills it: the server kills the child's group when the launcher's
@@ -42,238 +42,27 @@ reaped the child.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import select
 import signal
 import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+from workers import process
+from workers.preload_client import FAILED_MARK
 from workers.service_secrets import without_secrets
 
-ENABLE_ENV = "AUTOTUNER_PRELOAD"
-OWNER_ENV = "AUTOTUNER_PRELOAD_OWNER"  # a pid: the server exits when this process does
-RAYLET_ENV = "RAY_RAYLET_PID"  # set by Ray in its workers (they fate-share with the raylet)
 IDLE_EXIT_S = 300.0
-# How long after a server's start a launcher waits for it instead of starting its trial fresh:
-# well past torch's import on a loaded machine (8-12 s on 2 cores, ~7 s on the H200 node).
-START_WAIT_S = 30.0
-FAILED_MARK = b"failed"  # written into the start lock by a server that cannot serve
 OWNER_POLL_S = 0.2  # how often the owner is looked at where the kernel has no pidfd
-_REPO_ROOT = Path(__file__).resolve().parent.parent
-# Environment read at interpreter start or torch's import: part of the server's key.
-_IMPORT_PREFIXES = (
-    "PYTHON",
-    "LD_",
-    "TORCH",
-    "PYTORCH",
-    "OMP_",
-    "KMP_",
-    "GOMP_",
-    "MKL_",
-    "OPENBLAS_",
-    "CUDA_HOME",
-    "CUDA_PATH",
-    "TRITON_",
-)
-# Read lazily, at first use: may differ per trial (per study, per Ray task).
-_LAZY = frozenset({"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "PYTHONUNBUFFERED"})
-# A rank's place in its trial (workers/launch_ranks.py): the server that a rank's launcher
-# starts is no rank, and must not look like one to whatever reads its environment.
-_RANK_VARS = frozenset(
-    {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
-)
-
-
-def enabled() -> bool:
-    return os.environ.get(ENABLE_ENV, "1") != "0" and sys.platform.startswith("linux")
-
-
-def _code_stamp() -> str:
-    """The checkout's Python sources (path, size, mtime): an edit means another server."""
-    parts = []
-    for package in ("autotuner", "workers"):
-        for path in sorted((_REPO_ROOT / package).rglob("*.py")):
-            st = path.stat()
-            parts.append(f"{path}:{st.st_size}:{st.st_mtime_ns}")
-    return "\n".join(parts)
-
-
-def server_key(python: str, env: dict[str, str]) -> str:
-    relevant = sorted(
-        (k, v) for k, v in env.items() if k.startswith(_IMPORT_PREFIXES) and k not in _LAZY
-    )
-    text = json.dumps([python, str(_REPO_ROOT), relevant]) + _code_stamp()
-    return hashlib.sha1(text.encode()).hexdigest()[:16]
-
-
-def owner_pid(env: dict[str, str]) -> int:
-    """The process a server started for a launcher with environment `env` belongs to."""
-    for name in (OWNER_ENV, RAYLET_ENV):
-        value = env.get(name, "")
-        if value.isdigit() and int(value) > 0:
-            return int(value)
-    return os.getpid()  # the launcher itself: a test, a script, a trial run by hand
-
-
-def socket_path(key: str, owner: int) -> Path:
-    # AF_UNIX paths are limited to ~107 bytes: a short name in the temp dir. The owner is in
-    # the name: two owners (two `tune` runs, each with its own local Ray) never share a server,
-    # so one ending never kills the other's trials.
-    return Path(tempfile.gettempdir()) / f"autotuner-preload-{os.getuid()}-{owner}-{key}.sock"
-
-
-def server_path(python: str, env: dict[str, str]) -> Path:
-    """The socket of the server that forks trials for a launcher with `python` and `env`."""
-    return socket_path(server_key(python, env), owner_pid(env))
-
-
-def start_server(python: str, env: dict[str, str]) -> Path:
-    """Start the server for `python` and `env` unless one runs or is starting; its socket
-    (which exists once it answers)."""
-    path = server_path(python, env)
-    if not path.exists():
-        _start_server(python, env, path, owner_pid(env))
-    return path
 
 
 # --------------------------------------------------------------------------- launcher side
-
-
-class ForkedProcess:
-    """A trial forked by the server, with the parts of subprocess.Popen the launcher uses."""
-
-    def __init__(self, conn: socket.socket, pid: int) -> None:
-        self._conn, self._buf = conn, b""
-        self.pid = pid
-        self.returncode: int | None = None
-
-    def fileno(self) -> int:
-        """Readable once the trial has ended (its status arrives) or the server has died:
-        something to poll beside other processes' pidfds (workers/launch_ranks.py)."""
-        return self._conn.fileno()
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.wait(timeout=0)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.returncode is None:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready, _, _ = select.select([self._conn], [], [], left)
-            if not ready:
-                raise subprocess.TimeoutExpired("forked trial", timeout or 0.0)
-            chunk = self._conn.recv(4096)
-            if not chunk:  # the server died: its children got SIGKILL (parent-death signal)
-                self.returncode = -signal.SIGKILL
-                break
-            self._buf += chunk
-            if b"\n" in self._buf:
-                status = json.loads(self._buf.split(b"\n", 1)[0])["status"]
-                self.returncode = os.waitstatus_to_exitcode(status)
-        self._conn.close()
-        return self.returncode
-
-
-def fork_trial(
-    python: str, argv: list[str], env: dict[str, str], cwd: str, stdout: Path, stderr: Path
-) -> ForkedProcess | None:
-    """Start a trial as a child of this node's server; None when no server answers (one is
-    started in the background for the next trial: run this one in a fresh process).
-
-    A server that another launcher started and that is still importing is waited for (up to
-    START_WAIT_S after its start): its import is under way, a fresh process's would begin from
-    nothing, and on a small machine the two imports would slow each other down."""
-    path = server_path(python, env)
-    conn = _connect(path)
-    if conn is None and _wait_for_start(path):
-        conn = _connect(path)
-    if conn is None:
-        _start_server(python, env, path, owner_pid(env))
-        return None
-    try:
-        request = {"argv": argv, "env": env, "cwd": cwd, "stdout": str(stdout)}
-        request["stderr"] = str(stderr)
-        conn.sendall(json.dumps(request).encode() + b"\n")
-        conn.settimeout(30.0)
-        reply = b""
-        while b"\n" not in reply:
-            chunk = conn.recv(4096)
-            if not chunk:
-                raise ConnectionError("the pre-imported worker closed the connection")
-            reply += chunk
-        conn.settimeout(None)
-        head, rest = reply.split(b"\n", 1)
-        proc = ForkedProcess(conn, int(json.loads(head)["pid"]))
-        proc._buf = rest
-        return proc
-    except (OSError, ValueError, KeyError):
-        conn.close()
-        _start_server(python, env, path, owner_pid(env))
-        return None
-
-
-def _connect(path: Path) -> socket.socket | None:
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        conn.connect(str(path))
-        return conn
-    except OSError:
-        conn.close()
-        return None
-
-
-def _wait_for_start(path: Path) -> bool:
-    """Wait while a server for `path` is starting (its start lock, younger than START_WAIT_S
-    and not marked failed); True once it answers."""
-    lock = path.with_suffix(".starting")
-    while not path.exists():
-        try:
-            age = time.time() - lock.stat().st_mtime
-            failed = lock.read_bytes() == FAILED_MARK
-        except OSError:  # no lock: none is starting, or it answered a moment ago
-            return path.exists()
-        if failed or age >= START_WAIT_S:
-            return False
-        time.sleep(0.05)
-    return True
-
-
-def _start_server(python: str, env: dict[str, str], path: Path, owner: int) -> None:
-    """Start a server for `path` unless one is starting already (a lock file names it)."""
-    lock = path.with_suffix(".starting")
-    with contextlib.suppress(OSError):
-        if time.time() - lock.stat().st_mtime < 120:
-            return  # another launcher started one less than two minutes ago
-        lock.unlink()
-    try:
-        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    except OSError:
-        return
-    os.close(fd)
-    # The server's own environment has no secret either: a forked trial inherits its memory.
-    server_env = {k: v for k, v in without_secrets(env).items() if k not in _LAZY | _RANK_VARS}
-    with open(os.devnull, "rb") as null_in, open(path.with_suffix(".log"), "ab") as log:
-        subprocess.Popen(
-            [python, "-m", "workers.preload", "--socket", str(path), "--owner", str(owner)],
-            stdin=null_in,
-            stdout=log,
-            stderr=log,
-            env=server_env,
-            cwd=tempfile.gettempdir(),
-            start_new_session=True,  # and it forks once more: no launcher's child
-        )
 
 
 # --------------------------------------------------------------------------- server side
@@ -302,9 +91,8 @@ def _preload() -> None:
     from workers.failures import compile_error_types
 
     compile_error_types()
-    # Not cuDNN's libraries: loading them here before the fork (tried on the H200, 2026-12-04)
-    # saved a cuDNN trial nothing; a fresh process opens them in 0.1 s once they are cached
-    # (bench/results/h200_session_20261204/README.md).
+    # Not cuDNN's libraries: loading them before the fork saves a cuDNN trial nothing, as a
+    # fresh process opens them in 0.1 s once they are cached (bench/results/h200_session_20261204).
 
 
 def _child(request: dict, server_pid: int, close: list[socket.socket | int]) -> None:
@@ -326,11 +114,9 @@ def _child(request: dict, server_pid: int, close: list[socket.socket | int]) -> 
         for fd, target in ((null, 0), (out, 1), (err, 2)):
             os.dup2(fd, target)
             os.close(fd)
-        from workers.launch import PARENT_ENV
-
         env = without_secrets(request["env"])  # whoever sent the request, no secret passes
 
-        env[PARENT_ENV] = str(server_pid)  # the parent-death signal is armed against us
+        env[process.PARENT_ENV] = str(server_pid)  # the parent-death signal is armed against us
         os.environ.clear()
         os.environ.update(env)
         os.chdir(request["cwd"])

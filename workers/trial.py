@@ -8,8 +8,7 @@ the support checks, then model -> float8 -> optimizer -> compile -> data, then t
 protocol (workers/measure.py). Every outcome is a TrialResult; a config failure (oom,
 unsupported, compile_error, numerics) is a result like any other and the process exits 0.
 
-One file over the size rule on purpose: it is the hot path, read top to bottom in the order
-above; split into modules, that order would no longer be on one page.
+The end checks' own steps (the headroom check, the parity steps) are in workers/checks.py.
 """
 
 from __future__ import annotations
@@ -39,18 +38,14 @@ from autotuner.spec import (  # noqa: E402
     process_env,
 )
 from workers import compile_budget, phases  # noqa: E402
+from workers.checks import headroom_check, parity_prelude, public_fields, run_parity  # noqa: E402
+from workers.device import inactive_knobs, no_cuda_reason  # noqa: E402
+from workers.process import PEER_FAILED_EXIT, die_with_parent, no_core_files  # noqa: E402
+from workers.trial_io import read_config, write_result  # noqa: E402
 
-# A rank that stopped because another rank failed exits with this status and writes nothing;
-# the launcher (workers/launch_ranks.py) reports the rank that failed first.
-PEER_FAILED_EXIT = 75
-# "1": exit through Python's full interpreter teardown, as trials did before it was skipped
-# (the baseline of bench/trial_overhead.py); anything else: os._exit once the result is written.
+# "1": exit through Python's full interpreter teardown (the baseline of bench/trial_overhead.py);
+# anything else: os._exit once the result is written.
 FULL_TEARDOWN_ENV = "AUTOTUNER_TRIAL_FULL_TEARDOWN"
-
-
-_DDP_ONLY = ["ddp_bucket_cap_mb", "ddp_grad_as_bucket_view", "ddp_static_graph", "grad_compression"]
-_FSDP_ONLY = ["fsdp_reduce_dtype"]
-_NCCL = ["nccl_algo", "nccl_proto", "nccl_min_channels", "nccl_max_channels", "nccl_buffsize"]
 
 
 def restart_clock() -> None:
@@ -65,26 +60,6 @@ def apply_process_env(config: TrialConfig) -> None:
     os.environ.update(process_env(config))
 
 
-def inactive_knobs(config: TrialConfig, device_type: str) -> list[str]:
-    """Knobs whose value cannot change what this trial runs (reported in the result's notes)."""
-    k, off = config.knobs, []
-    if config.measure.data_source == DataSource.SYNTHETIC:
-        off += ["loader_workers", "pin_memory", "prefetch_factor"]
-    else:
-        if k.loader_workers == 0:
-            off.append("prefetch_factor")
-        if device_type != "cuda":
-            off.append("pin_memory")
-    if device_type != "cuda":
-        off.append("allocator")  # the CUDA caching allocator's mode
-    if config.num_gpus <= 1:
-        return off + _NCCL + ["parallel"] + _DDP_ONLY + _FSDP_ONLY
-    if device_type != "cuda":
-        off += _NCCL  # gloo on the CPU
-    off += _FSDP_ONLY if k.parallel == "ddp" else _DDP_ONLY
-    return off
-
-
 def resolve_device(config: TrialConfig, local_rank: int = 0):
     import torch
 
@@ -94,37 +69,12 @@ def resolve_device(config: TrialConfig, local_rank: int = 0):
     if not torch.cuda.is_available():
         from workers.errors import EnvironmentProblem
 
-        raise EnvironmentProblem(f"the study asked for a GPU but {_no_cuda_reason()}")
+        raise EnvironmentProblem(f"the study asked for a GPU but {no_cuda_reason()}")
     if local_rank >= torch.cuda.device_count():
         raise _InfraError(
             f"local rank {local_rank} has no GPU: this worker sees {torch.cuda.device_count()}"
         )
     return torch.device("cuda", local_rank)
-
-
-def _no_cuda_reason() -> str:
-    """Why torch sees no GPU here, in torch's words where it has them (a driver too old for
-    this torch's CUDA, no driver at all), and what to do about it."""
-    import torch
-
-    if torch.version.cuda is None:
-        return (
-            f"this worker's torch {torch.__version__} is a CPU-only build: install a CUDA "
-            "build of torch on the workers (make setup does where nvidia-smi works)"
-        )
-    try:
-        torch.cuda.init()  # raises with the driver's reason where there is one
-    except Exception as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return (
-            f"CUDA does not start on this worker ({first}); torch {torch.__version__} was "
-            f"built for CUDA {torch.version.cuda}: match the driver and torch's CUDA build"
-        )
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    return (
-        f"this worker sees no CUDA device (CUDA_VISIBLE_DEVICES={visible!r}): check nvidia-smi "
-        "on the worker, or submit the study with --space cpu-demo to run on the CPU"
-    )
 
 
 class _InfraError(Exception):
@@ -184,7 +134,7 @@ def run_trial(config: TrialConfig) -> TrialResult | None:
             info["_group"] = Group.start(config, device)
         return _run(config, device, info)
     except _InfraError as exc:
-        return TrialResult.failure(FailureClass.INFRA, str(exc), **_public(info))
+        return TrialResult.failure(FailureClass.INFRA, str(exc), **public_fields(info))
     except PeerFailed:
         raise
     except Exception as exc:
@@ -205,19 +155,14 @@ def run_trial(config: TrialConfig) -> TrialResult | None:
                 f"in a collective: another rank is hung or far slower\n{message}"
             )
         elif failure_class == FailureClass.CRASH and group is not None and lost_peer(exc):
-            # A knock-on: reported as this rank's crash, it raced the dead peer's report on
-            # another node, and the first to arrive named this rank (CI, 2026-12-04).
+            # A knock-on: reported as this rank's crash, it would race the dead peer's report
+            # on another node, and the first to arrive would name this rank.
             raise PeerFailed(f"rank {group.rank} lost a peer in a collective: {message}") from exc
-        return TrialResult.failure(failure_class, message, **_public(info), **extra)
+        return TrialResult.failure(failure_class, message, **public_fields(info), **extra)
     finally:
         batches = info.pop("_batches", None)
         if batches is not None:
             batches.close()  # stop loader workers, remove the token file
-
-
-def _public(info: dict[str, Any]) -> dict[str, Any]:
-    """The result fields gathered so far (keys starting with _ are the trial's own state)."""
-    return {key: value for key, value in info.items() if not key.startswith("_")}
 
 
 def build_step(config: TrialConfig, device, info: dict[str, Any], group=None):
@@ -375,14 +320,14 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
 
     ranks = measure.ONE_PROCESS if group is None else group
     if m.parity_steps is not None and not m.headroom_check:
-        return _run_parity(config, step, ranks, rank, info)
+        return run_parity(config, step, ranks, rank, info, _PROCESS_START)
     parity_curve, parity_compile_s = None, 0.0
     if m.parity_steps is not None:
         # A headroom check that is also the numerics check's candidate run: its parity steps
         # first, from the seed's weights, one micro-batch each on the parity stream (as the
         # reference ran), then the trial as measured, with its accumulation and its batches,
         # and the headroom check. One process and one compile for both checks.
-        parity_curve, parity_compile_s = _parity_prelude(config, step, ranks, rank, device, info)
+        parity_curve, parity_compile_s = parity_prelude(config, step, ranks, rank, device, info)
 
     # --- measure (with several ranks: barriers at the edges, the slowest rank's times)
     if group is not None:
@@ -429,7 +374,7 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
     # Every rank takes part (a collective): the most-starved rank's share.
     input_wait = input_pipeline.wait_share(sum(timing.repeat_s), ranks)
     if m.headroom_check:
-        _headroom_check(step, device, info, group)
+        headroom_check(step, device, info, group)
 
     # --- sanity: the loss must fall (same fixed batches every step for synthetic data)
     reference = timing.loss_first
@@ -504,150 +449,11 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
         num_ranks=None if group is None else dp_ranks,
         parallel=None if group is None else k.parallel,
         stopped_early=timing.stopped_early,
-        **_public(info),
+        **public_fields(info),
     )
-
-
-def _headroom_check(step, device, info: dict[str, Any], group) -> None:
-    """After the timed repeats: an evaluation pass and a checkpoint save (workers/headroom.py),
-    and the peaks over the whole trial with them. An OOM here is the trial's result (the
-    config does not survive a real run's evaluation or checkpoint); with several ranks, all
-    agree on a failure first, so no rank waits in a collective for one that died."""
-    from workers import headroom, memory
-
-    failure = None
-    clock: phases.Clock = info["_clock"]
-    clock.mark("checks")  # what came before (the peaks of the timed steps) is the checks'
-    try:
-        size = headroom.eval_and_checkpoint(step, mark=clock.mark)
-    except Exception as exc:
-        if group is None:
-            raise
-        failure = exc
-    if group is not None:
-        group.agree(failure)
-    peak_mem, peak_reserved, _ = memory.peaks(device)
-    if group is not None:
-        peak_mem, peak_reserved = group.largest([peak_mem, peak_reserved])
-    info["peak_mem_with_eval_ckpt_gib"] = peak_mem
-    info["peak_reserved_with_eval_ckpt_gib"] = peak_reserved
-    info["notes"].append(
-        f"headroom check: one evaluation pass and a checkpoint save ({size / 2**20:,.1f} MiB, "
-        "serialized, not written to disk) after the timed repeats; peak_*_with_eval_ckpt_gib "
-        "include them"
-    )
-
-
-def _parity_loop(config: TrialConfig, step, ranks, done=lambda: None):
-    """`parity_steps` optimizer steps, every step's loss read back on the host (a sync: these
-    steps measure numerics, not time); returns (loss curve, each step's wall). `done` is
-    called after the first step (the compile budget's watch)."""
-    from workers import measure
-
-    curve: list[float] = []
-    step_s: list[float] = []
-    for i in range(config.measure.parity_steps or 0):
-        t_step = time.perf_counter()
-        curve.append(measure.check_finite(ranks.mean(step()), f"parity step {i + 1}"))
-        step_s.append(time.perf_counter() - t_step)
-        if i == 0:
-            done()
-    return curve, step_s
-
-
-def _parity_compile_s(config: TrialConfig, step_s: list[float]) -> float | None:
-    """As in a measured trial: the first step's excess over a steady step is the compile."""
-    if config.knobs.compile_mode == CompileMode.NONE or len(step_s) < 2:
-        return None
-    return max(0.0, step_s[0] - statistics.median(step_s[1:]))
-
-
-def _run_parity(
-    config: TrialConfig, step, ranks, rank: int, info: dict[str, Any]
-) -> TrialResult | None:
-    """A loss-parity trial: `parity_steps` optimizer steps on the parity stream, every step's
-    loss recorded (read on the host each step: this trial measures numerics, not time)."""
-    from workers import compile_cache
-
-    m = config.measure
-    t0 = time.perf_counter()
-    curve, step_s = _parity_loop(config, step, ranks)
-    elapsed = time.perf_counter() - t0
-    clock: phases.Clock = info["_clock"]
-    clock.mark("measure")
-    if step_s:
-        clock.split("measure", "first_step", step_s[0])
-    compile_s = _parity_compile_s(config, step_s)
-    if compile_s is not None:
-        # Whether it hit the study's cache says if a re-run's compile was warm.
-        info["compile_s"] = compile_s
-        info["compile_cache_hits"], info["compile_cache_misses"] = compile_cache.delta(
-            info["_cache_before"]
-        )
-    info["notes"].append(
-        f"parity trial: {m.parity_steps} steps from seed {m.seed} on the learnable parity "
-        "stream; tokens/s counts every step, the first (compiling) one too: not a measurement"
-    )
-    if rank != 0:
-        return None  # rank 0 reports for every rank (the losses are the ranks' mean)
-    tokens = info["tokens_per_step"] * len(curve)
-    return TrialResult(
-        status=TrialStatus.OK,
-        tokens_per_s=tokens / max(elapsed, 1e-9),
-        loss_curve=curve,
-        loss_first=curve[0],
-        loss_last=curve[-1],
-        wall_s=time.perf_counter() - _PROCESS_START,
-        **_public(info),
-    )
-
-
-def _parity_prelude(
-    config: TrialConfig, step, ranks, rank: int, device, info: dict[str, Any]
-) -> tuple[list[float], float]:
-    """A headroom check's parity steps before its warm-up (the numerics check's candidate
-    run, search/numerics.py): one micro-batch a step on this rank's parity stream, under the
-    compile budget like a warm-up. Returns (loss curve, the compile they did); phase `parity`."""
-    from workers.data import ParityBatches
-
-    k, m, spec = config.knobs, config.measure, config.model
-    stream = ParityBatches(spec.vocab_size, k.micro_batch_size, spec.seq_len, device, m.seed + rank)
-    compiles = k.compile_mode != CompileMode.NONE
-    with (
-        compile_budget.watch(config, compiles=compiles) as compiled,
-        step.one_micro_batch_per_step(stream),
-    ):
-        curve, step_s = _parity_loop(config, step, ranks, done=compiled)
-    info["_clock"].mark("parity")
-    info["notes"].append(
-        f"numerics: {m.parity_steps} parity steps of one micro-batch from seed {m.seed} on the "
-        "learnable parity stream before the warm-up (loss_curve), then the trial as measured"
-    )
-    return curve, _parity_compile_s(config, step_s) or 0.0
 
 
 # --------------------------------------------------------------------------- CLI
-
-
-def _read_config(path: str) -> TrialConfig:
-    if path == "-":
-        text = sys.stdin.read()
-    else:
-        with open(path) as f:
-            text = f.read()
-    return TrialConfig.model_validate_json(text)
-
-
-def _write_result(result: TrialResult, path: str) -> None:
-    text = result.model_dump_json(indent=1)
-    if path == "-":
-        sys.stdout.write(text + "\n")
-        sys.stdout.flush()
-        return
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)  # atomic: the launcher never reads half a result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -656,12 +462,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="TrialConfig JSON file, or - for stdin")
     parser.add_argument("--result", required=True, help="TrialResult JSON file, or - for stdout")
     args = parser.parse_args(argv)
-    from workers.launch import die_with_parent, no_core_files
-
     die_with_parent()
     no_core_files()
     try:
-        config = _read_config(args.config)
+        config = read_config(args.config)
     except (OSError, ValueError) as exc:
         print(f"autotuner-trial: cannot read the config: {exc}", file=sys.stderr)
         return 2
@@ -669,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
     from workers.errors import PeerFailed
 
     distributed = "WORLD_SIZE" in os.environ
-    compile_budget.arm(lambda result: _write_result(result, args.result))
+    compile_budget.arm(lambda result: write_result(result, args.result))
     try:
         result = run_trial(config)
     except PeerFailed as exc:
@@ -678,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     if result is not None:
         if result.wall_s is None:
             result.wall_s = time.perf_counter() - _PROCESS_START
-        _write_result(result, args.result)
+        write_result(result, args.result)
     if distributed or os.environ.get(FULL_TEARDOWN_ENV) != "1":
         # Skip the interpreter's teardown: everything the trial reports is written, its
         # loader workers and token files are gone (run_trial's finally), and the launcher

@@ -23,7 +23,7 @@ from starlette.middleware.gzip import GZipMiddleware
 from autotuner.api.deps import MAX_BODY_BYTES, BodySizeLimit
 from autotuner.api.security import SecurityHeaders, TokenGate
 from autotuner.inputs import UserError
-from autotuner.storage.repository import StudyNotFound
+from autotuner.storage.common import StudyNotFound
 from autotuner.storage.session import Database, redact, upgrade_database
 from autotuner.study.coordinator_claim import CoordinatorClaim, new_instance
 from autotuner.study.data_access import DataAccess

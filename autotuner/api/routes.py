@@ -17,6 +17,7 @@ from autotuner.api.deps import require_token
 from autotuner.api.schemas import BestView, Health, SpaceInfo, StudyView, TrialDetail, TrialView
 from autotuner.spec import ModelFamily
 from autotuner.storage.models import StudyStatus
+from autotuner.study import cancel, trial_reads
 from autotuner.study import operations as studies
 from autotuner.study.export import FORMATS as EXPORT_FORMATS
 from autotuner.study.export import FORMATS_TABLE
@@ -170,7 +171,7 @@ def list_trials(
 ) -> Any:
     """In number order. Page with `after` (the last number you have) and `limit`; poll for new
     trials with `after` alone."""
-    page = studies.trial_page_json(_db(request), study, after=after, limit=limit)
+    page = trial_reads.trial_page_json(_db(request), study, after=after, limit=limit)
     return Response(page, media_type="application/json")
 
 
@@ -184,7 +185,7 @@ def list_trials(
 def get_trial(
     study: StudyRef, number: Annotated[int, Path(ge=0, le=10_000_000)], request: Request
 ) -> dict[str, Any]:
-    return studies.get_trial(_db(request), study, number)
+    return trial_reads.get_trial(_db(request), study, number)
 
 
 @router.get(
@@ -219,7 +220,7 @@ def get_best(
     summary="Cancel a queued or running study",
 )
 def cancel_study(study: StudyRef, request: Request) -> dict[str, Any]:
-    view = studies.cancel_study(_db(request), study)
+    view = cancel.cancel_study(_db(request), study)
     _wake(request)
     return view
 

@@ -253,14 +253,14 @@ class LocalClient:
     def trials(
         self, ref: str, after: int | None = None, limit: int | None = None
     ) -> list[dict[str, Any]]:
-        from autotuner.study import operations as studies
+        from autotuner.study import trial_reads
 
-        return studies.list_trials(self._readable, ref, after=after, limit=limit)
+        return trial_reads.list_trials(self._readable, ref, after=after, limit=limit)
 
     def trial(self, ref: str, number: int) -> dict[str, Any]:
-        from autotuner.study import operations as studies
+        from autotuner.study import trial_reads
 
-        return studies.get_trial(self._readable, ref, number)
+        return trial_reads.get_trial(self._readable, ref, number)
 
     def best(self, ref: str, headroom: float | None = None) -> dict[str, Any]:
         from autotuner.study import operations as studies
@@ -268,9 +268,9 @@ class LocalClient:
         return studies.get_best(self._readable, ref, headroom=headroom)
 
     def cancel(self, ref: str) -> dict[str, Any]:
-        from autotuner.study import operations as studies
+        from autotuner.study import cancel
 
-        return studies.cancel_study(self._readable, ref)
+        return cancel.cancel_study(self._readable, ref)
 
     def export(self, ref: str, fmt: str, allow_partial: bool = False) -> str:
         from autotuner.study import operations as studies

@@ -12,6 +12,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 
 from autotuner.cli.common import out, safe
+from autotuner.purpose import Purpose
 from autotuner.study.labels import (
     PURPOSE_TAGS,
     SINGLE_REPEAT,
@@ -286,20 +287,21 @@ def trial_note(view: dict[str, Any]) -> str:
 # the table for every trial of that purpose, so each row stays one line at 80 columns. A parity
 # run's row names the candidate it checks (search/numerics.py) and measures no throughput
 # (study/trial_list.py leaves its tokens/s out).
-_PURPOSE_NOTES = {
-    "expert-default": f"{PURPOSE_TAGS['expert-default']}: the yardstick the recommendation is "
-    "compared with",
-    "remeasure": f"{PURPOSE_TAGS['remeasure']}: a top config again in a fresh process, pooled "
-    "with its first measurement",
-    "headroom": f"{PURPOSE_TAGS['headroom']}: the winner again with an evaluation pass and a "
-    "checkpoint save, for its real peak memory",
-    "reference": f"{PURPOSE_TAGS['reference']}: the best config on one GPU, for the scaling "
-    "efficiency",
-    "proxy": f"{PURPOSE_TAGS['proxy']}: the config on the shallower proxy model (--proxy-layers)",
-    "parity-ref": "the numerics check's reference: the candidate shown, run at the reference "
-    "precision with fp32 AdamW moments, its loss per step; no throughput measured",
-    "parity": "the numerics check's parity run of the candidate shown: its loss per step; no "
-    "throughput measured",
+_PURPOSE_NOTES: dict[str, str] = {
+    Purpose.EXPERT_DEFAULT: f"{PURPOSE_TAGS[Purpose.EXPERT_DEFAULT]}: the yardstick the "
+    "recommendation is compared with",
+    Purpose.REMEASURE: f"{PURPOSE_TAGS[Purpose.REMEASURE]}: a top config again in a fresh "
+    "process, pooled with its first measurement",
+    Purpose.HEADROOM: f"{PURPOSE_TAGS[Purpose.HEADROOM]}: the winner again with an evaluation "
+    "pass and a checkpoint save, for its real peak memory",
+    Purpose.REFERENCE: f"{PURPOSE_TAGS[Purpose.REFERENCE]}: the best config on one GPU, for the "
+    "scaling efficiency",
+    Purpose.PROXY: f"{PURPOSE_TAGS[Purpose.PROXY]}: the config on the shallower proxy model "
+    "(--proxy-layers)",
+    Purpose.PARITY_REFERENCE: "the numerics check's reference: the candidate shown, run at the "
+    "reference precision with fp32 AdamW moments, its loss per step; no throughput measured",
+    Purpose.PARITY: "the numerics check's parity run of the candidate shown: its loss per step; "
+    "no throughput measured",
 }
 
 

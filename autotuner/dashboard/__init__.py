@@ -31,8 +31,8 @@ from autotuner.api.security import (
     token_matches,
 )
 from autotuner.dashboard.charts import chart_data, progress_series
-from autotuner.storage.repository import StudyNotFound
-from autotuner.study import operations
+from autotuner.storage.common import StudyNotFound
+from autotuner.study import operations, trial_reads
 from autotuner.study.export import export_commands
 from autotuner.study.labels import (
     PURPOSE_TAGS,
@@ -130,7 +130,7 @@ def study_page(
     number: new ones and those still running when last seen) and `charts_at` (how many
     finished trials its charts show): the charts come back only when more have finished."""
     try:
-        detail = operations.get_study_detail(
+        detail = trial_reads.get_study_detail(
             _db(request), study_id, after=after, last=PAGE_SIZE, charts_at=charts_at
         )
     except StudyNotFound as exc:
@@ -181,9 +181,9 @@ def trial_rows(
     params = [(k, v) for k, v in request.query_params.multi_items() if k not in _PAGING]
     try:
         if after is not None and not params:
-            body = operations.trial_page_json(_db(request), study_id, after=after, limit=limit)
+            body = trial_reads.trial_page_json(_db(request), study_id, after=after, limit=limit)
             return Response(body, media_type="application/json")
-        page = operations.query_trials(_db(request), study_id, params, offset=offset, limit=limit)
+        page = trial_reads.query_trials(_db(request), study_id, params, offset=offset, limit=limit)
     except StudyNotFound as exc:
         raise HTTPException(404, str(exc)) from None
     except InvalidQuery as exc:
@@ -199,7 +199,7 @@ def trials_download(request: Request, study_id: str, fmt: str) -> Response:
         raise HTTPException(404, f"trials.{fmt}: download trials.csv or trials.json")
     params = [(k, v) for k, v in request.query_params.multi_items() if k not in _PAGING]
     try:
-        page = operations.query_trials(_db(request), study_id, params)
+        page = trial_reads.query_trials(_db(request), study_id, params)
     except StudyNotFound as exc:
         raise HTTPException(404, str(exc)) from None
     except InvalidQuery as exc:
@@ -240,7 +240,7 @@ def compare_page(
     sides = {}
     for key, ref in (("a", a), ("b", b)):
         try:
-            detail = operations.get_study_detail(_db(request), ref, last=0)
+            detail = trial_reads.get_study_detail(_db(request), ref, last=0)
         except StudyNotFound as exc:
             return _not_found(request, f"Study {key}: {exc}")
         sides[key] = {
@@ -264,7 +264,7 @@ def _not_found(request: Request, message: str) -> Response:
 @router.get("/studies/{study_id}/trials/{number}", response_class=HTMLResponse)
 def trial_page(request: Request, study_id: str, number: int) -> Response:
     try:
-        data = operations.get_trial_detail(_db(request), study_id, number)
+        data = trial_reads.get_trial_detail(_db(request), study_id, number)
     except (StudyNotFound, NotFound) as exc:
         return _not_found(request, f"{exc}.")
     return _respond(request, "trial.html", data)

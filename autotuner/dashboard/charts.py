@@ -1,4 +1,4 @@
-"""Chart data for the study page, computed from `operations.get_study_detail`'s chart rows.
+"""Chart data for the study page, computed from `trial_reads.get_study_detail`'s chart rows.
 
 The charts stay readable at 10,000 trials: the throughput-over-trials scatter keeps, per bucket
 of consecutive trial numbers, the slowest and the fastest trial (min/max downsampling: the
@@ -17,7 +17,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from autotuner.search.progress import END_CHECKS
+from autotuner.purpose import END_CHECKS, Purpose
 from autotuner.study.recommend import pareto_sweep
 
 MAX_PROGRESS_POINTS = 1_000  # 500 buckets of min and max
@@ -72,10 +72,10 @@ def _best_so_far(ok: Sequence[Row]) -> list[list[float]]:
     for i, r in enumerate(ok):
         if not r.get("candidate", True) or r.get("purpose") in END_CHECKS:
             continue
-        key = tuple(r["params"].items())  # in the space's knob order (operations._chart_rows)
+        key = tuple(r["params"].items())  # in the space's knob order (trial_reads._chart_rows)
         pooled = values.setdefault(key, [])
         pooled.append(r["tokens_per_s"])
-        remeasured = r.get("purpose") == "remeasure" or ranks.get(key, (False, 0.0))[0]
+        remeasured = r.get("purpose") == Purpose.REMEASURE or ranks.get(key, (False, 0.0))[0]
         ranks[key] = (remeasured, pooled[0] if len(pooled) == 1 else statistics.median(pooled))
         heapq.heappush(heap, (not remeasured, -ranks[key][1], i, key))
         while (-heap[0][1], heap[0][0]) != (ranks[heap[0][3]][1], not ranks[heap[0][3]][0]):

@@ -16,9 +16,8 @@ the H200 showed:
   compile plus the checkpoint's bytes (fp32 weights and the optimizer's state) at
   CHECKPOINT_BYTES_PER_S.
   On the H200 the six Llama 1B/3B checks took 0.33-0.55 of the cold compile for the pass and
-  saved at 1.3-1.8 GB/s; the prior had been 0.35 of the compile for both (from GPT-2, whose
-  checkpoint is small), and the 10-minute 3B study of 2026-12-04 (seventh) expected 156 s of a
-  check that took 193 s (29 s of it the save, which nothing counted).
+  saved at 1.3-1.8 GB/s (bench/results/h200_session_20261204g): the save is priced apart because
+  a large model's checkpoint is a large share of the check.
 A parity trial trains PARITY_STEPS steps of one micro-batch each (study/endgame.py) in place of
 the warm-up and the timed repeats, so its estimate swaps those phases for PARITY_STEPS x the
 config's step time / its grad_accum.
@@ -34,8 +33,9 @@ Why the measured walls and not only a share of the budget: in an 8-minute Llama 
 the H200, trials took 80-190 s (compile 55-167 s); the last 15% (72 s) could hold none of them,
 and the fp8 winner's numerics check never ran (bench/results/tune_llama_h200/). Why not the
 cold walls alone: in a 10-minute one the checks were expected to take 12.1 min, and the
-headroom check took 206 s (53 s of warm compile, 141 s writing its checkpoint to disk, which
-it no longer does) against the 171 s expected (bench/results/h200_session_20261201/).
+headroom check took 206 s (53 s of warm compile, 141 s writing its checkpoint to disk: the
+check now counts a save's bytes without a disk) against the 171 s expected
+(bench/results/h200_session_20261201/).
 """
 
 from __future__ import annotations
@@ -43,34 +43,26 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from statistics import median
-from typing import Any
 
+from autotuner.purpose import SEARCH_TRIALS, Purpose
 from autotuner.search.numerics import PARITY_STEPS
-from autotuner.search.progress import (
-    HEADROOM_AND_PARITY,
-    HEADROOM_CHECK,
-    PARITY,
-    PARITY_REFERENCE,
-    REFERENCE,
-    SEARCH_TRIALS,
-)
 from autotuner.spec import Optimizer, TrialResult, canonical_params
+from autotuner.types import Params
 
-Params = dict[str, Any]
+# In the end-time plan only (this module), never a row's purpose: a headroom check that
+# also runs the numerics check's candidate steps (a `headroom` row whose config has
+# measure.parity_steps), one process and one compile for both (search/numerics.py).
+HEADROOM_AND_PARITY = "headroom+parity"
 # The least a trial costs: the fastest measured, a GPT-2 124M trial forked from the
 # pre-imported worker on the H200 (README, "Cheaper trials"), is 2 s.
 FLOOR_S = 2.0
 WARM_COMPILE_SHARE = 0.45  # a re-run's compile / its config's cold compile, until measured
-# The same for a config that checkpoints activations. On the H200 (2026-12-06, Llama 8B, full
-# recompute) each of three checkpointed trials missed the study's compile cache, an exact re-run
-# among them (104 s against its 88 s cold compile), where the study's re-run without
-# checkpointing hit it (37 s of 111). Expected warm, that re-measurement (57 s expected, 120 s
-# taken) spent the time kept for the end checks, and the winner went unchecked. The cause: the
-# recompute preserved the RNG state, a graph inductor's cache bypasses on CUDA (torch 2.11);
-# built-in blocks without dropout no longer preserve it (workers/models/checkpointing.py), which
-# a GPU has yet to confirm (tests/gpu: the checkpointed re-run's cache hit), and a user's
-# factory blocks still do. Until a study measures a checkpointed re-run, it is expected cold;
-# one that sees it hit the cache (the CPU does) learns its share.
+# The same for a config that checkpoints activations: expected cold until the study measures a
+# checkpointed re-run, and learned from it then (the CPU's hit the cache). A recompute that
+# preserves the RNG state makes a graph inductor's cache bypasses on CUDA (torch 2.11): built-in
+# blocks without dropout do not preserve it (workers/models/checkpointing.py), a user's factory
+# blocks may, and a re-run expected warm that compiles cold spends the time kept for the end
+# checks (on the H200: bench/results/h200_session_20261206c).
 RECOMPUTE_WARM_SHARE = 1.0
 EVAL_COMPILE_SHARE = 0.45  # the headroom check's evaluation pass / the cold compile (median)
 WEIGHT_BYTES_PER_PARAM = 4  # the save's fp32 weights, beside the optimizer's state
@@ -82,10 +74,10 @@ SEARCH_TIME_SHARE = 0.85  # with no end check due, the search stops here and re-
 # took 4.3 of its 10 minutes must not run 8.7 more of checks (a replayed Llama 3B study did,
 # to 13.0 min: bench/results/replay_minutes_h200).
 END_GRACE_SHARE = 0.1
-_MEASURED = SEARCH_TRIALS | {"remeasure"}  # full trials of a candidate config
-_RERUNS = ("remeasure", HEADROOM_CHECK)  # the same config again: its compile is warm
+_MEASURED = SEARCH_TRIALS | {Purpose.REMEASURE}  # full trials of a candidate config
+_RERUNS = (Purpose.REMEASURE, Purpose.HEADROOM)  # the same config again: its compile is warm
 # What the headroom check adds to a re-run (workers/phases.py): its evaluation pass and its
-# checkpoint save, apart since 2026-12-02; before, both were in `checks`.
+# checkpoint save; `checks` too, where results stored both under that one phase.
 _HEADROOM_PHASES = ("checks", "eval", "checkpoint")
 # Phases a parity trial does not run.
 _REPLACED_BY_PARITY = ("warmup", "measure", *_HEADROOM_PHASES)
@@ -125,11 +117,11 @@ class DueCheck:
 
 
 _NAMES = {
-    REFERENCE: "the one-GPU reference",
-    HEADROOM_CHECK: "the headroom check",
+    Purpose.REFERENCE: "the one-GPU reference",
+    Purpose.HEADROOM: "the headroom check",
     HEADROOM_AND_PARITY: "the headroom and numerics check",
-    PARITY_REFERENCE: "the numerics check's reference",
-    PARITY: "the numerics check",
+    Purpose.PARITY_REFERENCE: "the numerics check's reference",
+    Purpose.PARITY: "the numerics check",
 }
 
 
@@ -161,7 +153,7 @@ class TrialWalls:
             self._learn_rerun(params, known, result, purpose)
         if purpose not in _MEASURED or not result.wall_s:
             return
-        if purpose != "remeasure":
+        if purpose != Purpose.REMEASURE:
             self._search_walls.append(result.wall_s)
         self._grad_accum[key] = max(1, grad_accum)
         # The longest: the cold compile, not a re-run's warm one (an estimate may be long,
@@ -175,7 +167,7 @@ class TrialWalls:
         if first.compile_s and rerun.compile_s is not None:
             share = min(1.0, rerun.compile_s / first.compile_s)
             self._warm_shares[self._cache_class(params)].append(share)
-        if purpose == HEADROOM_CHECK:
+        if purpose == Purpose.HEADROOM:
             phases = rerun.phases_s or {}
             if any(p in phases for p in _HEADROOM_PHASES):
                 self._eval_s.append(sum(phases.get(p, 0.0) for p in _HEADROOM_PHASES))
@@ -259,9 +251,9 @@ class TrialWalls:
 
     def expected_s(self, purpose: str, params: Params) -> float:
         """How long the end check `purpose` of a config with these params is expected to take."""
-        if purpose in (PARITY, PARITY_REFERENCE):
+        if purpose in (Purpose.PARITY, Purpose.PARITY_REFERENCE):
             return self.parity_s(params)
-        if purpose == HEADROOM_CHECK:
+        if purpose == Purpose.HEADROOM:
             return self.headroom_s(params)
         if purpose == HEADROOM_AND_PARITY:
             return self.headroom_and_parity_s(params)

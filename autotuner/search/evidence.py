@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 
 from autotuner.flops import flops_per_token, param_count
+from autotuner.purpose import END_CHECKS
 from autotuner.search.costmodel import CostModel, error_summary
 from autotuner.search.costmodel.memory import MemoryEstimate
 from autotuner.search.costmodel.throughput import ThroughputModel
-from autotuner.search.progress import END_CHECKS
 from autotuner.search.rules import LearnedRules
 from autotuner.spec import FailureClass, Knobs, ModelSpec, TrialResult, TrialStatus
 from autotuner.storage.models import Trial, TrialState

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from autotuner.options import StudyOptions
+from autotuner.purpose import END_CHECKS
 from autotuner.search.costmodel import CostModel
 from autotuner.search.objective import memory_violation
-from autotuner.search.progress import END_CHECKS
 from autotuner.search.sampler import Observation
 from autotuner.spec import FailureClass, Knobs, TrialResult, TrialStatus
 from autotuner.storage.models import Trial, TrialState

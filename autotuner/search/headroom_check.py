@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from autotuner.options import StudyOptions
+from autotuner.purpose import Purpose
 from autotuner.search import numerics
 from autotuner.search.headroom import KIND_WORDS, enforced, free_rel, margin, need_gib, violation
 from autotuner.search.numerics import Candidate, last_row
-from autotuner.search.progress import HEADROOM_CHECK
 from autotuner.spec import FailureClass, TrialResult
 from autotuner.storage.models import Trial, TrialState
 
@@ -63,7 +63,7 @@ class Check:
 
 def check_of(key: str, trials: Sequence[Trial], options: StudyOptions) -> Check | None:
     """The headroom check of the config `key`; None when it never started (or runs again)."""
-    row = last_row(trials, key, HEADROOM_CHECK)
+    row = last_row(trials, key, Purpose.HEADROOM)
     if row is None:
         return None
     n = row.number
@@ -114,7 +114,7 @@ def checks_of(
 ) -> dict[str, Check]:
     # Only headroom rows make a check: filter once, not once per candidate (every candidate
     # of a 10,000-trial study scanned every trial, a minute and a half, before this).
-    trials = [t for t in trials if t.purpose == HEADROOM_CHECK]
+    trials = [t for t in trials if t.purpose == Purpose.HEADROOM]
     out = {}
     for g in ranked:
         check = check_of(g.key, trials, options)

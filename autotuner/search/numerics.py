@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from autotuner.executors.base import Target
-from autotuner.search.progress import HEADROOM_CHECK, PARITY, PARITY_REFERENCE
+from autotuner.purpose import Purpose
 from autotuner.search.rules import incompatibility
 from autotuner.search.space import SearchSpace
 from autotuner.spec import (
@@ -215,7 +215,7 @@ def compare_curves(candidate: Sequence[float], reference: Sequence[float]) -> tu
 
 
 class Candidate(Protocol):
-    """What the checks need of a ranked config (recommend.ConfigMeasurements)."""
+    """What the checks need of a ranked config (study/measurements.py ConfigMeasurements)."""
 
     @property
     def key(self) -> str: ...
@@ -255,18 +255,20 @@ PARITY_ATTEMPTS = 2  # a parity trial lost or failed for infra reasons runs once
 
 def runs_parity_steps(t: Trial) -> bool:
     """A headroom check that is also the candidate's parity run (its measure.parity_steps)."""
-    return t.purpose == HEADROOM_CHECK and bool((t.config.get("measure") or {}).get("parity_steps"))
+    return t.purpose == Purpose.HEADROOM and bool(
+        (t.config.get("measure") or {}).get("parity_steps")
+    )
 
 
 def _is_candidate_run(t: Trial) -> bool:
-    return t.purpose == PARITY or runs_parity_steps(t)
+    return t.purpose == Purpose.PARITY or runs_parity_steps(t)
 
 
 def last_row(trials: Sequence[Trial], key: str, purpose: str) -> Trial | None:
     """The parity row of this purpose for `key` that counts; None when it is (again) to run:
     never run, or failed for infra reasons (lost, crash, timeout) with an attempt left.
-    PARITY also finds a headroom check that ran the candidate's parity steps."""
-    match = _is_candidate_run if purpose == PARITY else (lambda t: t.purpose == purpose)
+    Purpose.PARITY also finds a headroom check that ran the candidate's parity steps."""
+    match = _is_candidate_run if purpose == Purpose.PARITY else (lambda t: t.purpose == purpose)
     rows = [t for t in trials if match(t) and canonical_params(t.params) == key]
     if not rows:
         return None
@@ -274,7 +276,7 @@ def last_row(trials: Sequence[Trial], key: str, purpose: str) -> Trial | None:
     return None if infra and len(rows) < PARITY_ATTEMPTS else rows[-1]
 
 
-def _curve(t: Trial) -> list[float] | None:
+def loss_curve(t: Trial) -> list[float] | None:
     if not t.result:
         return None
     return TrialResult.model_validate(t.result).loss_curve
@@ -313,7 +315,7 @@ def verdict(candidate: TrialResult, reference: Trial) -> Check:
     """Compare a finished candidate parity result with its reference's row."""
     ref_knobs = Knobs.model_validate(reference.config.get("knobs", {}))
     ref_prec, label = ref_knobs.precision.value, reference_label(reference)
-    ref_curve = _curve(reference)
+    ref_curve = loss_curve(reference)
     curve = candidate.loss_curve
     if ref_curve is None or not curve:
         return Check("unchecked", "not checked: a parity trial returned no loss curve", ref_prec)
@@ -332,7 +334,7 @@ def verdict(candidate: TrialResult, reference: Trial) -> Check:
 
 def check_of(key: str, trials: Sequence[Trial]) -> Check | None:
     """The parity check of the config `key`; None when it never started."""
-    ref = last_row(trials, key, PARITY_REFERENCE)
+    ref = last_row(trials, key, Purpose.PARITY_REFERENCE)
     if ref is None:
         return None
     ref_knobs = Knobs.model_validate(ref.config.get("knobs", {}))
@@ -348,10 +350,14 @@ def check_of(key: str, trials: Sequence[Trial]) -> Check | None:
             ref_prec,
             trials=[ref.number],
         )
-    cand = last_row(trials, key, PARITY)
+    cand = last_row(trials, key, Purpose.PARITY)
     if cand is None:
         return Check(
-            "pending", "the parity check is half done", ref_prec, trials=[ref.number], next=PARITY
+            "pending",
+            "the parity check is half done",
+            ref_prec,
+            trials=[ref.number],
+            next=Purpose.PARITY,
         )
     numbers = [ref.number, cand.number]
     cstate = TrialState(cand.state)
@@ -381,7 +387,7 @@ def check_of(key: str, trials: Sequence[Trial]) -> Check | None:
 def checks_of(ranked: Sequence[Candidate], trials: Sequence[Trial]) -> dict[str, Check]:
     # Only parity rows make a check: filter once, not once per candidate (8,000 candidates in
     # a 10,000-trial study scanned every trial each, 60 s, before this).
-    trials = [t for t in trials if t.purpose == PARITY_REFERENCE or _is_candidate_run(t)]
+    trials = [t for t in trials if t.purpose == Purpose.PARITY_REFERENCE or _is_candidate_run(t)]
     out = {}
     for g in ranked:
         check = check_of(g.key, trials)
@@ -442,64 +448,8 @@ def next_parity(
     check = checks.get(g.key)
     if check is None:
         started = sum(1 for c in checks.values() if c.trials)
-        return (g, PARITY_REFERENCE) if started < MAX_CHECKED else None
+        return (g, Purpose.PARITY_REFERENCE) if started < MAX_CHECKED else None
     return (g, check.next) if check.next else None
-
-
-# The purposes of the rows that may hold parity steps: the numerics check's two runs (a
-# candidate's run is a parity trial, or the headroom check that ran them first).
-PARITY_PURPOSES = (PARITY, PARITY_REFERENCE, HEADROOM_CHECK)
-
-
-def page_view(trial: Trial, related: Sequence[Trial]) -> dict[str, Any] | None:
-    """A parity run's side of its numerics check, for its trial page: this trial's loss curve,
-    its partner's (the reference for a candidate run, the latest candidate run for the
-    reference) and the verdict where both finished. None for a trial that ran no parity
-    steps. `related`: the study's parity rows and headroom checks (any order)."""
-    if not trial.result or trial.purpose not in PARITY_PURPOSES:
-        return None
-    curve = _curve(trial)
-    if not curve:
-        return None
-    key = canonical_params(trial.params)
-    rows = sorted(related, key=lambda t: t.number)
-    role = "reference" if trial.purpose == PARITY_REFERENCE else "candidate"
-    ref: Trial | None
-    cand: Trial | None
-    if role == "reference":
-        partner = last_row(rows, key, PARITY)
-        ref, cand = trial, partner
-    else:
-        partner = last_row(rows, key, PARITY_REFERENCE)
-        ref, cand = partner, trial
-
-    def side(t: Trial | None) -> dict[str, Any] | None:
-        if t is None:
-            return None
-        knobs = Knobs.model_validate(t.config.get("knobs", {}))
-        # What ran, in words: "bf16 with fp32 AdamW moments" against "bf16 with 8-bit ...".
-        name = reference_label(t) if t.purpose == PARITY_REFERENCE else numerics_name(knobs)
-        return {
-            "number": t.number,
-            "precision": knobs.precision.value,
-            "name": name,
-            "curve": _curve(t),
-        }
-
-    out: dict[str, Any] = {
-        "role": role,
-        "reference": side(ref),
-        "candidate": side(cand),
-        "tolerance_rel": TOLERANCE_REL,
-        "text": None,
-    }
-    cand_result = TrialResult.model_validate(cand.result) if cand and cand.result else None
-    if ref is not None and cand_result is not None and cand_result.loss_curve and _curve(ref):
-        out["text"] = verdict(cand_result, ref).text
-    elif partner is None:
-        what = "candidate's run" if role == "reference" else "reference"
-        out["text"] = f"the numerics check's {what} has not run"
-    return out
 
 
 Plan = Literal["alone", "reference first", "with parity"]
@@ -512,116 +462,13 @@ def headroom_plan(
     `with parity` (the reference is done: the check runs the candidate's parity steps first,
     one process and one compile for both checks), `reference first` (the reference is not run
     yet: it goes first), or `alone` (no numerics check is due for it, or only one trial is
-    left in the budget, `room`: the headroom check takes it, as before the checks merged)."""
+    left in the budget, `room`: the headroom check takes it alone)."""
     planned = next_parity(ranked, trials)
     if planned is None or planned[0].key != group.key:
         return "alone"
-    if planned[1] == PARITY:
+    if planned[1] == Purpose.PARITY:
         return "with parity"
     return "reference first" if room is None or room >= 2 else "alone"
-
-
-def numerics_entry(
-    ranked: Sequence[Candidate],
-    chosen: int,
-    checks: dict[str, Check],
-    *,
-    enabled: bool = True,
-    tied_over: Candidate | None = None,
-) -> dict[str, Any]:
-    """The recommendation's `numerics` entry for ranked[chosen]; `enabled`: the study runs the
-    check (StudyOptions.numerics_check). `tied_over`: the faster, numerics-changing config it
-    is recommended over on a tie (prefer_reference_numerics)."""
-    g = ranked[chosen]
-    knobs = candidate_knobs(g)
-    precision = knobs.precision.value
-    name = numerics_name(knobs)  # what the texts call it: "bf16 with 8-bit AdamW moments"
-    check = checks.get(g.key)
-    skipped = [
-        {
-            "trial_number": other.first.number,
-            "precision": candidate_knobs(other).precision.value,
-            "name": numerics_name(candidate_knobs(other)),
-            **checks[other.key].entry(),
-            "text": checks[other.key].text,
-        }
-        for other in ranked[:chosen]
-        if other.key in checks
-    ]
-    out: dict[str, Any] = {
-        "checked": False,
-        "passed": None,
-        "precision": precision,
-        "name": name,
-        "changes_numerics": changes_numerics(knobs),
-        "reference_precision": None,
-        "tolerance_rel": TOLERANCE_REL,
-        "diff_rel": None,
-        "steps": None,
-        "parity_trials": [],
-        "skipped": skipped,
-    }
-    if not changes_numerics(knobs):
-        text = (
-            f"{precision}: the reference precision, no check needed"
-            if knobs.precision == Precision.BF16
-            else f"{precision}: full precision, no check needed"
-        )
-    elif not enabled:
-        text = (
-            f"{name} changes numerics and was not checked: this study turned the check off "
-            "(options.numerics_check); compare its loss with bf16's before training with it"
-        )
-        out["ended_unchecked"] = True  # final as it is: no check is to come
-    elif check is None:
-        text = (
-            f"{name} changes numerics and was not checked: the parity check runs at the "
-            "end of the study, within its budget of trials and time"
-        )
-        if skipped:
-            text += f" (at most {MAX_CHECKED} candidates are checked)"
-    elif check.state == "pending":
-        text = f"{name} changes numerics; not checked yet: {check.text}"
-        out.update(check.entry())
-    else:
-        out.update(check.entry())
-        out["checked"] = check.state in ("passed", "failed")
-        out["passed"] = {"passed": True, "failed": False}.get(check.state)
-        text = f"{name}: {check.text}"
-    for s in reversed(skipped):
-        if s["state"] == "failed":
-            how = (
-                f" (loss {s['diff_rel']:.1%} from {s['reference_precision']}, tolerance "
-                f"{TOLERANCE_REL:.0%})"
-                if s["diff_rel"] is not None
-                else ""
-            )
-            text = (
-                f"trial #{s['trial_number']} ({s['name']}) was faster but failed the "
-                f"numerics check{how}, so it is not recommended; {text}"
-            )
-    if tied_over is not None:
-        other = candidate_knobs(tied_over)
-        check = checks.get(tied_over.key)
-        state = check.state if check is not None else "not run"
-        out["preferred_over"] = {
-            "trial_number": tied_over.first.number,
-            "precision": other.precision.value,
-            "name": numerics_name(other),
-            "state": state,
-        }
-        how = {
-            "pending": "changes numerics and its check has not finished",
-            "unchecked": "changes numerics and its check could not tell",
-        }.get(state, "changes numerics unchecked")
-        text = (
-            f"trial #{tied_over.first.number} ({numerics_name(other)}) ties it within the "
-            f"noise but {how}, so this config, with the reference numerics, is "
-            f"recommended; {text}"
-        )
-    out.pop("state", None)
-    out["text"] = text
-    return out
 
 
 def as_ended(entry: dict[str, Any]) -> dict[str, Any]:

@@ -1,49 +1,33 @@
 """Progress of the search: the best value so far, the noise, and whether it still improves.
 
 Each finished search or seed trial updates the best objective value, the number of trials in a
-row that did not beat it beyond the measurement noise (the median repeat spread of the measured
-trials, at least 0.5%), and each feasible config's best value (the candidates to re-measure).
+row that did not beat it beyond the measurement noise (search/noise.py: the median repeat spread of
+the measured trials), and each feasible config's best value (the candidates to re-measure).
 Re-measurements are only counted: they move the re-measure plan on (remeasure.py), never the
 best. The search has converged once `patience` trials in a row brought nothing beyond noise.
 """
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from autotuner.options import StudyOptions
+from autotuner.purpose import END_CHECKS as END_CHECKS
+from autotuner.purpose import SEARCH_TRIALS as SEARCH_TRIALS
+from autotuner.purpose import Purpose
+from autotuner.search.noise import noise_band
 from autotuner.search.objective import Objective, memory_violation, objective_value
 from autotuner.spec import TrialResult, TrialStatus, canonical_params
 
-# A multi-GPU study's last trial: its best config on one GPU, for the scaling efficiency.
-REFERENCE = "reference"
-# The numerics check of the winner (search/numerics.py): a loss-parity trial of the candidate,
-# and of the same knobs at the reference precision.
-PARITY = "parity"
-PARITY_REFERENCE = "parity-ref"
-# The headroom check of the winner (search/headroom_check.py): the config once more, with an
-# evaluation pass and a checkpoint save after the timed repeats, for its real peak.
-HEADROOM_CHECK = "headroom"
-# In the end-time plan only (search/end_time.py), never a row's purpose: a headroom check that
-# also runs the numerics check's candidate steps (a `headroom` row whose config has
-# measure.parity_steps), one process and one compile for both (search/numerics.py).
-HEADROOM_AND_PARITY = "headroom+parity"
-# A proxy trial (options.proxy_layers): a candidate's knobs on a shallower model of the same
-# width, run to teach the throughput and memory models about a kind of config (its precision,
-# compile mode, attention, checkpointing) before a full-depth trial is spent on it.
-PROXY = "proxy"
-# The trials that are not measurements of a candidate config (the winner's end checks, and
-# proxies): never told to the sampler, never candidates, no lessons for the cost model (their
-# configs or their protocol differ), except a proxy's, which the policy learns from with its
-# own model (policy.observe).
-END_CHECKS = frozenset({REFERENCE, PARITY, PARITY_REFERENCE, HEADROOM_CHECK, PROXY})
-# The expert default's trials (search/seeding.py): the seed the recommendation is compared with
-# (study/recommend.py `vs_expert_default`), marked so because it need not run first (a clearly
-# faster seed may run before it) and its first trial may fail, be retried or be pruned for its
-# twin: no trial number says which trial it is.
-EXPERT_DEFAULT = "expert-default"
-# A study's search trials: its seeds and its proposals (neither re-runs nor end checks).
-SEARCH_TRIALS = frozenset({EXPERT_DEFAULT, "seed", "search"})
+# The names the study coordinator, the search policy and `tune` import from here; every other
+# module reads autotuner.purpose directly.
+REFERENCE: str = Purpose.REFERENCE
+PARITY: str = Purpose.PARITY
+PARITY_REFERENCE: str = Purpose.PARITY_REFERENCE
+HEADROOM_CHECK: str = Purpose.HEADROOM
+PROXY: str = Purpose.PROXY
+EXPERT_DEFAULT: str = Purpose.EXPERT_DEFAULT
 
 
 class Progress:
@@ -63,10 +47,10 @@ class Progress:
 
     def observe(self, params: dict[str, Any], result: TrialResult, purpose: str) -> None:
         """Count a finished (measured, not predicted) trial of this purpose."""
-        if purpose == "remeasure":
+        if purpose == Purpose.REMEASURE:
             self.remeasured += 1
             return
-        if purpose == REFERENCE:
+        if purpose == Purpose.REFERENCE:
             self.referenced = True  # a 1-GPU run: not comparable with this study's trials
             return
         if purpose in END_CHECKS:
@@ -104,9 +88,9 @@ class Progress:
             return None
 
     def noise_rel(self) -> float:
-        """The measurement noise: the median repeat spread so far, at least 0.5%."""
-        spreads = sorted(self.spreads)
-        return max(spreads[len(spreads) // 2] if spreads else 0.0, 0.005)
+        """The measurement noise (search/noise.py): the median repeat spread so far (the upper
+        median where the count is even)."""
+        return noise_band(statistics.median_high(self.spreads) if self.spreads else 0.0)
 
     def converged(self) -> bool:
         """No search trial improved the best beyond noise in the last `patience` trials."""

@@ -18,21 +18,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from autotuner.purpose import Purpose
+from autotuner.search.end_time import HEADROOM_AND_PARITY
 from autotuner.search.numerics import PARITY_RESERVE
-from autotuner.search.progress import (
-    HEADROOM_AND_PARITY,
-    HEADROOM_CHECK,
-    PARITY,
-    PARITY_REFERENCE,
-    REFERENCE,
-    Progress,
-)
+from autotuner.search.progress import Progress
+from autotuner.types import Params
 
 HEADROOM_RESERVE = 1  # one headroom check of the winner (search/headroom_check.py)
 REMEASURE_SHARE = 5  # at most 1/5 of a trial budget goes to re-measurement
-
-
-Params = dict[str, Any]
 
 
 class Remeasure:
@@ -106,10 +99,10 @@ class Remeasure:
         re-measurement ("remeasure"), then the reference ("reference") of the best config."""
         plan = self.plan(progress.values, max_trials)
         if progress.remeasured < len(plan) and not self.cut:
-            return plan[progress.remeasured], "remeasure"
+            return plan[progress.remeasured], Purpose.REMEASURE
         if self._reference_reserve(max_trials) and not progress.referenced and progress.values:
             best = max(progress.values.values(), key=lambda pv: pv[1])[0]
-            return best, REFERENCE
+            return best, Purpose.REFERENCE
         return None
 
     def checks_due(
@@ -124,15 +117,15 @@ class Remeasure:
         best = max(progress.values.values(), key=lambda pv: pv[1])[0]
         due: list[tuple[str, Params]] = []
         if self._reference_reserve(max_trials) and not progress.referenced:
-            due.append((REFERENCE, best))
+            due.append((Purpose.REFERENCE, best))
         headroom = bool(self._headroom_reserve(max_trials))
         if self._parity_reserve(max_trials) and changes_numerics(best):
             # The reference first, then the candidate's parity steps: inside its headroom check
             # when there is one (study/endgame.py), else a parity trial of their own.
-            due.append((PARITY_REFERENCE, best))
-            due.append((HEADROOM_AND_PARITY, best) if headroom else (PARITY, best))
+            due.append((Purpose.PARITY_REFERENCE, best))
+            due.append((HEADROOM_AND_PARITY, best) if headroom else (Purpose.PARITY, best))
         elif headroom:
-            due.append((HEADROOM_CHECK, best))
+            due.append((Purpose.HEADROOM, best))
         return due
 
     @property

@@ -8,7 +8,7 @@
    second, after its fastest alternative, where that one is another precision the throughput
    model's prior expects FIRST_IF_FASTER times as fast, the study has no time budget and the
    expert surely fits: the same trials up front, the likely winner one trial sooner. Its trials
-   are marked `expert-default` (progress.EXPERT_DEFAULT): the recommendation's yardstick.
+   are marked `expert-default` (Purpose.EXPERT_DEFAULT): the recommendation's yardstick.
 2. Winners of earlier completed studies on the same GPU (device name and compute capability)
    and model family, newest first and the same preset first, mapped into this space (a value
    the space lacks takes the expert's) and kept only if they pass the policy's screen.
@@ -38,13 +38,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
-
+from autotuner.search.domains import domain_values, first_value, in_domain, sorted_sizes
 from autotuner.search.headroom import usable_gib
 from autotuner.search.rules import incompatibility
+from autotuner.search.seed_history import earlier_winners
 from autotuner.search.space import IntRange
 from autotuner.spec import Optimizer, canonical_params
-from autotuner.storage.models import Study, StudyStatus
 from autotuner.storage.session import Database
 
 if TYPE_CHECKING:
@@ -102,7 +101,7 @@ class SeedPlan:
     now: list[dict[str, Any]]
     later: list[dict[str, Any]] = field(default_factory=list)
     # The expert default's params (one of `now`), None where options.expert_seed is off: its
-    # trials are marked so (progress.EXPERT_DEFAULT), whatever their number.
+    # trials are marked so (Purpose.EXPERT_DEFAULT), whatever their number.
     expert: dict[str, Any] | None = None
 
     @property
@@ -217,7 +216,7 @@ class Seeder:
         among needs within LEAST_NEED_TIE of the least, the largest micro-batch (the expert's
         own order of checkpointing first)."""
         options = [{**p, "micro_batch_size": mb} for p in candidates for mb in self._sizes(p)] or [
-            {**p, "micro_batch_size": _sorted_sizes(self.space)[0]} for p in candidates
+            {**p, "micro_batch_size": sorted_sizes(self.space)[0]} for p in candidates
         ]
         needs = [(self.cost.predict(self.knobs(p)).need_gib, p) for p in options]
         least = min(need for need, _ in needs)
@@ -243,7 +242,7 @@ class Seeder:
         later = order[order.index(current) + 1 :] if current in order else []
         for value in later:
             alt = {**params, "checkpointing": value}
-            if _in(domain, value) and self._allowed(alt):
+            if in_domain(domain, value) and self._allowed(alt):
                 out.append({"checkpointing": value})
         return out
 
@@ -253,10 +252,10 @@ class Seeder:
         for name, domain in domains.items():
             if name == "micro_batch_size" and name not in self.space.defaults:
                 continue
-            params[name] = self.space.defaults.get(name, _first(domain))
+            params[name] = self.space.defaults.get(name, first_value(domain))
             if name in self.space.defaults or name not in EXPERT or isinstance(domain, IntRange):
                 continue
-            allowed = [v for v in EXPERT[name] if _in(domain, v)]
+            allowed = [v for v in EXPERT[name] if in_domain(domain, v)]
             for value in allowed:
                 params[name] = value
                 if self._allowed(params):
@@ -267,8 +266,8 @@ class Seeder:
         # `defaults` say where to start, not what to leave unexplored: the neighbours vary
         # those knobs too. Prefer cheap compiles (max-autotune can take minutes to compile).
         # Where only the expandable allocator lets the expert default fit, it is one of them,
-        # and the others start from it: they keep about the expert's memory (Llama 8B's fp8
-        # seed with the default allocator was as tight as the expert default, 2026-12-03).
+        # and the others start from it: they keep about the expert's memory (on Llama 8B an
+        # fp8 seed with the default allocator is as tight as the expert default).
         out = []
         roomy = self._expandable(expert)
         if roomy is not None:
@@ -294,7 +293,7 @@ class Seeder:
                 continue
             for value in values:
                 alt = {**expert, name: value}
-                if value != expert[name] and _in(domain, value) and self._allowed(alt):
+                if value != expert[name] and in_domain(domain, value) and self._allowed(alt):
                     out.append(self._fastest_kernel(alt) if name == "precision" else alt)
                     break
         small_state = self._small_state(expert)
@@ -320,7 +319,7 @@ class Seeder:
         (Llama 8B's expert default: 121.7 GiB allocated, 125.6 reserved, 9.7% free), memory
         that one environment variable may give back without touching the numerics."""
         domain = self.space.knobs.get("allocator")
-        if domain is None or isinstance(domain, IntRange) or not _in(domain, "expandable"):
+        if domain is None or isinstance(domain, IntRange) or not in_domain(domain, "expandable"):
             return None
         if expert.get("allocator") != "default" or self.limit_gib is None:
             return None
@@ -340,7 +339,7 @@ class Seeder:
         activations (Llama 8B on one H200: 120 GiB of fp32 state, full checkpointing)."""
         domain = self.space.knobs.get("optimizer")
         value = Optimizer.ADAMW_8BIT.value
-        if domain is None or isinstance(domain, IntRange) or not _in(domain, value):
+        if domain is None or isinstance(domain, IntRange) or not in_domain(domain, value):
             return None
         if "micro_batch_size" not in self.space.knobs or self.limit_gib is None:
             return None  # no memory to weigh: nothing says the state crowds anything out
@@ -375,7 +374,7 @@ class Seeder:
         best, best_speed = params, speed(self.knobs(params))
         for kernel in FUSED_ATTENTION:
             alt = {**params, "attention": kernel}
-            if not _in(domain, kernel) or not self._allowed(alt):
+            if not in_domain(domain, kernel) or not self._allowed(alt):
                 continue
             alt_speed = speed(self.knobs(alt))
             if alt_speed > best_speed * (1 + KERNEL_TIE):
@@ -387,7 +386,7 @@ class Seeder:
         this study is measured yet). Under a time budget the winner is then known early and
         the end checks it needs get their time: in a 10-minute Llama 3B study on the H200 the
         fp8 seed ran last, after three bf16 alternatives of 80 s each, won by 1.18x at
-        8.4 min, and its numerics check no longer fitted (bench/results/h200_session_20261201)."""
+        8.4 min, and its numerics check did not fit (bench/results/h200_session_20261201)."""
         if self.predicted_speed is None:
             return seeds
         speed = self.predicted_speed
@@ -415,9 +414,9 @@ class Seeder:
 
     def _allowed(self, partial: dict[str, Any]) -> bool:
         domains = self.space.knobs
-        filled = {k: partial.get(k, _first(d)) for k, d in domains.items()}
+        filled = {k: partial.get(k, first_value(d)) for k, d in domains.items()}
         if "micro_batch_size" in domains and "micro_batch_size" not in partial:
-            filled["micro_batch_size"] = _values(domains["micro_batch_size"])[0]
+            filled["micro_batch_size"] = domain_values(domains["micro_batch_size"])[0]
         knobs = self.knobs(filled)
         if incompatibility(knobs, self.target, self.model, self.gpus) is not None:
             return False
@@ -426,7 +425,7 @@ class Seeder:
     def _largest_fitting_mb(self, params: dict[str, Any]) -> int | None:
         """The largest micro-batch the cost model is confident fits with these knobs (None:
         none does); with no memory to fill (a CPU) the smallest, the cheapest to run."""
-        sizes = self._sizes(params) or _sorted_sizes(self.space)
+        sizes = self._sizes(params) or sorted_sizes(self.space)
         if self.limit_gib is None:
             return sizes[0]
         fitting = self._fits(params, sizes)
@@ -437,7 +436,7 @@ class Seeder:
         exactly with these knobs (all of them where it holds none)."""
         return [
             mb
-            for mb in _sorted_sizes(self.space)
+            for mb in sorted_sizes(self.space)
             if self.space.global_batch_mismatch(
                 self.knobs({**params, "micro_batch_size": mb}), self.model, self.gpus
             )
@@ -461,45 +460,15 @@ class Seeder:
 
     def _history(self, db: Database) -> list[dict[str, Any]]:
         """Earlier winners on this GPU and model family, mapped into this space."""
-        out: list[dict[str, Any]] = []
-        with db.session() as s:
-            studies = s.scalars(
-                select(Study)
-                .where(Study.status == StudyStatus.COMPLETED.value)
-                .order_by(Study.created_at.desc())
-                .limit(200)
-            ).all()
-            found = []
-            for st in studies:
-                rec = st.recommendation or {}
-                fp = rec.get("fingerprint") or {}
-                if not rec.get("knobs") or (st.model_spec or {}).get("family") != self.model.family:
-                    continue
-                if not self._same_gpu(fp):
-                    continue
-                same_preset = (st.model_spec or {}).get("preset") == self.model.preset
-                found.append((not same_preset, rec["knobs"]))
-            found.sort(key=lambda f: f[0])  # same preset first, newest first within
-        for _, knobs in found[: self.options.history_seeds]:
-            params = self._into_space(knobs)
-            if params is not None:
-                out.append(params)
-        return out
-
-    def _same_gpu(self, fp: dict[str, Any]) -> bool:
-        if not fp or fp.get("device_type") != self.target.device_type:
-            return False
-        if self.target.device_name and fp.get("device_name") != self.target.device_name:
-            return False
-        cc = self.target.compute_capability
-        return not (cc and fp.get("compute_capability") not in (None, f"{cc[0]}.{cc[1]}"))
+        found = earlier_winners(db, self.model, self.target, self.options.history_seeds)
+        return [p for p in map(self._into_space, found) if p is not None]
 
     def _into_space(self, knobs: dict[str, Any]) -> dict[str, Any] | None:
         expert = self.expert_params()
         params = {}
         for name, domain in self.space.knobs.items():
             value = knobs.get(name)
-            params[name] = value if value is not None and _in(domain, value) else expert[name]
+            params[name] = value if value is not None and in_domain(domain, value) else expert[name]
         try:
             k = self.knobs(params)
         except ValueError:
@@ -528,31 +497,3 @@ def _unique(
             seen.add(key)
             out.append(p)
     return out
-
-
-def _sorted_sizes(space: SearchSpace) -> list[int]:
-    return sorted(_values(space.knobs["micro_batch_size"]))
-
-
-def _values(domain: list[Any] | IntRange) -> list[Any]:
-    if isinstance(domain, IntRange):
-        vals = [domain.low]
-        v = 1
-        while v <= domain.high:
-            if v > domain.low:
-                vals.append(v)
-            v *= 2
-        if domain.high not in vals:
-            vals.append(domain.high)
-        return [x for x in vals if (x - domain.low) % domain.step == 0 or domain.log]
-    return [getattr(v, "value", v) for v in domain]
-
-
-def _first(domain: list[Any] | IntRange) -> Any:
-    return domain.low if isinstance(domain, IntRange) else getattr(domain[0], "value", domain[0])
-
-
-def _in(domain: list[Any] | IntRange, value: Any) -> bool:
-    if isinstance(domain, IntRange):
-        return isinstance(value, int) and domain.low <= value <= domain.high
-    return str(getattr(value, "value", value)) in {str(getattr(d, "value", d)) for d in domain}

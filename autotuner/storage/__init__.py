@@ -7,14 +7,8 @@ Typical use:
         trial = TrialRepo(session).create_running(study.id, params=..., config=...)
 """
 
+from autotuner.storage.common import LeaseLost, StudyNotFound, TrialAlreadyFinished
 from autotuner.storage.models import Study, StudyStatus, Trial, TrialState
-from autotuner.storage.repository import (
-    LeaseLost,
-    StudyNotFound,
-    StudyRepo,
-    TrialAlreadyFinished,
-    TrialRepo,
-)
 from autotuner.storage.session import (
     Database,
     DatabaseUnavailable,
@@ -22,6 +16,8 @@ from autotuner.storage.session import (
     resolve_database_url,
     upgrade_database,
 )
+from autotuner.storage.study_repo import StudyRepo
+from autotuner.storage.trial_repo import TrialRepo
 
 __all__ = [
     "Database",

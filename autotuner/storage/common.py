@@ -10,7 +10,7 @@ from sqlalchemy import CursorResult, func, select
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
-from autotuner.storage.models import utcnow
+from autotuner.types import utcnow
 
 _LIST_HINT = "run `autotuner status` to list studies"
 

@@ -36,8 +36,10 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, validates
 
 from autotuner.options import StudyOptions
+from autotuner.purpose import Purpose
 from autotuner.spec import Knobs
 from autotuner.status import StudyStatus
+from autotuner.types import utcnow
 
 # JSONB on Postgres (indexable, compact), plain JSON on SQLite. none_as_null: a Python None is
 # stored as SQL NULL (so `result IS NULL` means "no result"), not as the JSON literal `null`.
@@ -70,10 +72,6 @@ def global_batch_tokens(
     ranks = max(int(config.get("num_gpus") or 0), 1)
     micro, accum = int(knobs.get("micro_batch_size", 1)), int(knobs.get("grad_accum", 1))
     return micro * accum * ranks * int(model["seq_len"])
-
-
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
 
 
 class OptionsJson(TypeDecorator[StudyOptions]):
@@ -180,7 +178,7 @@ class Study(Base):
     best_trial_number: Mapped[int | None] = mapped_column(Integer)
     # The seeds as the coordinator planned them at the start (migration 0008): {"now": [params],
     # "later": [params], "expert": params | null}. A restarted coordinator queues again those
-    # not run yet, and marks the expert default's trials as before; the plan itself would
+    # not run yet, and marks the expert default's trials as the plan says; a new plan would
     # differ by then (the cost model has learned from the trials since).
     seeds: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
     recommendation: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
@@ -225,7 +223,7 @@ class Trial(Base):
     study_id: Mapped[str] = mapped_column(ForeignKey("studies.id", ondelete="CASCADE"))
     number: Mapped[int] = mapped_column(Integer)  # 0, 1, 2... unique within the study
     state: Mapped[str] = mapped_column(String(16), default=TrialState.RUNNING)
-    purpose: Mapped[str] = mapped_column(String(16), default="search")  # search|seed|remeasure
+    purpose: Mapped[str] = mapped_column(String(16), default=Purpose.SEARCH)  # a Purpose value
     attempt: Mapped[int] = mapped_column(Integer, default=1)
     retry_of: Mapped[int | None] = mapped_column(Integer)  # the trial number this one retries
     params: Mapped[dict[str, Any]]  # the knob values Optuna proposed

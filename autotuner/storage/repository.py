@@ -7,8 +7,9 @@ correct with several coordinators on one Postgres database; on SQLite every tran
 the write lock at BEGIN (see session.configure_sqlite), which serialises them.
 
 The code lives in three modules: common.py (the exceptions, the database clock and the UPDATE
-helpers), study_repo.py (StudyRepo) and trial_repo.py (TrialRepo). This module re-exports them,
-so `from autotuner.storage.repository import ...` keeps working.
+helpers), study_repo.py (StudyRepo) and trial_repo.py (TrialRepo); import from those. This
+module names them in one place only for the study coordinator, the study lease and `tune`,
+which import them from here until those modules move to the three.
 """
 
 from autotuner.storage.common import (

@@ -22,7 +22,8 @@ from autotuner.storage.common import (
     _set,
     db_now,
 )
-from autotuner.storage.models import Study, StudyStatus, utcnow
+from autotuner.storage.models import Study, StudyStatus
+from autotuner.types import utcnow
 
 _MIN_PREFIX = 4  # like git: shorter abbreviations are too likely to be ambiguous
 

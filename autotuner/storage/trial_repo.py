@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy import Select, func, select, true, update
 from sqlalchemy.orm import Session
 
+from autotuner.purpose import Purpose
 from autotuner.spec import Fingerprint
 from autotuner.status import ENDED_STATUSES
 from autotuner.storage.common import (
@@ -33,8 +34,8 @@ from autotuner.storage.models import (
     StudyStatus,
     Trial,
     TrialState,
-    utcnow,
 )
+from autotuner.types import utcnow
 
 # The error class of a trial cancelled with its interrupted study (state lost): not a
 # FailureClass, since no process of the config failed, and not counted as a loss in a row.
@@ -75,7 +76,7 @@ class TrialRepo:
         *,
         params: dict[str, Any],
         config: dict[str, Any],
-        purpose: str = "search",
+        purpose: str = Purpose.SEARCH,
         retry_of: int | None = None,
         attempt: int = 1,
         worker: str | None = None,
@@ -109,7 +110,7 @@ class TrialRepo:
         error_class: str,
         error_message: str,
         owner: str | None = None,
-        purpose: str = "search",
+        purpose: str = Purpose.SEARCH,
     ) -> Trial:
         """A trial ruled out before launch: recorded as pruned, finished at once."""
         return self._create(
@@ -139,7 +140,7 @@ class TrialRepo:
         last = self.session.scalar(select(func.max(Trial.number)).where(Trial.study_id == study_id))
         _fits("worker", fields.get("worker"), 200, "use a shorter worker name")
         _fits("purpose", fields.get("purpose"), 16, "use search, seed, expert-default or remeasure")
-        fields.setdefault("purpose", "search")
+        fields.setdefault("purpose", Purpose.SEARCH)
         fields.setdefault("attempt", 1)
         trial = Trial(
             study_id=study_id,
@@ -290,8 +291,7 @@ class TrialRepo:
         """Running trials of ended studies that nobody will end: their study was cancelled
         (or finished) while a coordinator held it, and that coordinator died before it stopped
         them. Its lease has expired, so no live coordinator can report them; without this they
-        would stay `running` in a finished study forever (a recording cancelled by hand on
-        2026-12-03, seconds after its machine was taken back, kept one). A cancelled study's
+        would stay `running` in a finished study forever. A cancelled study's
         are failed as cancelled, any other's lost (mark_lost). `study_id`: that study's only."""
         now = db_now(self.session)
         studies = self.session.execute(abandoned_studies(now, study_id)).all()

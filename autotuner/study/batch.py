@@ -5,7 +5,7 @@ ranks x seq_len. Two configs that run different global batches are two different
 (different convergence), not one run made faster. With a global batch held by the study
 (`--global-batch`, a space's `global_batch_tokens`) every trial runs the same one; without,
 the recommendation says which one the winner ran, and when the trials differ, compares it with
-the expert default's (the seed marked so: progress.EXPERT_DEFAULT) and names the best config
+the expert default's (the seed marked so: Purpose.EXPERT_DEFAULT) and names the best config
 at that global batch.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from autotuner.options import StudyOptions
-from autotuner.search.progress import END_CHECKS, EXPERT_DEFAULT
+from autotuner.purpose import END_CHECKS, Purpose
 from autotuner.storage.models import Trial, TrialState, global_batch_tokens
 from autotuner.study.columns import column_or_json
 
@@ -51,7 +51,9 @@ def global_batch_entry(
         return out
     # The first measured seed: the live recommendation reads only measured trials
     # (study/live.py), and must say what the end-of-study one says.
-    ran = sorted((t for t in measured if t.purpose == EXPERT_DEFAULT), key=lambda t: t.number)
+    ran = sorted(
+        (t for t in measured if t.purpose == Purpose.EXPERT_DEFAULT), key=lambda t: t.number
+    )
     expert = ran[0] if ran and options.expert_seed else None
     expert_tokens = of_trial(expert) if expert is not None else None
     if expert is None or expert_tokens is None:

@@ -7,10 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from autotuner.search.end_time import TimeLeft
+from autotuner.types import utcnow
 
-
-def utc_now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
+# The study coordinator imports the clock by this name.
+utc_now = utcnow
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class Budget:
     max_trials: int | None
     max_minutes: float | None
     started_at: dt.datetime
-    clock: Callable[[], dt.datetime] = field(default=utc_now, compare=False)
+    clock: Callable[[], dt.datetime] = field(default=utcnow, compare=False)
     paused_s: Callable[[], float] = field(default=lambda: 0.0, compare=False)
 
     def elapsed_s(self) -> float:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from autotuner.spec import TrialResult
 
 
-class _Measured(Protocol):  # recommend.ConfigMeasurements, without importing it (no cycle)
+class _Measured(Protocol):  # measurements.ConfigMeasurements, without importing it
     @property
     def results(self) -> list[TrialResult]: ...
 

@@ -6,8 +6,8 @@ from autotuner.options import StudyOptions
 from autotuner.search.objective import Objective
 from autotuner.search.space import SearchSpace
 from autotuner.spec import ModelSpec
-from autotuner.storage.repository import StudyRepo
 from autotuner.storage.session import Database
+from autotuner.storage.study_repo import StudyRepo
 
 
 def create_study(

@@ -23,6 +23,7 @@ import optuna
 
 from autotuner.executors.base import Target
 from autotuner.options import StudyOptions
+from autotuner.purpose import Purpose
 from autotuner.search import headroom_check
 from autotuner.search.numerics import (
     PARITY_STEPS,
@@ -32,7 +33,6 @@ from autotuner.search.numerics import (
     verdict,
 )
 from autotuner.search.policy import SearchPolicy
-from autotuner.search.progress import HEADROOM_CHECK, PARITY, PARITY_REFERENCE
 from autotuner.search.space import SearchSpace
 from autotuner.spec import (
     FailureClass,
@@ -45,14 +45,13 @@ from autotuner.spec import (
     canonical_params,
 )
 from autotuner.storage.models import Trial, TrialState
-from autotuner.storage.repository import TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.budget import Budget
 from autotuner.study.events import Event
-from autotuner.study.recommend import ConfigMeasurements, group_measurements
+from autotuner.study.measurements import ConfigMeasurements, group_measurements
 from autotuner.study.trials import InFlight, Outcome, TrialBook, reference_knobs, trial_config
-
-Params = dict[str, Any]
+from autotuner.types import Params
 
 
 class Runner(Protocol):
@@ -107,7 +106,7 @@ def launch_remeasure(runner: Runner) -> bool:
             return False
         return launch_headroom(runner) or launch_parity(runner)
     params, purpose = planned
-    if purpose == "reference":
+    if purpose == Purpose.REFERENCE:
         dispatch_reference(runner, params)
         return True
     knobs = runner.space.knobs_for(params, runner.model, runner.gpus_per_trial)
@@ -122,7 +121,7 @@ def dispatch_reference(runner: Runner, params: Params) -> None:
     _dispatch_check(
         runner,
         params,
-        "reference",
+        Purpose.REFERENCE,
         lambda n: trial_config(
             runner.study_id, runner.model, runner.space, runner.target, 1, knobs, n
         ),
@@ -185,7 +184,7 @@ def launch_headroom(runner: Runner) -> bool:
         # were ~65 s of a 10-minute study on the H200: bench/results/h200_session_20261202).
         measure["parity_steps"] = PARITY_STEPS
     config_for = _with_measure(runner, candidate_knobs(group), **measure)
-    _dispatch_check(runner, group.first.params, HEADROOM_CHECK, config_for)
+    _dispatch_check(runner, group.first.params, Purpose.HEADROOM, config_for)
     return True
 
 
@@ -200,7 +199,7 @@ def launch_parity(runner: Runner) -> bool:
         return False
     group, purpose = planned
     knobs = candidate_knobs(group)
-    if purpose == PARITY_REFERENCE:
+    if purpose == Purpose.PARITY_REFERENCE:
         # Neither bf16 nor fp32 runs it here (not expected): the worker's refusal is
         # stored, and the check reported as not done, rather than skipped silently.
         # On a graph the study already compiled where one differs in nothing else: a warm
@@ -230,14 +229,14 @@ def parity_outcome(runner: Runner, flight: InFlight, result: TrialResult, out: O
     reference's is stored infeasible, class numerics, with the measured difference (a
     headroom check that ran the candidate's parity steps too, as a parity trial would be)."""
     out = dataclasses.replace(out, value=None)
-    if flight.purpose not in (PARITY, HEADROOM_CHECK) or result.status != TrialStatus.OK:
+    if flight.purpose not in (Purpose.PARITY, Purpose.HEADROOM) or result.status != TrialStatus.OK:
         return out
     key = canonical_params(flight.params)
     with runner.db.read() as s:
         refs = [
             t
             for t in TrialRepo(s).list(runner.study_id)
-            if t.purpose == PARITY_REFERENCE and canonical_params(t.params) == key
+            if t.purpose == Purpose.PARITY_REFERENCE and canonical_params(t.params) == key
         ]
     if not refs:
         return out

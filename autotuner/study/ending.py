@@ -18,7 +18,7 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from autotuner.search.progress import END_CHECKS
+from autotuner.purpose import END_CHECKS
 from autotuner.search.space import IntRange, SearchSpace
 from autotuner.spec import FailureClass, TrialResult, TrialStatus
 from autotuner.storage.models import Trial, TrialState

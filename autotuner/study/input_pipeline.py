@@ -25,7 +25,7 @@ _SHORT = {"loader_workers": "workers", "pin_memory": "pinned", "prefetch_factor"
 
 
 class Measured(Protocol):
-    """A config's measurements (study.recommend.ConfigMeasurements)."""
+    """A config's measurements (study.measurements.ConfigMeasurements)."""
 
     @property
     def first(self) -> Trial: ...

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-# How a trial stopped by its study's cancel is stored (study/trials.py, storage/repository.py):
+from autotuner.purpose import Purpose
+
+# How a trial stopped by its study's cancel is stored (study/trials.py, storage/trial_repo.py):
 # failed, infra, with this message. Views show it as `cancelled`, not as a failure.
 CANCELLED_MESSAGE = "cancelled with the study"
 
@@ -17,7 +19,7 @@ def trial_label(view: dict[str, Any]) -> str:
     message = view.get("error_message") or ""
     if view.get("state") == "failed" and message.startswith(CANCELLED_MESSAGE):
         return "cancelled"
-    if view.get("purpose") == "proxy" and view.get("state") == "complete":
+    if view.get("purpose") == Purpose.PROXY and view.get("state") == "complete":
         return "proxy"  # measured on the shallower proxy model: no candidate (--proxy-layers)
     if view.get("tight"):
         return "tight"  # complete, but less than the memory headroom free: not recommended
@@ -122,14 +124,14 @@ def budget_used(study: dict[str, Any]) -> str:
 # What a trial was run for, where it is not the search's own proposal (search/progress.py's
 # purposes): the tables show it beside the state, since a re-measurement or an end check
 # re-runs a config an earlier row already shows and would otherwise read as a duplicate.
-PURPOSE_TAGS = {
-    "expert-default": "expert default",
-    "remeasure": "re-measurement",
-    "headroom": "headroom check",
-    "parity": "numerics check",
-    "parity-ref": "numerics reference",
-    "reference": "1-GPU reference",
-    "proxy": "proxy",
+PURPOSE_TAGS: dict[str, str] = {
+    Purpose.EXPERT_DEFAULT: "expert default",
+    Purpose.REMEASURE: "re-measurement",
+    Purpose.HEADROOM: "headroom check",
+    Purpose.PARITY: "numerics check",
+    Purpose.PARITY_REFERENCE: "numerics reference",
+    Purpose.REFERENCE: "1-GPU reference",
+    Purpose.PROXY: "proxy",
 }
 
 

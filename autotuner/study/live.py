@@ -19,8 +19,8 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session, defer
 
 from autotuner.options import StudyOptions
+from autotuner.purpose import END_CHECKS
 from autotuner.search.objective import Objective
-from autotuner.search.progress import END_CHECKS
 from autotuner.spec import FailureClass
 from autotuner.storage.models import Study, StudyStatus, Trial, TrialState
 from autotuner.storage.session import Database

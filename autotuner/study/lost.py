@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from autotuner.search.progress import END_CHECKS
+from autotuner.purpose import END_CHECKS, Purpose
 from autotuner.spec import FailureClass
 from autotuner.storage.models import Trial, TrialState
 from autotuner.storage.trial_repo import INTERRUPTED
@@ -32,7 +32,7 @@ def rerun_allowed(purpose: str) -> bool:
     """Whether a lost trial of this purpose is run again. A re-measurement and an end check are
     not (the endgame plans its own next step, search/remeasure.py, search/numerics.py), as for
     their failures."""
-    return purpose != "remeasure" and purpose not in END_CHECKS
+    return purpose != Purpose.REMEASURE and purpose not in END_CHECKS
 
 
 def lost_in_a_row(trial: Trial, by_number: Callable[[int], Trial | None]) -> int:

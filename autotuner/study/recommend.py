@@ -20,162 +20,34 @@ the trials compared like with like (`study/batch.py`). On loader or file data, t
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from functools import cached_property
+from collections.abc import Sequence
 from typing import Any
 
 from autotuner.options import StudyOptions
+from autotuner.purpose import Purpose
 from autotuner.search import headroom, headroom_check
 from autotuner.search.importance import knob_report
-from autotuner.search.numerics import (
-    checks_of,
-    choose,
-    numerics_entry,
-    prefer_reference_numerics,
-)
+from autotuner.search.numerics import checks_of, choose, prefer_reference_numerics
+from autotuner.search.numerics_entry import numerics_entry
 from autotuner.search.objective import Objective, time_to_train_h
-from autotuner.search.progress import END_CHECKS, EXPERT_DEFAULT
-from autotuner.spec import TrialResult, canonical_params, spread_rel
+from autotuner.spec import TrialResult, canonical_params
 from autotuner.storage.models import Trial, TrialState
 from autotuner.study.batch import global_batch_entry
-from autotuner.study.columns import load_json, measured, memory_record
+from autotuner.study.columns import load_json, memory_record
 from autotuner.study.compile_time import compile_entry
 from autotuner.study.gpu_clock import gpu_clock_entry
 from autotuner.study.input_pipeline import input_pipeline_entry
-
-MIN_NOISE_REL = 0.005  # timing on a quiet machine is never better than this
-
-
-_REPEATS = ("tokens_per_s", "tokens_per_s_min", "tokens_per_s_max")
-
-
-def stopped_early(t: Trial) -> bool:
-    """Whether a trial stopped after its first repeat(s) (search/early_stop.py): its column
-    (migration 0005), else its loaded result's flag (a row built in memory, not stored yet)."""
-    return bool(measured(t, "stopped_early"))
-
-
-@dataclass
-class ConfigMeasurements:
-    """Every measurement of one config (its search trial and its re-measurements)."""
-
-    key: str
-    trials: list[Trial] = field(default_factory=list)
-
-    @cached_property
-    def results(self) -> list[TrialResult]:
-        """The stored results, validated: read for the few configs the recommendation
-        describes (the winner's JSON in one statement), never for every candidate."""
-        load_json(self.trials, ("result",))
-        return [TrialResult.model_validate(t.result) for t in self.trials]
-
-    @property
-    def peak_mems(self) -> list[float]:
-        return [m for t in self.trials if (m := measured(t, "peak_mem_gib")) is not None]
-
-    # Cached: ranking a big study reads them tens of thousands of times. The trials are all
-    # added before either is read (group_measurements).
-    @cached_property
-    def values(self) -> list[float]:
-        return [t.objective_value or 0.0 for t in self.trials]
-
-    @cached_property
-    def median(self) -> float:
-        return float(statistics.median(self.values))
-
-    @property
-    def first(self) -> Trial:
-        return self.trials[0]
-
-    @property
-    def remeasured(self) -> bool:
-        return any(t.purpose == "remeasure" for t in self.trials)
-
-    @property
-    def within_rel(self) -> float:
-        """Median half-range of the repeats inside each measurement, relative."""
-        spreads = [
-            spread
-            for t in self.trials
-            if (spread := spread_rel(*(measured(t, name) for name in _REPEATS))) is not None
-        ]
-        return float(statistics.median(spreads)) if spreads else 0.0
-
-    @property
-    def between_rel(self) -> float:
-        """Half-range of the measurements' medians across fresh processes, relative."""
-        vals = self.values
-        if len(vals) < 2 or not self.median:
-            return 0.0
-        return (max(vals) - min(vals)) / 2 / self.median
-
-    @property
-    def noise_rel(self) -> float:
-        return max(self.within_rel, self.between_rel, MIN_NOISE_REL)
-
-
-def group_measurements(
-    trials: Sequence[Trial], options: StudyOptions | None = None
-) -> list[ConfigMeasurements]:
-    """Feasible measured configs, best pooled median first."""
-    keyed = _candidates(trials)
-    if options is not None:
-        keyed = [(key, t) for key, t in keyed if not _over_memory(t, options)]
-    return _ranked(keyed)
-
-
-def _candidates(
-    trials: Sequence[Trial], *, stopped_early_too: bool = False
-) -> list[tuple[str, Trial]]:
-    """The measured search trials, with their configs' keys, in one pass; `stopped_early_too`:
-    with the trials that stopped after a repeat below the floor (the knob report's evidence:
-    their tokens/s is real, only never a candidate's)."""
-    out = []
-    for t in trials:
-        if t.state != TrialState.COMPLETE or not t.objective_value:
-            continue
-        if measured(t, "tokens_per_s") is None:  # complete without a result: nothing measured
-            continue
-        if t.purpose in END_CHECKS:
-            continue  # one GPU (the scaling reference) or a parity run: not a candidate
-        if not stopped_early_too and stopped_early(t):
-            continue  # its first repeat ran below the floor: not a full measurement
-        out.append((canonical_params(t.params), t))
-    return out
-
-
-def _ranked(keyed: Sequence[tuple[str, Trial]]) -> list[ConfigMeasurements]:
-    groups: dict[str, ConfigMeasurements] = {}
-    for key, t in keyed:
-        groups.setdefault(key, ConfigMeasurements(key)).trials.append(t)
-    ranked = sorted(groups.values(), key=lambda g: g.median, reverse=True)
-    # Re-measured candidates were the search's top ones; a single unrepeated measurement must
-    # not beat them on luck alone, so they rank first.
-    if any(g.remeasured for g in ranked):
-        ranked.sort(key=lambda g: not g.remeasured)
-    return ranked
-
-
-def _over_memory(t: Trial, options: StudyOptions) -> bool:
-    """objective.memory_violation > 0, from the trial's memory columns: over the max_mem_gib
-    ceiling, or less than the memory headroom free (search/headroom.py)."""
-    ceiling = options.max_mem_gib
-    if ceiling is not None and (measured(t, "peak_mem_gib") or 0.0) > ceiling:
-        return True
-    record = memory_record(t)
-    return record is not None and headroom.violation(record, options) > 0
-
-
-def study_noise_rel(groups: Sequence[ConfigMeasurements]) -> float:
-    """The study's noise band: median repeat spread, or the fresh-process spread if larger."""
-    within = [g.within_rel for g in groups if g.trials]
-    between = [g.between_rel for g in groups if len(g.trials) > 1]
-    return max(
-        statistics.median(within) if within else 0.0,
-        max(between) if between else 0.0,
-        MIN_NOISE_REL,
-    )
+from autotuner.study.measurements import (
+    ConfigMeasurements,
+    keyed_candidates,
+    max_of,
+    median_of,
+    min_of,
+    over_memory,
+    rank_groups,
+    stopped_early,
+    study_noise_rel,
+)
 
 
 def recommend(
@@ -211,11 +83,11 @@ def recommend_ranked(
     # One pass over the trials for both rankings (at 10,000 trials each pass keys every config
     # and reads every memory record): the candidates, and the knob report's evidence, which
     # also counts the trials that stopped early.
-    evidence = _candidates(trials, stopped_early_too=True)
+    evidence = keyed_candidates(trials, stopped_early_too=True)
     stopped = {id(t) for _, t in evidence if stopped_early(t)}
     keyed = [(key, t) for key, t in evidence if id(t) not in stopped]
-    fits = [(key, t) for key, t in evidence if not _over_memory(t, options)]
-    ranked = _ranked([(key, t) for key, t in fits if id(t) not in stopped])
+    fits = [(key, t) for key, t in evidence if not over_memory(t, options)]
+    ranked = rank_groups([(key, t) for key, t in fits if id(t) not in stopped])
     if not ranked:
         return None, ranked
     # A config whose headroom check failed is no candidate (headroom_check.py); if every one
@@ -255,11 +127,11 @@ def recommend_ranked(
         "knobs": best.first.config.get("knobs", {}),
         "model": best.first.config.get("model", {}),
         "tokens_per_s": statistics.median(r.tokens_per_s or 0.0 for r in best.results),
-        "tokens_per_s_min": _min(r.tokens_per_s_min for r in best.results),
-        "tokens_per_s_max": _max(r.tokens_per_s_max for r in best.results),
+        "tokens_per_s_min": min_of(r.tokens_per_s_min for r in best.results),
+        "tokens_per_s_max": max_of(r.tokens_per_s_max for r in best.results),
         # Over the same measurements as tokens_per_s (a 1-GPU study printed 381,892 tokens/s
         # beside 382,265 per GPU, the first trial's).
-        "tokens_per_s_per_gpu": _median_of(r.tokens_per_s_per_gpu for r in best.results),
+        "tokens_per_s_per_gpu": median_of(r.tokens_per_s_per_gpu for r in best.results),
         "mfu": result.mfu,
         "gpu_clock": gpu_clock_entry(result.telemetry),
         "peak_mem_gib": result.peak_mem_gib,
@@ -296,7 +168,7 @@ def recommend_ranked(
         rec["input_pipeline"] = pipeline  # loader or file data: is the GPU waiting for it?
     # The knob report reads every measured config, early-stopped ones too (a config far below
     # the best is exactly what shows a knob matters); without any, they are `ranked`.
-    return rec, (_ranked(fits) if stopped else ranked)
+    return rec, (rank_groups(fits) if stopped else ranked)
 
 
 def knob_importance(ranked: Sequence[ConfigMeasurements], noise_rel: float) -> list[dict[str, Any]]:
@@ -318,7 +190,7 @@ def _passed_over_for_memory(
     # Only a config with a measurement above the winner's median can have a median above it.
     faster = {key for key, t in keyed if (t.objective_value or 0.0) > best.median}
     out: list[dict[str, Any]] = []
-    for g in _ranked([(key, t) for key, t in keyed if key in faster]):
+    for g in rank_groups([(key, t) for key, t in keyed if key in faster]):
         if g.median <= best.median:
             continue
         if g.key not in eligible:
@@ -341,7 +213,7 @@ def scaling_efficiency(trials: Sequence[Trial], best: ConfigMeasurements) -> dic
     ranks = result.num_ranks or 1
     if ranks <= 1:
         return None
-    refs = [t for t in trials if t.purpose == "reference"]
+    refs = [t for t in trials if t.purpose == Purpose.REFERENCE]
     ref = next((t for t in refs if t.state == TrialState.COMPLETE and t.result), None)
     if ref is None:
         why = "its reference trial failed" if refs else "no reference trial ran"
@@ -384,7 +256,7 @@ def _vs_expert_default(
         return None
     expert = _expert_default(ranked)
     over_memory = None
-    if expert is None and (expert := _expert_default(_ranked(_expert_rows(keyed)))) is not None:
+    if expert is None and (expert := _expert_default(rank_groups(_expert_rows(keyed)))) is not None:
         over_memory = _headroom_words(expert, options) or "is over the max_mem_gib ceiling"
     if expert is None:
         return {"trial_number": None, "text": "the expert default was not measured"}
@@ -420,7 +292,7 @@ def _vs_expert_default(
 def _expert_rows(keyed: Sequence[tuple[str, Trial]]) -> list[tuple[str, Trial]]:
     """The measurements of the expert default's config (the only config `_expert_default`
     reads)."""
-    key = next((k for k, t in keyed if t.purpose == EXPERT_DEFAULT), None)
+    key = next((k for k, t in keyed if t.purpose == Purpose.EXPERT_DEFAULT), None)
     return [(k, t) for k, t in keyed if k == key] if key is not None else []
 
 
@@ -437,12 +309,14 @@ def _headroom_words(group: ConfigMeasurements, options: StudyOptions) -> str | N
 
 def _expert_default(ranked: Sequence[ConfigMeasurements]) -> ConfigMeasurements | None:
     """The measured config of the expert-default seed (none where the study ran none)."""
-    return next((g for g in ranked if any(t.purpose == EXPERT_DEFAULT for t in g.trials)), None)
+    return next(
+        (g for g in ranked if any(t.purpose == Purpose.EXPERT_DEFAULT for t in g.trials)), None
+    )
 
 
 def _expert_trial(expert: ConfigMeasurements) -> Trial:
     """The expert default's own measured trial (its config's others are re-measurements)."""
-    return next(t for t in expert.trials if t.purpose == EXPERT_DEFAULT)
+    return next(t for t in expert.trials if t.purpose == Purpose.EXPERT_DEFAULT)
 
 
 # How many configs tied with the winner are looked at for the reference's numerics: their
@@ -503,8 +377,8 @@ def _runner_up(best: ConfigMeasurements, second: ConfigMeasurements) -> dict[str
 
 
 def _interleaved_pairs(a: ConfigMeasurements, b: ConfigMeasurements) -> list[tuple[float, float]]:
-    ra = [t for t in a.trials if t.purpose == "remeasure"]
-    rb = [t for t in b.trials if t.purpose == "remeasure"]
+    ra = [t for t in a.trials if t.purpose == Purpose.REMEASURE]
+    rb = [t for t in b.trials if t.purpose == Purpose.REMEASURE]
     return [
         (x.objective_value or 0.0, y.objective_value or 0.0) for x, y in zip(ra, rb, strict=False)
     ]
@@ -540,18 +414,3 @@ def pareto_sweep(points: Sequence[tuple[float, float]]) -> list[int]:
             front.append(i)
             best = points[i][0]
     return front
-
-
-def _min(values: Any) -> float | None:
-    vals = [v for v in values if v is not None]
-    return min(vals) if vals else None
-
-
-def _max(values: Any) -> float | None:
-    vals = [v for v in values if v is not None]
-    return max(vals) if vals else None
-
-
-def _median_of(values: Iterable[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return statistics.median(known) if known else None

@@ -41,8 +41,9 @@ from sqlalchemy import select
 
 from autotuner.executors.base import Completed, Executor, ExecutorUnavailable
 from autotuner.storage.models import Study, StudyStatus
-from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database, DatabaseUnavailable
+from autotuner.storage.study_repo import StudyRepo
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.coordinator import StudyRunner
 from autotuner.study.pause import WaitingForGpus
 

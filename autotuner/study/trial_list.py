@@ -17,8 +17,8 @@ import orjson
 from sqlalchemy import Row, Text, cast, select
 
 from autotuner.options import StudyOptions
+from autotuner.purpose import Purpose
 from autotuner.search import headroom
-from autotuner.search.progress import PARITY, PARITY_REFERENCE
 from autotuner.storage.models import MEASUREMENT_COLUMNS, Trial, TrialState
 from autotuner.study.columns import MemoryRecord
 
@@ -53,7 +53,7 @@ PARAMS_JSON = cast(Trial.params, Text).label("params_json")
 COLUMNS = (*(getattr(Trial, name) for name in SHOWN), PARAMS_JSON)
 _COMPLETE = TrialState.COMPLETE.value
 # The purposes whose runs measure no throughput: the numerics check's parity runs.
-NOT_MEASUREMENTS = frozenset({PARITY, PARITY_REFERENCE})
+NOT_MEASUREMENTS = frozenset({Purpose.PARITY, Purpose.PARITY_REFERENCE})
 
 
 def list_rows(

@@ -26,9 +26,9 @@ import optuna
 
 from autotuner.executors.base import Executor, Target
 from autotuner.options import StudyOptions
+from autotuner.purpose import END_CHECKS, Purpose
 from autotuner.search.objective import Objective, objective_value
 from autotuner.search.policy import Prune, SearchPolicy
-from autotuner.search.progress import END_CHECKS
 from autotuner.search.sampler import Observation
 from autotuner.search.space import SearchSpace
 from autotuner.spec import (
@@ -42,9 +42,10 @@ from autotuner.spec import (
     TrialStatus,
     canonical_params,
 )
+from autotuner.storage.common import TrialAlreadyFinished
 from autotuner.storage.models import Trial, TrialState
-from autotuner.storage.repository import TrialAlreadyFinished, TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.events import Event, OnEvent
 from autotuner.study.lost import LOST_LIMIT, crash_loop_message, lost_in_a_row, rerun_allowed
 
@@ -58,7 +59,7 @@ class InFlight:
     ask: optuna.Trial | None  # None for a re-measurement: the sampler is not told
     params: dict[str, Any]
     attempt: int
-    purpose: str = "search"
+    purpose: str = Purpose.SEARCH
     heartbeat_at: float = field(default_factory=time.monotonic)
     retry_of: int | None = None
     # The knobs that ran where they differ from `params`: an end check's row carries the
@@ -83,7 +84,7 @@ def retried_once(purpose: str, attempt: int) -> bool:
     parity trial (search/numerics.py runs it again itself, once, as a new row). The same rule
     holds in process and after a restart.
     """
-    return attempt == 1 and purpose != "remeasure" and purpose not in END_CHECKS
+    return attempt == 1 and purpose != Purpose.REMEASURE and purpose not in END_CHECKS
 
 
 def trial_config(
@@ -341,7 +342,11 @@ class TrialBook:
             return lost_in_a_row(row, lambda n: trials.get(self.study_id, n))
 
     def record_pruned(
-        self, params: dict[str, Any], config: TrialConfig, prune: Prune, purpose: str = "search"
+        self,
+        params: dict[str, Any],
+        config: TrialConfig,
+        prune: Prune,
+        purpose: str = Purpose.SEARCH,
     ) -> int:
         """Store a proposal ruled out before launch (a seed's keeps its purpose); returns its
         trial number."""

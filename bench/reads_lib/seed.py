@@ -18,8 +18,8 @@ from typing import Any
 
 from sqlalchemy import insert, update
 
+from autotuner.purpose import Purpose
 from autotuner.search.objective import Objective
-from autotuner.search.progress import EXPERT_DEFAULT
 from autotuner.search.space import SearchSpace, load_space
 from autotuner.spec import (
     FailureClass,
@@ -198,7 +198,7 @@ def seed_study(
             measured.sort(key=lambda m: -m[0])
             params, purpose = measured[(number - remeasure_from) % 3][1], "remeasure"
         else:
-            params, purpose = _propose(space, rng), "search" if number else EXPERT_DEFAULT
+            params, purpose = _propose(space, rng), "search" if number else Purpose.EXPERT_DEFAULT
         key = canonical_params(params)
         if key not in knobs_cache:
             knobs = space.knobs_for(params, model, 1)

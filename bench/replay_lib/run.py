@@ -10,9 +10,9 @@ from typing import Any
 from autotuner.executors.base import Target
 from autotuner.executors.replay import Landscape, ReplayExecutor, SimulatedClock
 from autotuner.options import PLAIN_SAMPLER, StudyOptions
+from autotuner.purpose import SEARCH_TRIALS
 from autotuner.search.numerics import space_changes_numerics
 from autotuner.search.policy import Prune
-from autotuner.search.progress import SEARCH_TRIALS
 from autotuner.search.remeasure import Remeasure
 from autotuner.search.rules import incompatibility
 from autotuner.search.space import SearchSpace
@@ -24,8 +24,9 @@ from autotuner.spec import (
     canonical_params,
 )
 from autotuner.storage.models import TrialState
-from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database, dispose_engines
+from autotuner.storage.study_repo import StudyRepo
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.coordinator import StudyRunner, create_study
 from bench.replay_lib.simtime import RerunWalls
 from bench.replay_lib.universe import Snapper, UniverseSampler, grid_size

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import json
 
-from autotuner.search.end_time import FLOOR_S, TrialWalls
-from autotuner.search.progress import HEADROOM_AND_PARITY, HEADROOM_CHECK, PARITY
+from autotuner.purpose import Purpose
+from autotuner.search.end_time import FLOOR_S, HEADROOM_AND_PARITY, TrialWalls
 from autotuner.spec import Checkpointing, TrialConfig, TrialResult, canonical_params
 
 
@@ -51,9 +51,9 @@ class RerunWalls:
             return result
         m = config.measure
         if m.headroom_check:
-            purpose = HEADROOM_AND_PARITY if m.parity_steps else HEADROOM_CHECK
+            purpose = HEADROOM_AND_PARITY if m.parity_steps else Purpose.HEADROOM
         elif m.parity_steps:
-            purpose = PARITY
+            purpose = Purpose.PARITY
         else:
             purpose = "remeasure"
         wall_s = max(FLOOR_S, self._walls.expected_s(purpose, params))

@@ -7,13 +7,14 @@ import pytest
 
 from autotuner.executors.replay import ReplayExecutor
 from autotuner.options import StudyOptions
+from autotuner.purpose import SEARCH_TRIALS, Purpose
 from autotuner.search.policy import Prune
-from autotuner.search.progress import EXPERT_DEFAULT, SEARCH_TRIALS
 from autotuner.search.space import parse_space
 from autotuner.spec import Knobs, ModelSpec, canonical_params
 from autotuner.storage.models import StudyStatus, TrialState
-from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.study_repo import StudyRepo
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.coordinator import StudyRunner, create_study
 from tests.fakes import FakeWorkerDeathReplay, synthetic_landscape
 
@@ -63,7 +64,7 @@ def test_first_trial_is_the_expert_default_and_budget_is_respected(db: Database)
         launched = [t for t in trials if t.state != TrialState.PRUNED]
         assert len(launched) == 12 == len(executor.submitted)
         first = launched[0]
-        assert first.purpose == EXPERT_DEFAULT
+        assert first.purpose == Purpose.EXPERT_DEFAULT
         assert first.params["micro_batch_size"] == 16 and first.params["precision"] == "bf16"
         numbers = [t.number for t in trials]
         assert numbers == sorted(set(numbers)) == list(range(len(trials)))
@@ -145,9 +146,9 @@ def test_the_expert_default_lost_in_a_restart_is_retried_as_the_expert_default(
         trials = TrialRepo(s).list(runner.study_id)
         rec = StudyRepo(s).require(runner.study_id).recommendation
     lost = trials[0]
-    assert lost.state == TrialState.LOST and lost.purpose == EXPERT_DEFAULT
+    assert lost.state == TrialState.LOST and lost.purpose == Purpose.EXPERT_DEFAULT
     retry = next(t for t in trials if t.retry_of == 0)
-    assert retry.purpose == EXPERT_DEFAULT and retry.state == TrialState.COMPLETE
+    assert retry.purpose == Purpose.EXPERT_DEFAULT and retry.state == TrialState.COMPLETE
     assert rec is not None and rec["vs_expert_default"]["trial_number"] == retry.number
 
 
@@ -164,9 +165,9 @@ def test_a_seed_whose_worker_died_is_retried_with_its_own_config(db: Database) -
     with db.session() as s:
         trials = TrialRepo(s).list(study_id)
     first, retry = trials[0], trials[1]
-    assert first.state == TrialState.FAILED and first.purpose == EXPERT_DEFAULT
+    assert first.state == TrialState.FAILED and first.purpose == Purpose.EXPERT_DEFAULT
     assert retry.retry_of == first.number and retry.params == first.params
-    assert retry.purpose == EXPERT_DEFAULT  # the retry is the expert default too
+    assert retry.purpose == Purpose.EXPERT_DEFAULT  # the retry is the expert default too
     assert retry.state == TrialState.COMPLETE
     # The waiting seeds still ran, each once, after it.
     ran = [canonical_params(t.params) for t in trials if t.retry_of is None]
@@ -185,7 +186,7 @@ def test_the_retried_expert_default_is_still_the_recommendations_yardstick(db: D
         trials = TrialRepo(s).list(study_id)
         rec = StudyRepo(s).require(study_id).recommendation
     first, retry = trials[0], trials[1]
-    assert first.state == TrialState.FAILED and first.purpose == EXPERT_DEFAULT
+    assert first.state == TrialState.FAILED and first.purpose == Purpose.EXPERT_DEFAULT
     assert retry.retry_of == 0 and retry.state == TrialState.COMPLETE
     assert rec is not None
     vs = rec["vs_expert_default"]
@@ -335,7 +336,7 @@ def test_the_expert_default_lost_twice_is_run_again_without_spending_its_retry(
         rec = StudyRepo(s).require(runner.study_id).recommendation
     assert [t.state for t in trials[:2]] == [TrialState.LOST, TrialState.LOST]
     rerun = trials[2]
-    assert (rerun.retry_of, rerun.attempt, rerun.purpose) == (1, 1, EXPERT_DEFAULT)
+    assert (rerun.retry_of, rerun.attempt, rerun.purpose) == (1, 1, Purpose.EXPERT_DEFAULT)
     assert rerun.state == TrialState.COMPLETE
     assert rec is not None and rec["vs_expert_default"]["trial_number"] == rerun.number
     first_attempts = [t for t in trials if t.retry_of is None and t.state != TrialState.PRUNED]

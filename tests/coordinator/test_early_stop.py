@@ -7,14 +7,15 @@ import pytest
 
 from autotuner.executors.replay import ReplayExecutor
 from autotuner.options import StudyOptions
+from autotuner.purpose import END_CHECKS, SEARCH_TRIALS, Purpose
 from autotuner.search.early_stop import abandon_floor
 from autotuner.search.objective import Objective
-from autotuner.search.progress import END_CHECKS, EXPERT_DEFAULT, SEARCH_TRIALS
 from autotuner.search.space import parse_space
 from autotuner.spec import ModelSpec, TrialConfig, TrialResult
 from autotuner.storage.models import StudyStatus, TrialState
-from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.study_repo import StudyRepo
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.coordinator import StudyRunner, create_study
 from autotuner.study.live import live_best
 from autotuner.study.recommend import recommend
@@ -87,7 +88,7 @@ def test_search_trials_get_the_floor_seeds_and_end_checks_never(db: Database) ->
             assert result.tokens_per_s < floor and len(result.repeat_tokens_per_s) == 1
         elif t.state == TrialState.COMPLETE and t.purpose not in END_CHECKS:
             best_before = max(best_before, result.tokens_per_s or 0.0)
-    seeds = floors[EXPERT_DEFAULT] + floors.get("seed", [])
+    seeds = floors[Purpose.EXPERT_DEFAULT] + floors.get("seed", [])
     assert seeds and all(f is None for f in seeds)
     ends = [f for purpose, fs in floors.items() if purpose not in SEARCH_TRIALS for f in fs]
     assert ends and all(f is None for f in ends)  # re-measurements and end checks run in full

@@ -14,13 +14,14 @@ import pytest
 
 from autotuner.executors.base import Target
 from autotuner.executors.replay import Landscape
+from autotuner.purpose import SEARCH_TRIALS
 from autotuner.search.numerics import runs_parity_steps
-from autotuner.search.progress import SEARCH_TRIALS
 from autotuner.search.space import parse_space
 from autotuner.spec import ModelSpec
 from autotuner.storage.models import TrialState
-from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.study_repo import StudyRepo
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.coordinator import Event, StudyRunner, create_study
 from tests.fakes import FAKE_GPU, FakeParityReplay, PacedExecutor, measured
 

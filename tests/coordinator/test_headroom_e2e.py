@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from autotuner.storage.repository import TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.trial_repo import TrialRepo
 from tests.coordinator.test_tune_e2e import cli
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]

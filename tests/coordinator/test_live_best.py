@@ -10,8 +10,8 @@ from autotuner.search.objective import Objective
 from autotuner.search.space import parse_space
 from autotuner.spec import ModelSpec
 from autotuner.storage.models import Study, TrialState
-from autotuner.storage.repository import TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study import operations
 from autotuner.study.coordinator import StudyRunner, create_study
 from autotuner.study.recommend import recommend

@@ -7,8 +7,9 @@ from autotuner.executors.base import Target
 from autotuner.search.space import parse_space
 from autotuner.spec import ModelSpec
 from autotuner.storage.models import TrialState
-from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.study_repo import StudyRepo
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.coordinator import StudyRunner, create_study
 from tests.fakes import FakeMultiGpuReplay, synthetic_landscape
 

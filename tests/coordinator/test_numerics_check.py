@@ -14,6 +14,7 @@ from autotuner.cli.render import best_table
 from autotuner.executors.base import Target
 from autotuner.executors.replay import Landscape
 from autotuner.options import StudyOptions
+from autotuner.purpose import SEARCH_TRIALS, Purpose
 from autotuner.search.numerics import (
     PARITY_STEPS,
     TOLERANCE_REL,
@@ -23,7 +24,6 @@ from autotuner.search.numerics import (
     warm_reference,
 )
 from autotuner.search.objective import Objective
-from autotuner.search.progress import EXPERT_DEFAULT, SEARCH_TRIALS
 from autotuner.search.space import parse_space
 from autotuner.spec import (
     Attention,
@@ -37,8 +37,9 @@ from autotuner.spec import (
     Precision,
 )
 from autotuner.storage.models import Trial, TrialState
-from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.study_repo import StudyRepo
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.coordinator import StudyRunner, create_study
 from autotuner.study.recommend import recommend
 from tests.fakes import FAKE_GPU, FakeParityReplay, measured, parity_curve
@@ -461,7 +462,9 @@ def test_the_parity_trials_events_say_what_ran_and_their_loss(sqlite_url: str) -
     assert ref.loss_curve is not None and len(ref.loss_curve) == PARITY_STEPS
     assert cand.loss_curve is not None and len(cand.loss_curve) == PARITY_STEPS
     # A measured trial ran what its row names.
-    seeds = [e for e in events if e.kind == "finished" and e.purpose in (EXPERT_DEFAULT, "seed")]
+    seeds = [
+        e for e in events if e.kind == "finished" and e.purpose in (Purpose.EXPERT_DEFAULT, "seed")
+    ]
     assert seeds and all(e.ran == {} for e in seeds)
 
 
@@ -484,7 +487,7 @@ def test_one_trial_left_goes_to_the_headroom_check_alone(sqlite_url: str) -> Non
     """The reference goes first only with two trials left for both checks; with one, the
     headroom check takes it (and runs no parity steps: no reference to compare with)."""
     from autotuner.search.numerics import headroom_plan
-    from autotuner.study.recommend import group_measurements
+    from autotuner.study.measurements import group_measurements
 
     trials, _, _ = run_study(sqlite_url, {"precision": ["bf16", "fp8-tensorwise"]})
     measured = [t for t in trials if t.purpose in SEARCH_TRIALS]

@@ -12,12 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 from autotuner.executors.base import Target
-from autotuner.search.progress import EXPERT_DEFAULT, SEARCH_TRIALS
+from autotuner.purpose import SEARCH_TRIALS, Purpose
 from autotuner.search.space import parse_space
 from autotuner.spec import ModelSpec
 from autotuner.storage.models import Trial
-from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.study_repo import StudyRepo
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.coordinator import StudyRunner, create_study
 from tests.fakes import FAKE_H200, FakeParityReplay, physical_landscape
 
@@ -50,7 +51,7 @@ def test_8bit_moments_give_llama_8b_a_recommendation_on_one_h200(sqlite_url: str
     # The second trial was the 8-bit seed (right after the expert default, which had to
     # checkpoint every block).
     first = sorted((t for t in trials if t.purpose in SEARCH_TRIALS), key=lambda t: t.number)
-    assert first[0].purpose == EXPERT_DEFAULT  # first: it may not fit (no fp8 before it)
+    assert first[0].purpose == Purpose.EXPERT_DEFAULT  # first: it may not fit (no fp8 before it)
     assert first[0].params["optimizer"] == "adamw-fused"
     assert first[0].params["checkpointing"] == "full"
     assert first[1].params["optimizer"] == "adamw-8bit"

@@ -10,8 +10,8 @@ import pytest
 
 from autotuner.executors.replay import Landscape, ReplayExecutor, SimulatedClock
 from autotuner.options import StudyOptions
+from autotuner.purpose import SEARCH_TRIALS, Purpose
 from autotuner.search.end_time import WARM_COMPILE_SHARE
-from autotuner.search.progress import EXPERT_DEFAULT, SEARCH_TRIALS
 from autotuner.search.space import parse_space
 from autotuner.spec import (
     FailureClass,
@@ -22,8 +22,9 @@ from autotuner.spec import (
     TrialStatus,
 )
 from autotuner.storage.models import StudyStatus, TrialState
-from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.study_repo import StudyRepo
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.coordinator import StudyRunner, create_study
 from bench.replay_lib.simtime import RerunWalls
 from tests.fakes import measured, run_study_whose_checks_cannot_fit
@@ -250,7 +251,7 @@ def test_end_checks_that_cannot_fit_do_not_start_and_the_winner_says_so(sqlite_u
     with db.read() as s:
         trials = TrialRepo(s).list(study_id)
         rec = StudyRepo(s).require(study_id).recommendation
-    assert [t.purpose for t in trials] == [EXPERT_DEFAULT, "remeasure"]
+    assert [t.purpose for t in trials] == [Purpose.EXPERT_DEFAULT, "remeasure"]
     assert clock.elapsed_s <= 600.0
     cut = [e.message for e in events if e.kind == "checks_cut"]
     assert len(cut) == 1 and "the headroom check" in cut[0] and "past the time budget" in cut[0]

@@ -11,8 +11,9 @@ import pytest
 from autotuner.executors.replay import Landscape, ReplayExecutor
 from autotuner.spec import FailureClass, ModelSpec, TrialResult
 from autotuner.storage.models import StudyStatus, TrialState
-from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.study_repo import StudyRepo
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.coordinator import StudyRunner, create_study
 from autotuner.study.operations import get_best
 from tests.coordinator.test_coordinator_replay import KNOBS, MODEL, SPACE

@@ -168,7 +168,7 @@ def test_tune_a_user_factory_model(tmp_path: Path) -> None:
     done = [t for t in trials if t["state"] == "complete"]
     assert done and all(t["tokens_per_s"] > 0 for t in done), trials
     from autotuner.storage.session import Database
-    from autotuner.study.operations import get_trial_detail
+    from autotuner.study.trial_reads import get_trial_detail
 
     # The worker counted the user's module: 2 blocks of 12 d^2 + 4 d, embeddings, head, positions.
     d, v, t = 64, 512, 64
@@ -185,8 +185,9 @@ def test_tune_with_minutes_runs_its_end_checks_inside_them(tmp_path: Path) -> No
     (At the old fixed 15%, four re-measurements came first and the check never ran.)"""
     import datetime as dt
 
-    from autotuner.storage.repository import StudyRepo, TrialRepo
     from autotuner.storage.session import Database
+    from autotuner.storage.study_repo import StudyRepo
+    from autotuner.storage.trial_repo import TrialRepo
 
     db = f"sqlite:///{tmp_path / 'm.db'}"
     # Shorter than the whole cpu-demo space takes (about 25 s with reused Ray workers here):

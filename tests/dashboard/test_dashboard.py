@@ -117,7 +117,7 @@ def test_one_number_for_the_best_on_the_study_page_and_the_list(
 
     from autotuner.search.objective import Objective
     from autotuner.storage.models import Study, StudyStatus, TrialState
-    from autotuner.storage.repository import TrialRepo
+    from autotuner.storage.trial_repo import TrialRepo
     from autotuner.study import operations
     from autotuner.study.live import store_live_best
     from tests.fakes import measured

@@ -19,8 +19,8 @@ from sqlalchemy import update
 
 from autotuner.search.objective import Objective
 from autotuner.storage.models import Study, StudyStatus, TrialState
-from autotuner.storage.repository import TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study import operations
 from autotuner.study.live import store_live_best
 from tests.dashboard.conftest import make_app

@@ -20,8 +20,9 @@ from autotuner.search.objective import Objective
 from autotuner.search.space import parse_space
 from autotuner.spec import FailureClass, ModelSpec, TrialResult
 from autotuner.storage.models import StudyStatus, TrialState
-from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.study_repo import StudyRepo
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.coordinator import create_study
 from autotuner.study.live import store_live_best
 from tests.browser import Browser

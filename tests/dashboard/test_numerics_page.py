@@ -15,8 +15,8 @@ from autotuner.executors.base import Target
 from autotuner.search.numerics import PARITY_STEPS
 from autotuner.search.space import parse_space
 from autotuner.spec import ModelSpec
-from autotuner.storage.repository import TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.coordinator import StudyRunner, create_study
 from tests.browser import Browser
 from tests.dashboard.conftest import make_app

@@ -14,13 +14,13 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import event
 
-from autotuner.search.progress import EXPERT_DEFAULT
+from autotuner.purpose import Purpose
 from autotuner.search.space import parse_space
 from autotuner.spec import FailureClass, ModelSpec, TrialResult
 from autotuner.storage.models import Study, TrialState
-from autotuner.storage.repository import TrialRepo
 from autotuner.storage.session import Database
-from autotuner.study import operations
+from autotuner.storage.trial_repo import TrialRepo
+from autotuner.study import operations, trial_reads
 from autotuner.study.coordinator import create_study
 from tests.dashboard.conftest import KNOBS, make_app
 from tests.fakes import measured
@@ -123,7 +123,7 @@ def _study_of(db: Database, n: int) -> str:
 
     with db.session() as s:
         repo = TrialRepo(s)
-        plan = [(mb, EXPERT_DEFAULT if mb == 1 else "search") for mb in range(1, n)]
+        plan = [(mb, Purpose.EXPERT_DEFAULT if mb == 1 else "search") for mb in range(1, n)]
         plan += [(3, "remeasure"), (2, "remeasure"), (3, "remeasure"), (2, "remeasure")]
         plan += [(3, "headroom")]
         for mb, purpose in plan:
@@ -163,7 +163,7 @@ def test_a_studys_reads_run_a_constant_number_of_statements(pg_url: str) -> None
             "store it": lambda: store_live_best(db, study_id, Objective.TOKENS_PER_S),
             "best": lambda: operations.get_best(db, study_id),
             "best re-judged": lambda: operations.get_best(db, study_id, headroom=0.02),
-            "trial page": lambda: operations.list_trials(db, study_id, after=-1, limit=500),
+            "trial page": lambda: trial_reads.list_trials(db, study_id, after=-1, limit=500),
             "study page": lambda: client.get(f"/studies/{study_id}").raise_for_status(),
             "study page json": lambda: client.get(
                 f"/studies/{study_id}?format=json"
@@ -240,7 +240,7 @@ def test_trial_lists_read_rows_that_say_what_the_trials_say(pg_url: str) -> None
 
     db = Database(pg_url)
     study_id = _study_of(db, 40)
-    listed = operations.list_trials(db, study_id)
+    listed = trial_reads.list_trials(db, study_id)
     with db.read() as s:
         study = s.get(Study, study_id)
         assert study is not None
@@ -254,5 +254,5 @@ def test_trial_lists_read_rows_that_say_what_the_trials_say(pg_url: str) -> None
     ]
     assert any(t["memory_free_rel"] for t in listed)
     assert all(t["memory_free_rel"] is None for t in listed if t["state"] == "pruned")
-    page = operations.trial_page_json(db, study_id, after=9, limit=5)
+    page = trial_reads.trial_page_json(db, study_id, after=9, limit=5)
     assert orjson.loads(page) == listed[10:15]

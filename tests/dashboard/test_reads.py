@@ -7,9 +7,9 @@ from sqlalchemy import event
 
 from autotuner.api.app import ServiceSettings, create_app
 from autotuner.storage.models import TrialState
-from autotuner.storage.repository import TrialRepo
 from autotuner.storage.session import Database
-from autotuner.study import operations
+from autotuner.storage.trial_repo import TrialRepo
+from autotuner.study import operations, trial_reads
 
 
 def _client(db: Database) -> TestClient:
@@ -57,7 +57,7 @@ def test_the_study_view_counts_in_sql_and_reads_no_trial_row(study: tuple[Databa
 
 def test_trial_lists_show_columns_equal_to_the_result(study: tuple[Database, str]) -> None:
     db, study_id = study
-    rows = {t["number"]: t for t in operations.list_trials(db, study_id)}
+    rows = {t["number"]: t for t in trial_reads.list_trials(db, study_id)}
     with db.read() as s:
         for trial in TrialRepo(s).list(study_id):
             result = trial.result or {}

@@ -19,8 +19,8 @@ from sqlalchemy import update
 
 from autotuner.search.objective import Objective
 from autotuner.storage.models import Study
-from autotuner.storage.repository import TrialRepo
 from autotuner.storage.session import Database, upgrade_database
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study import operations
 from autotuner.study.live import store_live_best
 from autotuner.study.recommend import recommend

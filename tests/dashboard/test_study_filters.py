@@ -18,8 +18,8 @@ from autotuner.executors.replay import ReplayExecutor
 from autotuner.search.space import parse_space
 from autotuner.spec import ModelSpec
 from autotuner.storage.models import StudyStatus
-from autotuner.storage.repository import StudyRepo
 from autotuner.storage.session import Database
+from autotuner.storage.study_repo import StudyRepo
 from autotuner.study import operations
 from autotuner.study.coordinator import StudyRunner, create_study
 from autotuner.study.data_access import DataAccess

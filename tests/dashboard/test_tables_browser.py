@@ -21,8 +21,8 @@ import pytest
 from autotuner.search.space import parse_space
 from autotuner.spec import ModelSpec
 from autotuner.storage.models import TrialState
-from autotuner.storage.repository import TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.coordinator import create_study
 from bench.reads_lib.seed import seed_study
 from tests.browser import Browser

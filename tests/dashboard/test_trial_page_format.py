@@ -13,8 +13,8 @@ from autotuner.search.objective import Objective
 from autotuner.search.space import parse_space
 from autotuner.spec import FailureClass, Fingerprint, ModelSpec, Telemetry, TrialResult, TrialStatus
 from autotuner.storage.models import TrialState
-from autotuner.storage.repository import TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.coordinator import create_study
 from autotuner.study.live import store_live_best
 from tests.dashboard.conftest import make_app

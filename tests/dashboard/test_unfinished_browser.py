@@ -15,7 +15,7 @@ from autotuner.executors.replay import ReplayExecutor
 from autotuner.search.space import parse_space
 from autotuner.spec import ModelSpec
 from autotuner.storage.session import Database
-from autotuner.study import operations
+from autotuner.study import cancel, operations
 from autotuner.study.coordinator import StudyRunner, create_study
 from tests.browser import Browser
 from tests.dashboard.conftest import KNOBS, make_app
@@ -40,7 +40,7 @@ def _cancelled_after(db: Database, completed: int, max_trials: int) -> str:
         if counts.get("complete", 0) >= completed:
             break
         runner.step()
-    operations.cancel_study(db, study_id)
+    cancel.cancel_study(db, study_id)
     while not runner.done:  # the runner sees the cancel at its next step and stops its trials
         runner.step()
     return study_id

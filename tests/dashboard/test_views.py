@@ -19,9 +19,9 @@ from autotuner.executors.replay import ReplayExecutor
 from autotuner.search.space import parse_space
 from autotuner.spec import Fingerprint, ModelSpec, TelemetrySeries
 from autotuner.storage.models import TrialState
-from autotuner.storage.repository import TrialRepo
 from autotuner.storage.session import Database
-from autotuner.study import operations
+from autotuner.storage.trial_repo import TrialRepo
+from autotuner.study import operations, trial_reads
 from autotuner.study.coordinator import StudyRunner, create_study
 from autotuner.study.trials_csv import trials_csv
 from tests.dashboard.conftest import KNOBS, make_app
@@ -41,7 +41,7 @@ def _rows(client: TestClient, study_id: str, query: str) -> tuple[list[dict[str,
 def test_rows_sort_by_a_metric_with_the_unmeasured_last(study: tuple[Database, str]) -> None:
     db, study_id = study
     client = TestClient(make_app(db))
-    every = operations.list_trials(db, study_id)
+    every = trial_reads.list_trials(db, study_id)
     for order in ("desc", "asc"):
         rows, total = _rows(client, study_id, f"sort=tokens_per_s&order={order}")
         assert total == len(rows) == len(every)
@@ -58,7 +58,7 @@ def test_rows_sort_by_a_metric_with_the_unmeasured_last(study: tuple[Database, s
 def test_rows_filter_by_state_failure_class_and_knob(study: tuple[Database, str]) -> None:
     db, study_id = study
     client = TestClient(make_app(db))
-    every = operations.list_trials(db, study_id)
+    every = trial_reads.list_trials(db, study_id)
 
     def expected(keep: Any) -> list[int]:
         return sorted(t["number"] for t in every if keep(t))
@@ -119,7 +119,7 @@ def test_csv_download_has_the_filtered_trials_with_knob_columns(
     assert resp.headers["content-type"].startswith("text/csv")
     assert resp.headers["content-disposition"] == (f'attachment; filename="{study_id}-trials.csv"')
     table = list(csv.DictReader(io.StringIO(resp.text)))
-    failed = [t for t in operations.list_trials(db, study_id) if t["state"] == "infeasible"]
+    failed = [t for t in trial_reads.list_trials(db, study_id) if t["state"] == "infeasible"]
     assert [int(r["number"]) for r in table] == [t["number"] for t in failed]
     first = table[0]
     assert first["state"] == "infeasible" and first["error_class"] == "oom"
@@ -127,7 +127,7 @@ def test_csv_download_has_the_filtered_trials_with_knob_columns(
     assert {"tokens_per_s", "peak_mem_gib", "compile_s", "wall_s"} <= set(first)
     everything = client.get(f"/studies/{study_id}/trials.json")
     assert everything.headers["content-disposition"].endswith(f'"{study_id}-trials.json"')
-    assert len(everything.json()) == len(operations.list_trials(db, study_id))
+    assert len(everything.json()) == len(trial_reads.list_trials(db, study_id))
     assert client.get(f"/studies/{study_id}/trials.xlsx").status_code == 404
 
 
@@ -250,7 +250,7 @@ def test_trial_predictions_come_from_the_studys_evidence(study: tuple[Database, 
     page = client.get(f"/studies/{study_id}/trials/{number}").text
     assert 'id="predicted-memory"' in page and f"{memory[number]['predicted_gib']:.2f}" in page
     assert f"{memory[number]['rel_error']:+.1%}" in page
-    failed = next(t for t in operations.list_trials(db, study_id) if t["state"] == "infeasible")
+    failed = next(t for t in trial_reads.list_trials(db, study_id) if t["state"] == "infeasible")
     data = client.get(f"/studies/{study_id}/trials/{failed['number']}?format=json").json()
     assert data["predictions"]["memory"] is None and "no prediction" in data["predictions"]["note"]
 
@@ -305,7 +305,7 @@ def test_filtered_pages_cost_two_statements_and_knobs_compare_typed_on_postgres(
     query = "precision=bf16&micro_batch_size=64&sort=micro_batch_size&order=desc&limit=2"
     with _counting(db) as statements:
         rows, total = _rows(client, study_id, query)
-    every = operations.list_trials(db, study_id)
+    every = trial_reads.list_trials(db, study_id)
     match = [t for t in every if t["params"] == {"micro_batch_size": 64, "precision": "bf16"}]
     assert total == len(match) and len(rows) == min(2, len(match)) and match
     # The study, the page, the count: none per row.

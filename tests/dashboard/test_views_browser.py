@@ -21,7 +21,7 @@ from autotuner.executors.replay import Landscape, ReplayExecutor
 from autotuner.search.space import parse_space
 from autotuner.spec import ModelSpec, Telemetry, TelemetrySeries, TrialResult
 from autotuner.storage.session import Database
-from autotuner.study import operations
+from autotuner.study import operations, trial_reads
 from autotuner.study.coordinator import StudyRunner, create_study
 from tests.browser import Browser
 from tests.dashboard.conftest import KNOBS, make_app
@@ -92,7 +92,7 @@ def _view_drawn(b: Browser, view: str) -> None:
 
 
 def _expected(db: Database, study_id: str, query: list[tuple[str, str]]) -> list[int]:
-    page = operations.query_trials(db, study_id, query, limit=100)
+    page = trial_reads.query_trials(db, study_id, query, limit=100)
     return [t["number"] for t in page["trials"]]
 
 
@@ -197,7 +197,7 @@ def test_strip_plots_show_every_measured_trial_and_mark_failures(
     served: tuple[Database, str, str, str],
 ) -> None:
     db, base, study_id, _ = served
-    trials = operations.list_trials(db, study_id)
+    trials = trial_reads.list_trials(db, study_id)
     with Browser() as b:
         b.open(f"{base}/studies/{study_id}", ready="document.body.dataset.charts === '4'")
         counts = b.eval(
@@ -285,7 +285,7 @@ LLAMA = {
 
 def _listed(db: Database, name: str, model: dict[str, object], device: str, status: str) -> str:
     from autotuner.storage.models import StudyStatus
-    from autotuner.storage.repository import StudyRepo
+    from autotuner.storage.study_repo import StudyRepo
 
     study_id = create_study(
         db,
@@ -367,7 +367,7 @@ def test_the_studies_list_filters_on_the_server_and_keeps_them_live(sqlite_url: 
 def test_a_long_knob_verdict_wraps_inside_its_card(served: tuple[Database, str, str, str]) -> None:
     """A knob's verdict is a sentence; the allocator's "memory only: ..." ran past the card's
     right edge, clipped, when the table's cells did not wrap (seen in a screenshot)."""
-    from autotuner.storage.repository import StudyRepo
+    from autotuner.storage.study_repo import StudyRepo
 
     db, base, big, _ = served
     sentence = "memory only: it changes what is reserved, not the speed; " * 6

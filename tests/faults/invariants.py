@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections import Counter
 
 from autotuner.storage.models import StudyStatus, TrialState
-from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.study_repo import StudyRepo
+from autotuner.storage.trial_repo import TrialRepo
 
 FINISHED = (StudyStatus.COMPLETED, StudyStatus.CANCELLED, StudyStatus.FAILED)
 

@@ -25,8 +25,9 @@ from autotuner.api.app import ServiceSettings, create_app
 from autotuner.search.space import parse_space
 from autotuner.spec import ModelSpec
 from autotuner.storage.models import Study, StudyStatus, Trial, TrialState
-from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.study_repo import StudyRepo
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.coordinator import StudyRunner, create_study
 from autotuner.study.scheduler import Scheduler
 from tests.fakes import FAKE_TRIAL_S_ENV, fake_ray_executor, fake_trial_marker

@@ -23,8 +23,9 @@ from autotuner.executors.replay import ReplayExecutor
 from autotuner.search.space import parse_space
 from autotuner.spec import ModelSpec, TrialConfig
 from autotuner.storage.models import StudyStatus, TrialState
-from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.study_repo import StudyRepo
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.coordinator import create_study
 from autotuner.study.scheduler import Scheduler
 from tests.fakes import synthetic_landscape
@@ -264,7 +265,7 @@ def test_a_failed_study_launches_nothing_more_in_the_same_round(pg_url: str) -> 
 
 
 def test_cancelling_a_study_no_coordinator_runs_ends_its_running_trials(pg_url: str) -> None:
-    from autotuner.study import operations
+    from autotuner.study import cancel
     from autotuner.study.coordinator import StudyRunner
 
     db = Database(pg_url)
@@ -275,7 +276,7 @@ def test_cancelling_a_study_no_coordinator_runs_ends_its_running_trials(pg_url: 
     dead.step()
     assert dead.in_flight  # it dies here, with trials running and its lease about to expire
     time.sleep(0.5)
-    view = operations.cancel_study(db, study_id)
+    view = cancel.cancel_study(db, study_id)
     assert view["status"] == StudyStatus.CANCELLED
     check_invariants(db, study_id, max_trials=6)
     with db.read() as s:
@@ -289,7 +290,7 @@ def test_trials_a_coordinator_left_running_in_a_study_cancelled_under_it_are_end
     """Cancelled while its coordinator held a live lease, which then died before it stopped
     its trials: once the lease expires, the service's discovery ends them (and so does a
     second `cancel`), rather than leaving them `running` in a cancelled study for good."""
-    from autotuner.study import operations
+    from autotuner.study import cancel, operations
     from autotuner.study.coordinator import StudyRunner
 
     db = Database(pg_url)
@@ -300,18 +301,18 @@ def test_trials_a_coordinator_left_running_in_a_study_cancelled_under_it_are_end
         dead.start()
         dead.step()
         assert dead.in_flight
-        operations.cancel_study(db, study_id)  # the lease is live: its holder should end them
+        cancel.cancel_study(db, study_id)  # the lease is live: its holder should end them
         running = _trials_in(db, study_id, TrialState.RUNNING)
         assert running, "a live coordinator's trials were ended under it"
         with pytest.raises(operations.Conflict, match="already cancelled"):
-            operations.cancel_study(db, study_id)  # still live: nothing to end yet
+            cancel.cancel_study(db, study_id)  # still live: nothing to end yet
         time.sleep(1.2)  # ... and the coordinator never comes back
         if end_by == "discovery":
             scheduler = _scheduler(db, executor)
             scheduler.executor = executor
             scheduler.tick()
         else:
-            assert operations.cancel_study(db, study_id)["status"] == StudyStatus.CANCELLED
+            assert cancel.cancel_study(db, study_id)["status"] == StudyStatus.CANCELLED
         assert not _trials_in(db, study_id, TrialState.RUNNING), end_by
         with db.read() as s:
             ended = [TrialRepo(s).get(study_id, n) for n in running]

@@ -23,8 +23,9 @@ from autotuner.executors.replay import ReplayExecutor
 from autotuner.search.space import parse_space
 from autotuner.spec import ModelSpec
 from autotuner.storage.models import StudyStatus
-from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database, dispose_engines
+from autotuner.storage.study_repo import StudyRepo
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.coordinator import create_study
 from autotuner.study.scheduler import Scheduler
 from tests.fakes import synthetic_landscape

@@ -16,8 +16,9 @@ from autotuner.search.policy import SearchPolicy
 from autotuner.search.space import SearchSpace, parse_space
 from autotuner.spec import ModelSpec
 from autotuner.storage.models import Trial
-from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.study_repo import StudyRepo
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.coordinator import StudyRunner, create_study
 from tests.fakes import FAKE_H200, physical_landscape
 

@@ -250,7 +250,7 @@ def test_the_plan_times_the_numerics_reference_it_will_run() -> None:
     """The fp8 winner (cuDNN) is checked against bf16 on the expert default's graph (flash),
     which the study compiled: the plan's reference is that config, warm, as the endgame runs
     it (one answer: policy.reference_knobs), not the never-built bf16 cuDNN graph."""
-    from autotuner.search.progress import PARITY_REFERENCE
+    from autotuner.purpose import Purpose
     from autotuner.search.space import parse_space
     from tests.fakes import FAKE_H200, measured
     from tests.search.conftest import GPT2, make_policy
@@ -270,9 +270,9 @@ def test_the_plan_times_the_numerics_reference_it_will_run() -> None:
         policy.observe(number, params, result, "seed")
     ref = policy.reference_knobs(policy.knobs(winner))
     assert ref is not None and (ref.precision.value, ref.attention.value) == ("bf16", "flash")
-    assert policy._as_run(PARITY_REFERENCE, winner) == expert
+    assert policy._as_run(Purpose.PARITY_REFERENCE, winner) == expert
     # Warm: the expert default's wall less its compile's warm saving, plus the parity steps.
-    assert policy.walls.expected_s(PARITY_REFERENCE, expert) < 60.0
+    assert policy.walls.expected_s(Purpose.PARITY_REFERENCE, expert) < 60.0
 
 
 # Llama 8B on the H200 (2026-12-06): full recompute, its trial 106 s with 88 s of cold compile.

@@ -13,7 +13,8 @@ from autotuner.search.costmodel import CostModel, sequential_errors, throughput_
 from autotuner.search.costmodel.throughput import ThroughputModel
 from autotuner.search.rules import LearnedRules
 from autotuner.spec import FailureClass, Knobs, TrialResult
-from autotuner.storage.models import Trial, TrialState, utcnow
+from autotuner.storage.models import Trial, TrialState
+from autotuner.types import utcnow
 from tests.search.conftest import GPT2, H200, gpt2_landscape, gpt2_space
 
 SPACE = gpt2_space()

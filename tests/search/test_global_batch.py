@@ -15,12 +15,12 @@ import pytest
 from autotuner.executors.base import Target
 from autotuner.executors.replay import Landscape, ReplayExecutor
 from autotuner.presets import MODEL_PRESETS
-from autotuner.search.progress import EXPERT_DEFAULT
+from autotuner.purpose import Purpose
 from autotuner.search.space import load_space
 from autotuner.spec import ModelSpec
 from autotuner.storage.models import TrialState
-from autotuner.storage.repository import StudyRepo
 from autotuner.storage.session import Database
+from autotuner.storage.study_repo import StudyRepo
 from autotuner.study.batch import global_batch_tokens
 from autotuner.study.coordinator import StudyRunner, create_study
 from tests.search.conftest import GPT2, H200, Run, gpt2_landscape, gpt2_space
@@ -88,7 +88,7 @@ def test_without_a_held_global_batch_the_winner_is_compared_with_the_expert_defa
     )
     assert rec is not None
     gb = rec["global_batch"]
-    expert = min((t for t in trials if t.purpose == EXPERT_DEFAULT), key=lambda t: t.number)
+    expert = min((t for t in trials if t.purpose == Purpose.EXPERT_DEFAULT), key=lambda t: t.number)
     expert_tokens = global_batch_tokens(expert.config)
     assert gb["expert_default"] == {"trial_number": expert.number, "tokens": expert_tokens}
     assert rec["vs_expert_default"]["trial_number"] == expert.number  # the same yardstick

@@ -15,15 +15,16 @@ from autotuner.cli.render import best_table, trials_table
 from autotuner.executors.base import Target
 from autotuner.executors.replay import Landscape, ReplayExecutor
 from autotuner.options import StudyOptions
+from autotuner.purpose import SEARCH_TRIALS, Purpose
 from autotuner.search.costmodel import CostModel
 from autotuner.search.costmodel.calibration import CUDA_CONTEXT_GIB
-from autotuner.search.progress import EXPERT_DEFAULT, SEARCH_TRIALS
 from autotuner.search.screen import HEADROOM, Z_PRUNE, Screen
 from autotuner.search.space import parse_space
 from autotuner.spec import Knobs, ModelSpec
 from autotuner.storage.models import Trial
-from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.study_repo import StudyRepo
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.columns import memory_record
 from autotuner.study.coordinator import StudyRunner, create_study
 from autotuner.study.labels import trial_label
@@ -281,7 +282,7 @@ def test_an_expert_default_kept_out_for_memory_is_still_the_yardstick(sqlite_url
     # once said the expert default "was not measured" (the H200 Llama 8B study of 2026-12-05).
     trials, rec, _, _ = run_study(sqlite_url)
     expert = next(t for t in trials if t.number == 0)
-    assert expert.purpose == EXPERT_DEFAULT and _mb(expert) == 16
+    assert expert.purpose == Purpose.EXPERT_DEFAULT and _mb(expert) == 16
     entry = rec["vs_expert_default"]
     assert entry["objective_value"] == POINTS[16][0]
     assert entry["speedup"] == pytest.approx(POINTS[8][0] / POINTS[16][0], abs=1e-4)
@@ -449,7 +450,7 @@ def test_the_expert_defaults_twin_runs_after_a_restart_between_its_prune_and_its
         rec = StudyRepo(s).require(study_id).recommendation
     twin = trials[1]
     assert twin.params == {**trials[0].params, "allocator": "default"}
-    assert twin.purpose == EXPERT_DEFAULT and twin.state == "complete"
+    assert twin.purpose == Purpose.EXPERT_DEFAULT and twin.state == "complete"
     assert rec is not None and rec["vs_expert_default"]["trial_number"] == twin.number
 
 
@@ -472,5 +473,10 @@ def test_an_unneeded_expandable_proposal_runs_as_its_default_twin(sqlite_url: st
         assert other.state == "complete"
     # The expert default's twin is the expert default (the recommendation's yardstick): it
     # once was trial #0, pruned here, and the expert default "was not measured".
-    assert [t.purpose for t in trials[:4]] == [EXPERT_DEFAULT, EXPERT_DEFAULT, "seed", "seed"]
+    assert [t.purpose for t in trials[:4]] == [
+        Purpose.EXPERT_DEFAULT,
+        Purpose.EXPERT_DEFAULT,
+        "seed",
+        "seed",
+    ]
     assert rec is not None and rec["vs_expert_default"]["trial_number"] == ran[0].number

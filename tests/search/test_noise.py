@@ -7,7 +7,7 @@ import itertools
 import zlib
 
 from autotuner.executors.replay import Landscape
-from autotuner.search.progress import SEARCH_TRIALS
+from autotuner.purpose import SEARCH_TRIALS
 from autotuner.search.space import parse_space
 from autotuner.storage.models import TrialState
 from tests.fakes import FAKE_H200, measured

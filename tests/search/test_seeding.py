@@ -9,9 +9,9 @@ import pytest
 
 from autotuner.executors.base import Target
 from autotuner.executors.replay import Landscape
+from autotuner.purpose import Purpose
 from autotuner.search.costmodel import CostModel
 from autotuner.search.headroom import usable_gib
-from autotuner.search.progress import EXPERT_DEFAULT
 from autotuner.search.seeding import FIRST_IF_FASTER
 from autotuner.spec import Knobs, ModelSpec, TrialResult, TrialStatus, canonical_params
 from autotuner.storage.session import Database
@@ -44,7 +44,7 @@ def test_first_trial_is_the_expert_default_with_the_largest_fitting_micro_batch(
     )
     _, _, trials, _ = run_study(db, space=space, landscape=landscape, trials=6)
     first = trials[0]
-    assert first.purpose == EXPERT_DEFAULT
+    assert first.purpose == Purpose.EXPERT_DEFAULT
     p = first.params
     assert (p["precision"], p["attention"], p["compile_mode"]) == ("bf16", "flash", "default")
     assert (p["checkpointing"], p["optimizer"]) == ("none", "adamw-fused")
@@ -201,7 +201,7 @@ def test_where_fp8_runs_first_the_winner_is_compared_with_the_expert_default(
         db, space=FP8_SPACE, landscape=landscape, model=LLAMA_1B, trials=6
     )
     assert trials[0].purpose == "seed" and trials[0].params["precision"] == "fp8-tensorwise"
-    [expert] = [t for t in trials if t.purpose == EXPERT_DEFAULT]
+    [expert] = [t for t in trials if t.purpose == Purpose.EXPERT_DEFAULT]
     assert expert.number == 1 and expert.params["precision"] == "bf16"
     assert rec is not None
     vs = rec["vs_expert_default"]
@@ -224,7 +224,8 @@ def test_seeds_not_run_before_a_restart_run_after_it(db) -> None:
     from autotuner.executors.replay import ReplayExecutor
     from autotuner.options import StudyOptions
     from autotuner.storage.models import TrialState
-    from autotuner.storage.repository import StudyRepo, TrialRepo
+    from autotuner.storage.study_repo import StudyRepo
+    from autotuner.storage.trial_repo import TrialRepo
     from autotuner.study.coordinator import StudyRunner, create_study
     from tests.fakes import physical_landscape
 
@@ -257,7 +258,9 @@ def test_seeds_not_run_before_a_restart_run_after_it(db) -> None:
     # #0, #1 (lost in the restart), its retry, then the queued seeds in their order.
     assert ran[:2] == seeds[:2] and ran[2] == seeds[1], (ran, seeds)
     assert ran[3 : len(seeds) + 1] == seeds[2:], (ran, seeds)
-    [expert] = {t.number for t in trials if t.purpose == EXPERT_DEFAULT and t.retry_of is None}
+    [expert] = {
+        t.number for t in trials if t.purpose == Purpose.EXPERT_DEFAULT and t.retry_of is None
+    }
     assert canonical_params(trials[expert].params) == canonical_params(plan["expert"])
 
 
@@ -268,7 +271,8 @@ def test_a_seeds_hook_marks_the_config_that_runs_in_the_expert_defaults_place(db
     default, not what the expert default maps to alone: the fp8 seed's config was once marked
     so, and its winner "the expert default"."""
     from autotuner.executors.replay import ReplayExecutor
-    from autotuner.storage.repository import StudyRepo, TrialRepo
+    from autotuner.storage.study_repo import StudyRepo
+    from autotuner.storage.trial_repo import TrialRepo
     from autotuner.study.coordinator import StudyRunner, create_study
 
     landscape = _llama_fp8_landscape(1.3)
@@ -297,8 +301,8 @@ def test_a_seeds_hook_marks_the_config_that_runs_in_the_expert_defaults_place(db
     fp8, instead = trials[0], trials[1]
     assert fp8.params == {**expert, "precision": "fp8-tensorwise"} and fp8.purpose == "seed"
     assert differ(instead.params, expert) == 1 and instead.params["precision"] == "bf16"
-    assert instead.purpose == EXPERT_DEFAULT
-    assert [t.number for t in trials if t.purpose == EXPERT_DEFAULT] == [1]
+    assert instead.purpose == Purpose.EXPERT_DEFAULT
+    assert [t.number for t in trials if t.purpose == Purpose.EXPERT_DEFAULT] == [1]
     assert rec is not None and rec["vs_expert_default"]["trial_number"] == 1
     assert not rec["vs_expert_default"]["text"].startswith("the expert default is")
 

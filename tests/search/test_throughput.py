@@ -13,10 +13,10 @@ from autotuner.executors.base import Target
 from autotuner.executors.replay import Landscape
 from autotuner.inputs import load_model_spec
 from autotuner.options import StudyOptions
+from autotuner.purpose import Purpose
 from autotuner.search.costmodel import CostModel
 from autotuner.search.costmodel.accuracy import leave_one_out_errors
 from autotuner.search.costmodel.throughput import TERMS, ThroughputModel
-from autotuner.search.progress import EXPERT_DEFAULT
 from autotuner.search.proposer import Proposer
 from autotuner.search.space import parse_space
 from autotuner.search.trial_cost import TrialCosts
@@ -254,7 +254,7 @@ def test_guided_studies_record_the_throughput_models_accuracy(run_study, db, gui
 def test_the_recommendation_says_how_much_faster_than_the_expert_default(run_study, db) -> None:
     _, _, trials, rec = run_study(db, trials=12)
     entry = rec["vs_expert_default"]
-    expert = next(t for t in trials if t.purpose == EXPERT_DEFAULT)
+    expert = next(t for t in trials if t.purpose == Purpose.EXPERT_DEFAULT)
     assert expert.number == 0 and entry["trial_number"] == 0  # GPT-2: the expert runs first
     assert entry["speedup"] == pytest.approx(
         rec["objective_value"] / entry["objective_value"], abs=1e-4

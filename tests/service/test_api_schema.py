@@ -20,7 +20,7 @@ from autotuner.executors.replay import ReplayExecutor
 from autotuner.search.space import parse_space
 from autotuner.spec import ModelSpec
 from autotuner.storage.session import Database
-from autotuner.study import operations
+from autotuner.study import operations, trial_reads
 from autotuner.study.coordinator import StudyRunner, create_study
 from tests.fakes import synthetic_landscape
 from tests.service.conftest import KNOBS, REPLAY_SPACE, study_body
@@ -91,12 +91,12 @@ def test_responses_are_the_views_and_validate(api: tuple[TestClient, Database, s
         (
             f"/api/studies/{study_id}/trials",
             TypeAdapter(list[schemas.TrialView]),
-            operations.list_trials(db, study_id),
+            trial_reads.list_trials(db, study_id),
         ),
         (
             f"/api/studies/{study_id}/trials/0",
             schemas.TrialDetail,
-            operations.get_trial(db, study_id, 0),
+            trial_reads.get_trial(db, study_id, 0),
         ),
         ("/api/studies/queued/best", schemas.BestView, operations.get_best(db, "queued")),
         ("/api/spaces", TypeAdapter(list[schemas.SpaceInfo]), None),

@@ -7,11 +7,13 @@ import pytest
 from autotuner.executors.replay import ReplayExecutor
 from autotuner.search.space import parse_space
 from autotuner.spec import ModelSpec
-from autotuner.storage.models import StudyStatus, TrialState, utcnow
-from autotuner.storage.repository import StudyRepo, TrialRepo
+from autotuner.storage.models import StudyStatus, TrialState
 from autotuner.storage.session import Database
+from autotuner.storage.study_repo import StudyRepo
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.coordinator import StudyRunner, create_study
 from autotuner.study.scheduler import Scheduler
+from autotuner.types import utcnow
 from tests.fakes import synthetic_landscape
 from tests.polling import wait_for
 from tests.service.conftest import KNOBS, REPLAY_SPACE

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pytest
 import yaml
 
-from autotuner.search.progress import EXPERT_DEFAULT
+from autotuner.purpose import Purpose
 from autotuner.storage.models import Trial, TrialState
 from tests.coordinator.test_tune_e2e import REPO, cli
 from tests.unit.test_cli_render import no_escapes
@@ -41,8 +41,8 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
     proposals random, unguided (the guided ones avoid what would be pruned; the seeds only take
     micro-batches that divide the batch): the pruned ones take trial numbers beyond the
     budget's."""
-    from autotuner.storage.repository import TrialRepo
     from autotuner.storage.session import Database
+    from autotuner.storage.trial_repo import TrialRepo
 
     folder = tmp_path_factory.mktemp("demo")
     space = yaml.safe_load((REPO / "search_spaces/cpu-demo.yaml").read_text())
@@ -84,7 +84,7 @@ def test_the_counts_printed_are_the_trials_stored(demo: Demo) -> None:
     for t in counted:
         if t.state == TrialState.COMPLETE:
             # The expert default is labelled as what the winner is compared with.
-            label = "expert default: " if t.purpose == EXPERT_DEFAULT else ""
+            label = "expert default: " if t.purpose == Purpose.EXPERT_DEFAULT else ""
             assert re.search(rf"^#{t.number} {label}[\d,]+ tok/s ", err, re.MULTILINE), err
 
 

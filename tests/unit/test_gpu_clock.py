@@ -12,8 +12,8 @@ from rich.console import Console
 from autotuner.cli.render import best_table
 from autotuner.search.objective import Objective
 from autotuner.spec import Telemetry
-from autotuner.storage.repository import TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.gpu_clock import gpu_clock_entry
 from autotuner.study.recommend import recommend
 

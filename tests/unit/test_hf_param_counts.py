@@ -23,7 +23,8 @@ transformers = pytest.importorskip("transformers")
 from autotuner.flops import active_param_count, flops_per_token, param_count  # noqa: E402
 from autotuner.inputs import load_model_spec  # noqa: E402
 from autotuner.search.costmodel.memory import total_params  # noqa: E402
-from autotuner.spec import _UNTIED_BY_DEFAULT, Knobs, ModelSpec  # noqa: E402
+from autotuner.spec import Knobs, ModelSpec  # noqa: E402
+from autotuner.spec.model import _UNTIED_BY_DEFAULT  # noqa: E402
 
 TOLERANCE = 0.02  # relative; the examples agree to 0.005% at worst
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "hf"

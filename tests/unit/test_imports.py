@@ -1,9 +1,11 @@
-"""The control plane's shape, checked: no heavy imports, no import circles, no upward arrows.
+"""The code's shape, checked: no heavy imports, no import circles, no upward arrows.
 
 - No control-plane module imports torch, NVML or `workers` (the data plane), so the CLI and the
   service start fast and install without torch.
-- No import circle between modules (function-level imports count: a circle hidden in a function
-  is still a circle).
+- The data plane (`workers/`) imports from the control plane only the contract with it
+  (docs/architecture.md, "The contract"): the rest of `autotuner/` may change without a trial.
+- No import circle between modules, in `autotuner/` and `workers/` alike (function-level
+  imports count: a circle hidden in a function is still a circle).
 - Layers, lowest first: the foundation (the contract with `workers/` and the edge parsing), then
   storage and executors, then search, then study, then the HTTP API and dashboard, then the CLI.
   A module may import its own layer or a lower one, never a higher one.
@@ -19,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2] / "autotuner"
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = ("autotuner", "workers")
 
 LAYERS: dict[str, int] = {
     "autotuner.spec": 0,
@@ -30,6 +33,8 @@ LAYERS: dict[str, int] = {
     "autotuner.options": 0,
     "autotuner.numbers": 0,
     "autotuner.status": 0,
+    "autotuner.types": 0,
+    "autotuner.purpose": 0,
     "autotuner.storage": 1,
     "autotuner.executors": 1,
     "autotuner.search": 2,
@@ -39,39 +44,53 @@ LAYERS: dict[str, int] = {
     "autotuner.cli": 5,
 }
 
+# What `workers/` may import from `autotuner/`: the contract and the pure helpers it rests on.
+CONTRACT = {"autotuner", "autotuner.spec", "autotuner.flops", "autotuner.datafiles"}
 
-def _modules() -> list[str]:
+
+def _modules(package: str) -> list[str]:
     out = []
-    for path in sorted(ROOT.rglob("*.py")):
-        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
-        if parts[-1] in ("__init__", "__main__"):
-            parts = parts[:-1] if parts[-1] == "__init__" else parts
+    for path in sorted((REPO / package).rglob("*.py")):
+        parts = list(path.relative_to(REPO).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
         out.append(".".join(parts))
     return out
 
 
-MODULES = _modules()
+CONTROL = _modules("autotuner")
+DATA = _modules("workers")
+MODULES = CONTROL + DATA
+
+
+def _file(module: str) -> Path:
+    path = REPO / Path(*module.split("."))
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
 
 
 def _imports(module: str) -> set[str]:
-    """Every autotuner module this module imports, anywhere in its body."""
-    path = ROOT.parent / Path(*module.split("."))
-    file = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
-    if not file.exists():
-        file = path.with_suffix(".py")
+    """Every module of ours this module imports, anywhere in its body (a function's lazy
+    import included)."""
+    file = _file(module)
+    package = module if file.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(ast.parse(file.read_text())):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # `from . import x`, `from ..pkg import y`: relative to this package
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
             # `from pkg import sub` imports the module pkg.sub when it is one.
-            names = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+            names = [f"{base}.{a.name}" for a in node.names] + [base]
         else:
             continue
         for name in names:
             while name and name not in MODULES:
                 name = name.rpartition(".")[0]
-            if name and name != module and name.startswith("autotuner"):
+            if name and name != module:
                 found.add(name)
     return found
 
@@ -84,7 +103,7 @@ def _layer(module: str) -> int:
 
 
 def test_every_module_has_a_layer() -> None:
-    for module in MODULES:
+    for module in CONTROL:
         if module != "autotuner":
             _layer(module)
 
@@ -92,12 +111,27 @@ def test_every_module_has_a_layer() -> None:
 def test_no_upward_imports() -> None:
     upward = [
         f"{m} (layer {_layer(m)}) imports {dep} (layer {_layer(dep)})"
-        for m in MODULES
+        for m in CONTROL
         if m != "autotuner"
         for dep in sorted(_imports(m))
-        if dep != "autotuner" and _layer(dep) > _layer(m)
+        if dep in CONTROL and dep != "autotuner" and _layer(dep) > _layer(m)
     ]
     assert not upward, "\n".join(upward)
+
+
+def test_the_data_plane_imports_only_the_contract() -> None:
+    beyond = [
+        f"{m} imports {dep}"
+        for m in DATA
+        for dep in sorted(_imports(m))
+        if dep.startswith("autotuner") and dep not in CONTRACT
+    ]
+    assert not beyond, "\n".join(beyond)
+
+
+def test_the_circle_check_sees_lazy_imports() -> None:
+    # trial.py imports its distributed group inside a function: that edge must be seen.
+    assert "workers.distributed" in _imports("workers.trial")
 
 
 def test_no_import_circles() -> None:
@@ -140,7 +174,7 @@ def test_control_plane_does_not_import_torch_nvml_or_workers() -> None:
     # One interpreter imports every module in turn and records what each one pulled in.
     code = (
         "import importlib, json, sys\n"
-        f"mods = {[m for m in MODULES if not m.endswith('__main__')]!r}\n"
+        f"mods = {[m for m in CONTROL if not m.endswith('__main__')]!r}\n"
         "bad = {}\n"
         "for m in mods:\n"
         "    importlib.import_module(m)\n"

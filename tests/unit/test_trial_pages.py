@@ -8,9 +8,9 @@ from pathlib import Path
 
 from autotuner.search.space import load_space
 from autotuner.spec import ModelSpec
-from autotuner.storage.repository import TrialRepo
 from autotuner.storage.session import Database
-from autotuner.study import operations
+from autotuner.storage.trial_repo import TrialRepo
+from autotuner.study import trial_reads
 from autotuner.study.coordinator import create_study
 from tests.unit.test_cli_errors import run_cli
 
@@ -35,11 +35,11 @@ def _study_with_trials(url: str, n: int) -> str:
 def test_trials_page_by_number(sqlite_url: str) -> None:
     study_id = _study_with_trials(sqlite_url, 7)
     db = Database(sqlite_url)
-    assert [t["number"] for t in operations.list_trials(db, study_id)] == list(range(7))
-    page = operations.list_trials(db, study_id, after=2, limit=3)
+    assert [t["number"] for t in trial_reads.list_trials(db, study_id)] == list(range(7))
+    page = trial_reads.list_trials(db, study_id, after=2, limit=3)
     assert [t["number"] for t in page] == [3, 4, 5]
-    assert [t["number"] for t in operations.list_trials(db, study_id, after=5)] == [6]
-    assert operations.list_trials(db, study_id, after=6) == []  # polling: nothing new yet
+    assert [t["number"] for t in trial_reads.list_trials(db, study_id, after=5)] == [6]
+    assert trial_reads.list_trials(db, study_id, after=6) == []  # polling: nothing new yet
 
 
 def test_the_cli_shows_the_most_recent_trials(tmp_path: Path) -> None:

@@ -50,8 +50,8 @@ def test_the_bar_ends_at_the_trials_the_study_counts(monkeypatch, sqlite_url: st
     are retried once and fail again. The bar ends at the trials the budget counted."""
     from autotuner.executors.replay import Landscape
     from autotuner.storage.models import TrialState
-    from autotuner.storage.repository import TrialRepo
     from autotuner.storage.session import Database
+    from autotuner.storage.trial_repo import TrialRepo
     from tests.fakes import synthetic_landscape
     from tests.unit.conftest import KNOBS, replay_study
 

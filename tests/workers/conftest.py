@@ -74,11 +74,11 @@ def wait_for(condition, timeout_s: float, what: str):
 def start_preload_server() -> Path:
     """This checkout's pre-imported worker (workers/preload.py) for the tests' environment,
     started if none runs yet; its socket once it answers."""
-    from workers import preload
-    from workers.launch import _trial_env
+    from workers import preload_client
+    from workers.process import trial_env
 
-    env = _trial_env(make_config())
-    path = preload.start_server(sys.executable, env)  # owned by this pytest process
+    env = trial_env(make_config())
+    path = preload_client.start_server(sys.executable, env)  # owned by this pytest process
     # torch's import on a loaded 2-core machine: up to half a minute.
     return wait_for(lambda: path if path.exists() else None, 180, "the server's socket")
 
@@ -89,10 +89,10 @@ def owner(monkeypatch: pytest.MonkeyPatch):
     of its own, started by the test's first trial, gone when the owner is killed)."""
     import subprocess
 
-    from workers import preload
+    from workers import preload_client
 
     proc = subprocess.Popen(["sleep", "600"])
-    monkeypatch.setenv(preload.OWNER_ENV, str(proc.pid))
+    monkeypatch.setenv(preload_client.OWNER_ENV, str(proc.pid))
     yield proc
     proc.kill()
     proc.wait()

@@ -18,7 +18,7 @@ from autotuner.search.costmodel.calibration import PRIOR_FRAGMENTATION
 from autotuner.search.rules import incompatibility
 from autotuner.spec import Knobs, ModelSpec, TrialResult, process_env
 from tests.workers.conftest import make_config
-from workers.trial import inactive_knobs
+from workers.device import inactive_knobs
 
 REPO = Path(__file__).resolve().parents[2]
 LLAMA_8B = ModelSpec.resolve({"preset": "llama-8b"})

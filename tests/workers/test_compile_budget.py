@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from autotuner.spec import FailureClass, TrialStatus
-from workers import compile_cache, preload
+from workers import compile_cache, preload_client
 from workers.launch import run_trial_process
 from workers.trial import run_trial
 
@@ -29,7 +29,7 @@ def started(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp
     of its own (a compile-cache root of its own keys another server than other tests use)."""
     monkeypatch.setenv(compile_cache.ROOT_ENV, str(tmp_path / "cache"))
     if request.param == "fresh":
-        monkeypatch.setenv(preload.ENABLE_ENV, "0")
+        monkeypatch.setenv(preload_client.ENABLE_ENV, "0")
     else:  # slow: the server imports torch first
         start_preload_server()
     return str(request.param)

@@ -11,8 +11,8 @@ from autotuner.search.objective import Objective
 from autotuner.search.space import parse_space
 from autotuner.spec import ModelSpec, TrialResult, TrialStatus
 from autotuner.storage.models import TrialState
-from autotuner.storage.repository import TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.coordinator import create_study
 from autotuner.study.recommend import recommend
 from workers import compile_cache

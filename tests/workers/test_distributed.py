@@ -16,9 +16,9 @@ import torch
 
 from autotuner.spec import NVLS_OFF_ENV, FailureClass, TrialConfig, TrialStatus, process_env
 from tests.service import procs
-from workers import distributed, launch, launch_ranks, pidfile, preload
+from workers import distributed, launch_ranks, pidfile, preload_client, process
+from workers.device import inactive_knobs
 from workers.launch import run_trial_process
-from workers.trial import inactive_knobs
 
 from .conftest import FAST, make_config, wait_for
 
@@ -38,7 +38,7 @@ def _trial_processes() -> list[int]:
     the launcher marks its children with its pid, and the mark survives re-parenting). Forked
     ranks carry the mark of the launcher that started their pre-imported worker; the worker
     itself, which outlives trials by design, is none of them."""
-    return procs.launched_with_env(f"{launch.PARENT_ENV}={os.getpid()}")
+    return procs.launched_with_env(f"{process.PARENT_ENV}={os.getpid()}")
 
 
 @pytest.fixture
@@ -58,14 +58,14 @@ def _ranks_env() -> dict[str, str]:
 
 def _start_ranks_server() -> Path:
     """The ranks' pre-imported worker, started and answering; its socket."""
-    path = preload.start_server(sys.executable, _ranks_env())
+    path = preload_client.start_server(sys.executable, _ranks_env())
     # torch's import on a loaded 2-core machine: up to half a minute.
     return wait_for(lambda: path if path.exists() else None, 180, "the ranks' server")
 
 
 def _server_of(owner: subprocess.Popen[bytes]) -> int:
     """The pid of the `owner` fixture's pre-imported worker (not one of its forked trials)."""
-    servers = procs.preload_servers(f"{preload.OWNER_ENV}={owner.pid}")
+    servers = procs.preload_servers(f"{preload_client.OWNER_ENV}={owner.pid}")
     (server,) = [p for p in servers if not procs.forked(p)]
     return server
 
@@ -80,7 +80,7 @@ def ranks_server() -> Path:
 def rank_start(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """How the ranks start: forked by the module's server, or fresh (the switch off)."""
     if request.param == "fresh":
-        monkeypatch.setenv(preload.ENABLE_ENV, "0")
+        monkeypatch.setenv(preload_client.ENABLE_ENV, "0")
     else:
         request.getfixturevalue("ranks_server")
     return request.param
@@ -111,7 +111,7 @@ def test_ranks_start_fresh_until_their_pre_imported_worker_answers(
 ) -> None:
     """A node's first multi-rank trial finds no server for the ranks' environment: its ranks
     run fresh (nothing half-forked), and the server it started forks the next trial's."""
-    path = preload.server_path(sys.executable, _ranks_env())
+    path = preload_client.server_path(sys.executable, _ranks_env())
     assert not path.exists()
     first = run_trial_process(_config(2))
     _assert_ok(first, 2, "ddp", tokens_per_step=2 * 64)
@@ -165,8 +165,8 @@ def test_a_server_lost_between_two_ranks_forks_runs_every_rank_fresh(
     so rank 0 is sent back and every rank runs fresh; nothing half-forked is left."""
     _start_ranks_server()
     server = _server_of(owner)
-    forks: list[preload.ForkedProcess | None] = []
-    real_fork = preload.fork_trial
+    forks: list[preload_client.ForkedProcess | None] = []
+    real_fork = preload_client.fork_trial
 
     def fork_then_lose_the_server(*args, **kwargs):
         forks.append(real_fork(*args, **kwargs))
@@ -175,7 +175,7 @@ def test_a_server_lost_between_two_ranks_forks_runs_every_rank_fresh(
             wait_for(lambda: not procs.alive(server), 10, "the server's end")
         return forks[-1]
 
-    monkeypatch.setattr(preload, "fork_trial", fork_then_lose_the_server)
+    monkeypatch.setattr(preload_client, "fork_trial", fork_then_lose_the_server)
     result = run_trial_process(_config(2))
     _assert_ok(result, 2, "ddp", tokens_per_step=2 * 64)
     assert result.process_start == "fresh"
@@ -237,7 +237,7 @@ def test_a_hung_rank_ends_at_the_limit_as_timeout(rank_start, no_orphans):
     result = run_trial_process(_config(2, fault="hang", fault_rank=1), timeout_s=15)
     assert result.process_start == rank_start
     assert result.failure_class == FailureClass.TIMEOUT, result.error_message
-    assert time.monotonic() - start < 15 + launch.KILL_GRACE_S + 5
+    assert time.monotonic() - start < 15 + process.KILL_GRACE_S + 5
     # Either the launcher's limit ends every rank, or, first, rank 0's process-group timeout
     # (0.8 x the limit) fires in the collective it waits in: both are the hung rank's timeout.
     message = result.error_message or ""
@@ -255,7 +255,7 @@ def test_the_launcher_dying_kills_its_forked_ranks(ranks_server, no_orphans) -> 
         "run_trial_process(config)\n"
     )
     # Owned by this pytest process, as the module's server is: that server forks its ranks.
-    env = {**os.environ, preload.OWNER_ENV: str(os.getpid())}
+    env = {**os.environ, preload_client.OWNER_ENV: str(os.getpid())}
     repo = Path(__file__).resolve().parents[2]
     launcher = subprocess.Popen([sys.executable, "-c", script], cwd=repo, env=env)
 

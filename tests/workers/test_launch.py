@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import workers.launch as launch
+import workers.process as process
 from autotuner.spec import FailureClass, TrialConfig, TrialResult, TrialStatus
 from workers.launch import run_trial_process
 
@@ -23,7 +23,7 @@ def test_ok_trial_with_heartbeats(monkeypatch):
     # A fresh interpreter: a trial forked from a pre-imported worker that an earlier test left
     # (owned by this pytest process) can end in 0.2 s, before a second heartbeat.
     monkeypatch.setenv("AUTOTUNER_PRELOAD", "0")
-    monkeypatch.setattr(launch, "HEARTBEAT_INTERVAL_S", 0.2)
+    monkeypatch.setattr(process, "HEARTBEAT_INTERVAL_S", 0.2)
     beats = []
     result = run_trial_process(make_config(), on_heartbeat=lambda: beats.append(time.time()))
     assert result.status == TrialStatus.OK, result.error_message
@@ -56,8 +56,8 @@ def test_hang_is_killed_at_the_limit():
     result = run_trial_process(make_config(fault="hang"), timeout_s=limit_s)
     elapsed = time.monotonic() - start
     assert result.failure_class == FailureClass.TIMEOUT
-    assert limit_s <= result.wall_s < limit_s + launch.KILL_GRACE_S + 3
-    assert elapsed < limit_s + launch.KILL_GRACE_S + 6
+    assert limit_s <= result.wall_s < limit_s + process.KILL_GRACE_S + 3
+    assert elapsed < limit_s + process.KILL_GRACE_S + 6
     assert "sleeping forever" in result.error_message  # the stderr tail travels along
 
 
@@ -82,7 +82,7 @@ def test_exit_without_result_is_a_crash_with_stderr():
 def test_trial_env_carries_config_env_and_the_repo(tmp_path):
     config = make_config()
     config.env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
-    env = launch._trial_env(config)
+    env = process.trial_env(config)
     assert env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
     assert str(REPO) in env["PYTHONPATH"].split(":")
 

@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from autotuner.spec import FailureClass, TrialStatus
-from workers import pidfile, preload
-from workers.launch import _trial_env, prestart_preload, run_trial_process, trial_workdir
+from workers import pidfile, preload, preload_client
+from workers.launch import prestart_preload, run_trial_process
+from workers.process import trial_env, trial_workdir
 
 from .conftest import make_config, start_preload_server, wait_for
 
@@ -32,12 +33,17 @@ def server() -> Path:
 
 
 def _server_pid(path: Path) -> int:
+    """The server's pid. Its forked trials share its command line: they are told apart by the
+    name a trial gives itself (preload.TRIAL_NAME), whichever /proc lists first."""
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            name = Path(f"/proc/{pid}/comm").read_bytes().strip()
         except OSError:
+            continue
+        if name == preload.TRIAL_NAME:
             continue
         if str(path).encode() in cmdline and b"workers.preload" in cmdline:
             return int(pid)
@@ -108,7 +114,7 @@ def test_the_launcher_dying_kills_its_forked_trial(server: Path, tmp_path: Path)
         "run_trial_process(make_config(fault='hang'))\n"
     )
     # Owned by this pytest process, as the module's server is: that server forks its trial.
-    env = {**os.environ, preload.OWNER_ENV: str(os.getpid())}
+    env = {**os.environ, preload_client.OWNER_ENV: str(os.getpid())}
     launcher = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, env=env)
     try:
         (pid,) = wait_for(lambda: _trials_of(server_pid), 60, "the forked trial")
@@ -120,7 +126,7 @@ def test_the_launcher_dying_kills_its_forked_trial(server: Path, tmp_path: Path)
 
 def test_import_time_environment_picks_another_server() -> None:
     env = {"PYTHONPATH": "/x", "OMP_NUM_THREADS": "1", "NCCL_ALGO": "Ring"}
-    key = preload.server_key("/usr/bin/python3", env)
+    key = preload_client.server_key("/usr/bin/python3", env)
     # Read at first use, per trial: the same server.
     same = {
         **env,
@@ -128,15 +134,15 @@ def test_import_time_environment_picks_another_server() -> None:
         "TORCHINDUCTOR_CACHE_DIR": "/c",
         "CUDA_VISIBLE_DEVICES": "3",
     }
-    assert preload.server_key("/usr/bin/python3", same) == key
+    assert preload_client.server_key("/usr/bin/python3", same) == key
     # Read when torch is imported: another server.
-    assert preload.server_key("/usr/bin/python3", {**env, "OMP_NUM_THREADS": "2"}) != key
-    assert preload.server_key("/usr/bin/python3", {**env, "TORCH_LOGS": "+dynamo"}) != key
-    assert preload.server_key("/other/python", env) != key
+    assert preload_client.server_key("/usr/bin/python3", {**env, "OMP_NUM_THREADS": "2"}) != key
+    assert preload_client.server_key("/usr/bin/python3", {**env, "TORCH_LOGS": "+dynamo"}) != key
+    assert preload_client.server_key("/other/python", env) != key
 
 
 def test_off_switch_runs_fresh(monkeypatch: pytest.MonkeyPatch, server: Path) -> None:
-    monkeypatch.setenv(preload.ENABLE_ENV, "0")
+    monkeypatch.setenv(preload_client.ENABLE_ENV, "0")
     result = run_trial_process(make_config())
     assert result.status == TrialStatus.OK and result.process_start == "fresh"
     assert result.phases_s is not None and result.phases_s["imports"] > 1.0  # torch, again
@@ -174,7 +180,7 @@ def test_every_trial_runs_in_the_nodes_stable_directory(
     """Not in its own temporary directory: cuDNN's run-time compiled kernels are cached per
     working directory, and a new one per trial paid their compile in every trial. A crash
     leaves no core file in that shared directory, whatever the launcher's core limit."""
-    monkeypatch.setenv(preload.ENABLE_ENV, "1" if forked else "0")
+    monkeypatch.setenv(preload_client.ENABLE_ENV, "1" if forked else "0")
     # Cores allowed here: a fresh trial inherits this limit, and must lower it itself.
     soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
     if hard == resource.RLIM_INFINITY or hard >= 1 << 20:
@@ -239,7 +245,7 @@ def _live_servers(path: Path) -> list[int]:
 def test_the_server_exits_with_its_owner_and_takes_its_trials(
     owner: subprocess.Popen[bytes],
 ) -> None:
-    path = preload.start_server(sys.executable, _trial_env(make_config()))
+    path = preload_client.start_server(sys.executable, trial_env(make_config()))
     assert f"-{owner.pid}-" in path.name  # its own server, not the module's
     wait_for(lambda: path.exists(), 180, "the owned server's socket")
     (server_pid,) = _live_servers(path)
@@ -267,7 +273,7 @@ def test_the_server_exits_with_its_owner_and_takes_its_trials(
 def test_a_server_still_importing_torch_exits_with_its_owner(
     owner: subprocess.Popen[bytes],
 ) -> None:
-    path = preload.start_server(sys.executable, _trial_env(make_config()))
+    path = preload_client.start_server(sys.executable, trial_env(make_config()))
     (server_pid,) = wait_for(lambda: _live_servers(path), 30, "the server process")
     owner.kill()
     owner.wait()
@@ -285,8 +291,8 @@ def test_a_prestarted_server_forks_the_first_trial(owner: subprocess.Popen[bytes
     rather than importing torch a second time beside it."""
     config = make_config()
     # The server trials look for is the one prestarted (config.env is not part of it here).
-    key = preload.server_path(sys.executable, _trial_env(None))
-    assert key == preload.server_path(sys.executable, _trial_env(config))
+    key = preload_client.server_path(sys.executable, trial_env(None))
+    assert key == preload_client.server_path(sys.executable, trial_env(config))
     prestart_preload()
     assert not key.exists()  # still importing torch when the trial is launched
     result = run_trial_process(config)
@@ -298,28 +304,35 @@ def test_a_prestarted_server_forks_the_first_trial(owner: subprocess.Popen[bytes
 def test_a_launcher_does_not_wait_for_a_failed_or_stale_start(tmp_path: Path) -> None:
     path = tmp_path / "server.sock"
     lock = path.with_suffix(".starting")
-    assert not preload._wait_for_start(path)  # none starting
-    lock.write_bytes(preload.FAILED_MARK)
+    assert not preload_client._wait_for_start(path)  # none starting
+    lock.write_bytes(preload_client.FAILED_MARK)
     start = time.monotonic()
-    assert not preload._wait_for_start(path)  # its import failed
+    assert not preload_client._wait_for_start(path)  # its import failed
     lock.write_bytes(b"")
-    old = time.time() - preload.START_WAIT_S - 1
+    old = time.time() - preload_client.START_WAIT_S - 1
     os.utime(lock, (old, old))
-    assert not preload._wait_for_start(path)  # started too long ago: presumed stuck
+    assert not preload_client._wait_for_start(path)  # started too long ago: presumed stuck
     assert time.monotonic() - start < 1.0
     os.utime(lock)  # a fresh start: waited for until it answers
     threading.Timer(0.5, lambda: (path.touch(), lock.unlink())).start()
-    assert preload._wait_for_start(path)
+    assert preload_client._wait_for_start(path)
     assert time.monotonic() - start >= 0.5
 
 
 def test_each_owner_gets_its_own_server(monkeypatch: pytest.MonkeyPatch) -> None:
-    env = _trial_env(make_config())
-    assert preload.owner_pid({}) == os.getpid()  # no Ray, no owner named: the launcher
-    assert preload.owner_pid({preload.RAYLET_ENV: "4321"}) == 4321  # a Ray worker: its node
-    assert preload.owner_pid({preload.RAYLET_ENV: "4321", preload.OWNER_ENV: "99"}) == 99
-    ray_a = preload.server_path(sys.executable, {**env, preload.RAYLET_ENV: "4321"})
-    ray_b = preload.server_path(sys.executable, {**env, preload.RAYLET_ENV: "4322"})
+    env = trial_env(make_config())
+    assert preload_client.owner_pid({}) == os.getpid()  # no Ray, no owner named: the launcher
+    assert (
+        preload_client.owner_pid({preload_client.RAYLET_ENV: "4321"}) == 4321
+    )  # a Ray worker: its node
+    assert (
+        preload_client.owner_pid(
+            {preload_client.RAYLET_ENV: "4321", preload_client.OWNER_ENV: "99"}
+        )
+        == 99
+    )
+    ray_a = preload_client.server_path(sys.executable, {**env, preload_client.RAYLET_ENV: "4321"})
+    ray_b = preload_client.server_path(sys.executable, {**env, preload_client.RAYLET_ENV: "4322"})
     assert ray_a != ray_b and ray_a.parent == ray_b.parent
 
 
@@ -332,11 +345,11 @@ def test_the_launcher_hears_of_a_forked_trials_exit_at_once(server: Path, tmp_pa
     cfg_path = tmp_path / "config.json"
     cfg_path.write_text(config.model_dump_json())
     argv = ["--config", str(cfg_path), "--result", str(tmp_path / "result.json")]
-    env = _trial_env(config, tmp_path)
+    env = trial_env(config, tmp_path)
     waits, teardowns = [], []
     for i in range(7):
         stderr = tmp_path / f"stderr-{i}.log"
-        proc = preload.fork_trial(
+        proc = preload_client.fork_trial(
             sys.executable, argv, env, str(tmp_path), tmp_path / "stdout.log", stderr
         )
         assert proc is not None, "the module's server should have forked the trial"

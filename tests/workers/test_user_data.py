@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from autotuner.purpose import Purpose
 from autotuner.search.objective import Objective
-from autotuner.search.progress import EXPERT_DEFAULT
 from autotuner.spec import TrialConfig, TrialResult, TrialStatus
 from autotuner.storage.models import Trial, TrialState
 from autotuner.study.input_pipeline import INPUT_WAIT_THRESHOLD
@@ -254,7 +254,7 @@ def test_a_winner_that_fixed_the_starved_default_says_so() -> None:
             0,
             default,
             measured(60_000.0, input_wait_share=0.88, gpu_idle_share=0.77),
-            EXPERT_DEFAULT,
+            Purpose.EXPERT_DEFAULT,
         ),
         _row(1, workers, measured(293_000.0, input_wait_share=0.002, gpu_idle_share=0.001)),
     ]
@@ -268,6 +268,6 @@ def test_a_winner_that_fixed_the_starved_default_says_so() -> None:
         "time waiting for data, GPU idle 77%: these loader settings removed it"
     )
     # A default that was not starved adds nothing.
-    rows[0] = _row(0, default, measured(60_000.0, input_wait_share=0.01), EXPERT_DEFAULT)
+    rows[0] = _row(0, default, measured(60_000.0, input_wait_share=0.01), Purpose.EXPERT_DEFAULT)
     rec = recommend(rows, Objective.TOKENS_PER_S)
     assert rec is not None and "default" not in rec["input_pipeline"]

@@ -46,10 +46,10 @@ PRIOR_REL_SD = 0.5  # a priori a component may be off by half ...
 # bench/results/landscape_*_h200.json`: 100 full-depth configs of GPT-2 124M, Llama 1B and 3B,
 # never more than 5.2% under in all, and Llama 8B 0.7% under). The static part is arithmetic on
 # the parameter count; compiled activations were at most ~10% under (Llama 3B bf16 mb 8: 4.7% of
-# the total), over by up to 50% for fp8 (2026-12-04: compiled float8 now has its own component,
-# its totals from 19% under, CUDA graphs at micro-batch 2, to 9% over on the Llama landscapes;
-# kept as loose as bf16's). At 0.5 the expert default of Llama 3B was micro-batch 4 where 8
-# fits with 24% free (106 GiB of 140) and runs as fast as the best bf16 config.
+# the total); compiled float8's own component puts fp8 totals from 19% under (CUDA graphs at
+# micro-batch 2) to 9% over on the Llama landscapes, so it is kept as loose as bf16's. At 0.5
+# the expert default of Llama 3B was micro-batch 4 where 8 fits with 24% free (106 GiB of 140)
+# and runs as fast as the best bf16 config.
 PRIOR_COMPONENT_REL_SD = {
     "static": 0.1,
     "activations_compiled": 0.35,

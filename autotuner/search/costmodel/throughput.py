@@ -153,8 +153,8 @@ PRIOR_MULTIPLIER = {
 # accelerator and warpgroup matmuls, which SDPA's flash backend (FlashAttention-2) does not. On
 # the H200 cuDNN beat flash in 13 of 14 configs measured both ways (2-6% of the whole step, the
 # one loss GPT-2 at micro-batch 4), so a study's first proposals try it before it has measured
-# it. Its prior was flash's until 2026-12-04: the Llama 1B replay at 32,768 tokens then needed
-# 5 trials to reach fp8 with cuDNN (the best), 3 with this one (bench/results/replay_llama_h200.md).
+# it. With flash's prior in its place the Llama 1B replay at 32,768 tokens needs more trials to
+# reach fp8 with cuDNN, the best (bench/results/replay_llama_h200.md).
 HOPPER_PRIOR = {"attn_cudnn": 1.5}
 PRIOR_REL_SD_GPU = 0.5
 PRIOR_REL_SD_CPU = 2.0  # nominal CPU rates are placeholders

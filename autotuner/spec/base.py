@@ -1,0 +1,15 @@
+"""The base of every contract record, and the records' schema version."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+SCHEMA_VERSION: Literal[1] = 1
+
+
+class _Record(BaseModel):
+    """Strict base: unknown keys are errors (a typo must not be silently ignored)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=False, validate_assignment=True)

@@ -1,0 +1,225 @@
+"""A study's trials as the API, the dashboard and the CLI read them: pages of the trial list,
+queried and sorted tables, the charts' rows, and one trial's detail. Each function is one read on
+a `Database` returning the `autotuner.study.views` JSON shapes, as study/operations.py's do.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from autotuner.study.operations import NotFound, find_study, stored_recommendation, tight_fastest
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from autotuner.options import StudyOptions
+    from autotuner.storage.models import Study, Trial
+    from autotuner.storage.session import Database
+
+
+def list_trials(
+    db: Database, ref: str, *, after: int | None = None, limit: int | None = None
+) -> list[dict[str, Any]]:
+    """A study's trials in number order; `after` and `limit` page through them (keyset: the
+    trials numbered above `after`, at most `limit`), reading only those rows."""
+    from autotuner.study import trial_list
+
+    with db.read() as s:
+        study_id, options = _study_options(s, ref)
+        rows = trial_list.list_rows(s, study_id, after=after, limit=limit)
+    return trial_list.views(rows, options)
+
+
+def trial_page_json(
+    db: Database, ref: str, *, after: int | None = None, limit: int | None = None
+) -> bytes:
+    """`list_trials` as its JSON array, encoded once (what the API and the dashboard send)."""
+    from autotuner.study import trial_list
+
+    with db.read() as s:
+        study_id, options = _study_options(s, ref)
+        rows = trial_list.list_rows(s, study_id, after=after, limit=limit)
+    return trial_list.page_json(rows, options)
+
+
+def _study_options(s: Session, ref: str) -> tuple[str, StudyOptions]:
+    """The study `ref` names: its id and options, all a trial list needs of it."""
+    from autotuner.storage.study_repo import StudyRepo
+
+    study = StudyRepo(s).require(ref)
+    return study.id, study.options
+
+
+def knob_domains(study: Study) -> dict[str, Any]:
+    """The study's searched knobs and their domains, as its stored space has them."""
+    return dict((study.space or {}).get("knobs", {}))
+
+
+def query_trials(
+    db: Database,
+    ref: str,
+    params: list[tuple[str, str]],
+    *,
+    offset: int = 0,
+    limit: int | None = None,
+) -> dict[str, Any]:
+    """The trials the query `params` select (trial_query.parse_trial_query: sort, order,
+    state, error_class, knob=value), `limit` of them from `offset`, and how many match in all:
+    two statements, whatever the study's size (the filter and the order run in SQL)."""
+    from sqlalchemy import func, select
+
+    from autotuner.storage.models import Trial
+    from autotuner.storage.study_repo import StudyRepo
+    from autotuner.study import trial_list
+    from autotuner.study.trial_query import apply, parse_trial_query
+
+    with db.read() as s:
+        study = StudyRepo(s).require(ref)
+        domains = knob_domains(study)
+        q = parse_trial_query(params, domains)
+        rows_query = select(*trial_list.COLUMNS).where(Trial.study_id == study.id)
+        query = apply(rows_query, q, domains).offset(offset)
+        if limit is not None:
+            query = query.limit(limit)
+        rows = trial_list.views(s.execute(query).all(), study.options)
+        total = len(rows)
+        if offset or (limit is not None and total == limit):  # a page of more: count them
+            count = select(func.count()).select_from(Trial).where(Trial.study_id == study.id)
+            total = s.scalar(apply(count, q, domains).order_by(None)) or 0
+    return {"total": total, "trials": rows, "knobs": list(domains)}
+
+
+POLL_LIMIT = 1000  # trials one page poll returns at most (a tab woken after a long sleep)
+
+
+def _chart_rows(
+    s: Session, study_id: str, knobs: list[str], options: StudyOptions | None
+) -> list[dict[str, Any]]:
+    """Every trial's number, state, throughput, peak memory and knob values (as text, taken
+    out of the params in SQL): what the charts draw, without decoding a JSON record; and
+    whether the recommendation may stand on it (`candidate`: not tight on memory, not stopped
+    after its first repeats), so that the best-so-far line is the header's best so far. The
+    numerics check's parity runs show no tokens/s (they measure no throughput); one that
+    failed still marks its candidate's values as failed."""
+    from sqlalchemy import select
+
+    from autotuner.storage.models import Trial
+    from autotuner.study.columns import MEMORY_FIELDS, MemoryRecord
+    from autotuner.study.trial_list import NOT_MEASUREMENTS, memory_judgement
+
+    values = [Trial.params[k].as_string() for k in knobs]
+    memory = [getattr(Trial, name) for name in MEMORY_FIELDS]
+    rows = s.execute(
+        select(
+            Trial.number,
+            Trial.state,
+            Trial.tokens_per_s,
+            Trial.purpose,
+            Trial.stopped_early,
+            *memory,
+            *values,
+        )
+        .where(Trial.study_id == study_id)
+        .order_by(Trial.number)
+    )
+    out = []
+    split = 5 + len(MEMORY_FIELDS)
+    for row in rows:
+        record = MemoryRecord(*row[5:split])
+        _, tight = memory_judgement(row[1], record, options)
+        out.append(
+            {
+                "number": row[0],
+                "state": row[1],
+                "tokens_per_s": None if row[3] in NOT_MEASUREMENTS else row[2],
+                "purpose": row[3],
+                "peak_mem_gib": record.peak_mem_gib,
+                "candidate": not tight and not row[4],
+                "params": {k: v for k, v in zip(knobs, row[split:], strict=True) if v is not None},
+            }
+        )
+    return out
+
+
+def get_study_detail(
+    db: Database,
+    ref: str,
+    *,
+    after: int | None = None,
+    last: int = 100,
+    charts_at: int | None = None,
+) -> dict[str, Any]:
+    """What the dashboard's study page shows, read in one transaction: the study, its knob
+    names, its best, a page of trials (the `last` newest, or with `after` the ones numbered
+    above it: what a poll asks for) and the chart columns of every trial (`_chart_rows`),
+    unless `charts_at` says the caller's charts already show every finished trial (None)."""
+    from autotuner.study import trial_list
+    from autotuner.study.views import best_view, study_view
+
+    with db.read() as s:
+        study, summary = find_study(s, ref)
+        domains = knob_domains(study)
+        knobs = list(domains)
+        first = after if after is not None else summary.total - last - 1
+        trials = trial_list.list_rows(s, study.id, after=first, limit=POLL_LIMIT)
+        detail = {
+            "study": study_view(study, summary, space_name=study.space.get("name")),
+            "knobs": knobs,
+            "knob_domains": domains,
+            "trials": trial_list.views(trials, study.options),
+            "chart_rows": (
+                None
+                if charts_at == summary.finished
+                else _chart_rows(s, study.id, knobs, study.options)
+            ),
+        }
+        rec = stored_recommendation(s, study, summary)
+        tight = tight_fastest(s, study, rec, study.options)
+        detail["best"] = best_view(study, summary, rec, tight_fastest=tight)
+    return detail
+
+
+def get_trial(db: Database, ref: str, number: int) -> dict[str, Any]:
+    return get_trial_detail(db, ref, number)["trial"]
+
+
+def get_trial_detail(db: Database, ref: str, number: int) -> dict[str, Any]:
+    """One trial in full with its study's id and name, and what the study's models predicted
+    for it before it ran (views.predictions_view)."""
+    from autotuner.search.numerics_entry import page_view
+    from autotuner.storage.study_repo import StudyRepo
+    from autotuner.storage.trial_repo import TrialRepo
+    from autotuner.study.views import predictions_view, trial_view
+
+    with db.read() as s:
+        study = StudyRepo(s).require(ref)
+        trial = TrialRepo(s).get(study.id, number)
+        if trial is None:
+            count = TrialRepo(s).count(study.id)
+            raise NotFound(
+                f"study {study.id} has no trial #{number} (it has {count} trial(s), "
+                f"numbered from 0); list them with `autotuner trials {study.id}`"
+            )
+        numerics = None
+        if (trial.result or {}).get("loss_curve"):  # a parity run: its check beside its partner
+            numerics = page_view(trial, _parity_rows(s, study.id))
+        return {
+            "study_id": study.id,
+            "study_name": study.name,
+            "trial": trial_view(trial, full=True, options=study.options),
+            "predictions": predictions_view(study.recommendation, number),
+            "numerics": numerics,
+        }
+
+
+def _parity_rows(s: Session, study_id: str) -> list[Trial]:
+    """The study's rows that may hold parity steps (the numerics check's two runs)."""
+    from sqlalchemy import select
+
+    from autotuner.search.numerics_entry import PARITY_PURPOSES
+    from autotuner.storage.models import Trial as TrialRow
+
+    query = select(TrialRow).where(
+        TrialRow.study_id == study_id, TrialRow.purpose.in_(PARITY_PURPOSES)
+    )
+    return list(s.scalars(query))
