@@ -55,7 +55,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from workers import process
-from workers.preload_client import FAILED_MARK
+from workers.preload_client import FAILED_MARK, read_line
 from workers.service_secrets import without_secrets
 
 IDLE_EXIT_S = 300.0
@@ -284,15 +284,8 @@ def _fork_one(
     conn: socket.socket, listener: socket.socket, others: list[socket.socket | int]
 ) -> int | None:
     try:
-        conn.settimeout(10.0)
-        data = b""
-        while b"\n" not in data:
-            chunk = conn.recv(65536)
-            if not chunk:
-                raise ConnectionError("no request")
-            data += chunk
-        conn.settimeout(None)
-        request = json.loads(data.split(b"\n", 1)[0])
+        line, _ = read_line(conn, 10.0, "no request")
+        request = json.loads(line)
     except (OSError, ValueError):
         conn.close()
         return None

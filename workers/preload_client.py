@@ -179,15 +179,7 @@ def fork_trial(
         request = {"argv": argv, "env": env, "cwd": cwd, "stdout": str(stdout)}
         request["stderr"] = str(stderr)
         conn.sendall(json.dumps(request).encode() + b"\n")
-        conn.settimeout(30.0)
-        reply = b""
-        while b"\n" not in reply:
-            chunk = conn.recv(4096)
-            if not chunk:
-                raise ConnectionError("the pre-imported worker closed the connection")
-            reply += chunk
-        conn.settimeout(None)
-        head, rest = reply.split(b"\n", 1)
+        head, rest = read_line(conn, 30.0, "the pre-imported worker closed the connection")
         proc = ForkedProcess(conn, int(json.loads(head)["pid"]))
         proc._buf = rest
         return proc
@@ -247,3 +239,18 @@ def _start_server(python: str, env: dict[str, str], path: Path, owner: int) -> N
             cwd=tempfile.gettempdir(),
             start_new_session=True,  # and it forks once more: no launcher's child
         )
+
+
+def read_line(conn: socket.socket, timeout_s: float, closed: str) -> tuple[bytes, bytes]:
+    """One newline-ended message of the launcher/server protocol (JSON on one line), and what
+    came after it; ConnectionError(`closed`) when the peer closes before the newline."""
+    conn.settimeout(timeout_s)
+    data = b""
+    while b"\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            raise ConnectionError(closed)
+        data += chunk
+    conn.settimeout(None)
+    line, rest = data.split(b"\n", 1)
+    return line, rest
