@@ -10,7 +10,9 @@ shift 3
 results=${RESULTS:-$OUT}
 mkdir -p "$results"
 bash bench/install_wheels_h200.sh
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-100}
+# The hf family's wheels, where a previous call installed them (bench/wheelhouse_hf.sh).
+site=/tmp/site; [ -d /tmp/site-hf ] && site=$site:/tmp/site-hf
+export PYTHONPATH=$site:$PWD PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-100}
 name=${NAME:-$(basename "$model" .yaml)}
 db="sqlite:///$results/tune-$name.db"
 python3 -m autotuner.cli tune "$model" --space "$space" --minutes "$minutes" --db "$db" "$@" \
