@@ -18,7 +18,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import asdict
 from typing import Any
 
 import optuna
@@ -41,16 +40,14 @@ from autotuner.search.sampler import (
     distributions,
     grid_exhausted,
     new_study,
-    replay,
     tell,
 )
 from autotuner.search.seeding import SeedPlan
 from autotuner.search.space import SearchSpace
 from autotuner.spec import Knobs, ModelSpec, TrialConfig, canonical_params
 from autotuner.storage.models import StudyStatus, Trial, TrialState
-from autotuner.storage.repository import TrialRepo
 from autotuner.storage.session import Database
-from autotuner.study import endgame, ending
+from autotuner.study import endgame, ending, restore
 from autotuner.study.budget import Budget, utc_now
 from autotuner.study.create import create_study
 from autotuner.study.events import Event, OnEvent
@@ -60,7 +57,6 @@ from autotuner.study.pause import Pause, WaitingForGpus, gpus_missing
 from autotuner.study.trials import (
     InFlight,
     TrialBook,
-    history,
     lost_outcome,
     outcome,
     trial_config,
@@ -91,6 +87,10 @@ class StudyRunner:
       retry); a `Prune` rules the proposal out, None passes it on to the policy.
     - `wrap_sampler`: wraps the Optuna sampler the study was configured with.
     """
+
+    # Set when the study starts, by restore.py (from the study's rows).
+    policy: SearchPolicy
+    launched: int
 
     def __init__(
         self,
@@ -203,34 +203,7 @@ class StudyRunner:
         if self._wrap_sampler is not None:
             self.optuna.sampler = self._wrap_sampler(self.optuna.sampler)
         self.distributions = distributions(self.space)
-        # Rules, cost model, seeding, re-measurement and early stop (autotuner/policy.py).
-        if self.space.global_batch_from_expert and not self.space.global_batch_tokens:
-            self._hold_expert_global_batch(self.space.global_batch_from_expert)
-        self.policy = self._policy(self.space)
-        self.policy.enable_proposals(
-            seed=self.seed, screen=self._screen_proposal, candidates=self._candidates
-        )
-        self._rebuild(SeedPlan(**study.seeds) if study.seeds is not None else None)
-
-    def _hold_expert_global_batch(self, accum: int) -> None:
-        """The space holds the expert default's global batch: its micro-batch (the cost model's
-        choice for this model and GPU) x `accum` steps x seq_len x GPUs, fixed now that the
-        target is known, and stored, so every trial of the study (a restart's too) runs it."""
-        # The expert default as it will run: with its accumulation steps. Accumulating keeps
-        # every fp32 gradient alive across micro-steps (4 B/param: 30 GiB for Llama 8B, which
-        # with the weights and AdamW's moments leaves no room on one H200); where no expert
-        # config fits that way but one fits without accumulating, that one sets the batch.
-        for steps in dict.fromkeys((accum, 1)):
-            as_run = self.space.model_copy(
-                update={"fixed": {**self.space.fixed, "grad_accum": steps}}
-            )
-            policy = self._policy(as_run)
-            expert = policy.expert_params()
-            if policy.expert_fits(expert):
-                break
-        held = self.space.expert_global_batch(policy.knobs(expert), self.model, self.gpus_per_trial)
-        self.space = self.space.model_copy(update={"global_batch_tokens": held})
-        self.lease.hold_space(self.space)
+        restore.restore(self, study.seeds)
 
     def _policy(self, space: SearchSpace) -> SearchPolicy:
         return SearchPolicy(
@@ -241,64 +214,6 @@ class StudyRunner:
             objective=self.objective,
             options=self.options,
         )
-
-    def _rebuild(self, stored: SeedPlan | None) -> None:
-        """The sampler, the counts and the retries from the stored trials; the seeds still to
-        run from `stored`, the plan the study row keeps (planned and stored now if none ran)."""
-        with self.db.session() as s:
-            trials = TrialRepo(s).list(self.study_id)
-            past = history(trials, self.policy)
-            replay(self.optuna, self.space, past.observations)
-        self.launched = past.launched
-        self.measured.update(past.measured)
-        self.attempted |= past.attempted
-        self.retry_queue.extend(past.retries)
-        seeds = stored
-        if not trials:
-            # The expert default first (after its alternative where the prior expects that one
-            # clearly faster), so the study starts from a good config; then earlier
-            # winners on this GPU and model family, and the expert's alternatives that do not
-            # wait for the throughput model (search/seeding.py).
-            plan = self.policy.seed_plan(self.db, timed=self.max_minutes is not None)
-            seeds = plan
-            if self._seeds is not None:  # each part mapped on its own (a part may be empty)
-                now, later = (self._seeds(part) if part else [] for part in (plan.now, plan.later))
-                seeds = SeedPlan(now, later, expert=self._mapped_expert(plan, now))
-            # Stored, so a restart queues what has not run (the plan would differ by then).
-            self.lease.hold_seeds(asdict(seeds))
-        self._seed_plan = seeds  # as stored: a pruned seed's twin replaces it (_seed_in_place)
-        if seeds is not None:
-            self.policy.mark_seeds(seeds.all, seeds.expert)
-
-            def not_run(part: list[Params]) -> list[Params]:
-                return [p for p in part if canonical_params(p) not in self.attempted]
-
-            self._queue, self._later_seeds = not_run(seeds.now), not_run(seeds.later)
-        # What the trials were stored as wins (a study from before the stored plan has none).
-        self.policy.restore_purposes(trials)
-
-    def _seed_in_place(self, seed: Params, twin: Params) -> None:
-        """Store the seed plan with `twin` in `seed`'s place, where `seed` is one of it. The
-        pruned row makes `seed` attempted, so a coordinator restarted after it would drop the
-        seed from its queue and, with the old plan, never run the twin: the expert default
-        could be lost so. Stored before that row: a restart between the two runs the twin."""
-        plan = self._seed_plan
-        if plan is None or canonical_params(seed) not in {canonical_params(p) for p in plan.all}:
-            return
-        self._seed_plan = plan.replaced(seed, twin)
-        self.lease.hold_seeds(asdict(self._seed_plan))
-
-    def _mapped_expert(self, plan: SeedPlan, now: list[Params]) -> Params | None:
-        """What runs in the expert default's place once the `seeds` hook mapped `plan.now` to
-        `now`: the config at its place where the hook kept every seed, else the expert default
-        mapped alone. Not that where a seed ran before it: the replay's hook maps each seed to
-        the nearest recorded config not yet taken, so alone an unrecorded expert default could
-        map to the fp8 seed's config, and the fp8 seed would be marked the expert default."""
-        if plan.expert is None or self._seeds is None:
-            return plan.expert
-        if plan.expert in plan.now and len(now) == len(plan.now):
-            return now[plan.now.index(plan.expert)]
-        return self._seeds([plan.expert])[0]
 
     # ------------------------------------------------------------------ loop
 
@@ -408,7 +323,7 @@ class StudyRunner:
                 if twin is not None and canonical_params(twin) in self._taken():
                     twin = None
                 if twin is not None:
-                    self._seed_in_place(params, twin)  # before the pruned row: see there
+                    restore.seed_in_place(self, params, twin)  # before the pruned row: see there
                 self._record_pruned(ask, params, knobs, prune)
                 self._idle_proposals += 1
                 if twin is not None:
