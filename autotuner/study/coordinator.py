@@ -18,14 +18,12 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
 
 import optuna
 from optuna.samplers import BaseSampler
 from optuna.trial import TrialState as OptunaState
 
 from autotuner.executors.base import Completed, Executor
-from autotuner.search.end_time import duration
 from autotuner.search.policy import Prune, SearchPolicy
 from autotuner.search.progress import (
     END_CHECKS,
@@ -45,9 +43,9 @@ from autotuner.search.sampler import (
 from autotuner.search.seeding import SeedPlan
 from autotuner.search.space import SearchSpace
 from autotuner.spec import Knobs, ModelSpec, TrialConfig, canonical_params
-from autotuner.storage.models import StudyStatus, Trial, TrialState
+from autotuner.storage.models import StudyStatus, TrialState
 from autotuner.storage.session import Database
-from autotuner.study import endgame, ending, restore
+from autotuner.study import endgame, ending, finish, restore
 from autotuner.study.budget import Budget, utc_now
 from autotuner.study.create import create_study
 from autotuner.study.events import Event, OnEvent
@@ -61,6 +59,7 @@ from autotuner.study.trials import (
     outcome,
     trial_config,
 )
+from autotuner.types import Params
 
 __all__ = ["MAX_IDLE_PROPOSALS", "Event", "StudyRunner", "create_study", "default_owner"]
 
@@ -69,9 +68,6 @@ log = logging.getLogger(__name__)
 # How many proposals in a row may be ruled out or repeat a measured config before we conclude
 # the sampler has nothing new to offer (a small space fully explored).
 MAX_IDLE_PROPOSALS = 200
-OVERRUN_SAID_S = 5.0  # a study that ran this far past its --minutes says so in `stopped`
-
-Params = dict[str, Any]
 
 
 class StudyRunner:
@@ -191,10 +187,11 @@ class StudyRunner:
             # It could never be scheduled as asked (on the CPU a trial is one process): say so
             # and stop, rather than wait forever for GPUs or store a count it did not run.
             have = self.target.gpus_total if too_big else 0
-            self._fail_study(
+            finish.fail(
+                self,
                 f"each trial asks for {self.gpus_per_trial} GPUs but the cluster has "
                 f"{have}; resubmit with --gpus {max(have, 1)} "
-                f"or fewer, or add GPU workers to the cluster"
+                f"or fewer, or add GPU workers to the cluster",
             )
             return
         # The stored recommendation may be a trial behind (a crash after a result was stored).
@@ -245,14 +242,14 @@ class StudyRunner:
                 return 0
         if self.lease.cancel_requested():
             self.trials.cancel_all()
-            self._finish_study(StudyStatus.CANCELLED)
+            finish.finish(self, StudyStatus.CANCELLED)
             return 0
         # The cluster down or the GPUs gone: launch nothing, say why (study/pause.py).
         self.pause.check(self.executor, self.device_type, self.gpus_per_trial)
         launched = self.launch(max_launches)
         self.lease.keep_alive([f.trial_id for f in self.in_flight.values()])
-        if not self.in_flight and (self._budget_spent() or self._exhausted):
-            self._finish_study(StudyStatus.COMPLETED)
+        if not self.in_flight and (finish.budget_spent(self) or self._exhausted):
+            finish.finish(self, StudyStatus.COMPLETED)
         return launched
 
     def launch(self, max_count: int | None = None) -> int:
@@ -269,7 +266,7 @@ class StudyRunner:
             self.on_event(Event(kind, flight.number, flight.params, TrialState.RUNNING))
             launched += 1
         while (max_count is None or launched < max_count) and not self.done:
-            if self._budget_spent() or self.executor.free_slots(self.gpus_per_trial) <= 0:
+            if finish.budget_spent(self) or self.executor.free_slots(self.gpus_per_trial) <= 0:
                 break
             if not self._launch_next():
                 break
@@ -281,13 +278,13 @@ class StudyRunner:
         """Whether this runner would launch a trial if it had a free slot."""
         if self.done or self.pause.reason is not None:
             return False
-        return not self._exhausted and not self._budget_spent()
+        return not self._exhausted and not finish.budget_spent(self)
 
     # ------------------------------------------------------------------ launching
 
     def _launch_next(self) -> bool:
         """Dispatch one new trial; False when the sampler has nothing new to offer."""
-        if not self.retry_queue and self._search_over():
+        if not self.retry_queue and finish.search_over(self):
             return self._launch_end_phase()
         if not self.retry_queue and self._launch_proxy():
             return True
@@ -530,7 +527,7 @@ class StudyRunner:
         if stop is not None:
             # No other config would escape it: nothing to learn, retry or launch.
             self.trials.cancel_all()
-            self._fail_study(stop)
+            finish.fail(self, stop)
             return
         if out.retry:
             self.retry_queue.append((flight.params, flight.number))
@@ -545,19 +542,6 @@ class StudyRunner:
             self.lease.store_live_best(self.objective, self.options)
 
     # ------------------------------------------------------------------ budget and the end
-
-    def _search_over(self) -> bool:
-        if self._search_exhausted:
-            return True
-        said = self.policy.time_stop
-        over = self.policy.search_over(self.launched, self.max_trials, self.budget.time_left())
-        if self.policy.time_stop is not None and said is None:
-            # Said once: the search ended before the budget to leave the end its time.
-            self.on_event(Event("search_over", message=self.policy.time_stop))
-        return over
-
-    def _budget_spent(self) -> bool:
-        return self.budget.spent(self.launched, bool(self.retry_queue))
 
     def _store_waiting(self, reason: str | None, paused_s: float) -> None:
         self.lease.set_waiting(reason, paused_s)
@@ -576,33 +560,3 @@ class StudyRunner:
         self.lease.interrupt(why)
         self.done = True
         self.on_event(Event("done", state=StudyStatus.INTERRUPTED, message=why))
-
-    def _fail_study(self, message: str) -> None:
-        self.lease.fail(message)
-        self.done = True
-        self.on_event(Event("done", state=StudyStatus.FAILED, message=message))
-
-    def _finish_study(self, status: StudyStatus) -> None:
-        if status == StudyStatus.COMPLETED:
-            with self.db.read() as s:
-                empty = ending.nothing_measured(s, self.study_id)
-            if empty is not None:  # every config pruned, out of memory or failing
-                self._fail_study(empty)
-                return
-        self.lease.finish(
-            status, objective=self.objective, options=self.options, evidence=self._evidence
-        )
-        self.done = True
-        self.on_event(Event("done", state=status))
-
-    def _evidence(self, trials: list[Trial]) -> dict[str, Any]:
-        evidence = self.policy.report(trials)
-        evidence["stopped"] = self.policy.stop_reason(self._budget_spent())
-        time = self.budget.time_left()
-        if time is not None and time.elapsed_s > time.budget_s + OVERRUN_SAID_S:
-            # `--minutes` stops launching; what was launched before it ends runs to its end.
-            evidence["stopped"] += (
-                f"; the study ran {duration(time.elapsed_s)} of its {duration(time.budget_s)}: "
-                "trials launched before the budget ended ran past it"
-            )
-        return evidence
