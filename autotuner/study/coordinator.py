@@ -3,8 +3,10 @@
 `StudyRunner.step()` does one round: collect finished trials (record + tell), cancel if asked,
 fill free executor slots with new trials (ask, rule out, dispatch), keep heartbeats and the lease
 fresh, and finish the study when its budget is spent. `run()` loops over `step()`.
-Once the search is over, what it launches (re-measurement, the one-GPU reference, the numerics
-parity trials) is endgame.py's.
+Its parts live beside it as functions over the runner: the seed plan at start and restart
+(restore.py), the next config to ask (proposals.py), the end of the search and of the study
+(finish.py) and, once the search is over, what it launches (re-measurement, the one-GPU
+reference, the numerics parity trials: endgame.py).
 
 Every state change is its own database transaction, written before the next action depends on
 it: a trial row exists (state running, with its number) before its task is submitted
@@ -24,42 +26,23 @@ from optuna.samplers import BaseSampler
 from optuna.trial import TrialState as OptunaState
 
 from autotuner.executors.base import Completed, Executor
+from autotuner.purpose import END_CHECKS, SEARCH_TRIALS, Purpose
 from autotuner.search.policy import Prune, SearchPolicy
-from autotuner.search.progress import (
-    END_CHECKS,
-    HEADROOM_CHECK,
-    PARITY,
-    PARITY_REFERENCE,
-    PROXY,
-    SEARCH_TRIALS,
-)
-from autotuner.search.sampler import (
-    Observation,
-    distributions,
-    grid_exhausted,
-    new_study,
-    tell,
-)
+from autotuner.search.sampler import Observation, distributions, grid_exhausted, new_study, tell
 from autotuner.search.seeding import SeedPlan
 from autotuner.search.space import SearchSpace
 from autotuner.spec import Knobs, ModelSpec, TrialConfig, canonical_params
 from autotuner.storage.models import StudyStatus, TrialState
 from autotuner.storage.session import Database
-from autotuner.study import endgame, ending, finish, restore
-from autotuner.study.budget import Budget, utc_now
+from autotuner.study import endgame, ending, finish, proposals, restore
+from autotuner.study.budget import Budget
 from autotuner.study.create import create_study
 from autotuner.study.events import Event, OnEvent
 from autotuner.study.lifecycle import StudyLease, default_owner
 from autotuner.study.lost import rerun_allowed
 from autotuner.study.pause import Pause, WaitingForGpus, gpus_missing
-from autotuner.study.trials import (
-    InFlight,
-    TrialBook,
-    lost_outcome,
-    outcome,
-    trial_config,
-)
-from autotuner.types import Params
+from autotuner.study.trials import InFlight, TrialBook, lost_outcome, outcome, trial_config
+from autotuner.types import Params, utcnow
 
 __all__ = ["MAX_IDLE_PROPOSALS", "Event", "StudyRunner", "create_study", "default_owner"]
 
@@ -103,7 +86,7 @@ class StudyRunner:
         screen: Callable[[Params, Knobs], Prune | None] | None = None,
         wrap_sampler: Callable[[BaseSampler], BaseSampler] | None = None,
         candidates: Callable[[], list[Params]] | None = None,
-        clock: Callable[[], dt.datetime] = utc_now,
+        clock: Callable[[], dt.datetime] = utcnow,
     ) -> None:
         self.db = db
         self.study_id = study_id
@@ -286,7 +269,7 @@ class StudyRunner:
         """Dispatch one new trial; False when the sampler has nothing new to offer."""
         if not self.retry_queue and finish.search_over(self):
             return self._launch_end_phase()
-        if not self.retry_queue and self._launch_proxy():
+        if not self.retry_queue and proposals.launch_proxy(self):
             return True
         while self._idle_proposals < MAX_IDLE_PROPOSALS:
             retry_of = None
@@ -295,7 +278,7 @@ class StudyRunner:
                 params, retry_of = retry
                 self.optuna.enqueue_trial(params, skip_if_exists=False)
             else:
-                self._enqueue_next()
+                proposals.enqueue_next(self)
                 if grid_exhausted(self.optuna):
                     break  # every grid point proposed and finished: the search is over
             ask = self.optuna.ask(self.distributions)
@@ -317,7 +300,7 @@ class StudyRunner:
                 # The same config without what made it redundant (an unneeded allocator mode)
                 # runs in its place, with its purpose (a seed's, the expert default's).
                 twin = prune.instead
-                if twin is not None and canonical_params(twin) in self._taken():
+                if twin is not None and canonical_params(twin) in proposals.taken(self):
                     twin = None
                 if twin is not None:
                     restore.seed_in_place(self, params, twin)  # before the pruned row: see there
@@ -359,63 +342,6 @@ class StudyRunner:
         if launched:
             self.lease.store_live_best(self.objective, self.options)
         return launched
-
-    def _launch_proxy(self) -> bool:
-        """With options.proxy_layers: the throughput model's next config, when its kind was
-        never measured, first on the shallower proxy model (policy.proxy_for). It is not told
-        to the sampler and never a candidate; the next proposal is made knowing it."""
-        if (
-            self.policy.proxy_model() is None
-            or self._queue
-            or self.optuna.get_trials(deepcopy=False, states=(OptunaState.WAITING,))
-        ):
-            return False
-        params = self.policy.suggest(self._taken(), self._running_params())
-        if params is None:
-            return False
-        proxy = self.policy.proxy_for(params)
-        if proxy is None:
-            # Its kind is known: it runs at full depth, asked for next (queued here, so the
-            # guided proposal is not computed a second time).
-            self.optuna.enqueue_trial(params, skip_if_exists=False)
-            return False
-        knobs = self.space.knobs_for(params, proxy, self.gpus_per_trial)
-        self._dispatch(None, params, knobs, None, purpose=PROXY, model=proxy)
-        return True
-
-    def _enqueue_next(self) -> None:
-        """Hand Optuna the next queued config (a seed), else the throughput model's proposal."""
-        if self._queue and not self.optuna.get_trials(
-            deepcopy=False, states=(OptunaState.WAITING,)
-        ):
-            self.optuna.enqueue_trial(self._queue.pop(0), skip_if_exists=False)
-            return
-        self._enqueue_guided()
-
-    def _enqueue_guided(self) -> None:
-        """Queue the throughput model's proposal for the next ask, once the seeds have run
-        (Optuna still records and learns from it; with none, the sampler proposes)."""
-        if self.optuna.get_trials(deepcopy=False, states=(OptunaState.WAITING,)):
-            return
-        taken = self._taken()
-        params = self.policy.suggest(taken, self._running_params())
-        while params is None and self._later_seeds:
-            # The model has nothing worth a trial: the expert's alternatives that waited.
-            seed = self._later_seeds.pop(0)
-            params = None if canonical_params(seed) in taken else seed
-        if params is not None:
-            self.optuna.enqueue_trial(params, skip_if_exists=False)
-
-    def _taken(self) -> set[str]:
-        """Configs the throughput model must not propose: measured, pruned, failed, running,
-        or left out for time."""
-        running = {canonical_params(f.params) for f in self.in_flight.values()}
-        return set(self.measured) | self.attempted | running | self._late
-
-    def _running_params(self) -> list[Params]:
-        """The configs of the search's trials running now: with several GPUs, the next
-        proposal is made while they run (the proposer avoids their kinds where it can)."""
-        return [f.params for f in self.in_flight.values() if f.purpose not in END_CHECKS]
 
     def _too_late(self, knobs: Knobs) -> bool:
         why = self.policy.too_late(knobs, self.max_trials, self.budget.time_left())
@@ -466,7 +392,7 @@ class StudyRunner:
     ) -> None:
         purpose = purpose or self.policy.purpose(params)
         # Only a search trial may stop early: seeds are the comparison, end checks run in full.
-        floor = self.policy.abandon_floor() if purpose == "search" else None
+        floor = self.policy.abandon_floor() if purpose == Purpose.SEARCH else None
         # A search trial (or seed) may compile only while the study has time for it; an end
         # check runs to its end.
         budget = (
@@ -498,15 +424,15 @@ class StudyRunner:
         if flight is None:
             return  # cancelled earlier; its late result is discarded
         result = completed.result
-        reference = flight.purpose == "reference"  # one GPU, outside the study's space
+        reference = flight.purpose == Purpose.REFERENCE  # one GPU, outside the study's space
         gpus = 1 if reference else self.gpus_per_trial
         out = outcome(flight, result, self.policy, self.objective, gpus, self.options)
         lost = completed.lost and rerun_allowed(flight.purpose)
         if lost:  # the cluster failed under it: nothing about the config (study/lost.py)
             out = lost_outcome(flight, result, self.trials.lost_streak(flight))
-        elif flight.purpose in (PARITY, PARITY_REFERENCE):
+        elif flight.purpose in (Purpose.PARITY, Purpose.PARITY_REFERENCE):
             out = endgame.parity_outcome(self, flight, result, out)
-        elif flight.purpose == HEADROOM_CHECK:
+        elif flight.purpose == Purpose.HEADROOM:
             out = endgame.headroom_outcome(out)
             if result.loss_curve:  # it ran the numerics check's candidate steps too
                 out = endgame.parity_outcome(self, flight, result, out)

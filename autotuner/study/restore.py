@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, Protocol
 
-import optuna
+from optuna import Study
 
 from autotuner.search.policy import Prune, SearchPolicy
 from autotuner.search.sampler import Observation, replay
@@ -39,7 +39,7 @@ class Runner(Protocol):
     max_minutes: float | None
     seed: int
     lease: StudyLease
-    optuna: optuna.Study
+    optuna: Study
     policy: SearchPolicy
     launched: int
     measured: dict[str, Observation]
