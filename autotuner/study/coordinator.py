@@ -344,8 +344,8 @@ class StudyRunner:
         return launched
 
     def _too_late(self, knobs: Knobs) -> bool:
-        why = self.policy.too_late(knobs, self.max_trials, self.budget.time_left())
-        if why is not None and self.policy.late == 1:
+        why = self.policy.time_plan.too_late(knobs, self.max_trials, self.budget.time_left())
+        if why is not None and self.policy.time_plan.late == 1:
             self.on_event(Event("search_over", message=f"not launched for time: a {why}"))
         return why is not None
 
@@ -396,7 +396,7 @@ class StudyRunner:
         # A search trial (or seed) may compile only while the study has time for it; an end
         # check runs to its end.
         budget = (
-            self.policy.compile_budget_s(self.max_trials, self.budget.time_left())
+            self.policy.time_plan.compile_budget_s(self.max_trials, self.budget.time_left())
             if purpose in SEARCH_TRIALS
             else None
         )

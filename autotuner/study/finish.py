@@ -49,11 +49,12 @@ def search_over(runner: Runner) -> bool:
     """Whether the search launches no new trial (what runs next is the end's)."""
     if runner._search_exhausted:
         return True
-    said = runner.policy.time_stop
-    over = runner.policy.search_over(runner.launched, runner.max_trials, runner.budget.time_left())
-    if runner.policy.time_stop is not None and said is None:
+    plan = runner.policy.time_plan
+    said = plan.time_stop
+    over = plan.search_over(runner.launched, runner.max_trials, runner.budget.time_left())
+    if plan.time_stop is not None and said is None:
         # Said once: the search ended before the budget to leave the end its time.
-        runner.on_event(Event("search_over", message=runner.policy.time_stop))
+        runner.on_event(Event("search_over", message=plan.time_stop))
     return over
 
 
