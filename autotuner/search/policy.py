@@ -27,6 +27,7 @@ from typing import Any
 
 from autotuner.executors.base import Target
 from autotuner.options import StudyOptions
+from autotuner.purpose import END_CHECKS, SEARCH_TRIALS, Purpose
 from autotuner.search import evidence
 from autotuner.search.costmodel import CostModel
 from autotuner.search.costmodel.throughput import ThroughputModel
@@ -44,15 +45,8 @@ from autotuner.search.numerics import (
     with_recompute,
 )
 from autotuner.search.objective import Objective, memory_violation
-from autotuner.search.progress import (
-    END_CHECKS,
-    EXPERT_DEFAULT,
-    PARITY_REFERENCE,
-    PROXY,
-    SEARCH_TRIALS,
-    Progress,
-)
-from autotuner.search.proposer import Params, Proposer
+from autotuner.search.progress import Progress
+from autotuner.search.proposer import Proposer
 from autotuner.search.remeasure import Remeasure, stop_reason
 from autotuner.search.sampler import Observation
 from autotuner.search.screen import DOMINATED, Z_PRUNE, Prune, Screen
@@ -71,6 +65,7 @@ from autotuner.spec import (
 )
 from autotuner.storage.models import Trial, TrialState
 from autotuner.storage.session import Database
+from autotuner.types import Params
 
 # Prune, Z_PRUNE and DOMINATED live in screen.py; importable from here for older callers.
 __all__ = ["DOMINATED", "Z_PRUNE", "Prune", "SearchPolicy"]
@@ -134,7 +129,7 @@ class SearchPolicy:
             knobs=self.knobs,
             as_run=self._as_run,
         )
-        # Each seed's purpose by its canonical params: EXPERT_DEFAULT or "seed" (`purpose`).
+        # Each seed's purpose by its canonical params: the expert default or a seed (`purpose`).
         self.seed_roles: dict[str, str] = {}
         self.throughput = ThroughputModel(model, target, max(gpus_per_trial, 1))
         self.proposer: Proposer | None = None
@@ -248,7 +243,7 @@ class SearchPolicy:
             return
         if result.status == TrialStatus.OK:  # its attention kernel ran: no probe needed again
             self._kernels_ran.add(_attention_kernel(knobs or self.knobs(params)))
-        if purpose == PROXY:
+        if purpose == Purpose.PROXY:
             self._observe_proxy(params, result, fit=fit)
             return
         if purpose in END_CHECKS:  # one GPU, or a parity run: nothing about the search's configs
@@ -323,9 +318,9 @@ class SearchPolicy:
     def mark_seeds(self, seeds: list[dict[str, Any]], expert: dict[str, Any] | None) -> None:
         """Label these configs' trials as seeds, `expert`'s as the expert default (`purpose`);
         again after a caller maps the seeds to other configs (the replays' recorded ones)."""
-        self.seed_roles = {canonical_params(p): "seed" for p in seeds}
+        self.seed_roles = {canonical_params(p): Purpose.SEED for p in seeds}
         if expert is not None:
-            self.seed_roles[canonical_params(expert)] = EXPERT_DEFAULT
+            self.seed_roles[canonical_params(expert)] = Purpose.EXPERT_DEFAULT
 
     def inherit_purpose(self, twin: dict[str, Any], of: dict[str, Any]) -> None:
         """`twin` runs in `of`'s place (a pruned seed's default-allocator twin): the same role,
@@ -339,7 +334,7 @@ class SearchPolicy:
         stored plan's), so a retry of a seed (the expert default's first of all) keeps its
         role."""
         for t in trials:
-            if t.purpose in (EXPERT_DEFAULT, "seed"):
+            if t.purpose in (Purpose.EXPERT_DEFAULT, Purpose.SEED):
                 self.seed_roles[canonical_params(t.params)] = t.purpose
 
     def expert_params(self) -> dict[str, Any]:
@@ -362,8 +357,8 @@ class SearchPolicy:
         )
 
     def purpose(self, params: dict[str, Any]) -> str:
-        """A trial's stored purpose: EXPERT_DEFAULT, "seed" or "search"."""
-        return self.seed_roles.get(canonical_params(params), "search")
+        """A trial's stored purpose: the expert default, a seed or a search proposal."""
+        return self.seed_roles.get(canonical_params(params), Purpose.SEARCH)
 
     # ------------------------------------------------------------------ finishing (time_plan.py)
 
@@ -405,7 +400,7 @@ class SearchPolicy:
         took (the Llama 3B study of 2026-12-03 expected its bf16 reference to take the fp8
         candidate's cold compile: 86 s, where it ran in 44), warm where it borrows a compiled
         graph."""
-        if purpose != PARITY_REFERENCE:
+        if purpose != Purpose.PARITY_REFERENCE:
             return params
         ref = self.reference_knobs(self.knobs(params))
         if ref is None:
