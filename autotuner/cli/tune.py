@@ -42,7 +42,7 @@ from autotuner.cli.common import (
     study_request,
 )
 from autotuner.cli.render import compact_params, show_best
-from autotuner.search.progress import EXPERT_DEFAULT
+from autotuner.purpose import Purpose
 
 
 @friendly_errors
@@ -122,7 +122,7 @@ def tune(
     import os
 
     from autotuner.executors.ray_executor import RayExecutor
-    from autotuner.storage.repository import StudyRepo
+    from autotuner.storage.study_repo import StudyRepo
     from autotuner.study.coordinator import default_owner
     from autotuner.study.factory_access import ENV_VAR as FACTORY_DIRS_ENV
     from autotuner.study.operations import create_requested
@@ -284,7 +284,7 @@ class _TuneProgress:
             # Proxies (a shallower model) and end checks are not measurements of a candidate:
             # labelled, and never the progress bar's best.
             label = _PURPOSE_LABELS.get(event.purpose or "", "")
-            if event.loss_curve and event.tokens_per_s and event.purpose == "headroom":
+            if event.loss_curve and event.tokens_per_s and event.purpose == Purpose.HEADROOM:
                 # A headroom check that ran the numerics check's candidate steps first.
                 curve = event.loss_curve
                 line = (
@@ -369,13 +369,13 @@ class ReasonCounter:
 
 
 # A candidate labelled for what it is compared with (it counts for the best, unlike the above).
-_SEED_LABELS = {EXPERT_DEFAULT: "expert default: "}
-_PURPOSE_LABELS = {
-    "proxy": "proxy (shallow model): ",
-    "headroom": "headroom check: ",
-    "parity": "numerics check: ",
-    "parity-ref": "numerics reference: ",
-    "reference": "1-GPU reference: ",
+_SEED_LABELS: dict[str, str] = {Purpose.EXPERT_DEFAULT: "expert default: "}
+_PURPOSE_LABELS: dict[str, str] = {
+    Purpose.PROXY: "proxy (shallow model): ",
+    Purpose.HEADROOM: "headroom check: ",
+    Purpose.PARITY: "numerics check: ",
+    Purpose.PARITY_REFERENCE: "numerics reference: ",
+    Purpose.REFERENCE: "1-GPU reference: ",
 }
 
 

@@ -13,6 +13,8 @@ sampler; this class owns the judgement, one study at a time, and composes one pa
   family, then the expert's closest alternatives;
 - **finish** (`remeasure.py`): stop once no trial has improved beyond noise for `patience`
   trials or the budget is spent, then re-measure the top candidates, interleaved A B A B;
+  with a time budget, `time_plan.py` stops the search in time for the end checks, leaves out
+  proposals too late to run, and cuts the re-measurements or the checks that would not fit;
 - **report** the evidence for the recommendation (`evidence.py`).
 
 Options: `autotuner.options.StudyOptions` (one typed model; its defaults live there).
@@ -25,49 +27,35 @@ from typing import Any
 
 from autotuner.executors.base import Target
 from autotuner.options import StudyOptions
+from autotuner.purpose import END_CHECKS, SEARCH_TRIALS, Purpose
 from autotuner.search import evidence
 from autotuner.search.costmodel import CostModel
 from autotuner.search.costmodel.throughput import ThroughputModel
 from autotuner.search.early_stop import abandon_floor
 from autotuner.search.end_time import (
-    FLOOR_S,
     DueCheck,
     TimeLeft,
     TrialWalls,
-    checks_cut,
-    duration,
-    needed_s,
-    remeasure_cut,
-    search_stop,
 )
 from autotuner.search.feedback import Feedback
 from autotuner.search.numerics import (
-    changes_numerics,
     parity_reference_knobs,
     space_changes_numerics,
     warm_reference,
     with_recompute,
 )
 from autotuner.search.objective import Objective, memory_violation
-from autotuner.search.progress import (
-    END_CHECKS,
-    EXPERT_DEFAULT,
-    PARITY_REFERENCE,
-    PROXY,
-    SEARCH_TRIALS,
-    Progress,
-)
-from autotuner.search.proposer import Params, Proposer
+from autotuner.search.progress import Progress
+from autotuner.search.proposer import Proposer
 from autotuner.search.remeasure import Remeasure, stop_reason
 from autotuner.search.sampler import Observation
 from autotuner.search.screen import DOMINATED, Z_PRUNE, Prune, Screen
 from autotuner.search.seeding import Seeder, SeedPlan
 from autotuner.search.space import SearchSpace
+from autotuner.search.time_plan import TimePlan
 from autotuner.search.trial_cost import TrialCosts
 from autotuner.spec import (
     Checkpointing,
-    CompileMode,
-    CompileScope,
     Knobs,
     ModelFamily,
     ModelSpec,
@@ -77,6 +65,7 @@ from autotuner.spec import (
 )
 from autotuner.storage.models import Trial, TrialState
 from autotuner.storage.session import Database
+from autotuner.types import Params
 
 # Prune, Z_PRUNE and DOMINATED live in screen.py; importable from here for older callers.
 __all__ = ["DOMINATED", "Z_PRUNE", "Prune", "SearchPolicy"]
@@ -128,17 +117,19 @@ class SearchPolicy:
             headroom=options.headroom > 0,
         )
         self.feedback = Feedback(cost=self.cost, options=options, knobs=self.knobs)
-        # What each config's trial took: the end checks' time (end_time.py). Why the search or
-        # the re-measurements stopped for them, once they did (the study's events, `stopped`).
+        # What each config's trial took: the end checks' time (end_time.py).
         self.walls = TrialWalls(recomputes=self._recomputes)
         self.costs = TrialCosts(model.n_layer)  # what a proposal's trial is expected to take
-        self.time_stop: str | None = None
-        self.checks_note: str | None = None  # why the end checks did not start (end_time.py)
-        self._end_checks_decided = False
-        self.remeasure_note: str | None = None
-        self.late = 0  # proposals not launched for time (too_late), and why the first was not
-        self._first_late: str | None = None
-        # Each seed's purpose by its canonical params: EXPERT_DEFAULT or "seed" (`purpose`).
+        # When a timed study's search stops, and what it cuts, for its end (time_plan.py).
+        self.time_plan = TimePlan(
+            progress=self.progress,
+            remeasure=self.remeasure,
+            walls=self.walls,
+            costs=self.costs,
+            knobs=self.knobs,
+            as_run=self._as_run,
+        )
+        # Each seed's purpose by its canonical params: the expert default or a seed (`purpose`).
         self.seed_roles: dict[str, str] = {}
         self.throughput = ThroughputModel(model, target, max(gpus_per_trial, 1))
         self.proposer: Proposer | None = None
@@ -252,7 +243,7 @@ class SearchPolicy:
             return
         if result.status == TrialStatus.OK:  # its attention kernel ran: no probe needed again
             self._kernels_ran.add(_attention_kernel(knobs or self.knobs(params)))
-        if purpose == PROXY:
+        if purpose == Purpose.PROXY:
             self._observe_proxy(params, result, fit=fit)
             return
         if purpose in END_CHECKS:  # one GPU, or a parity run: nothing about the search's configs
@@ -327,9 +318,9 @@ class SearchPolicy:
     def mark_seeds(self, seeds: list[dict[str, Any]], expert: dict[str, Any] | None) -> None:
         """Label these configs' trials as seeds, `expert`'s as the expert default (`purpose`);
         again after a caller maps the seeds to other configs (the replays' recorded ones)."""
-        self.seed_roles = {canonical_params(p): "seed" for p in seeds}
+        self.seed_roles = {canonical_params(p): Purpose.SEED for p in seeds}
         if expert is not None:
-            self.seed_roles[canonical_params(expert)] = EXPERT_DEFAULT
+            self.seed_roles[canonical_params(expert)] = Purpose.EXPERT_DEFAULT
 
     def inherit_purpose(self, twin: dict[str, Any], of: dict[str, Any]) -> None:
         """`twin` runs in `of`'s place (a pruned seed's default-allocator twin): the same role,
@@ -343,7 +334,7 @@ class SearchPolicy:
         stored plan's), so a retry of a seed (the expert default's first of all) keeps its
         role."""
         for t in trials:
-            if t.purpose in (EXPERT_DEFAULT, "seed"):
+            if t.purpose in (Purpose.EXPERT_DEFAULT, Purpose.SEED):
                 self.seed_roles[canonical_params(t.params)] = t.purpose
 
     def expert_params(self) -> dict[str, Any]:
@@ -366,116 +357,24 @@ class SearchPolicy:
         )
 
     def purpose(self, params: dict[str, Any]) -> str:
-        """A trial's stored purpose: EXPERT_DEFAULT, "seed" or "search"."""
-        return self.seed_roles.get(canonical_params(params), "search")
+        """A trial's stored purpose: the expert default, a seed or a search proposal."""
+        return self.seed_roles.get(canonical_params(params), Purpose.SEARCH)
 
-    # ------------------------------------------------------------------ finishing
-
-    def search_over(self, launched: int, max_trials: int | None, time: TimeLeft | None) -> bool:
-        """Whether the search is over: converged, the trial budget less the end's reserve
-        launched, or (`time`: a time budget) the time left is what the end needs. Once over
-        for time it stays over: a later estimate must not start the search again."""
-        if self.time_stop is not None:
-            return True
-        if self.remeasure.search_over(self.progress, launched, max_trials):
-            return True
-        if time is None:
-            return False
-        due = self._checks_kept(max_trials, time)
-        self.time_stop = search_stop(
-            time, due, self.walls, reserves_share=self.remeasure.reserves_time
-        )
-        return self.time_stop is not None
+    # ------------------------------------------------------------------ finishing (time_plan.py)
 
     def too_late(self, knobs: Knobs, max_trials: int | None, time: TimeLeft | None) -> str | None:
-        """Why not to launch this trial now: with a time budget, it is expected to end, with
-        the end checks due after it, past the budget (search/trial_cost.py). None: launch it.
-        A cheaper proposal may still fit; the search ends when none does."""
-        if time is None:
-            return None
-        trial_s = self.costs.expected_s(knobs)
-        keep_s = needed_s(self._checks_kept(max_trials, time))
-        if time.remaining_s >= trial_s + keep_s:
-            return None
-        mode = knobs.compile_mode
-        kind = "eager" if mode == CompileMode.NONE else f"compile {mode.value}"
-        if mode != CompileMode.NONE and knobs.compile_scope == CompileScope.BLOCK:
-            kind += " per block"
-        why = (
-            f"{knobs.precision.value} {kind} trial expected to take "
-            f"{duration(trial_s)}"
-            + (f", then {duration(keep_s)} for the end checks" if keep_s else "")
-            + f", with {duration(time.remaining_s)} left at {time.at()}"
-        )
-        self.late += 1
-        self._first_late = self._first_late or why
-        return why
+        return self.time_plan.too_late(knobs, max_trials, time)
 
-    def compile_budget_s(self, max_trials: int | None, time: TimeLeft | None) -> float | None:
-        """The longest a trial launched now may compile (MeasureSettings.compile_budget_s):
-        the time left less the end checks due; None without a time budget. A trial still
-        compiling then could not end inside the budget (too_late let it start on its expected
-        wall: an estimate, this is the limit)."""
-        if time is None:
-            return None
-        keep_s = needed_s(self._checks_kept(max_trials, time))
-        return max(FLOOR_S, time.remaining_s - keep_s)
+    @property
+    def late(self) -> int:
+        return self.time_plan.late
 
     @property
     def late_note(self) -> str | None:
-        """What the search left out for time: how many proposals, and the first."""
-        if not self.late:
-            return None
-        return f"{self.late} proposal(s) not launched for time, the first a {self._first_late}"
-
-    def next_remeasure(
-        self, max_trials: int | None, time: TimeLeft | None = None
-    ) -> tuple[dict[str, Any], str] | None:
-        """The next (config, purpose) after the search: re-measurements A B A B, then (several
-        GPUs) the reference on one GPU; None when done. With a time budget, a re-measurement
-        that would leave the end checks too little time is not run, nor any after it."""
-        planned = self.remeasure.next(self.progress, max_trials)
-        if planned is None or planned[1] != "remeasure" or time is None:
-            return planned
-        rerun = self.walls.due([("remeasure", planned[0])])[0]
-        total = len(self.remeasure.plan(self.progress.values, max_trials))
-        why = remeasure_cut(
-            time, rerun, self._checks_kept(max_trials, time), self.progress.remeasured, total
-        )
-        if why is None:
-            return planned
-        self.remeasure.cut, self.remeasure_note = True, why
-        return self.remeasure.next(self.progress, max_trials)
-
-    def end_checks_cut(self, max_trials: int | None, time: TimeLeft | None) -> str | None:
-        """Why the end checks must not start, or None to run them; asked when the first is
-        due and answered once (end_time.checks_cut). A winner left unchecked says so (its
-        `numerics` and `headroom` entries); the reason is in the recommendation's `stopped`."""
-        if self._end_checks_decided or time is None:
-            return self.checks_note
-        self._end_checks_decided = True
-        self.checks_note = checks_cut(time, self._checks_due(max_trials))
-        return self.checks_note
-
-    def _checks_kept(self, max_trials: int | None, time: TimeLeft) -> list[DueCheck]:
-        """The end checks to keep time for: those due, unless they could not end inside the
-        budget (and its grace) even if the search stopped now. Then no time is kept for them:
-        the search goes on with what fits, and the end decides again for the winner it has
-        then (a replayed Llama 3B study stopped after one 4.3-minute trial to keep 9 minutes
-        of checks, and ran them to 13.0 min of its 10)."""
-        due = self._checks_due(max_trials)
-        return [] if checks_cut(time, due) is not None else due
+        return self.time_plan.late_note
 
     def _checks_due(self, max_trials: int | None) -> list[DueCheck]:
-        due = self.remeasure.checks_due(
-            self.progress, max_trials, lambda params: changes_numerics(self.knobs(params))
-        )
-        # Each check keeps the params its row will carry (the candidate's, for the reference),
-        # and is timed by what it runs.
-        return [
-            DueCheck(purpose, p, self.walls.expected_s(purpose, self._as_run(purpose, p)))
-            for purpose, p in due
-        ]
+        return self.time_plan.checks_due(max_trials)
 
     def reference_knobs(self, knobs: Knobs) -> Knobs | None:
         """What the numerics check's reference of a candidate with these knobs runs: its knobs
@@ -501,7 +400,7 @@ class SearchPolicy:
         took (the Llama 3B study of 2026-12-03 expected its bf16 reference to take the fp8
         candidate's cold compile: 86 s, where it ran in 44), warm where it borrows a compiled
         graph."""
-        if purpose != PARITY_REFERENCE:
+        if purpose != Purpose.PARITY_REFERENCE:
             return params
         ref = self.reference_knobs(self.knobs(params))
         if ref is None:
@@ -511,11 +410,12 @@ class SearchPolicy:
 
     def stop_reason(self, budget_spent: bool) -> str:
         """Why the search stopped, and why re-measuring did, if it was cut short."""
-        reason = self.time_stop or stop_reason(self.progress, budget_spent)
-        if self.late and reason == "search space exhausted":
+        plan = self.time_plan
+        reason = plan.time_stop or stop_reason(self.progress, budget_spent)
+        if plan.late and reason == "search space exhausted":
             # The proposals ran out because none fitted in the time left, not the space.
             reason = "no proposal fitted in the time left"
-        notes = [n for n in (self.late_note, self.remeasure_note, self.checks_note) if n]
+        notes = [n for n in (plan.late_note, plan.remeasure_note, plan.checks_note) if n]
         return "; ".join([reason, *notes])
 
     def report(self, trials: list[Trial]) -> dict[str, Any]:

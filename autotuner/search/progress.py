@@ -13,21 +13,10 @@ import statistics
 from typing import Any
 
 from autotuner.options import StudyOptions
-from autotuner.purpose import END_CHECKS as END_CHECKS
-from autotuner.purpose import SEARCH_TRIALS as SEARCH_TRIALS
-from autotuner.purpose import Purpose
+from autotuner.purpose import END_CHECKS, Purpose
 from autotuner.search.noise import noise_band
 from autotuner.search.objective import Objective, memory_violation, objective_value
 from autotuner.spec import TrialResult, TrialStatus, canonical_params
-
-# The names the study coordinator, the search policy and `tune` import from here; every other
-# module reads autotuner.purpose directly.
-REFERENCE: str = Purpose.REFERENCE
-PARITY: str = Purpose.PARITY
-PARITY_REFERENCE: str = Purpose.PARITY_REFERENCE
-HEADROOM_CHECK: str = Purpose.HEADROOM
-PROXY: str = Purpose.PROXY
-EXPERT_DEFAULT: str = Purpose.EXPERT_DEFAULT
 
 
 class Progress:

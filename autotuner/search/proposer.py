@@ -42,8 +42,8 @@ from autotuner.search.costmodel.throughput import ThroughputModel
 from autotuner.search.space import IntRange, SearchSpace
 from autotuner.search.trial_cost import TrialCosts
 from autotuner.spec import Knobs, ModelSpec, canonical_params
+from autotuner.types import Params
 
-Params = dict[str, Any]
 MAX_ENUMERATED = 6000
 SAMPLED = 3000
 MIN_GAIN = 0.003  # expected improvement below 0.3% of the incumbent: not worth a trial

@@ -211,7 +211,7 @@ class SearchSpace(BaseModel):
             return None
         ranks = max(num_gpus, 1)
         # The expert's own accumulation: `global_batch_from_expert` steps, or 1 where those
-        # steps' gradients do not fit (coordinator._hold_expert_global_batch).
+        # steps' gradients do not fit (study/restore.py hold_expert_global_batch).
         return expert.micro_batch_size * expert.grad_accum * model.seq_len * ranks
 
     def global_batch_mismatch(self, knobs: Knobs, model: ModelSpec, num_gpus: int) -> str | None:

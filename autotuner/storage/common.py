@@ -1,5 +1,13 @@
 """What the study and trial repositories share: their exceptions, the database clock, and the
-small helpers for conditional UPDATEs (see repository.py for the transaction rules)."""
+small helpers for conditional UPDATEs.
+
+The repositories (study_repo.StudyRepo, trial_repo.TrialRepo) run inside the caller's
+`Database.session()` transaction and never commit themselves, so one state change is one
+transaction. State changes that can race (taking a study's lease, numbering trials, finishing
+a trial, marking trials lost) are conditional UPDATEs or row locks, correct with several
+coordinators on one Postgres database; on SQLite every transaction takes the write lock at
+BEGIN (see session.configure_sqlite), which serialises them.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Studies: create, find (by id, id prefix or name), list, status, lease, best trial.
 
-Runs inside the caller's transaction and never commits (see repository.py)."""
+Runs inside the caller's transaction and never commits (see common.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Trials of a study: numbered, started, finished once, heartbeated, marked lost.
 
-Runs inside the caller's transaction and never commits (see repository.py)."""
+Runs inside the caller's transaction and never commits (see common.py)."""
 
 from __future__ import annotations
 

@@ -9,9 +9,6 @@ from dataclasses import dataclass, field
 from autotuner.search.end_time import TimeLeft
 from autotuner.types import utcnow
 
-# The study coordinator imports the clock by this name.
-utc_now = utcnow
-
 
 @dataclass(frozen=True)
 class Budget:

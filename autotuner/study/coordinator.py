@@ -3,8 +3,10 @@
 `StudyRunner.step()` does one round: collect finished trials (record + tell), cancel if asked,
 fill free executor slots with new trials (ask, rule out, dispatch), keep heartbeats and the lease
 fresh, and finish the study when its budget is spent. `run()` loops over `step()`.
-Once the search is over, what it launches (re-measurement, the one-GPU reference, the numerics
-parity trials) is endgame.py's.
+Its parts live beside it as functions over the runner: the seed plan at start and restart
+(restore.py), the next config to ask (proposals.py), the end of the search and of the study
+(finish.py) and, once the search is over, what it launches (re-measurement, the one-GPU
+reference, the numerics parity trials: endgame.py).
 
 Every state change is its own database transaction, written before the next action depends on
 it: a trial row exists (state running, with its number) before its task is submitted
@@ -18,53 +20,29 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import asdict
-from typing import Any
 
 import optuna
 from optuna.samplers import BaseSampler
 from optuna.trial import TrialState as OptunaState
 
 from autotuner.executors.base import Completed, Executor
-from autotuner.search.end_time import duration
+from autotuner.purpose import END_CHECKS, SEARCH_TRIALS, Purpose
 from autotuner.search.policy import Prune, SearchPolicy
-from autotuner.search.progress import (
-    END_CHECKS,
-    HEADROOM_CHECK,
-    PARITY,
-    PARITY_REFERENCE,
-    PROXY,
-    SEARCH_TRIALS,
-)
-from autotuner.search.sampler import (
-    Observation,
-    distributions,
-    grid_exhausted,
-    new_study,
-    replay,
-    tell,
-)
+from autotuner.search.sampler import Observation, distributions, grid_exhausted, new_study, tell
 from autotuner.search.seeding import SeedPlan
 from autotuner.search.space import SearchSpace
 from autotuner.spec import Knobs, ModelSpec, TrialConfig, canonical_params
-from autotuner.storage.models import StudyStatus, Trial, TrialState
-from autotuner.storage.repository import TrialRepo
+from autotuner.storage.models import StudyStatus, TrialState
 from autotuner.storage.session import Database
-from autotuner.study import endgame, ending
-from autotuner.study.budget import Budget, utc_now
+from autotuner.study import endgame, ending, finish, proposals, restore
+from autotuner.study.budget import Budget
 from autotuner.study.create import create_study
 from autotuner.study.events import Event, OnEvent
 from autotuner.study.lifecycle import StudyLease, default_owner
 from autotuner.study.lost import rerun_allowed
 from autotuner.study.pause import Pause, WaitingForGpus, gpus_missing
-from autotuner.study.trials import (
-    InFlight,
-    TrialBook,
-    history,
-    lost_outcome,
-    outcome,
-    trial_config,
-)
+from autotuner.study.trials import InFlight, TrialBook, lost_outcome, outcome, trial_config
+from autotuner.types import Params, utcnow
 
 __all__ = ["MAX_IDLE_PROPOSALS", "Event", "StudyRunner", "create_study", "default_owner"]
 
@@ -73,9 +51,6 @@ log = logging.getLogger(__name__)
 # How many proposals in a row may be ruled out or repeat a measured config before we conclude
 # the sampler has nothing new to offer (a small space fully explored).
 MAX_IDLE_PROPOSALS = 200
-OVERRUN_SAID_S = 5.0  # a study that ran this far past its --minutes says so in `stopped`
-
-Params = dict[str, Any]
 
 
 class StudyRunner:
@@ -92,6 +67,10 @@ class StudyRunner:
     - `wrap_sampler`: wraps the Optuna sampler the study was configured with.
     """
 
+    # Set when the study starts, by restore.py (from the study's rows).
+    policy: SearchPolicy
+    launched: int
+
     def __init__(
         self,
         db: Database,
@@ -107,7 +86,7 @@ class StudyRunner:
         screen: Callable[[Params, Knobs], Prune | None] | None = None,
         wrap_sampler: Callable[[BaseSampler], BaseSampler] | None = None,
         candidates: Callable[[], list[Params]] | None = None,
-        clock: Callable[[], dt.datetime] = utc_now,
+        clock: Callable[[], dt.datetime] = utcnow,
     ) -> None:
         self.db = db
         self.study_id = study_id
@@ -191,10 +170,11 @@ class StudyRunner:
             # It could never be scheduled as asked (on the CPU a trial is one process): say so
             # and stop, rather than wait forever for GPUs or store a count it did not run.
             have = self.target.gpus_total if too_big else 0
-            self._fail_study(
+            finish.fail(
+                self,
                 f"each trial asks for {self.gpus_per_trial} GPUs but the cluster has "
                 f"{have}; resubmit with --gpus {max(have, 1)} "
-                f"or fewer, or add GPU workers to the cluster"
+                f"or fewer, or add GPU workers to the cluster",
             )
             return
         # The stored recommendation may be a trial behind (a crash after a result was stored).
@@ -203,34 +183,7 @@ class StudyRunner:
         if self._wrap_sampler is not None:
             self.optuna.sampler = self._wrap_sampler(self.optuna.sampler)
         self.distributions = distributions(self.space)
-        # Rules, cost model, seeding, re-measurement and early stop (autotuner/policy.py).
-        if self.space.global_batch_from_expert and not self.space.global_batch_tokens:
-            self._hold_expert_global_batch(self.space.global_batch_from_expert)
-        self.policy = self._policy(self.space)
-        self.policy.enable_proposals(
-            seed=self.seed, screen=self._screen_proposal, candidates=self._candidates
-        )
-        self._rebuild(SeedPlan(**study.seeds) if study.seeds is not None else None)
-
-    def _hold_expert_global_batch(self, accum: int) -> None:
-        """The space holds the expert default's global batch: its micro-batch (the cost model's
-        choice for this model and GPU) x `accum` steps x seq_len x GPUs, fixed now that the
-        target is known, and stored, so every trial of the study (a restart's too) runs it."""
-        # The expert default as it will run: with its accumulation steps. Accumulating keeps
-        # every fp32 gradient alive across micro-steps (4 B/param: 30 GiB for Llama 8B, which
-        # with the weights and AdamW's moments leaves no room on one H200); where no expert
-        # config fits that way but one fits without accumulating, that one sets the batch.
-        for steps in dict.fromkeys((accum, 1)):
-            as_run = self.space.model_copy(
-                update={"fixed": {**self.space.fixed, "grad_accum": steps}}
-            )
-            policy = self._policy(as_run)
-            expert = policy.expert_params()
-            if policy.expert_fits(expert):
-                break
-        held = self.space.expert_global_batch(policy.knobs(expert), self.model, self.gpus_per_trial)
-        self.space = self.space.model_copy(update={"global_batch_tokens": held})
-        self.lease.hold_space(self.space)
+        restore.restore(self, study.seeds)
 
     def _policy(self, space: SearchSpace) -> SearchPolicy:
         return SearchPolicy(
@@ -241,64 +194,6 @@ class StudyRunner:
             objective=self.objective,
             options=self.options,
         )
-
-    def _rebuild(self, stored: SeedPlan | None) -> None:
-        """The sampler, the counts and the retries from the stored trials; the seeds still to
-        run from `stored`, the plan the study row keeps (planned and stored now if none ran)."""
-        with self.db.session() as s:
-            trials = TrialRepo(s).list(self.study_id)
-            past = history(trials, self.policy)
-            replay(self.optuna, self.space, past.observations)
-        self.launched = past.launched
-        self.measured.update(past.measured)
-        self.attempted |= past.attempted
-        self.retry_queue.extend(past.retries)
-        seeds = stored
-        if not trials:
-            # The expert default first (after its alternative where the prior expects that one
-            # clearly faster), so the study starts from a good config; then earlier
-            # winners on this GPU and model family, and the expert's alternatives that do not
-            # wait for the throughput model (search/seeding.py).
-            plan = self.policy.seed_plan(self.db, timed=self.max_minutes is not None)
-            seeds = plan
-            if self._seeds is not None:  # each part mapped on its own (a part may be empty)
-                now, later = (self._seeds(part) if part else [] for part in (plan.now, plan.later))
-                seeds = SeedPlan(now, later, expert=self._mapped_expert(plan, now))
-            # Stored, so a restart queues what has not run (the plan would differ by then).
-            self.lease.hold_seeds(asdict(seeds))
-        self._seed_plan = seeds  # as stored: a pruned seed's twin replaces it (_seed_in_place)
-        if seeds is not None:
-            self.policy.mark_seeds(seeds.all, seeds.expert)
-
-            def not_run(part: list[Params]) -> list[Params]:
-                return [p for p in part if canonical_params(p) not in self.attempted]
-
-            self._queue, self._later_seeds = not_run(seeds.now), not_run(seeds.later)
-        # What the trials were stored as wins (a study from before the stored plan has none).
-        self.policy.restore_purposes(trials)
-
-    def _seed_in_place(self, seed: Params, twin: Params) -> None:
-        """Store the seed plan with `twin` in `seed`'s place, where `seed` is one of it. The
-        pruned row makes `seed` attempted, so a coordinator restarted after it would drop the
-        seed from its queue and, with the old plan, never run the twin: the expert default
-        could be lost so. Stored before that row: a restart between the two runs the twin."""
-        plan = self._seed_plan
-        if plan is None or canonical_params(seed) not in {canonical_params(p) for p in plan.all}:
-            return
-        self._seed_plan = plan.replaced(seed, twin)
-        self.lease.hold_seeds(asdict(self._seed_plan))
-
-    def _mapped_expert(self, plan: SeedPlan, now: list[Params]) -> Params | None:
-        """What runs in the expert default's place once the `seeds` hook mapped `plan.now` to
-        `now`: the config at its place where the hook kept every seed, else the expert default
-        mapped alone. Not that where a seed ran before it: the replay's hook maps each seed to
-        the nearest recorded config not yet taken, so alone an unrecorded expert default could
-        map to the fp8 seed's config, and the fp8 seed would be marked the expert default."""
-        if plan.expert is None or self._seeds is None:
-            return plan.expert
-        if plan.expert in plan.now and len(now) == len(plan.now):
-            return now[plan.now.index(plan.expert)]
-        return self._seeds([plan.expert])[0]
 
     # ------------------------------------------------------------------ loop
 
@@ -330,14 +225,14 @@ class StudyRunner:
                 return 0
         if self.lease.cancel_requested():
             self.trials.cancel_all()
-            self._finish_study(StudyStatus.CANCELLED)
+            finish.finish(self, StudyStatus.CANCELLED)
             return 0
         # The cluster down or the GPUs gone: launch nothing, say why (study/pause.py).
         self.pause.check(self.executor, self.device_type, self.gpus_per_trial)
         launched = self.launch(max_launches)
         self.lease.keep_alive([f.trial_id for f in self.in_flight.values()])
-        if not self.in_flight and (self._budget_spent() or self._exhausted):
-            self._finish_study(StudyStatus.COMPLETED)
+        if not self.in_flight and (finish.budget_spent(self) or self._exhausted):
+            finish.finish(self, StudyStatus.COMPLETED)
         return launched
 
     def launch(self, max_count: int | None = None) -> int:
@@ -354,7 +249,7 @@ class StudyRunner:
             self.on_event(Event(kind, flight.number, flight.params, TrialState.RUNNING))
             launched += 1
         while (max_count is None or launched < max_count) and not self.done:
-            if self._budget_spent() or self.executor.free_slots(self.gpus_per_trial) <= 0:
+            if finish.budget_spent(self) or self.executor.free_slots(self.gpus_per_trial) <= 0:
                 break
             if not self._launch_next():
                 break
@@ -366,15 +261,15 @@ class StudyRunner:
         """Whether this runner would launch a trial if it had a free slot."""
         if self.done or self.pause.reason is not None:
             return False
-        return not self._exhausted and not self._budget_spent()
+        return not self._exhausted and not finish.budget_spent(self)
 
     # ------------------------------------------------------------------ launching
 
     def _launch_next(self) -> bool:
         """Dispatch one new trial; False when the sampler has nothing new to offer."""
-        if not self.retry_queue and self._search_over():
+        if not self.retry_queue and finish.search_over(self):
             return self._launch_end_phase()
-        if not self.retry_queue and self._launch_proxy():
+        if not self.retry_queue and proposals.launch_proxy(self):
             return True
         while self._idle_proposals < MAX_IDLE_PROPOSALS:
             retry_of = None
@@ -383,7 +278,7 @@ class StudyRunner:
                 params, retry_of = retry
                 self.optuna.enqueue_trial(params, skip_if_exists=False)
             else:
-                self._enqueue_next()
+                proposals.enqueue_next(self)
                 if grid_exhausted(self.optuna):
                     break  # every grid point proposed and finished: the search is over
             ask = self.optuna.ask(self.distributions)
@@ -405,10 +300,10 @@ class StudyRunner:
                 # The same config without what made it redundant (an unneeded allocator mode)
                 # runs in its place, with its purpose (a seed's, the expert default's).
                 twin = prune.instead
-                if twin is not None and canonical_params(twin) in self._taken():
+                if twin is not None and canonical_params(twin) in proposals.taken(self):
                     twin = None
                 if twin is not None:
-                    self._seed_in_place(params, twin)  # before the pruned row: see there
+                    restore.seed_in_place(self, params, twin)  # before the pruned row: see there
                 self._record_pruned(ask, params, knobs, prune)
                 self._idle_proposals += 1
                 if twin is not None:
@@ -448,66 +343,9 @@ class StudyRunner:
             self.lease.store_live_best(self.objective, self.options)
         return launched
 
-    def _launch_proxy(self) -> bool:
-        """With options.proxy_layers: the throughput model's next config, when its kind was
-        never measured, first on the shallower proxy model (policy.proxy_for). It is not told
-        to the sampler and never a candidate; the next proposal is made knowing it."""
-        if (
-            self.policy.proxy_model() is None
-            or self._queue
-            or self.optuna.get_trials(deepcopy=False, states=(OptunaState.WAITING,))
-        ):
-            return False
-        params = self.policy.suggest(self._taken(), self._running_params())
-        if params is None:
-            return False
-        proxy = self.policy.proxy_for(params)
-        if proxy is None:
-            # Its kind is known: it runs at full depth, asked for next (queued here, so the
-            # guided proposal is not computed a second time).
-            self.optuna.enqueue_trial(params, skip_if_exists=False)
-            return False
-        knobs = self.space.knobs_for(params, proxy, self.gpus_per_trial)
-        self._dispatch(None, params, knobs, None, purpose=PROXY, model=proxy)
-        return True
-
-    def _enqueue_next(self) -> None:
-        """Hand Optuna the next queued config (a seed), else the throughput model's proposal."""
-        if self._queue and not self.optuna.get_trials(
-            deepcopy=False, states=(OptunaState.WAITING,)
-        ):
-            self.optuna.enqueue_trial(self._queue.pop(0), skip_if_exists=False)
-            return
-        self._enqueue_guided()
-
-    def _enqueue_guided(self) -> None:
-        """Queue the throughput model's proposal for the next ask, once the seeds have run
-        (Optuna still records and learns from it; with none, the sampler proposes)."""
-        if self.optuna.get_trials(deepcopy=False, states=(OptunaState.WAITING,)):
-            return
-        taken = self._taken()
-        params = self.policy.suggest(taken, self._running_params())
-        while params is None and self._later_seeds:
-            # The model has nothing worth a trial: the expert's alternatives that waited.
-            seed = self._later_seeds.pop(0)
-            params = None if canonical_params(seed) in taken else seed
-        if params is not None:
-            self.optuna.enqueue_trial(params, skip_if_exists=False)
-
-    def _taken(self) -> set[str]:
-        """Configs the throughput model must not propose: measured, pruned, failed, running,
-        or left out for time."""
-        running = {canonical_params(f.params) for f in self.in_flight.values()}
-        return set(self.measured) | self.attempted | running | self._late
-
-    def _running_params(self) -> list[Params]:
-        """The configs of the search's trials running now: with several GPUs, the next
-        proposal is made while they run (the proposer avoids their kinds where it can)."""
-        return [f.params for f in self.in_flight.values() if f.purpose not in END_CHECKS]
-
     def _too_late(self, knobs: Knobs) -> bool:
-        why = self.policy.too_late(knobs, self.max_trials, self.budget.time_left())
-        if why is not None and self.policy.late == 1:
+        why = self.policy.time_plan.too_late(knobs, self.max_trials, self.budget.time_left())
+        if why is not None and self.policy.time_plan.late == 1:
             self.on_event(Event("search_over", message=f"not launched for time: a {why}"))
         return why is not None
 
@@ -554,11 +392,11 @@ class StudyRunner:
     ) -> None:
         purpose = purpose or self.policy.purpose(params)
         # Only a search trial may stop early: seeds are the comparison, end checks run in full.
-        floor = self.policy.abandon_floor() if purpose == "search" else None
+        floor = self.policy.abandon_floor() if purpose == Purpose.SEARCH else None
         # A search trial (or seed) may compile only while the study has time for it; an end
         # check runs to its end.
         budget = (
-            self.policy.compile_budget_s(self.max_trials, self.budget.time_left())
+            self.policy.time_plan.compile_budget_s(self.max_trials, self.budget.time_left())
             if purpose in SEARCH_TRIALS
             else None
         )
@@ -586,15 +424,15 @@ class StudyRunner:
         if flight is None:
             return  # cancelled earlier; its late result is discarded
         result = completed.result
-        reference = flight.purpose == "reference"  # one GPU, outside the study's space
+        reference = flight.purpose == Purpose.REFERENCE  # one GPU, outside the study's space
         gpus = 1 if reference else self.gpus_per_trial
         out = outcome(flight, result, self.policy, self.objective, gpus, self.options)
         lost = completed.lost and rerun_allowed(flight.purpose)
         if lost:  # the cluster failed under it: nothing about the config (study/lost.py)
             out = lost_outcome(flight, result, self.trials.lost_streak(flight))
-        elif flight.purpose in (PARITY, PARITY_REFERENCE):
+        elif flight.purpose in (Purpose.PARITY, Purpose.PARITY_REFERENCE):
             out = endgame.parity_outcome(self, flight, result, out)
-        elif flight.purpose == HEADROOM_CHECK:
+        elif flight.purpose == Purpose.HEADROOM:
             out = endgame.headroom_outcome(out)
             if result.loss_curve:  # it ran the numerics check's candidate steps too
                 out = endgame.parity_outcome(self, flight, result, out)
@@ -615,7 +453,7 @@ class StudyRunner:
         if stop is not None:
             # No other config would escape it: nothing to learn, retry or launch.
             self.trials.cancel_all()
-            self._fail_study(stop)
+            finish.fail(self, stop)
             return
         if out.retry:
             self.retry_queue.append((flight.params, flight.number))
@@ -630,19 +468,6 @@ class StudyRunner:
             self.lease.store_live_best(self.objective, self.options)
 
     # ------------------------------------------------------------------ budget and the end
-
-    def _search_over(self) -> bool:
-        if self._search_exhausted:
-            return True
-        said = self.policy.time_stop
-        over = self.policy.search_over(self.launched, self.max_trials, self.budget.time_left())
-        if self.policy.time_stop is not None and said is None:
-            # Said once: the search ended before the budget to leave the end its time.
-            self.on_event(Event("search_over", message=self.policy.time_stop))
-        return over
-
-    def _budget_spent(self) -> bool:
-        return self.budget.spent(self.launched, bool(self.retry_queue))
 
     def _store_waiting(self, reason: str | None, paused_s: float) -> None:
         self.lease.set_waiting(reason, paused_s)
@@ -661,33 +486,3 @@ class StudyRunner:
         self.lease.interrupt(why)
         self.done = True
         self.on_event(Event("done", state=StudyStatus.INTERRUPTED, message=why))
-
-    def _fail_study(self, message: str) -> None:
-        self.lease.fail(message)
-        self.done = True
-        self.on_event(Event("done", state=StudyStatus.FAILED, message=message))
-
-    def _finish_study(self, status: StudyStatus) -> None:
-        if status == StudyStatus.COMPLETED:
-            with self.db.read() as s:
-                empty = ending.nothing_measured(s, self.study_id)
-            if empty is not None:  # every config pruned, out of memory or failing
-                self._fail_study(empty)
-                return
-        self.lease.finish(
-            status, objective=self.objective, options=self.options, evidence=self._evidence
-        )
-        self.done = True
-        self.on_event(Event("done", state=status))
-
-    def _evidence(self, trials: list[Trial]) -> dict[str, Any]:
-        evidence = self.policy.report(trials)
-        evidence["stopped"] = self.policy.stop_reason(self._budget_spent())
-        time = self.budget.time_left()
-        if time is not None and time.elapsed_s > time.budget_s + OVERRUN_SAID_S:
-            # `--minutes` stops launching; what was launched before it ends runs to its end.
-            evidence["stopped"] += (
-                f"; the study ran {duration(time.elapsed_s)} of its {duration(time.budget_s)}: "
-                "trials launched before the budget ended ran past it"
-            )
-        return evidence

@@ -93,15 +93,16 @@ def launch_remeasure(runner: Runner) -> bool:
     interleaved A B A B (the plan is autotuner/policy.py's); then the numerics check."""
     if runner.in_flight:
         return False  # the candidates are known once every search trial has reported
-    said = runner.policy.remeasure_note
-    planned = runner.policy.next_remeasure(runner.max_trials, runner.budget.time_left())
-    if runner.policy.remeasure_note is not None and said is None:
-        runner.on_event(Event("remeasure_cut", message=runner.policy.remeasure_note))
+    plan = runner.policy.time_plan
+    said = plan.remeasure_note
+    planned = plan.next_remeasure(runner.max_trials, runner.budget.time_left())
+    if plan.remeasure_note is not None and said is None:
+        runner.on_event(Event("remeasure_cut", message=plan.remeasure_note))
     if planned is None:
-        said = runner.policy.checks_note
-        if runner.policy.end_checks_cut(runner.max_trials, runner.budget.time_left()):
+        said = plan.checks_note
+        if plan.end_checks_cut(runner.max_trials, runner.budget.time_left()):
             if said is None:
-                runner.on_event(Event("checks_cut", message=runner.policy.checks_note))
+                runner.on_event(Event("checks_cut", message=plan.checks_note))
             runner._exhausted = True
             return False
         return launch_headroom(runner) or launch_parity(runner)

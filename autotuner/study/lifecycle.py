@@ -26,8 +26,9 @@ from autotuner.spec import ModelSpec
 from autotuner.status import ENDED_STATUSES
 from autotuner.storage.common import LeaseLost
 from autotuner.storage.models import Study, StudyStatus, Trial, TrialState
-from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.study_repo import StudyRepo
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.events import Event, OnEvent
 from autotuner.study.gc_pause import gc_paused
 from autotuner.study.live import end_of_study_rows, store_live_best

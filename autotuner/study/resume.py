@@ -16,9 +16,10 @@ from __future__ import annotations
 from typing import Any
 
 from autotuner.status import StudyStatus
+from autotuner.storage.common import db_now
 from autotuner.storage.models import Study
-from autotuner.storage.repository import StudyRepo, db_now
 from autotuner.storage.session import Database
+from autotuner.storage.study_repo import StudyRepo
 from autotuner.study.operations import Conflict, summaries
 from autotuner.study.views import study_view
 

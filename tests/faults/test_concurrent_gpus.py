@@ -29,12 +29,13 @@ from typing import Any
 import pytest
 
 from autotuner.options import StudyOptions
-from autotuner.search.progress import SEARCH_TRIALS
+from autotuner.purpose import SEARCH_TRIALS
 from autotuner.search.space import parse_space
 from autotuner.spec import ModelSpec, canonical_params
 from autotuner.storage.models import StudyStatus, Trial, TrialState
-from autotuner.storage.repository import StudyRepo, TrialRepo
 from autotuner.storage.session import Database
+from autotuner.storage.study_repo import StudyRepo
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.coordinator import StudyRunner, create_study
 from tests.fakes import FAKE_TRIAL_S_ENV, fake_ray_executor, fake_trial_fault, fake_trial_log
 from tests.faults.invariants import check_invariants

@@ -145,8 +145,8 @@ def test_an_interrupted_study_waits_for_resume_on_the_service(
     from autotuner.search.space import parse_space
     from autotuner.spec import ModelSpec
     from autotuner.storage.models import StudyStatus
-    from autotuner.storage.repository import StudyRepo
     from autotuner.storage.session import Database
+    from autotuner.storage.study_repo import StudyRepo
     from autotuner.study.coordinator import create_study
 
     db = Database(service.db_url)
