@@ -19,6 +19,7 @@ import torch
 
 from autotuner.executors.base import Target
 from autotuner.options import StudyOptions
+from autotuner.search.context import SearchContext
 from autotuner.search.costmodel import CostModel
 from autotuner.search.rules import builtin_verdict
 from autotuner.search.screen import Screen
@@ -98,15 +99,16 @@ def _hardware(target: Target) -> Hardware:
 def _screen(target: Target, model: ModelSpec, gpus: int) -> Screen:
     """The search's screen with its rules and without the cost model (memory is not the
     question here)."""
+    on_cuda = target.device_type == "cuda"
     return Screen(
-        space=parse_space({"name": "agreement", "knobs": {"precision": ["bf16"]}}),
-        model=model,
-        target=target,
-        gpus=gpus,
-        options=StudyOptions(cost_model=False),
-        cost=CostModel(
-            model, num_gpus=gpus, on_cuda=target.device_type == "cuda", limit_gib=target.memory_gib
-        ),
+        SearchContext(
+            space=parse_space({"name": "agreement", "knobs": {"precision": ["bf16"]}}),
+            model=model,
+            target=target,
+            gpus=gpus,
+            options=StudyOptions(cost_model=False),
+            cost=CostModel(model, num_gpus=gpus, on_cuda=on_cuda, limit_gib=target.memory_gib),
+        )
     )
 
 
