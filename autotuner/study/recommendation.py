@@ -15,7 +15,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autotuner.search import headroom_check, numerics
 from autotuner.search.objective import Objective
 
 
@@ -166,6 +165,9 @@ class Recommendation(BaseModel):
     def as_ended(self) -> Recommendation:
         """As the study ends: a numerics or headroom check still to come never runs, and its
         entry says so."""
+        # Imported here: the CLI reads this type, and its import stays light (no SQLAlchemy).
+        from autotuner.search import headroom_check, numerics
+
         ended: dict[str, Any] = {}
         if self.numerics:
             ended["numerics"] = numerics.as_ended(self.numerics)
