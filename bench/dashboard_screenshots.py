@@ -152,8 +152,6 @@ def rejudge(db: Database, study_id: str) -> None:
     """Store the recommendation the current code makes of the study's trials, as the study's
     end does (study/lifecycle.py `finish`): a recording's stored one is what the code of its day
     said. What only the run knew (why the search stopped, the models' evidence) is kept."""
-    from autotuner.search import headroom_check
-    from autotuner.search.numerics import as_ended
     from autotuner.search.objective import Objective
     from autotuner.storage.study_repo import StudyRepo
     from autotuner.study.live import end_of_study_rows
@@ -167,15 +165,11 @@ def rejudge(db: Database, study_id: str) -> None:
         rec, ranked = recommend_ranked(trials, objective, options=options)
     if rec is None:
         return
-    rec["importance"] = knob_importance(ranked, rec["noise_rel"])
-    if rec.get("numerics"):
-        rec["numerics"] = as_ended(rec["numerics"])
-    if rec.get("headroom"):
-        rec["headroom"] = headroom_check.as_ended(rec["headroom"])
+    rec = rec.with_entries(importance=knob_importance(ranked, rec.noise_rel)).as_ended()
     with db.session() as s:
         study = StudyRepo(s).require(study_id)
-        study.recommendation = {**kept, **rec}
-        study.best_trial_number = rec["trial_number"]  # stored beside it, as live.py does
+        study.recommendation = {**kept, **rec.stored()}
+        study.best_trial_number = rec.trial_number  # stored beside it, as live.py does
 
 
 def copied(sources: list[Path]) -> Database:

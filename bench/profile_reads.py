@@ -96,7 +96,7 @@ def end_of_study(db: Database, study_id: str, runs: int) -> dict[str, Any]:
                 )
             marks.append(time.perf_counter())
             assert rec is not None
-            knob_importance(ranked, rec["noise_rel"])
+            knob_importance(ranked, rec.noise_rel)
             marks.append(time.perf_counter())
             policy.report(trials)
             marks.append(time.perf_counter())

@@ -89,6 +89,14 @@ FAKE_H200 = Fingerprint(
     python="3.11",
     hostname="fake",
 )
+# Older GPUs, for the rules of compute capability (no such card on the lent machines): the
+# fake H200 with another name, capability and memory.
+FAKE_A100 = FAKE_H200.model_copy(
+    update={"device_name": "FakeGpu A100", "compute_capability": "8.0", "memory_total_gib": 79.2}
+)
+FAKE_V100 = FAKE_H200.model_copy(
+    update={"device_name": "FakeGpu V100", "compute_capability": "7.0", "memory_total_gib": 31.7}
+)
 # How the "true" memory of the fake GPU differs from the cost model's uncalibrated estimate:
 # the model must learn these from measured trials (that is what calibration is for).
 TRUE_MEMORY_FACTORS = {

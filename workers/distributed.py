@@ -31,14 +31,13 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from autotuner.spec import CompileMode, CompileScope, Knobs, Precision, TrialConfig
+from autotuner.spec import CompileScope, Knobs, RuleKind, TrialConfig, parallel_verdicts
 from workers.errors import PeerFailed, UnsupportedConfig
 from workers.process import LIMIT_ENV
 
 PG_TIMEOUT_FRACTION = 0.8
 POWERSGD_RANK = 1  # low-rank approximation rank: the most compression PowerSGD offers
 _FSDP = ("fsdp2", "fsdp2-no-reshard")
-_CUDAGRAPH_MODES = (CompileMode.REDUCE_OVERHEAD, CompileMode.MAX_AUTOTUNE)
 _NCCL_KNOBS = ("nccl_algo", "nccl_proto", "nccl_min_channels", "nccl_max_channels", "nccl_buffsize")
 
 
@@ -49,53 +48,11 @@ def nccl_knobs(k: Knobs) -> dict[str, object]:
 
 
 def check(config: TrialConfig, device: torch.device) -> UnsupportedConfig | None:
-    """Combinations of the parallel knobs this worker cannot run, with the fix."""
-    k = config.knobs
-    parallel = {"parallel": k.parallel}
-    if k.parallel == "hsdp":
-        # HSDP replicates across nodes and shards within one; with the ranks of one node it is
-        # fsdp2 under another name, and multi-node trials are not launched yet.
-        return UnsupportedConfig(
-            "hsdp needs several nodes (replicate across nodes, shard within one); on one node "
-            "use fsdp2",
-            parallel,
-        )
-    if k.compile_mode in _CUDAGRAPH_MODES:
-        # CUDA graphs capture fixed addresses and a fixed launch sequence: DDP's reducer launches
-        # its all-reduces from autograd hooks outside the graph, and FSDP2 allocates its
-        # all-gather buffers per step. Neither composes with graph capture here.
-        return UnsupportedConfig(
-            f"compile mode {k.compile_mode.value!r} captures CUDA graphs, which {k.parallel}'s "
-            "collectives break; use 'default' or 'max-autotune-no-cudagraphs'",
-            {**parallel, "compile_mode": k.compile_mode.value},
-        )
-    if k.parallel in _FSDP:
-        if k.grad_compression != "none":
-            # FSDP2 has no communication hooks; its reduce dtype is the compression it offers.
-            remedy = {
-                "bf16": "use fsdp_reduce_dtype bf16, which reduce-scatters in bf16",
-                "fp16": "use fsdp_reduce_dtype bf16 (FSDP2 here reduces in fp32 or bf16)",
-                "powersgd": "PowerSGD is a DDP communication hook: use parallel ddp",
-            }[k.grad_compression]
-            return UnsupportedConfig(
-                f"grad_compression {k.grad_compression!r} is a DDP hook and {k.parallel} has "
-                f"none; {remedy}, and set grad_compression none",
-                {**parallel, "grad_compression": k.grad_compression},
-            )
-        if k.precision == Precision.FP16:
-            # GradScaler's inf check sees only this rank's gradient shard: ranks would disagree
-            # on skipping a step. FSDP2 has no sharded scaler in this worker.
-            return UnsupportedConfig(
-                f"fp16 loss scaling needs a sharded grad scaler, which {k.parallel} lacks here; "
-                "use bf16",
-                {**parallel, "precision": k.precision.value},
-            )
-    elif k.grad_compression == "bf16" and device.type != "cuda":
-        return UnsupportedConfig(
-            "bf16 gradient compression needs NCCL >= 2.10 on CUDA (torch refuses the hook on "
-            "gloo); on the CPU use grad_compression fp16",
-            {"grad_compression": k.grad_compression},
-        )
+    """Combinations of the parallel knobs this worker cannot run, with the fix: the shared
+    table's (autotuner/spec/support_rules.py, which says why each is refused)."""
+    for verdict in parallel_verdicts(config.knobs, device.type):
+        if verdict.kind == RuleKind.CANNOT_RUN:
+            return UnsupportedConfig(verdict.message, verdict.knobs)
     return None
 
 

@@ -9,6 +9,9 @@ view that grows a field without its model fails the tests instead of dropping th
 
 Free-form parts stay `dict[str, Any]`: knob params, the worker's config and result records, the
 model spec, the hardware fingerprint and the search policy's evidence.
+
+The recommendation is not re-declared here: `autotuner.study.recommendation.Recommendation` is
+the type study/recommend.py builds and stores, and the one served.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autotuner.search.objective import Objective
 from autotuner.storage.models import StudyStatus, TrialState
+from autotuner.study.recommendation import Recommendation
 
 _ISO = "ISO 8601 timestamp (UTC), or null when it has not happened yet"
 
@@ -133,131 +137,6 @@ class TrialDetail(TrialView):
 
     config: dict[str, Any] = Field(description="The TrialConfig sent to the worker, verbatim")
     result: dict[str, Any] | None = Field(description="The TrialResult, verbatim")
-
-
-# --------------------------------------------------------------------------- the recommendation
-
-
-class Interleaved(_View):
-    """Winner and runner-up re-measured in turn (A B A B) in fresh processes."""
-
-    pairs: int
-    winner_ahead: int = Field(description="Pairs in which the winner measured faster")
-    ratios: list[float] = Field(description="Winner over runner-up, pair by pair")
-
-
-class RunnerUp(_View):
-    """The second-best config and whether the winner beats it beyond the noise."""
-
-    trial_number: int
-    objective_value: float = Field(description="Pooled median over its measurements")
-    params: dict[str, Any]
-    margin_rel: float = Field(description="Winner over runner-up minus 1")
-    noise_rel: float
-    tie: bool = Field(description="The margin is within the noise: either config will do")
-    measurements: int
-    interleaved: Interleaved | None = Field(None, description="Only when both were re-measured")
-    text: str = Field(description="The verdict in words")
-
-
-class ParetoPoint(_View):
-    """A config no other beats on both the objective (higher) and peak memory (lower)."""
-
-    trial_number: int
-    objective_value: float
-    peak_mem_gib: float
-    params: dict[str, Any]
-
-
-class Recommendation(BaseModel):
-    """The winner, its margin over the runner-up, and the evidence behind it.
-
-    Finished studies carry the search policy's evidence too (`importance`, `cost_model`,
-    `pruned`, `learned_rules`, `stopped`); live views leave those keys out.
-    """
-
-    # The policy's evidence is free-form and may grow: keep unknown keys rather than lose them.
-    model_config = ConfigDict(extra="allow")
-
-    trial_number: int
-    objective: Objective
-    objective_value: float = Field(description="Pooled median over the winner's measurements")
-    params: dict[str, Any]
-    knobs: dict[str, Any] = Field(description="Every knob of the winning config")
-    model: dict[str, Any]
-    tokens_per_s: float
-    tokens_per_s_min: float | None
-    tokens_per_s_max: float | None
-    tokens_per_s_per_gpu: float | None
-    mfu: float | None
-    gpu_clock: dict[str, Any] | None = Field(
-        None,
-        description="The SM clock while the winner was timed (mean_mhz, max_mhz, power_w, "
-        "capped_by: NVML's power-cap or thermal throttle reasons, text)",
-    )
-    peak_mem_gib: float | None
-    compile_s: float | None
-    fingerprint: dict[str, Any] | None = Field(description="The hardware it was measured on")
-    completed_trials: int
-    measurements: int = Field(description="How many times the winner was measured")
-    measured_trials: list[int]
-    noise_rel: float = Field(description="The study's noise band, relative")
-    runner_up: RunnerUp | None
-    time_to_train_h: float | None = Field(None, description="Only for objective time_to_train")
-    pareto: list[ParetoPoint] = Field(description="Throughput against peak memory")
-    scaling: dict[str, Any] | None = Field(
-        None,
-        description="Multi-GPU studies: the winner's per-GPU rate against the same config on "
-        "one GPU (efficiency, the reference trial, a sentence)",
-    )
-    numerics: dict[str, Any] | None = Field(
-        None,
-        description="The loss-parity check of a winner whose precision (or 8-bit optimizer "
-        "state) changes numerics (checked, passed, precision, name: the numerics in words, "
-        "changes_numerics, reference_precision, tolerance_rel, diff_rel, steps, parity_trials, "
-        "skipped: faster configs that failed it, preferred_over: a faster config it ties "
-        "whose check has not passed, with that check's state: not run, pending or unchecked; "
-        "text)",
-    )
-    input_pipeline: dict[str, Any] | None = Field(
-        None,
-        description="Studies on loader or file data: whether the winner waits for its batches "
-        "(input_wait_share, gpu_idle_share, threshold, bottleneck, loader_settings, fix: the "
-        "measured loader settings that waited least, text)",
-    )
-    headroom: dict[str, Any] | None = Field(
-        None,
-        description="Peak memory (reserved + CUDA context), the limit and the headroom side by "
-        "side (peak_gib, peak_kind, limit_gib, headroom_rel, usable_gib, free_rel, spare_gib, "
-        "enforced), the headroom check with an evaluation pass and a checkpoint save (check), "
-        "faster configs passed over for memory (passed_over), text",
-    )
-    vs_expert_default: dict[str, Any] | None = Field(
-        None,
-        description="The winner against the expert default, the trial whose purpose is "
-        "expert-default (trial_number, objective_value, speedup, noise_rel, text)",
-    )
-    global_batch: dict[str, Any] | None = Field(
-        None,
-        description="The winner's tokens per optimizer step (tokens), whether every measured "
-        "trial ran the same (same_for_all, sizes), else the expert default's (expert_default) "
-        "and the best config at it (best_at_expert), text",
-    )
-    importance: list[dict[str, Any]] | None = Field(
-        None,
-        description="Per knob: each value's best (levels), the effect (effect_rel), the "
-        "importance (its share of the effects beyond noise, log scale) and a verdict, most "
-        "important first (finished studies)",
-    )
-    cost_model: dict[str, Any] | None = Field(None, description="The memory/time model's accuracy")
-    throughput_model: dict[str, Any] | None = Field(
-        None,
-        description="The throughput model's at-launch accuracy (model_rel_sd, errors, trials: "
-        "predicted and measured tokens/s of each measured trial)",
-    )
-    pruned: dict[str, int] | None = Field(None, description="Configs ruled out before launch")
-    learned_rules: list[str] | None = None
-    stopped: str | None = Field(None, description="Why the search stopped")
 
 
 class BestView(_View):

@@ -29,6 +29,7 @@ from autotuner.executors.base import Target
 from autotuner.options import StudyOptions
 from autotuner.purpose import END_CHECKS, SEARCH_TRIALS, Purpose
 from autotuner.search import evidence
+from autotuner.search.context import SearchContext
 from autotuner.search.costmodel import CostModel
 from autotuner.search.costmodel.throughput import ThroughputModel
 from autotuner.search.early_stop import abandon_floor
@@ -99,14 +100,8 @@ class SearchPolicy:
         self.cost = CostModel(
             model, num_gpus=max(gpus_per_trial, 1), on_cuda=self.on_cuda, limit_gib=self.limit_gib
         )
-        self.screening = Screen(
-            space=space,
-            model=model,
-            target=target,
-            gpus=gpus_per_trial,
-            options=options,
-            cost=self.cost,
-        )
+        self.context = SearchContext(space, model, target, gpus_per_trial, options, self.cost)
+        self.screening = Screen(self.context)
         self.learned = self.screening.learned
         self.progress = Progress(objective=objective, gpus=gpus_per_trial, options=options)
         self.remeasure = Remeasure(
@@ -345,12 +340,7 @@ class SearchPolicy:
 
     def _seeder(self) -> Seeder:
         return Seeder(
-            space=self.space,
-            model=self.model,
-            target=self.target,
-            gpus=self.gpus,
-            options=self.options,
-            cost=self.cost,
+            self.context,
             limit_gib=self.limit_gib,
             screen=self.screen,
             predicted_speed=lambda knobs: self.throughput.predict(knobs).tokens_per_s,

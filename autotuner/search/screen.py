@@ -16,17 +16,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from autotuner.executors.base import Target
-from autotuner.options import StudyOptions
-from autotuner.search.costmodel import CostModel, Prediction
+from autotuner.search.context import SearchContext
+from autotuner.search.costmodel import Prediction
 from autotuner.search.headroom import usable_gib, violation
 from autotuner.search.rules import LearnedRules, incompatibility
-from autotuner.search.space import IntRange, SearchSpace
+from autotuner.search.space import IntRange
 from autotuner.spec import (
     Checkpointing,
     FailureClass,
     Knobs,
-    ModelSpec,
     TrialResult,
     TrialStatus,
     canonical_params,
@@ -57,16 +55,9 @@ class Prune:
 class Screen:
     """The reasons not to launch a proposal, for one study."""
 
-    def __init__(
-        self,
-        *,
-        space: SearchSpace,
-        model: ModelSpec,
-        target: Target,
-        gpus: int,
-        options: StudyOptions,
-        cost: CostModel,
-    ) -> None:
+    def __init__(self, context: SearchContext) -> None:
+        space, model, target, gpus = context.space, context.model, context.target, context.gpus
+        options, cost = context.options, context.cost
         self.space, self.model, self.target, self.gpus = space, model, target, gpus
         self.use_rules = options.rules
         self.use_cost_model = options.cost_model

@@ -47,11 +47,8 @@ from autotuner.spec import Optimizer, canonical_params
 from autotuner.storage.session import Database
 
 if TYPE_CHECKING:
-    from autotuner.executors.base import Target
-    from autotuner.options import StudyOptions
-    from autotuner.search.costmodel import CostModel
-    from autotuner.search.space import SearchSpace
-    from autotuner.spec import Knobs, ModelSpec
+    from autotuner.search.context import SearchContext
+    from autotuner.spec import Knobs
 
     # The policy's screen: why not to launch these params (None: launch them).
     Screen = Callable[[dict[str, Any], Knobs], object | None]
@@ -124,19 +121,15 @@ class Seeder:
 
     def __init__(
         self,
+        context: SearchContext,
         *,
-        space: SearchSpace,
-        model: ModelSpec,
-        target: Target,
-        gpus: int,
-        options: StudyOptions,
-        cost: CostModel,
         limit_gib: float | None,
         screen: Screen,
         predicted_speed: Callable[[Knobs], float] | None = None,
     ) -> None:
-        self.space, self.model, self.target, self.gpus = space, model, target, gpus
-        self.options, self.cost, self.limit_gib, self.screen = options, cost, limit_gib, screen
+        c = context
+        self.space, self.model, self.target, self.gpus = c.space, c.model, c.target, c.gpus
+        self.options, self.cost, self.limit_gib, self.screen = c.options, c.cost, limit_gib, screen
         self.predicted_speed = predicted_speed
 
     def knobs(self, params: dict[str, Any]) -> Knobs:

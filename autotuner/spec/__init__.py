@@ -6,9 +6,12 @@ Everything else can change on one side without the other as long as these two ho
 
 One module per part of the records: base (the strict base record, the schema version), model
 (ModelSpec), knobs (Knobs and their value types), measure (MeasureSettings), config
-(TrialConfig, the process environment) and result (TrialResult). This package is the one import
-surface of the contract: `workers/` imports `autotuner.spec` and nothing under it, so the
-contract is one name on both sides (tests/unit/test_imports.py), however its parts are cut.
+(TrialConfig, the process environment) and result (TrialResult); and what both planes decide
+alike: support_rules (which knob combinations cannot run where, read by the search's screen
+and by the worker's support check) with liger (the architectures Liger-Kernel patches). This
+package is the one import surface of the contract: `workers/` imports `autotuner.spec` and
+nothing under it, so the contract is one name on both sides (tests/unit/test_imports.py),
+however its parts are cut.
 
 Nothing here imports anything heavy (no torch, no NVML): the CLI and service import it.
 """
@@ -47,6 +50,14 @@ from autotuner.spec.result import (
     clip,
     spread_rel,
 )
+from autotuner.spec.support_rules import (
+    Hardware,
+    RuleKind,
+    Verdict,
+    packages_needed,
+    parallel_verdicts,
+    support_verdicts,
+)
 
 __all__ = [
     "ALLOCATOR_SETTINGS",
@@ -66,6 +77,7 @@ __all__ = [
     "Device",
     "FailureClass",
     "Fingerprint",
+    "Hardware",
     "Kernels",
     "Knobs",
     "MeasureSettings",
@@ -73,13 +85,18 @@ __all__ = [
     "ModelSpec",
     "Optimizer",
     "Precision",
+    "RuleKind",
     "Telemetry",
     "TelemetrySeries",
     "TrialConfig",
     "TrialResult",
     "TrialStatus",
+    "Verdict",
     "canonical_params",
     "clip",
+    "packages_needed",
+    "parallel_verdicts",
     "process_env",
     "spread_rel",
+    "support_verdicts",
 ]

@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotuner.options import StudyOptions
-from autotuner.search import headroom_check
-from autotuner.search.numerics import as_ended
 from autotuner.search.objective import Objective
 from autotuner.search.space import SearchSpace
 from autotuner.spec import ModelSpec
@@ -228,17 +226,15 @@ class StudyLease:
                 trials = end_of_study_rows(s, self.study_id)
                 rec, ranked = recommend_ranked(trials, objective, options=options)
             if rec is not None:
-                rec["importance"] = knob_importance(ranked, rec["noise_rel"])
-                rec.update(evidence(trials))
+                importance = knob_importance(ranked, rec.noise_rel)
                 # A check still to come, as the study ends, never runs.
-                if rec.get("numerics"):
-                    rec["numerics"] = as_ended(rec["numerics"])
-                if rec.get("headroom"):
-                    rec["headroom"] = headroom_check.as_ended(rec["headroom"])
+                rec = rec.with_entries(importance=importance, **evidence(trials)).as_ended()
         with self.db.session() as s:
             studies = StudyRepo(s)
             study = studies.require(self.study_id)
-            studies.set_best(study, rec["trial_number"] if rec else None, rec)
+            studies.set_best(
+                study, rec.trial_number if rec else None, rec.stored() if rec else None
+            )
             study.waiting = None  # an ended study waits for nothing
             if study.status != StudyStatus.CANCELLED or status == StudyStatus.CANCELLED:
                 studies.set_status(study, status)

@@ -48,6 +48,7 @@ from autotuner.study.measurements import (
     stopped_early,
     study_noise_rel,
 )
+from autotuner.study.recommendation import ParetoPoint, Recommendation, RunnerUp
 
 
 def recommend(
@@ -58,7 +59,8 @@ def recommend(
     evidence: bool = False,
     extras: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
-    """A JSON-able summary of the winner, or None when no trial completed.
+    """The winner as it is stored and served (`Recommendation.stored()`), or None when no
+    trial completed.
 
     `evidence` adds the knob report (each knob's effect, verdict and importance), which the
     coordinator stores once at the end of a study; live views leave it out.
@@ -66,16 +68,15 @@ def recommend(
     rec, ranked = recommend_ranked(trials, objective, options=options)
     if rec is None:
         return None
+    entries = dict(extras or {})
     if evidence:
-        rec["importance"] = knob_importance(ranked, rec["noise_rel"])
-    if extras:
-        rec.update(extras)
-    return rec
+        entries["importance"] = knob_importance(ranked, rec.noise_rel)
+    return (rec.with_entries(**entries) if entries else rec).stored()
 
 
 def recommend_ranked(
     trials: Sequence[Trial], objective: Objective, *, options: StudyOptions | None = None
-) -> tuple[dict[str, Any] | None, list[ConfigMeasurements]]:
+) -> tuple[Recommendation | None, list[ConfigMeasurements]]:
     """`recommend` without its evidence, and the measured configs (ranked; early-stopped ones
     included), from which `knob_importance` computes the knob report (the coordinator
     computes it once the transaction that read the trials is over)."""
@@ -119,53 +120,54 @@ def recommend_ranked(
     load_json(best.trials)  # the winner's records, in one statement (if not read above)
     result = best.results[0]
     compile_info = compile_entry(best)
-    rec: dict[str, Any] = {
-        "trial_number": best.first.number,
-        "objective": objective.value,
-        "objective_value": best.median,
-        "params": best.first.params,
-        "knobs": best.first.config.get("knobs", {}),
-        "model": best.first.config.get("model", {}),
-        "tokens_per_s": statistics.median(r.tokens_per_s or 0.0 for r in best.results),
-        "tokens_per_s_min": min_of(r.tokens_per_s_min for r in best.results),
-        "tokens_per_s_max": max_of(r.tokens_per_s_max for r in best.results),
+    # Entries only some studies have: left unset (out of the stored JSON) where they have none.
+    optional: dict[str, Any] = {}
+    if objective == Objective.TIME_TO_TRAIN:
+        optional["time_to_train_h"] = time_to_train_h(result, options)
+    if (scaling := scaling_efficiency(trials, best)) is not None:
+        optional["scaling"] = scaling
+    if (pipeline := input_pipeline_entry(best, ranked, _expert_default(ranked))) is not None:
+        optional["input_pipeline"] = pipeline  # loader or file data: is the GPU waiting for it?
+    rec = Recommendation(
+        trial_number=best.first.number,
+        objective=objective,
+        objective_value=best.median,
+        params=best.first.params,
+        knobs=best.first.config.get("knobs", {}),
+        model=best.first.config.get("model", {}),
+        tokens_per_s=statistics.median(r.tokens_per_s or 0.0 for r in best.results),
+        tokens_per_s_min=min_of(r.tokens_per_s_min for r in best.results),
+        tokens_per_s_max=max_of(r.tokens_per_s_max for r in best.results),
         # Over the same measurements as tokens_per_s (a 1-GPU study printed 381,892 tokens/s
         # beside 382,265 per GPU, the first trial's).
-        "tokens_per_s_per_gpu": median_of(r.tokens_per_s_per_gpu for r in best.results),
-        "mfu": result.mfu,
-        "gpu_clock": gpu_clock_entry(result.telemetry),
-        "peak_mem_gib": result.peak_mem_gib,
+        tokens_per_s_per_gpu=median_of(r.tokens_per_s_per_gpu for r in best.results),
+        mfu=result.mfu,
+        gpu_clock=gpu_clock_entry(result.telemetry),
+        peak_mem_gib=result.peak_mem_gib,
         # The cold compile (a user's first run pays it), not a warm one from the study's cache.
-        "compile_s": (compile_info or {}).get("cold_s"),
-        "compile": compile_info,
-        "fingerprint": result.fingerprint.model_dump() if result.fingerprint else None,
-        "completed_trials": sum(len(g.trials) for g in ranked),
-        "measurements": len(best.trials),
-        "measured_trials": [t.number for t in best.trials],
-        "noise_rel": round(study_noise_rel(ranked), 4),
-        "runner_up": None,
-        "numerics": numerics_entry(
+        compile_s=(compile_info or {}).get("cold_s"),
+        compile=compile_info,
+        fingerprint=result.fingerprint.model_dump() if result.fingerprint else None,
+        completed_trials=sum(len(g.trials) for g in ranked),
+        measurements=len(best.trials),
+        measured_trials=[t.number for t in best.trials],
+        noise_rel=round(study_noise_rel(ranked), 4),
+        runner_up=_runner_up(best, groups[1]) if len(groups) > 1 else None,
+        numerics=numerics_entry(
             eligible,
             eligible.index(best),
             checks,
             enabled=options.numerics_check,
             tied_over=tied_over,
         ),
-        "headroom": headroom_check.headroom_entry(
+        headroom=headroom_check.headroom_entry(
             best, room, _passed_over_for_memory(best, ranked, keyed, room, options), options
         ),
-        "global_batch": global_batch_entry(best, groups, trials, options),
-        "vs_expert_default": _vs_expert_default(best, ranked, keyed, options),
-    }
-    if objective == Objective.TIME_TO_TRAIN:
-        rec["time_to_train_h"] = time_to_train_h(result, options)
-    if len(groups) > 1:
-        rec["runner_up"] = _runner_up(best, groups[1])
-    rec["pareto"] = pareto([g for g in ranked if g.key not in failed])
-    if (scaling := scaling_efficiency(trials, best)) is not None:
-        rec["scaling"] = scaling
-    if (pipeline := input_pipeline_entry(best, ranked, _expert_default(ranked))) is not None:
-        rec["input_pipeline"] = pipeline  # loader or file data: is the GPU waiting for it?
+        global_batch=global_batch_entry(best, groups, trials, options),
+        vs_expert_default=_vs_expert_default(best, ranked, keyed, options),
+        pareto=pareto([g for g in ranked if g.key not in failed]),
+        **optional,
+    )
     # The knob report reads every measured config, early-stopped ones too (a config far below
     # the best is exactly what shows a knob matters); without any, they are `ranked`.
     return rec, (rank_groups(fits) if stopped else ranked)
@@ -341,7 +343,7 @@ def _ties(groups: Sequence[ConfigMeasurements]) -> int:
     return n
 
 
-def _runner_up(best: ConfigMeasurements, second: ConfigMeasurements) -> dict[str, Any]:
+def _runner_up(best: ConfigMeasurements, second: ConfigMeasurements) -> RunnerUp:
     margin = best.median / (second.median or 1.0) - 1.0
     noise = max(best.noise_rel, second.noise_rel)
     out: dict[str, Any] = {
@@ -373,7 +375,7 @@ def _runner_up(best: ConfigMeasurements, second: ConfigMeasurements) -> dict[str
         )
     else:
         out["text"] = f"wins by {margin:+.1%}, beyond the noise (±{noise:.1%})"
-    return out
+    return RunnerUp.model_validate(out)
 
 
 def _interleaved_pairs(a: ConfigMeasurements, b: ConfigMeasurements) -> list[tuple[float, float]]:
@@ -384,7 +386,7 @@ def _interleaved_pairs(a: ConfigMeasurements, b: ConfigMeasurements) -> list[tup
     ]
 
 
-def pareto(groups: Sequence[ConfigMeasurements]) -> list[dict[str, Any]]:
+def pareto(groups: Sequence[ConfigMeasurements]) -> list[ParetoPoint]:
     """Configs no other config beats on both objective (higher) and peak memory (lower)."""
     points = []
     for g in groups:
@@ -392,12 +394,9 @@ def pareto(groups: Sequence[ConfigMeasurements]) -> list[dict[str, Any]]:
             points.append((g, g.median, statistics.median(mems)))
     front = [points[i] for i in pareto_sweep([(v, m) for _, v, m in points])]
     return [
-        {
-            "trial_number": g.first.number,
-            "objective_value": v,
-            "peak_mem_gib": m,
-            "params": g.first.params,
-        }
+        ParetoPoint(
+            trial_number=g.first.number, objective_value=v, peak_mem_gib=m, params=g.first.params
+        )
         for g, v, m in front
     ]
 

@@ -16,6 +16,7 @@ from autotuner.executors.base import Target
 from autotuner.executors.replay import Landscape, ReplayExecutor
 from autotuner.options import StudyOptions
 from autotuner.purpose import SEARCH_TRIALS, Purpose
+from autotuner.search.context import SearchContext
 from autotuner.search.costmodel import CostModel
 from autotuner.search.costmodel.calibration import CUDA_CONTEXT_GIB
 from autotuner.search.screen import HEADROOM, Z_PRUNE, Screen
@@ -169,12 +170,14 @@ def test_the_screen_skips_only_configs_confidently_over_the_headroom() -> None:
     def screen(limit: float, headroom: float) -> Any:
         cost = CostModel(model, num_gpus=1, on_cuda=True, limit_gib=limit)
         return Screen(
-            space=parse_space({"name": "s", "knobs": {"micro_batch_size": [32]}}),
-            model=model,
-            target=Target("cuda", 1, "FakeGpu H200", (9, 0), limit),
-            gpus=1,
-            options=StudyOptions(headroom=headroom),
-            cost=cost,
+            SearchContext(
+                space=parse_space({"name": "s", "knobs": {"micro_batch_size": [32]}}),
+                model=model,
+                target=Target("cuda", 1, "FakeGpu H200", (9, 0), limit),
+                gpus=1,
+                options=StudyOptions(headroom=headroom),
+                cost=cost,
+            )
         ).check({"micro_batch_size": 32}, knobs)
 
     # Even the optimistic end needs 95% of the limit: surely over 90%, surely under 100%.
@@ -186,12 +189,14 @@ def test_the_screen_skips_only_configs_confidently_over_the_headroom() -> None:
     assert screen(high / 0.93, 0.10) is None
     # On the CPU the headroom is not enforced.
     cpu = Screen(
-        space=parse_space({"name": "s", "knobs": {"micro_batch_size": [32]}}),
-        model=model,
-        target=Target("cpu", 0),
-        gpus=1,
-        options=StudyOptions(),
-        cost=CostModel(model, num_gpus=1, on_cuda=False, limit_gib=low / 0.95),
+        SearchContext(
+            space=parse_space({"name": "s", "knobs": {"micro_batch_size": [32]}}),
+            model=model,
+            target=Target("cpu", 0),
+            gpus=1,
+            options=StudyOptions(),
+            cost=CostModel(model, num_gpus=1, on_cuda=False, limit_gib=low / 0.95),
+        )
     )
     assert cpu.check({"micro_batch_size": 32}, knobs) is None or (
         cpu.check({"micro_batch_size": 32}, knobs).error_class != HEADROOM  # type: ignore[union-attr]

@@ -10,7 +10,7 @@ patches more: read the table again from its wheel when the worker's pin moves
 
 from __future__ import annotations
 
-from autotuner.spec import ModelFamily, ModelSpec
+from autotuner.spec.model import ModelFamily, ModelSpec
 
 LIGER_VERSION = "0.8.5"
 
