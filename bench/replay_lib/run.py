@@ -28,6 +28,7 @@ from autotuner.storage.session import Database, dispose_engines
 from autotuner.storage.study_repo import StudyRepo
 from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.coordinator import StudyRunner, create_study
+from autotuner.study.proposals import taken
 from bench.replay_lib.simtime import RerunWalls
 from bench.replay_lib.universe import Snapper, UniverseSampler, grid_size
 
@@ -106,6 +107,7 @@ def run_once(
         rewall=RerunWalls() if clock is not None else None,
     )
     hooks: dict[str, Any] = {}
+    runner: StudyRunner | None = None  # the screen's hook reads what the study has taken
     if len(table) < grid_size(space):
         # Every proposal (the seeds included) becomes the nearest recorded config: the
         # recording is the universe each strategy searches (bench/replay_lib/universe.py).
@@ -113,7 +115,11 @@ def run_once(
 
         def recorded_only(params: dict[str, Any], knobs: Knobs) -> Prune | None:
             if canonical_params({k: params[k] for k in space.knobs}) not in table:
-                return Prune("unsupported", "not recorded in the landscape", 1.0)
+                # The nearest recorded config not yet taken runs in its place, as a seed's
+                # does (the `seeds` hook): the next micro-batch up of the config that leads
+                # (search/micro_batch_up.py) is the one proposal that reaches here unrecorded.
+                instead = snap.nearest(params, taken(runner)) if runner is not None else None
+                return Prune("unsupported", "not recorded in the landscape", 1.0, None, instead)
             return None  # the policy's own screen decides
 
         hooks = {
