@@ -149,6 +149,7 @@ class SearchPolicy:
             else None
         )
         self._proposal_screen: Callable[[Params, Knobs], object | None] = self.screen
+        self._leaders: tuple[tuple[int, int, float], list[Params]] | None = None
         self._incumbent: tuple[float, Params] | None = None  # best measured tokens/s, params
         self._kinds_seen: set[tuple[str, ...]] = set()  # measured, at any depth, or in flight
         self._kernels_ran: set[tuple[str, str]] = set()  # (attention, its dtype) that ran here
@@ -228,10 +229,14 @@ class SearchPolicy:
         local search an engineer does by hand, as the expert's alternatives are."""
         if self.micro_batch_up is None:
             return None
+        # The leaders change only with a finished search trial: read once per trial, not once
+        # per proposal (a 10,000-trial study asks after each).
+        progress = self.progress
+        key = (progress.search_trials, len(progress.values), progress.noise_rel())
+        if self._leaders is None or self._leaders[0] != key:
+            self._leaders = (key, leaders(progress.values, key[2]))
         up = self.micro_batch_up.next(
-            exclude=exclude,
-            leaders=leaders(self.progress.values, self.progress.noise_rel()),
-            screen=self._proposal_screen,
+            exclude=exclude, leaders=self._leaders[1], screen=self._proposal_screen
         )
         if up is not None:
             self.seed_roles.setdefault(canonical_params(up), Purpose.SEED)
