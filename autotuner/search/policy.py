@@ -39,6 +39,7 @@ from autotuner.search.end_time import (
     TrialWalls,
 )
 from autotuner.search.feedback import Feedback
+from autotuner.search.micro_batch_up import MicroBatchUp, leaders
 from autotuner.search.numerics import (
     parity_reference_knobs,
     space_changes_numerics,
@@ -128,6 +129,22 @@ class SearchPolicy:
         self.seed_roles: dict[str, str] = {}
         self.throughput = ThroughputModel(model, target, max(gpus_per_trial, 1))
         self.proposer: Proposer | None = None
+        # The leaders' next micro-batch up where their measured peaks leave room
+        # (micro_batch_up.py); it needs the memory model, as the cost model's pruning does.
+        self.micro_batch_up = (
+            MicroBatchUp(
+                space=space,
+                model=model,
+                gpus=gpus_per_trial,
+                cost=self.cost,
+                limit_gib=self.limit_gib,
+                headroom=options.headroom,
+            )
+            if options.cost_model
+            else None
+        )
+        self._proposal_screen: Callable[[Params, Knobs], object | None] = self.screen
+        self._leaders: tuple[tuple[int, int, float], list[Params]] | None = None
         self._incumbent: tuple[float, Params] | None = None  # best measured tokens/s, params
         self._kinds_seen: set[tuple[str, ...]] = set()  # measured, at any depth, or in flight
         self._kernels_ran: set[tuple[str, str]] = set()  # (attention, its dtype) that ran here
@@ -143,6 +160,7 @@ class SearchPolicy:
         """Let `suggest` propose by the throughput model (options.guided). `screen`: the
         caller's whole screen (default: the policy's); `candidates` replaces the space as the
         pool (the replay benchmark's recorded configs)."""
+        self._proposal_screen = screen or self.screen
         if self.options.guided:
             self.proposer = Proposer(
                 space=self.space,
@@ -183,8 +201,13 @@ class SearchPolicy:
         return proxy
 
     def suggest(self, exclude: set[str], pending: Sequence[Params] = ()) -> Params | None:
-        """The throughput model's next config (None: leave it to the sampler); `pending`: the
-        configs running now, whose kinds the proposal avoids where it can (proposer.py)."""
+        """The next config the policy proposes (None: leave it to the sampler): a leader's
+        next micro-batch up where its measured peak leaves room (micro_batch_up.py), else the
+        throughput model's; `pending`: the configs running now, whose kinds the model's
+        proposal avoids where it can (proposer.py)."""
+        up = self.next_micro_batch_up(exclude)
+        if up is not None:
+            return up
         if self.proposer is None:
             return None
         best = self._incumbent
@@ -194,6 +217,25 @@ class SearchPolicy:
             best_tokens_per_s=best[0] if best else None,
             pending=pending,
         )
+
+    def next_micro_batch_up(self, exclude: set[str]) -> Params | None:
+        """The next micro-batch up of a config within the noise of the best, where its
+        measured peak leaves room for it (micro_batch_up.py); its trials are marked seeds: the
+        local search an engineer does by hand, as the expert's alternatives are."""
+        if self.micro_batch_up is None:
+            return None
+        # The leaders change only with a finished search trial: read once per trial, not once
+        # per proposal (a 10,000-trial study asks after each).
+        progress = self.progress
+        key = (progress.search_trials, len(progress.values), progress.noise_rel())
+        if self._leaders is None or self._leaders[0] != key:
+            self._leaders = (key, leaders(progress.values, key[2]))
+        up = self.micro_batch_up.next(
+            exclude=exclude, leaders=self._leaders[1], screen=self._proposal_screen
+        )
+        if up is not None:
+            self.seed_roles.setdefault(canonical_params(up), Purpose.SEED)
+        return up
 
     def knobs(self, params: dict[str, Any]) -> Knobs:
         return self.space.knobs_for(params, self.model, self.gpus)
@@ -260,6 +302,8 @@ class SearchPolicy:
             self._incumbent = (tokens_per_s, searched)
         self.screening.learn(number, params, knobs, result)
         self.progress.observe(params, result, purpose)
+        if self.micro_batch_up is not None and purpose in SEARCH_TRIALS:
+            self.micro_batch_up.observe(params, knobs, result)
 
     def _observe_proxy(self, params: Params, result: TrialResult, *, fit: bool = True) -> None:
         """A proxy teaches the throughput and memory models, with its own (shallower) model's

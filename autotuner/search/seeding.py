@@ -12,14 +12,16 @@
 2. Winners of earlier completed studies on the same GPU (device name and compute capability)
    and model family, newest first and the same preset first, mapped into this space (a value
    the space lacks takes the expert's) and kept only if they pass the policy's screen.
-3. The expert default's closest alternatives: the next micro-batch up, the other fused
-   attention kernel, CUDA graphs (reduce-overhead), fp8 where the GPU has it (with the fused
-   attention kernel the prior expects fastest: a precision's seed may be its only trial),
+3. The expert default's closest alternatives: the other fused attention kernel, CUDA graphs
+   (reduce-overhead), fp8 where the GPU has it (with the fused attention kernel the prior
+   expects fastest: a precision's seed may be its only trial),
    where the expert had to recompute to fit, the 8-bit AdamW with the least checkpointing that
    fits, and where the expert may not fit but would under the expandable-segments allocator,
    its own config with that allocator, from which the other alternatives then start: the local
    search an engineer would do by hand, and the sampler's first evidence about the knobs that
-   matter most; fastest predicted first (the throughput model's prior).
+   matter most; fastest predicted first (the throughput model's prior). The next micro-batch
+   up is not planned here, from the prior before any trial ran: once a measured peak leaves
+   room for it, search/micro_batch_up.py proposes it, for whichever config leads.
 
 Not every alternative runs up front (`SeedPlan`). Once the expert default and the fastest
 alternative are measured, the throughput model can say where to go next: on the Llama 3B H200
@@ -137,8 +139,8 @@ class Seeder:
 
     def seeds(self, db: Database) -> list[dict[str, Any]]:
         """Every seed, in order: the expert default, earlier winners on this GPU, then the
-        expert's closest alternatives (next micro-batch up, the other fused attention kernel,
-        another compile mode): the local search an engineer would do by hand."""
+        expert's closest alternatives (the other fused attention kernel, another compile mode,
+        another precision): the local search an engineer would do by hand."""
         return self.plan(db).all
 
     def plan(self, db: Database, *, timed: bool = False) -> SeedPlan:
@@ -266,12 +268,9 @@ class Seeder:
         if roomy is not None:
             out.append(roomy)
             expert = roomy
+        # No larger micro-batch among them: whether one has room is known once a trial's peak
+        # is measured, and then for whichever config leads (search/micro_batch_up.py).
         domains = self.space.knobs
-        if "micro_batch_size" in domains:
-            # Only those that run the held global batch: another is pruned before it runs.
-            larger = [v for v in self._sizes(expert) if v > expert["micro_batch_size"]]
-            if larger:
-                out.append({**expert, "micro_batch_size": larger[0]})
         prefs = {
             "attention": ["cudnn", "flash", "flex", "efficient"],
             "compile_mode": ["reduce-overhead", "default"],

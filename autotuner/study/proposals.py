@@ -1,5 +1,6 @@
-"""What the search asks next, on its runner (coordinator.StudyRunner): the queued seeds
-first, then the throughput model's proposal (search/proposer.py), with a proxy of its config
+"""What the search asks next, on its runner (coordinator.StudyRunner): a leader's next
+micro-batch up where a measured peak leaves room for it, the queued seeds, then the throughput
+model's proposal (search/proposer.py), with a proxy of its config
 first where its kind was never measured; the sampler proposes when the model has none.
 
 Configs reach Optuna through its waiting queue, one at a time just before its ask, so its
@@ -72,9 +73,16 @@ def launch_proxy(runner: Runner) -> bool:
 
 
 def enqueue_next(runner: Runner) -> None:
-    """Hand Optuna the next queued config (a seed), else the throughput model's proposal."""
-    if runner._queue and not _waiting(runner.optuna):
-        runner.optuna.enqueue_trial(runner._queue.pop(0), skip_if_exists=False)
+    """Hand Optuna the next config: a leader's next micro-batch up where its measured peak
+    leaves room for it (search/micro_batch_up.py), else the next queued one (a seed), else the
+    throughput model's proposal."""
+    if _waiting(runner.optuna):
+        return
+    params = runner.policy.next_micro_batch_up(taken(runner))
+    if params is None and runner._queue:
+        params = runner._queue.pop(0)
+    if params is not None:
+        runner.optuna.enqueue_trial(params, skip_if_exists=False)
         return
     _enqueue_guided(runner)
 

@@ -113,6 +113,11 @@ def run_once(
 
         def recorded_only(params: dict[str, Any], knobs: Knobs) -> Prune | None:
             if canonical_params({k: params[k] for k in space.knobs}) not in table:
+                # Not snapped, unlike a seed: a leader's next micro-batch up
+                # (search/micro_batch_up.py) is the one proposal that reaches here unrecorded,
+                # and the nearest recorded config would be another config with the priority
+                # of that one (on the sparse Llama 1B landscape, a chain of unrelated fp8
+                # configs that cost ours-noseed the best in 3 of 20 studies).
                 return Prune("unsupported", "not recorded in the landscape", 1.0)
             return None  # the policy's own screen decides
 
@@ -158,7 +163,18 @@ def run_once(
     )
     if clock is not None:
         value = rec["objective_value"] if rec is not None else 0.0
+        measured_ok = [
+            t for t in trials if t.purpose in SEARCH_TRIALS and t.state == TrialState.COMPLETE
+        ]
+        expert_mb = {
+            t.params.get("micro_batch_size") for t in trials if t.purpose == "expert-default"
+        }
+        sizes = {t.params.get("micro_batch_size") for t in measured_ok}
         out.update(
+            # Distinct configs measured (search trials that completed), and whether one ran
+            # at a micro-batch other than the expert default's (issue 39's target).
+            distinct_configs=len({canonical_params(t.params) for t in measured_ok}),
+            other_micro_batch=bool(sizes - expert_mb),
             minutes=round(clock.elapsed_s / 60, 2),
             search_trials=sum(
                 t.purpose in SEARCH_TRIALS and t.state != TrialState.PRUNED for t in trials

@@ -119,6 +119,8 @@ def time_budget(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "recommended_rel_min": min(rel),
         "within_3pct": sum(bool(r["recommended_within_3pct"]) for r in runs),
         "search_trials_median": statistics.median(r["search_trials"] for r in runs),
+        "distinct_configs_median": statistics.median(r["distinct_configs"] for r in runs),
+        "other_micro_batch": sum(bool(r["other_micro_batch"]) for r in runs),
         "minutes_median": round(statistics.median(r["minutes"] for r in runs), 2),
         "minutes_max": max(r["minutes"] for r in runs),
     }

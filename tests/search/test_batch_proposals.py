@@ -29,9 +29,13 @@ def _policy_after_expert(knobs: dict[str, list[Any]] | None = None) -> tuple[Any
 
 def test_the_next_proposal_is_of_another_kind_than_the_trials_running() -> None:
     policy, expert = _policy_after_expert()
-    first = policy.suggest({canonical_params(expert)})
+    # The throughput model's proposals: the expert default's next micro-batch up, which its
+    # measured peak leaves room for (search/micro_batch_up.py), is taken (it runs first).
+    up = policy.next_micro_batch_up({canonical_params(expert)})
+    done = {canonical_params(expert)} | ({canonical_params(up)} if up else set())
+    first = policy.suggest(done)
     assert first is not None
-    taken = {canonical_params(expert), canonical_params(first)}
+    taken = done | {canonical_params(first)}
     # Alone, the model's next pick is a one-knob neighbour of the first: the same micro-batch,
     # precision and compile (its attention differs), a near-duplicate while the first runs.
     alone = policy.suggest(taken)

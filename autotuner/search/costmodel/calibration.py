@@ -84,6 +84,18 @@ class Prediction:
         return self.need_gib / self.limit_gib - 1.0
 
 
+@dataclass(frozen=True)
+class Increase:
+    """A calibrated prediction of how much more one config needs than another (GiB)."""
+
+    mean_gib: float
+    sd_gib: float
+    # What the first config is predicted to need in the components that grow (its share of
+    # the need that the difference scales): where a measured peak exceeds the prediction,
+    # the excess may lie there.
+    grows_gib: float
+
+
 @dataclass
 class _Point:
     x: np.ndarray
@@ -166,6 +178,22 @@ class Calibration:
             limit_gib=limit_gib,
             fragmentation=frag,
         )
+
+    def predict_increase(self, start: MemoryEstimate, end: MemoryEstimate) -> Increase:
+        """How much more `end` needs than `start` (need_gib, GiB), under the calibrated
+        multipliers. Only the components that differ count, so a config's measured peak plus
+        this is its neighbour's need with the doubt of the difference alone: the weights,
+        gradients and optimizer state a micro-batch does not change add none. The
+        fragmentation ratio is `end`'s mode's (both run under one allocator where this is
+        asked)."""
+        x0, x1 = start.vector(), end.vector()
+        dx = x1 - x0
+        delta = float(dx @ self.beta)
+        var = float(dx @ self.cov @ dx) + (self.rel_sd * delta) ** 2
+        frag = self.fragmentation(end.allocator)
+        frag_var = (delta * self._frag_sd(end.allocator)) ** 2
+        grows = float(np.where(dx > 0, x0, 0.0) @ self.beta) * frag
+        return Increase(delta * frag, math.sqrt(max(var, 0.0) * frag**2 + frag_var), grows)
 
     def predict_many(
         self, vectors: np.ndarray, allocators: Sequence[str] | None = None
