@@ -44,6 +44,7 @@ def resume(
     database = open_db_for_writing(db)
 
     from autotuner.cli.tune import run_here
+    from autotuner.cli.tune_resume import say_resumed
     from autotuner.executors.ray_executor import RayExecutor
     from autotuner.study.coordinator import default_owner
     from autotuner.study.resume import resume_study
@@ -55,6 +56,5 @@ def resume(
     # Queued again with our lease taken in one transaction: a service sharing the database
     # cannot adopt it before this process runs it.
     view = resume_study(database, study, owner=owner)
-    if not as_json:
-        err.print(f"study [bold]{safe(view['id'])}[/]: resumed", highlight=False)
-    run_here(database, view["id"], executor, owner, view.get("max_trials"), as_json)
+    resumed = say_resumed(database, view, as_json)
+    run_here(database, view["id"], executor, owner, view.get("max_trials"), as_json, resumed)

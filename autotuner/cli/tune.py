@@ -42,6 +42,7 @@ from autotuner.cli.common import (
     study_request,
 )
 from autotuner.cli.render import compact_params, show_best
+from autotuner.cli.tune_resume import interrupted_to_resume, say_resumed
 from autotuner.purpose import Purpose
 
 
@@ -83,6 +84,8 @@ def tune(
 
     Uses a local Ray (started on demand, or --ray-address) and a SQLite file unless --db says
     otherwise. Without a GPU, trials run a small model on the CPU through the same code path.
+
+    Run again after a Ctrl-C, the same command resumes the interrupted study of its name.
     """
     from autotuner.inputs import load_model_spec
     from autotuner.search.space import load_space
@@ -115,9 +118,11 @@ def tune(
         global_batch_tokens=global_batch,
         data=data_request(data, tokenizer),
     )
-    if chosen is not None:
-        _validated(request)
     database = open_db_for_writing(db)
+    again = None
+    if chosen is not None:
+        # Before Ray starts: a `tune` that cannot go on with its interrupted study says so now.
+        again = interrupted_to_resume(database, request, *_validated(request))
 
     import os
 
@@ -126,6 +131,7 @@ def tune(
     from autotuner.study.coordinator import default_owner
     from autotuner.study.factory_access import ENV_VAR as FACTORY_DIRS_ENV
     from autotuner.study.operations import create_requested
+    from autotuner.study.resume import resume_study
 
     if not as_json:
         err.print("starting Ray...", style="dim")
@@ -139,7 +145,15 @@ def tune(
         request = request.model_copy(update={"space": default})
     # Again with the cluster known: as the service does, refuse more GPUs per trial than it has.
     model, search_space = _validated(request, target)
+    if chosen is None:  # its name is known now, with the space
+        again = interrupted_to_resume(database, request, model, search_space)
     owner = default_owner()
+    if again is not None:
+        # The same command after a Ctrl-C: the study goes on where it stopped, as `resume`.
+        view = resume_study(database, again, owner=owner)
+        resumed = say_resumed(database, view, as_json)
+        run_here(database, again, executor, owner, view.get("max_trials"), as_json, resumed)
+        return
     study_id = create_requested(
         database, request, model, search_space, device_type=target.device_type
     )
@@ -155,18 +169,28 @@ def tune(
 
 
 def run_here(
-    database: Any, study_id: str, executor: Any, owner: str, total: int | None, as_json: bool
+    database: Any,
+    study_id: str,
+    executor: Any,
+    owner: str,
+    total: int | None,
+    as_json: bool,
+    resumed: Any = None,
 ) -> None:
     """Run the study whose lease `owner` holds to its end in this process, and print its
-    recommendation (exit 1 for a failed study). Ctrl-C or SIGTERM interrupts it: the trials in
-    flight are cancelled, the study is stored `interrupted` (nothing left running), and the
-    exit status is 128 + the signal's number (130, 143) with the command that continues it."""
+    recommendation (exit 1 for a failed study); a `resumed` study's progress bar starts where
+    it stands (study/restore_standing.py). Ctrl-C or SIGTERM interrupts it: the trials in flight
+    are cancelled, the study is stored `interrupted` (nothing left running), and the exit
+    status is 128 + the signal's number (130, 143) with the command that continues it."""
     from autotuner.inputs import UserError
     from autotuner.study.coordinator import StudyRunner
     from autotuner.study.pause import WaitingForGpus
 
     progress = _TuneProgress(total, quiet=as_json)
+    if resumed is not None:
+        progress.start_at(resumed.done, resumed.best_tokens_per_s)
     runner = StudyRunner(database, study_id, executor, owner=owner, on_event=progress.on_event)
+    interrupted = False
     try:
         with interruptible() as stopped, progress:
             try:
@@ -182,12 +206,15 @@ def run_here(
             except KeyboardInterrupt:
                 # Ignored from here on: a second Ctrl-C must not cut the write short.
                 runner.interrupt(f"interrupted by {stopped.name}")
-                err.print(
-                    f"study {study_id} interrupted by {stopped.name}: its running trials were "
-                    f"cancelled; continue it with: autotuner resume {study_id}",
-                    highlight=False,
-                )
-                raise typer.Exit(128 + stopped.number) from None
+                interrupted = True
+        if interrupted:  # said below the progress bar's last drawing, as the last line
+            err.print(
+                f"study {study_id} interrupted by {stopped.name}: its running trials were "
+                f"cancelled; continue it with: autotuner resume {study_id} (or the same "
+                "tune command again)",
+                highlight=False,
+            )
+            raise typer.Exit(128 + stopped.number)
     finally:
         executor.close()
     from autotuner.study.operations import get_best
@@ -266,6 +293,12 @@ class _TuneProgress:
         # A reason said once: the trials and proposals that repeat it are counted, not printed
         # again (a factory every config failed on printed its reason 237 times).
         self.reasons = ReasonCounter()
+
+    def start_at(self, done: int, best: float) -> None:
+        """A resumed study's bar: its settled trials, and its best so far."""
+        self.best = best
+        described = f"best {best:,.0f} tok/s" if best else ""
+        self.progress.update(self.task, completed=done, description=described)
 
     def __enter__(self) -> _TuneProgress:
         self.progress.__enter__()
