@@ -25,12 +25,15 @@ def resume(
     db: DbOption = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Continue an interrupted study (Ctrl-C or SIGTERM of `tune`, a service's drain) where it
-    stopped: its trials, its budget left, its seeds.
+    """Continue an interrupted study where it stopped.
+
+    Ctrl-C or SIGTERM of `tune`, or a service's drain, interrupts a study. It goes on with its
+    trials, its budget left and its seeds; the trials cut short run again. The same `tune`
+    command run again does the same.
 
     Here, it runs in this process as `tune` does (a local Ray, or --ray-address). With
-    --server, the service queues it and its coordinator runs it; a service never runs an
-    interrupted study unless asked so.
+    --server, the service's coordinator runs it: a service never runs an interrupted study
+    unless asked so.
     """
     if server and server.strip():
         from autotuner.cli.client import connect

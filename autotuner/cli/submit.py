@@ -76,10 +76,11 @@ def submit(
     db: DbOption = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Queue a study on the service (or the local database) and print its id.
+    """Queue a study on the service (or local database); print its id.
 
-    The model spec and a space file are read here and sent as data; the service validates
-    them and answers with what to fix if anything is wrong.
+    The model spec and a space file are read here (a relative factory or hf_config file from
+    the spec's folder) and sent as data; the service validates them and answers with what to
+    fix if anything is wrong. Follow it with `autotuner best ID --watch`.
     """
     body: dict[str, Any] = {
         "model": _read_model_arg(spec),

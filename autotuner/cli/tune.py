@@ -19,7 +19,6 @@ from autotuner.cli.common import (
     JsonFlag,
     MaxMemOption,
     MinutesOption,
-    NameOption,
     ObjectiveOption,
     OptionPairs,
     PlannedHoursOption,
@@ -75,17 +74,27 @@ def tune(
     sampler: SamplerOption = "tpe",
     seed: SeedOption = 0,
     option: OptionPairs = None,
-    name: NameOption = None,
+    name: Annotated[
+        str | None,
+        typer.Option(
+            help="The study's name. Default: its model and space (`tiny / cpu-demo`); an "
+            "interrupted study's name resumes it.",
+        ),
+    ] = None,
     ray_address: RayAddressOption = None,
     db: DbOption = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Run a whole study here: search, measure, store, and print the recommended config.
+    """Run a study here and print the recommended config.
 
-    Uses a local Ray (started on demand, or --ray-address) and a SQLite file unless --db says
-    otherwise. Without a GPU, trials run a small model on the CPU through the same code path.
+    Searches the space with real, short trials on a local Ray (started on demand, or
+    --ray-address), stores each trial in a SQLite file (or --db), and prints the fastest config
+    with its evidence. Without a GPU, trials run a small model on the CPU, same code path.
 
-    Run again after a Ctrl-C, the same command resumes the interrupted study of its name.
+    Ctrl-C keeps the study `interrupted`; the same command run again goes on where it stopped
+    (as `autotuner resume STUDY` does).
+
+    Example: `autotuner tune examples/tiny.yaml --space cpu-demo --trials 8`
     """
     from autotuner.inputs import load_model_spec
     from autotuner.search.space import load_space
@@ -118,11 +127,11 @@ def tune(
         global_batch_tokens=global_batch,
         data=data_request(data, tokenizer),
     )
+    # Checked before the database is opened (a refused request writes nothing, not even it).
+    validated = _validated(request) if chosen is not None else None
     database = open_db_for_writing(db)
-    again = None
-    if chosen is not None:
-        # Before Ray starts: a `tune` that cannot go on with its interrupted study says so now.
-        again = interrupted_to_resume(database, request, *_validated(request))
+    # Before Ray starts: a `tune` that cannot go on with its interrupted study says so now.
+    again = interrupted_to_resume(database, request, *validated) if validated else None
 
     import os
 
