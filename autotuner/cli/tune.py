@@ -171,8 +171,11 @@ def tune(
     with database.session() as s:
         StudyRepo(s).try_acquire(study_id, owner, 300.0)
     if not as_json:
+        # Two lines: as one, the model's sizes wrapped mid-phrase at 80 columns.
         err.print(
-            f"study [bold]{study_id}[/]: {safe(model.describe())}; space {safe(search_space.name)}"
+            f"study [bold]{study_id}[/]: space {safe(search_space.name)}\n"
+            f"  model {safe(model.describe())}",
+            highlight=False,
         )
     run_here(database, study_id, executor, owner, request.max_trials, as_json)
 
