@@ -78,18 +78,40 @@ def load_model_spec(path: str | Path) -> ModelSpec:
             f"the presets: {', '.join(MODEL_PRESETS)}"
         )
     spec = parse_model_spec(read_model_spec_file(p), source=str(p))
-    return _with_factory_file(spec, p) if spec.factory else spec
+    return _check_factory_file(spec, p) if spec.factory else spec
 
 
 def read_model_spec_file(path: Path) -> Any:
     """A model spec file's data, with an `hf_config` that names a file replaced by that file's
     contents (read here, relative to the spec file's folder): what leaves the client is the
-    config.json mapping, never a path the service would have to open."""
+    config.json mapping, never a path the service would have to open. A `factory` file given
+    relative is made absolute from the same folder (`tune` and `submit` alike)."""
     data = read_structured_file(path)
     inner = data.get("model") if isinstance(data, dict) and set(data) == {"model"} else data
     if isinstance(inner, dict) and isinstance(inner.get("hf_config"), str):
         inner["hf_config"] = _read_hf_config_file(inner["hf_config"], path)
+    if isinstance(inner, dict) and isinstance(inner.get("factory"), str):
+        inner["factory"] = _factory_beside_spec(inner["factory"], path)
     return data
+
+
+def _factory_beside_spec(factory: str, spec_path: Path) -> str:
+    """A `file.py:function` factory whose file is relative, made absolute from the spec file's
+    folder: the trial process runs in another directory, and for `submit` the service reads
+    the spec elsewhere still. Checked to exist here, where the error can name the spec file.
+    A module path, or an absolute file (for `submit` it may be on the service's machine
+    only), is left as it is."""
+    location, _, function = factory.rpartition(":")
+    file = Path(location).expanduser()
+    if not location.endswith(".py") or file.is_absolute():
+        return factory
+    file = (spec_path.parent / file).resolve()
+    if not file.is_file():
+        raise UserError(
+            f"{spec_path}: factory file {location} not found (looked at {file}); a relative "
+            "path is read from the spec file's folder"
+        )
+    return f"{file}:{function}"
 
 
 def _read_hf_config_file(name: str, spec_path: Path) -> dict[str, Any]:
@@ -121,23 +143,16 @@ def _read_hf_config_file(name: str, spec_path: Path) -> dict[str, Any]:
     return config
 
 
-def _with_factory_file(spec: ModelSpec, spec_path: Path) -> ModelSpec:
-    """A `file.py:function` factory with its file made absolute (relative to the spec file's
-    folder): the trial process runs in another directory. Checked to exist here, where the
-    error can name the spec file."""
+def _check_factory_file(spec: ModelSpec, spec_path: Path) -> ModelSpec:
+    """`tune` runs the factory here: an absolute `file.py` must exist here too (a relative one
+    was made absolute and checked as the file was read, `_factory_beside_spec`)."""
     assert spec.factory is not None
-    location, _, function = spec.factory.rpartition(":")
+    location = spec.factory.rpartition(":")[0]
     if not location.endswith(".py"):
         return spec  # a module path: imported on the worker, which may have other packages
-    file = Path(location)
-    if not file.is_absolute():
-        file = (spec_path.parent / file).resolve()
-    if not file.is_file():
-        raise UserError(
-            f"{spec_path}: factory file {location} not found (looked at {file}); a relative "
-            "path is read from the spec file's folder"
-        )
-    return spec.model_copy(update={"factory": f"{file}:{function}"})
+    if not Path(location).expanduser().is_file():
+        raise UserError(f"{spec_path}: factory file {location} not found")
+    return spec
 
 
 def check_printable(text: str) -> None:

@@ -1,6 +1,6 @@
 """Every screenshot under docs/screenshots, from one command, on real H200 measurements.
 
-    python bench/dashboard_screenshots.py [--out docs/screenshots]
+    python bench/dashboard_screenshots.py [--out docs/screenshots] [--only FILE ...]
 
 Three sources, each served by the dashboard and driven in headless Chromium (tests/browser.py);
 every screenshot this writes is referenced from README.md, and nothing else lives in the folder:
@@ -22,8 +22,11 @@ every screenshot this writes is referenced from README.md, and nothing else live
   ours and by plain random search, ticked on the list and compared (`studies-compare-pick.png`,
   `compare.png`).
 - A study run through the real coordinator on a ReplayExecutor whose worker cannot import the
-  model's package: it fails at its first trial, and its page says why in one line
-  (`study-failed-environment.png`).
+  model's package: it fails at its first trial, and its page says why in one line, with its
+  trials and no empty chart (`study-failed-environment.png`).
+
+`--only FILE ...` takes just those screenshots (the rest of the folder stays as it is): a change
+to one page need not rewrite every image.
 
 Prints the page errors Chromium reported (none expected). `--real DIR --out ELSEWHERE` takes
 the `h200-*.png` views of another session's databases instead, to look at.
@@ -189,9 +192,20 @@ def copied(sources: list[Path]) -> Database:
 Shot = tuple[str, str, str, int, str | None]  # file, address, ready when, height, scrolled to
 
 
+# The screenshots to take (None: all of them), from --only.
+ONLY: set[str] | None = None
+
+
+def wanted(name: str) -> bool:
+    return ONLY is None or name in ONLY
+
+
 def shoot(db: Database, out: Path, shots: list[Shot], width: int = 1400) -> list[str]:
     """Each shot of the dashboard served over `db`; the page errors Chromium reported."""
     errors: list[str] = []
+    shots = [shot for shot in shots if wanted(shot[0])]
+    if not shots:
+        return errors
     for base in _serve(make_app(db)):
         for name, path, ready, height, scroll_to in shots:
             with Browser(width=width, height=height) as b:
@@ -272,7 +286,7 @@ def replay_screenshots(out: Path) -> list[str]:
                 "study-failed-environment.png",
                 f"/studies/{failed}",
                 "document.getElementById('best-none') !== null",
-                900,
+                600,  # the reason and the trials table: no chart below them
                 None,
             ),
             ("study-expert-default-second.png", f"/studies/{llama}", CHARTS, 900, None),
@@ -292,7 +306,7 @@ def replay_screenshots(out: Path) -> list[str]:
             ),
         ],
     )
-    for base in _serve(make_app(db)):
+    for base in _serve(make_app(db)) if wanted("studies-compare-pick.png") else ():
         with Browser(width=1400, height=420) as b:
             b.open(f"{base}/", ready="document.getElementById('compare-button') !== null")
             b.click(f"input[name=pick][value={ours}]")
@@ -312,13 +326,26 @@ def main() -> None:
         help="only the h200-*.png views, of another session's DIR/tune-*.db (to look at, "
         "with --out elsewhere: docs/screenshots shows the session the README describes)",
     )
+    ap.add_argument(
+        "--only",
+        nargs="+",
+        metavar="FILE",
+        help="take only these screenshots (file names, e.g. study-failed-environment.png)",
+    )
     args = ap.parse_args()
+    global ONLY
+    ONLY = set(args.only) if args.only else None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    # The real sessions' views are the h200-*.png and the tie's; the rest are replays.
+    real = ONLY is None or any(n.startswith("h200-") or "tie" in n for n in ONLY)
+    replayed = ONLY is None or any(not (n.startswith("h200-") or "tie" in n) for n in ONLY)
     if args.real:
         errors = real_screenshots(out, Path(args.real))
     else:
-        errors = real_screenshots(out) + replay_screenshots(out)
+        errors = (real_screenshots(out) if real else []) + (
+            replay_screenshots(out) if replayed else []
+        )
     print(f"screenshots in {out}; page errors: {errors}")
 
 

@@ -1,8 +1,8 @@
 """The `autotuner` command line: the app, and which verb lives where.
 
 - `tune.py`: `tune`, a whole study in this process; `resume.py`: `resume`, an interrupted one;
-- `studies.py`: `submit`, `best`, `trials`, `status`, `cancel`, `export`, on the service
-  (`--server`) or a local database (`--db`) through `client.py`'s two backends;
+- `submit.py`: `submit`; `studies.py`: `best`, `trials`, `status`, `cancel`, `export`; both on
+  the service (`--server`) or a local database (`--db`) through `client.py`'s two backends;
 - `serve.py`: `serve`, the service; `spaces.py`: `spaces`; `bench.py`: `bench ...`;
 - `common.py`: shared flags, error handling, the database; `render.py`: tables and JSON.
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import typer
 
-from autotuner.cli import bench, resume, serve, spaces, studies, tune
+from autotuner.cli import bench, resume, serve, spaces, studies, submit, tune
 from autotuner.cli.help_names import HelpNamedCommand, HelpNamedGroup
 
 app = typer.Typer(
@@ -36,7 +36,7 @@ app = typer.Typer(
 
 # In the order `autotuner --help` lists them.
 app.command(cls=HelpNamedCommand)(tune.tune)
-app.command(cls=HelpNamedCommand)(studies.submit)
+app.command(cls=HelpNamedCommand)(submit.submit)
 app.command(cls=HelpNamedCommand)(studies.best)
 app.command(cls=HelpNamedCommand)(studies.trials)
 app.command(cls=HelpNamedCommand)(studies.status)

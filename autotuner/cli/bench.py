@@ -22,7 +22,7 @@ from autotuner.cli.help_names import HelpNamedCommand, HelpNamedGroup
 app = typer.Typer(
     name="bench",
     cls=HelpNamedGroup,
-    help="Benchmarks of the search (replay a recorded landscape through the real coordinator).",
+    help="Benchmarks of the search, replayed through the real coordinator.",
     no_args_is_help=True,
 )
 

@@ -62,8 +62,16 @@ SpecArg = Annotated[
     str, typer.Argument(help="Model spec: a YAML/JSON file, or a preset name like gpt2-124m.")
 ]
 GpusOption = Annotated[int, typer.Option("--gpus", min=1, help="GPUs per trial.")]
+DEFAULT_TRIALS = 20  # the budget when neither --trials nor --minutes is given
 TrialsOption = Annotated[
-    int | None, typer.Option("--trials", "-n", min=1, help="Stop after this many trials.")
+    int | None,
+    typer.Option(
+        "--trials",
+        "-n",
+        min=1,
+        help=f"Stop after this many trials. Default: {DEFAULT_TRIALS}, or no limit with --minutes.",
+        show_default=False,
+    ),
 ]
 MinutesOption = Annotated[
     float | None,
@@ -71,14 +79,12 @@ MinutesOption = Annotated[
         "--minutes",
         "-m",
         min=0.1,
-        help="Time budget: nothing is launched after this many minutes. The search stops "
-        "early enough for the winner's end checks (headroom, numerics) to fit, and a trial "
-        "expected to end past the budget is not started; a trial already running finishes. "
-        "End checks that could not fit (a first trial took most of the budget) are not "
-        "started, and the recommendation says its winner is unchecked.",
+        help="Time budget in minutes: no trial starts that would end past it (one running "
+        "finishes). The search stops early enough for the winner's end checks to fit; where "
+        "they could not, the recommendation says so.",
     ),
 ]
-SamplerOption = Annotated[str, typer.Option(help="tpe (default), random, grid or gp.")]
+SamplerOption = Annotated[str, typer.Option(help="Optuna's tpe, random, grid or gp.")]
 SeedOption = Annotated[int, typer.Option(help="Sampler seed (same seed, same proposals).")]
 NameOption = Annotated[str | None, typer.Option(help="A name for the study.")]
 ObjectiveOption = Annotated[
@@ -107,10 +113,9 @@ HeadroomOption = Annotated[
     typer.Option(
         "--headroom",
         min=0.0,
-        help="Share of GPU memory the recommendation keeps free, 0 to 0.9 (default 0.1: 10%), "
-        "for what a short trial does not do: evaluation, checkpoints, fragmentation. The "
-        "winner is re-run once with an evaluation pass and a checkpoint save to check it. "
-        "0: no headroom, no check.",
+        help="Share of GPU memory the recommendation keeps free (0 to 0.9; default 0.1) for "
+        "evaluation, checkpoints, fragmentation: the winner is re-run once with both to "
+        "check. 0: none, no check.",
         show_default=False,
     ),
 ]
@@ -119,10 +124,9 @@ ProxyLayersOption = Annotated[
     typer.Option(
         "--proxy-layers",
         min=1,
-        help="Cheaper trials for big models: run each new kind of config (precision, compile "
-        "mode, attention, checkpointing) first on a model of this many layers, same width, "
-        "so the throughput model learns it before a full-depth trial is spent. Proxies are "
-        "never recommended. Default: every trial at full depth.",
+        help="Cheaper trials for big models: each new kind of config runs first on a model "
+        "this many layers deep (same width), so the throughput model learns it before a "
+        "full-depth trial is spent. Proxies are never recommended. Default: none.",
         show_default=False,
     ),
 ]
@@ -161,12 +165,10 @@ DataOption = Annotated[
     str | None,
     typer.Option(
         "--data",
-        help="Measure on your own data, read through the real DataLoader with the loader "
-        "knobs: a nanoGPT-style .bin token file (uint16; uint32 when its name says uint32), "
-        "a Hugging Face datasets directory saved with save_to_disk (column input_ids), or a "
-        ".jsonl text file (field text) tokenized as it is read, with --tokenizer. Nothing is "
-        "downloaded. The path is read on the worker machines (and checked here first): it "
-        "must exist there too. Default: synthetic tokens.",
+        help="Measure on your own tokens, through the real DataLoader: a nanoGPT .bin file "
+        "(uint16, or uint32 when its name says so), a datasets directory (save_to_disk, "
+        "column input_ids) or a .jsonl file (field text) with --tokenizer. Read on the "
+        "workers (checked here first); nothing is downloaded. Default: synthetic tokens.",
         show_default=False,
     ),
 ]
@@ -174,9 +176,8 @@ TokenizerOption = Annotated[
     str | None,
     typer.Option(
         "--tokenizer",
-        help="The Hugging Face tokenizer.json (or its directory) that tokenizes a .jsonl --data "
-        "file in the loader, where a training script that reads raw text spends its input "
-        "time. Read on the worker machines, like --data.",
+        help="A Hugging Face tokenizer.json (or its folder) for a .jsonl --data file, run in "
+        "the loader as a script reading raw text does. Read on the workers, like --data.",
         show_default=False,
     ),
 ]
@@ -196,8 +197,6 @@ def data_request(path: str | None, tokenizer: str | None = None) -> dict[str, st
         request["tokenizer"] = str(Path(tokenizer).expanduser().resolve())
     return request
 
-
-DEFAULT_TRIALS = 20  # the budget when neither --trials nor --minutes is given
 
 # --------------------------------------------------------------------------- errors
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from typer.core import TyperCommand, TyperGroup, TyperOption
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 # By the option's parameter name.
 VALUE_NAMES = {
@@ -62,12 +62,34 @@ VALUE_NAMES = {
 
 
 def name_values(params: list[Any]) -> list[Any]:
-    """`params` with their help names set: an option the name of its value, a flag none
-    (arguments keep Typer's display)."""
+    """`params` with their help names set: an option the name of its value, a flag none, an
+    argument its name in capitals (`tune SPEC`, not `tune {spec}` with a `<str>` beside it)."""
     for param in params:
         if isinstance(param, TyperOption) and param.metavar is None:
             param.metavar = "" if param.is_flag else VALUE_NAMES.get(param.name or "")
+            # Typer builds its own parameters: the help's display is changed on each (its
+            # class), its parsing and checks are Typer's own.
+            param.__class__ = _UnrangedOption
+        elif isinstance(param, TyperArgument) and param.metavar is None:
+            param.metavar = (param.name or "").upper()
+            param.__class__ = _UntypedArgument
     return params
+
+
+class _UnrangedOption(TyperOption):
+    """No `[x>=0.0]` after the value's name: it took 6 more characters from every line of help
+    text at 80 columns, and said less than the text does (`--headroom`: 0 to 0.9). The bound is
+    still checked, a value out of it refused in one line."""
+
+    def _get_number_range_help_str(self) -> str | None:
+        return None
+
+
+class _UntypedArgument(TyperArgument):
+    """An argument named in capitals, without `<str>` beside it (what options do too)."""
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        return None
 
 
 class HelpNamedCommand(TyperCommand):

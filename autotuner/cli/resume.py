@@ -25,12 +25,15 @@ def resume(
     db: DbOption = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Continue an interrupted study (Ctrl-C or SIGTERM of `tune`, a service's drain) where it
-    stopped: its trials, its budget left, its seeds.
+    """Continue an interrupted study where it stopped.
+
+    Ctrl-C or SIGTERM of `tune`, or a service's drain, interrupts a study. It goes on with its
+    trials, its budget left and its seeds; the trials cut short run again. The same `tune`
+    command run again does the same.
 
     Here, it runs in this process as `tune` does (a local Ray, or --ray-address). With
-    --server, the service queues it and its coordinator runs it; a service never runs an
-    interrupted study unless asked so.
+    --server, the service's coordinator runs it: a service never runs an interrupted study
+    unless asked so.
     """
     if server and server.strip():
         from autotuner.cli.client import connect
@@ -44,6 +47,7 @@ def resume(
     database = open_db_for_writing(db)
 
     from autotuner.cli.tune import run_here
+    from autotuner.cli.tune_resume import say_resumed
     from autotuner.executors.ray_executor import RayExecutor
     from autotuner.study.coordinator import default_owner
     from autotuner.study.resume import resume_study
@@ -55,6 +59,5 @@ def resume(
     # Queued again with our lease taken in one transaction: a service sharing the database
     # cannot adopt it before this process runs it.
     view = resume_study(database, study, owner=owner)
-    if not as_json:
-        err.print(f"study [bold]{safe(view['id'])}[/]: resumed", highlight=False)
-    run_here(database, view["id"], executor, owner, view.get("max_trials"), as_json)
+    resumed = say_resumed(database, view, as_json)
+    run_here(database, view["id"], executor, owner, view.get("max_trials"), as_json, resumed)

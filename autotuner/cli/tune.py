@@ -19,7 +19,6 @@ from autotuner.cli.common import (
     JsonFlag,
     MaxMemOption,
     MinutesOption,
-    NameOption,
     ObjectiveOption,
     OptionPairs,
     PlannedHoursOption,
@@ -42,6 +41,7 @@ from autotuner.cli.common import (
     study_request,
 )
 from autotuner.cli.render import compact_params, show_best
+from autotuner.cli.tune_resume import interrupted_to_resume, say_resumed
 from autotuner.purpose import Purpose
 
 
@@ -74,15 +74,27 @@ def tune(
     sampler: SamplerOption = "tpe",
     seed: SeedOption = 0,
     option: OptionPairs = None,
-    name: NameOption = None,
+    name: Annotated[
+        str | None,
+        typer.Option(
+            help="The study's name. Default: its model and space (`tiny / cpu-demo`); an "
+            "interrupted study's name resumes it.",
+        ),
+    ] = None,
     ray_address: RayAddressOption = None,
     db: DbOption = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Run a whole study here: search, measure, store, and print the recommended config.
+    """Run a study here and print the recommended config.
 
-    Uses a local Ray (started on demand, or --ray-address) and a SQLite file unless --db says
-    otherwise. Without a GPU, trials run a small model on the CPU through the same code path.
+    Searches the space with real, short trials on a local Ray (started on demand, or
+    --ray-address), stores each trial in a SQLite file (or --db), and prints the fastest config
+    with its evidence. Without a GPU, trials run a small model on the CPU, same code path.
+
+    Ctrl-C keeps the study `interrupted`; the same command run again goes on where it stopped
+    (as `autotuner resume STUDY` does).
+
+    Example: `autotuner tune examples/tiny.yaml --space cpu-demo --trials 8`
     """
     from autotuner.inputs import load_model_spec
     from autotuner.search.space import load_space
@@ -115,9 +127,11 @@ def tune(
         global_batch_tokens=global_batch,
         data=data_request(data, tokenizer),
     )
-    if chosen is not None:
-        _validated(request)
+    # Checked before the database is opened (a refused request writes nothing, not even it).
+    validated = _validated(request) if chosen is not None else None
     database = open_db_for_writing(db)
+    # Before Ray starts: a `tune` that cannot go on with its interrupted study says so now.
+    again = interrupted_to_resume(database, request, *validated) if validated else None
 
     import os
 
@@ -126,6 +140,7 @@ def tune(
     from autotuner.study.coordinator import default_owner
     from autotuner.study.factory_access import ENV_VAR as FACTORY_DIRS_ENV
     from autotuner.study.operations import create_requested
+    from autotuner.study.resume import resume_study
 
     if not as_json:
         err.print("starting Ray...", style="dim")
@@ -139,7 +154,15 @@ def tune(
         request = request.model_copy(update={"space": default})
     # Again with the cluster known: as the service does, refuse more GPUs per trial than it has.
     model, search_space = _validated(request, target)
+    if chosen is None:  # its name is known now, with the space
+        again = interrupted_to_resume(database, request, model, search_space)
     owner = default_owner()
+    if again is not None:
+        # The same command after a Ctrl-C: the study goes on where it stopped, as `resume`.
+        view = resume_study(database, again, owner=owner)
+        resumed = say_resumed(database, view, as_json)
+        run_here(database, again, executor, owner, view.get("max_trials"), as_json, resumed)
+        return
     study_id = create_requested(
         database, request, model, search_space, device_type=target.device_type
     )
@@ -148,25 +171,38 @@ def tune(
     with database.session() as s:
         StudyRepo(s).try_acquire(study_id, owner, 300.0)
     if not as_json:
+        # Two lines: as one, the model's sizes wrapped mid-phrase at 80 columns.
         err.print(
-            f"study [bold]{study_id}[/]: {safe(model.describe())}; space {safe(search_space.name)}"
+            f"study [bold]{study_id}[/]: space {safe(search_space.name)}\n"
+            f"  model {safe(model.describe())}",
+            highlight=False,
         )
     run_here(database, study_id, executor, owner, request.max_trials, as_json)
 
 
 def run_here(
-    database: Any, study_id: str, executor: Any, owner: str, total: int | None, as_json: bool
+    database: Any,
+    study_id: str,
+    executor: Any,
+    owner: str,
+    total: int | None,
+    as_json: bool,
+    resumed: Any = None,
 ) -> None:
     """Run the study whose lease `owner` holds to its end in this process, and print its
-    recommendation (exit 1 for a failed study). Ctrl-C or SIGTERM interrupts it: the trials in
-    flight are cancelled, the study is stored `interrupted` (nothing left running), and the
-    exit status is 128 + the signal's number (130, 143) with the command that continues it."""
+    recommendation (exit 1 for a failed study); a `resumed` study's progress bar starts where
+    it stands (study/restore_standing.py). Ctrl-C or SIGTERM interrupts it: the trials in flight
+    are cancelled, the study is stored `interrupted` (nothing left running), and the exit
+    status is 128 + the signal's number (130, 143) with the command that continues it."""
     from autotuner.inputs import UserError
     from autotuner.study.coordinator import StudyRunner
     from autotuner.study.pause import WaitingForGpus
 
     progress = _TuneProgress(total, quiet=as_json)
+    if resumed is not None:
+        progress.start_at(resumed.done, resumed.best_tokens_per_s)
     runner = StudyRunner(database, study_id, executor, owner=owner, on_event=progress.on_event)
+    interrupted = False
     try:
         with interruptible() as stopped, progress:
             try:
@@ -182,12 +218,15 @@ def run_here(
             except KeyboardInterrupt:
                 # Ignored from here on: a second Ctrl-C must not cut the write short.
                 runner.interrupt(f"interrupted by {stopped.name}")
-                err.print(
-                    f"study {study_id} interrupted by {stopped.name}: its running trials were "
-                    f"cancelled; continue it with: autotuner resume {study_id}",
-                    highlight=False,
-                )
-                raise typer.Exit(128 + stopped.number) from None
+                interrupted = True
+        if interrupted:  # said below the progress bar's last drawing, as the last line
+            err.print(
+                f"study {study_id} interrupted by {stopped.name}: its running trials were "
+                f"cancelled; continue it with: autotuner resume {study_id} (or the same "
+                "tune command again)",
+                highlight=False,
+            )
+            raise typer.Exit(128 + stopped.number)
     finally:
         executor.close()
     from autotuner.study.operations import get_best
@@ -266,6 +305,12 @@ class _TuneProgress:
         # A reason said once: the trials and proposals that repeat it are counted, not printed
         # again (a factory every config failed on printed its reason 237 times).
         self.reasons = ReasonCounter()
+
+    def start_at(self, done: int, best: float) -> None:
+        """A resumed study's bar: its settled trials, and its best so far."""
+        self.best = best
+        described = f"best {best:,.0f} tok/s" if best else ""
+        self.progress.update(self.task, completed=done, description=described)
 
     def __enter__(self) -> _TuneProgress:
         self.progress.__enter__()

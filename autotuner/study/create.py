@@ -10,6 +10,11 @@ from autotuner.storage.session import Database
 from autotuner.storage.study_repo import StudyRepo
 
 
+def study_name(name: str | None, model: ModelSpec, space: SearchSpace) -> str:
+    """The name a study is stored under: the one asked for, else its model and space's."""
+    return name or f"{model.preset or model.family.value} / {space.name}"
+
+
 def create_study(
     db: Database,
     *,
@@ -33,7 +38,7 @@ def create_study(
         raise ValueError("a study needs a budget: give max_trials, max_minutes or both")
     with db.session() as s:
         study = StudyRepo(s).create(
-            name=name or f"{model.preset or model.family.value} / {space.name}",
+            name=study_name(name, model, space),
             model_spec=model.model_dump(mode="json"),
             space=space.model_dump(mode="json", by_alias=True),
             objective=objective.value,

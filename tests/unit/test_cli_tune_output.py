@@ -98,4 +98,4 @@ def test_a_hostile_space_name_is_printed_as_text(demo: Demo) -> None:
     text = demo.proc.stdout + demo.proc.stderr
     assert no_escapes(text), text
     # The markup is shown, not obeyed (the line may wrap at 80).
-    assert f"; space {MARKUP}" in " ".join(demo.proc.stderr.split()), text
+    assert f": space {MARKUP}" in " ".join(demo.proc.stderr.split()), text

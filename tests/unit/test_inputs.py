@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autotuner.cli.studies import _read_model_arg
+from autotuner.cli.submit import _read_model_arg
 from autotuner.inputs import UserError, load_model_spec, parse_model_spec
 from autotuner.search.space import SpaceError, builtin_space_names, load_space, parse_space
 from autotuner.spec import Knobs, ModelSpec, TrialConfig, TrialResult

@@ -69,11 +69,20 @@
       // nothing to apply, and "yet" would promise one. The service words why (study/labels.py),
       // as the CLI's `best` does.
       const ended = !live(st.status), why = data.no_recommendation || "no completed trial yet";
+      const apply = document.getElementById("apply");
+      if (ended) apply?.remove(); else if (apply) apply.hidden = true; // waits for one to export
+      if (st.status === "failed" && st.error_message) {
+        // A failed study's one reason (study/ending.py) is the page's news: the card says it
+        // first and large, in the red of a failure, with where each trial's own reason is.
+        document.getElementById("best-title").textContent = "The study failed";
+        document.getElementById("best").classList.add("error");
+        const reason = st.error_message.trim();
+        box.append(node("p", { class: "failure", id: "best-none" }, reason[0].toUpperCase() + reason.slice(1)),
+          node("p", { class: "muted" }, "Each trial's own outcome: the table below, or ", node("code", {}, `autotuner trials ${st.id}`)));
+        return;
+      }
       if (ended) document.getElementById("best-title").textContent = "No recommendation";
       box.append(node("p", { class: ended ? "warn" : "muted", id: "best-none" }, why[0].toUpperCase() + why.slice(1)));
-      // While it runs, the export commands wait, hidden, for a recommendation to export.
-      const apply = document.getElementById("apply");
-      if (ended) apply?.remove(); else if (apply) apply.hidden = true;
       return;
     }
     const apply = document.getElementById("apply");
@@ -328,6 +337,7 @@
   }
 
   function drawTable() {
+    if (!document.getElementById("trials-card")) return; // a study with no trial has none
     const size = data.page_size;
     let rows, total;
     if (livePage()) {
@@ -403,9 +413,23 @@
   document.getElementById("page-older").addEventListener("click", () => showPage(pageIndex + 1));
 
   // ------------------------------------------------------------------ live
+  // An ended study that measured nothing: no chart (empty axes said nothing the card above does
+  // not), and no trials table where it has no trial. Removed for good: such a page is not live.
+  function dropEmptyParts() {
+    const st = data.study;
+    if (live(st.status)) return false;
+    const nothing = !data.charts || data.charts.progress.measured === 0;
+    if (nothing) for (const id of ["charts", "effects-card"]) document.getElementById(id)?.remove();
+    if (st.trials_total === 0) document.getElementById("trials-card")?.remove();
+    return nothing;
+  }
+
   function drawAll() {
-    drawStatus(data.study); drawBest(data.best, data.unfinished); drawTable();
-    if (data.charts) drawCharts(data.charts);
+    drawStatus(data.study); drawBest(data.best, data.unfinished);
+    const noCharts = dropEmptyParts();
+    drawTable();
+    if (noCharts) document.body.dataset.charts = "0"; // for browser tests: drawn, with none
+    else if (data.charts) drawCharts(data.charts);
     document.body.dataset.trials = String(data.study.trials_total); // for browser tests
   }
   drawAll();
