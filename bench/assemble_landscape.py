@@ -77,6 +77,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from autotuner.inputs import read_model_spec_file
 from autotuner.purpose import Purpose
 from autotuner.spec import (
     LEGACY_KNOBS,
@@ -318,8 +319,19 @@ def effective_knobs(knobs: dict[str, Any], model: ModelSpec) -> dict[str, Any]:
     return {k: default[k] if k in inactive_knobs(config, "cuda") else v for k, v in knobs.items()}
 
 
+def resolve_model(model_name: str) -> tuple[ModelSpec, str]:
+    """The model a landscape is of, and its name there: a preset (llama-1b), or a model spec
+    file (examples/hf/llama-3.2-1b.yaml: a Hugging Face config has no preset, so its trials
+    are matched on the family and sizes alone, and the landscape is named after the file)."""
+    path = Path(model_name)
+    if path.suffix in (".yaml", ".yml", ".json") and path.is_file():
+        model = ModelSpec.resolve(read_model_spec_file(path))
+        return model, model.preset or path.stem
+    return ModelSpec.resolve({"preset": model_name}), model_name
+
+
 def assemble(sources: list[Path], model_name: str, *, command: str | None = None) -> dict[str, Any]:
-    model = ModelSpec.resolve({"preset": model_name})
+    model, label = resolve_model(model_name)
     measurements: list[Measurement] = []
     seen: set[tuple[str, str]] = set()
     duplicates = 0
@@ -352,11 +364,11 @@ def assemble(sources: list[Path], model_name: str, *, command: str | None = None
     groups: dict[str, list[Measurement]] = {}
     for m in kept:
         groups.setdefault(canonical_params(m.knobs), []).append(m)
-    entries = [_entry(ms, model, fp) for ms in groups.values()]
+    entries = [_entry(ms, model, label, fp) for ms in groups.values()]
     entries.sort(key=lambda e: (e["params"]["global_batch_tokens"], canonical_params(e["params"])))
     batches = Counter(e["params"]["global_batch_tokens"] for e in entries)
     return {
-        "model": model.preset,
+        "model": label,
         "recorded_with": command,
         "assembled_from": [_rel(s) for s in sources],
         "merge": "identical configs merged: tokens_per_s = median of the successful "
@@ -370,7 +382,7 @@ def assemble(sources: list[Path], model_name: str, *, command: str | None = None
     }
 
 
-def _entry(ms: list[Measurement], model: ModelSpec, fp: Fingerprint) -> dict[str, Any]:
+def _entry(ms: list[Measurement], model: ModelSpec, label: str, fp: Fingerprint) -> dict[str, Any]:
     ms = sorted(ms, key=lambda m: (m.started or "", str(m.trial)))
     oks = [m for m in ms if m.result.status == TrialStatus.OK]
     knobs = ms[0].knobs
@@ -407,7 +419,7 @@ def _entry(ms: list[Measurement], model: ModelSpec, fp: Fingerprint) -> dict[str
     gb = int(knobs["micro_batch_size"]) * int(knobs["grad_accum"]) * model.seq_len
     return {
         "params": {
-            "model": model.preset,
+            "model": label,
             **knobs,
             "data_source": "synthetic",
             "seq_len": model.seq_len,
@@ -469,7 +481,11 @@ def _rel(path: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", required=True, help="model preset, e.g. llama-1b")
+    ap.add_argument(
+        "--model",
+        required=True,
+        help="model preset (llama-1b) or model spec file (examples/hf/llama-3.2-1b.yaml)",
+    )
     ap.add_argument("--out", required=True, help="landscape JSON to write")
     ap.add_argument("sources", nargs="+", type=Path)
     args = ap.parse_args(argv)

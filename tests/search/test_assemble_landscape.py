@@ -198,3 +198,23 @@ def test_a_compile_budget_the_sessions_time_cut_short_is_no_entry(tmp_path: Path
     assert cut.data_source == why
     assert kept.purpose == "search" and kept.result.failure_class == "compile_error"
     assert configs_run(db) == [{"micro_batch_size": 2}]
+
+
+def test_a_hugging_face_spec_file_names_its_landscape_and_keeps_only_its_trials(
+    tmp_path: Path,
+) -> None:
+    """An `hf` model has no preset: its trials are matched on the family and sizes, and the
+    landscape is named after the spec file; a Llama preset's trials are another model."""
+    spec = Path(__file__).resolve().parents[2] / "examples/hf/llama-3.2-1b.yaml"
+    hf_model, label = asm.resolve_model(str(spec))
+    assert (hf_model.family, label) == ("hf", "llama-3.2-1b")
+    gb = {"global_batch_tokens": 65536}  # 4096-token sequences
+    hf_src = _export(tmp_path, "hf", [_row(0, **gb), _row(1, params={"micro_batch_size": 4}, **gb)])
+    best = json.loads((tmp_path / "best-hf.json").read_text())
+    best["best"]["model"] = hf_model.model_dump(mode="json")
+    (tmp_path / "best-hf.json").write_text(json.dumps(best))
+    preset_src = _export(tmp_path, "preset", [_row(0, params={"micro_batch_size": 2})])
+    doc = asm.assemble([hf_src, preset_src], str(spec))
+    assert doc["model"] == "llama-3.2-1b"
+    assert sorted(e["params"]["micro_batch_size"] for e in doc["entries"]) == [4, 8]
+    assert {e["params"]["model"] for e in doc["entries"]} == {"llama-3.2-1b"}
