@@ -74,7 +74,7 @@ class LearnedRule:
     message: str
 
     def matches(self, flat: dict[str, Any]) -> bool:
-        return all(_as_str(flat.get(k)) == v for k, v in self.match)
+        return all(_as_str(flat.get(k)) == v and not _inert(k, flat) for k, v in self.match)
 
     def describe(self) -> str:
         values = ", ".join(f"{k}={v}" for k, v in self.match)
@@ -88,6 +88,19 @@ class LearnedRule:
 # attention kernels, two precisions and three micro-batches: 11 of a study's 20 trials.
 REPEATED_FAILURES = 2
 REPEATED_PROJECTION = ("compile_mode", "attention", "precision")  # the likelier cause first
+
+
+# Knobs that do nothing where another knob has a value: a failure blamed on such a knob says
+# nothing about configs where it is inert. A whole-model compile that could not trace Liger's
+# kernels ({kernels, compile_scope: model}) must not prune the same kernels run eagerly, which
+# also carry compile_scope model (the H100 landscape of Llama-3.2-1B lost nine eager Liger
+# configs that way).
+INERT_WHERE = {"compile_scope": ("compile_mode", "none")}
+
+
+def _inert(knob: str, flat: dict[str, Any]) -> bool:
+    other = INERT_WHERE.get(knob)
+    return other is not None and _as_str(flat.get(other[0])) == other[1]
 
 
 class LearnedRules:

@@ -10,8 +10,16 @@ import pytest
 from autotuner.executors.base import Target
 from autotuner.executors.replay import Landscape
 from autotuner.inputs import load_model_spec
-from autotuner.search.rules import incompatibility
-from autotuner.spec import FailureClass, Knobs, ModelSpec, TrialResult
+from autotuner.search.rules import LearnedRules, incompatibility
+from autotuner.spec import (
+    CompileMode,
+    CompileScope,
+    FailureClass,
+    Kernels,
+    Knobs,
+    ModelSpec,
+    TrialResult,
+)
 from autotuner.storage.models import TrialState
 from tests.search.conftest import GPT2, H200, KNOBS, gpt2_landscape, gpt2_space
 
@@ -259,3 +267,23 @@ def test_a_knob_value_that_keeps_failing_to_compile_is_learned_after_two(db, run
     # The values the failures shared with configs that ran (bf16, flash, ...) stay searchable.
     assert all(len(r.match) == 1 for r in runner.policy.learned.rules)
     assert any(t.state == TrialState.COMPLETE.value for t in trials)
+
+
+def test_a_failure_blamed_on_the_compile_scope_spares_the_same_config_run_eagerly() -> None:
+    """The whole-model compile of Liger's kernels fails (the worker blames kernels and
+    compile_scope model); eager configs carry compile_scope model too, where it compiles
+    nothing, so the learned rule must not prune them."""
+    learned = LearnedRules()
+    compiled = Knobs(kernels=Kernels.LIGER, compile_mode=CompileMode.DEFAULT)
+    learned.learn(compiled, {"kernels": "liger", "compile_scope": "model"}, 4, "cannot trace")
+    assert learned.violated_by(compiled) is not None
+    assert (
+        learned.violated_by(
+            compiled.model_copy(update={"compile_mode": CompileMode.MAX_AUTOTUNE_NO_CUDAGRAPHS})
+        )
+        is not None
+    )
+    eager = compiled.model_copy(update={"compile_mode": CompileMode.NONE})
+    assert learned.violated_by(eager) is None
+    blocks = compiled.model_copy(update={"compile_scope": CompileScope.BLOCK})
+    assert learned.violated_by(blocks) is None
