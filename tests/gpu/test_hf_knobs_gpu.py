@@ -181,11 +181,21 @@ def test_block_scope_compiles_faster_than_the_whole_model_and_runs():
     "knobs",
     [
         {"kernels": "liger", "compile_mode": "default", "compile_scope": "block"},
-        {"kernels": "fused-ce", "precision": "fp8-tensorwise", "compile_mode": "default"},
+        {
+            "kernels": "fused-ce",
+            "precision": "fp8-tensorwise",
+            "compile_mode": "default",
+            "compile_scope": "block",
+        },
         {"kernels": "liger", "checkpointing": "selective"},
         {"optimizer": "adamw-8bit", "allocator": "expandable", "vocab_pad_multiple": 128},
     ],
-    ids=["liger-compiled-blocks", "fused-ce-fp8-compiled", "liger-selective", "8bit-expandable"],
+    ids=[
+        "liger-compiled-blocks",
+        "fused-ce-fp8-compiled-blocks",
+        "liger-selective",
+        "8bit-expandable",
+    ],
 )
 def test_knob_combinations_measure_on_a_hugging_face_model(knobs):
     r = run_trial_process(_trial(**knobs), timeout_s=600)
