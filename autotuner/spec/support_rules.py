@@ -95,7 +95,6 @@ def support_verdicts(
     yield from _capability(knobs, hardware)
     yield from _shape(knobs, hardware, model)
     yield from _model(knobs, model)
-    yield from _kernels_compiled(knobs)
     multi = num_gpus is not None and num_gpus > 1
     parallel = list(parallel_verdicts(knobs, hardware.device_type)) if multi else []
     yield from (v for v in parallel if v.kind == RuleKind.CANNOT_RUN)
@@ -306,25 +305,6 @@ def _model(knobs: Knobs, model: ModelSpec | None) -> Iterator[Verdict]:
             f"{liger.covered_types()}; use kernels=fused-ce (the fused loss needs no patch)",
             kernels,
         )
-
-
-def _kernels_compiled(knobs: Knobs) -> Iterator[Verdict]:
-    whole_graph = (
-        knobs.compile_mode != CompileMode.NONE and knobs.compile_scope == CompileScope.MODEL
-    )
-    if knobs.kernels == Kernels.NONE or not whole_graph:
-        return
-    # Seen on an H200 and an H100 (torch 2.11, Liger 0.8.5), bf16 and fp8, the fused loss
-    # alone and the full set: dynamo stops at the fused loss's weight-gradient
-    # `addmm(..., out_dtype=float32, out=...)`. The worker still recognises the failure
-    # from its traceback (workers/compiling.py) should a rule here be missing.
-    yield _cannot(
-        f"kernels={knobs.kernels.value} with compile_scope=model: torch.compile cannot trace "
-        f"Liger {liger.LIGER_VERSION}'s fused linear cross-entropy inside a whole-model "
-        "graph; compile the blocks (compile_scope=block: the loss runs eagerly), or use "
-        "kernels=none with compile_scope=model",
-        {"kernels": knobs.kernels.value, "compile_scope": CompileScope.MODEL.value},
-    )
 
 
 def _package_needs(knobs: Knobs) -> list[tuple[str, str, dict[str, Any]]]:

@@ -115,7 +115,8 @@ def test_the_proposer_takes_the_fused_loss_to_the_micro_batch_it_fits() -> None:
                 "attention": "flash",
                 "vocab_pad_multiple": 64,
                 "compile_mode": "default",
-                # Liger's fused loss cannot be traced inside a whole-model graph.
+                # Liger's fused loss cannot be traced inside a whole-model graph (a study learns
+                # it from the first such trial): the fused loss runs with compiled blocks.
                 "compile_scope": "block",
             },
         }

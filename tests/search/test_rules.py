@@ -287,17 +287,3 @@ def test_a_failure_blamed_on_the_compile_scope_spares_the_same_config_run_eagerl
     assert learned.violated_by(eager) is None
     blocks = compiled.model_copy(update={"compile_scope": CompileScope.BLOCK})
     assert learned.violated_by(blocks) is None
-
-
-def test_liger_kernels_under_a_whole_model_compile_are_never_proposed() -> None:
-    """Measured on an H200 and an H100: dynamo cannot trace Liger's fused loss inside a
-    whole-model graph. Compiled blocks and eager runs of the same kernels stay."""
-    model = ModelSpec.resolve({"preset": "llama-1b"})
-    whole = Knobs(kernels=Kernels.FUSED_CE, compile_mode=CompileMode.REDUCE_OVERHEAD)
-    verdict = incompatibility(whole, H200, model)
-    assert verdict is not None and "whole-model graph" in verdict
-    assert incompatibility(whole.model_copy(update={"kernels": Kernels.LIGER}), H200, model)
-    blocks = whole.model_copy(update={"compile_scope": CompileScope.BLOCK})
-    assert incompatibility(blocks, H200, model) is None
-    eager = whole.model_copy(update={"compile_mode": CompileMode.NONE})
-    assert incompatibility(eager, H200, model) is None
