@@ -233,7 +233,10 @@
                  ticks: { autoSkip: false, maxRotation: 0, callback: function (v) {
                    const cell = strip.cells[v];
                    if (!cell) return "";
-                   const room = (this.chart.width - 70) / strip.values.length - 10;
+                   // The y axis's own width where the layout has measured it (its labels'
+                   // width depends on the font: DejaVu's digits took more than 70 px).
+                   const axis = Math.max(70, (this.chart.scales.y && this.chart.scales.y.width) || 0);
+                   const room = (this.chart.width - axis) / strip.values.length - 12;
                    const lines = [fit(this, String(strip.values[v]), room), fmt.count(cell.measured)];
                    if (cell.failed) lines.push(`${fmt.count(cell.failed)}✗`);
                    return lines;
