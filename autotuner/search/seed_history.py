@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
-
-from autotuner.storage.models import Study, StudyStatus
+from autotuner.storage.models import StudyStatus
+from autotuner.storage.study_repo import StudyRepo
 
 if TYPE_CHECKING:
     from autotuner.executors.base import Target
@@ -23,12 +22,7 @@ def earlier_winners(
 ) -> list[dict[str, Any]]:
     """The knobs of at most `limit` earlier winners for `model` on `target`."""
     with db.session() as s:
-        studies = s.scalars(
-            select(Study)
-            .where(Study.status == StudyStatus.COMPLETED.value)
-            .order_by(Study.created_at.desc())
-            .limit(STUDIES_READ)
-        ).all()
+        studies = StudyRepo(s).list(status=StudyStatus.COMPLETED, limit=STUDIES_READ)
         found = []
         for st in studies:
             rec = st.recommendation or {}

@@ -102,9 +102,7 @@ class StudyRepo:
         exact = self.session.get(Study, key)
         if exact is not None:
             return exact, [exact]
-        named = self.session.scalars(
-            select(Study).where(Study.name == key).order_by(*_newest_first()).limit(1)
-        ).first()
+        named = self.newest_named(key)
         if named is not None:
             return named, [named]
         prefix = key if key.startswith("st-") else f"st-{key}"
@@ -116,6 +114,30 @@ class StudyRepo:
             )
         )
         return (candidates[0] if len(candidates) == 1 else None), candidates
+
+    def newest_named(self, name: str) -> Study | None:
+        """The newest study with exactly this name (a name may repeat: `tune` reuses its
+        default name for each run of one model and space)."""
+        return self.session.scalars(
+            select(Study).where(Study.name == name).order_by(*_newest_first()).limit(1)
+        ).first()
+
+    def by_submit_key(self, key: str) -> tuple[str, str | None] | None:
+        """(id, submit digest) of the study created with this idempotency key, or None."""
+        row = self.session.execute(
+            select(Study.id, Study.submit_digest).where(Study.submit_key == key)
+        ).one_or_none()
+        return None if row is None else (str(row[0]), row[1])
+
+    def unfinished_ids(self) -> builtins.list[str]:
+        """Ids of the queued and running studies, oldest first: what a coordinator adopts."""
+        return list(
+            self.session.scalars(
+                select(Study.id)
+                .where(Study.status.in_([StudyStatus.QUEUED.value, StudyStatus.RUNNING.value]))
+                .order_by(Study.created_at, Study.id)
+            )
+        )
 
     def list(self, *, status: str | None = None, limit: int = 100) -> builtins.list[Study]:
         """Studies, newest first, optionally only those in one status."""

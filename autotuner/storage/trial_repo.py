@@ -308,6 +308,18 @@ class TrialRepo:
         )
         return self.session.scalar(query) or 0
 
+    def unretried_failures(self, study_id: str) -> builtins.list[tuple[str, str, int]]:
+        """(state, purpose, attempt) of the study's failed and lost trials that no re-run was
+        dispatched for yet: what a restarted coordinator may run again."""
+        rows = self.session.execute(
+            select(Trial.state, Trial.purpose, Trial.attempt).where(
+                Trial.study_id == study_id,
+                Trial.state.in_((TrialState.FAILED.value, TrialState.LOST.value)),
+                Trial.retried.is_(False),
+            )
+        )
+        return [(state, purpose, attempt) for state, purpose, attempt in rows]
+
 
 def abandoned_studies(now: dt.datetime, study_id: str | None = None) -> Select[str, str]:
     """(id, status) of the ended studies whose lease is over (at `now`, the database's clock)

@@ -22,11 +22,11 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy import delete, update
 from sqlalchemy.exc import IntegrityError
 
 from autotuner.inputs import UserError
 from autotuner.storage.common import db_now
+from autotuner.storage.coordinator_repo import CoordinatorRepo
 from autotuner.storage.models import Coordinator
 from autotuner.storage.session import Database
 
@@ -78,10 +78,11 @@ class CoordinatorClaim:
     def _take(self) -> None:
         with self.db.session() as s:
             now = db_now(s)
-            row = s.get(Coordinator, self.coordinator_id, with_for_update=True)
+            claims = CoordinatorRepo(s)
+            row = claims.lock(self.coordinator_id)
             expires = now + dt.timedelta(seconds=self.ttl_s)
             if row is None:
-                s.add(
+                claims.insert(
                     Coordinator(
                         id=self.coordinator_id,
                         instance=self.instance,
@@ -92,7 +93,6 @@ class CoordinatorClaim:
                         expires_at=expires,
                     )
                 )
-                s.flush()
                 return
             ours = row.instance == self.instance
             if not ours and row.expires_at > now and not self._stale(row):
@@ -130,17 +130,8 @@ class CoordinatorClaim:
     def renew(self) -> bool:
         """Extend our claim; False if another instance has taken the id since."""
         with self.db.session() as s:
-            now = db_now(s)
-            result = s.execute(
-                update(Coordinator)
-                .where(
-                    Coordinator.id == self.coordinator_id,
-                    Coordinator.instance == self.instance,
-                )
-                .values(expires_at=now + dt.timedelta(seconds=self.ttl_s))
-                .execution_options(synchronize_session=False)
-            )
-            return bool(getattr(result, "rowcount", 0))
+            expires = db_now(s) + dt.timedelta(seconds=self.ttl_s)
+            return CoordinatorRepo(s).renew(self.coordinator_id, self.instance, expires)
 
     def keep(self, interval_s: float) -> None:
         """Renew the claim every `interval_s` in a background thread until `release`."""
@@ -168,11 +159,6 @@ class CoordinatorClaim:
             self._thread.join(5)
         try:
             with self.db.session() as s:
-                s.execute(
-                    delete(Coordinator).where(
-                        Coordinator.id == self.coordinator_id,
-                        Coordinator.instance == self.instance,
-                    )
-                )
+                CoordinatorRepo(s).release(self.coordinator_id, self.instance)
         except Exception as exc:  # the claim simply expires
             log.warning("cannot release the coordinator claim: %s", str(exc)[:200])

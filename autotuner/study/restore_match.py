@@ -14,13 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
-
 from autotuner.search.space import SearchSpace
 from autotuner.spec import ModelSpec
 from autotuner.status import StudyStatus
 from autotuner.storage.models import Study
 from autotuner.storage.session import Database
+from autotuner.storage.study_repo import StudyRepo
 from autotuner.study.create import study_name
 from autotuner.study.request import StudyRequest
 
@@ -55,12 +54,7 @@ def interrupted_namesake(
     interrupted (or there is none): then the request is a new study."""
     name = study_name(req.name, model, space)
     with db.read() as s:
-        study = s.scalars(
-            select(Study)
-            .where(Study.name == name)
-            .order_by(Study.created_at.desc(), Study.id.desc())
-            .limit(1)
-        ).first()
+        study = StudyRepo(s).newest_named(name)
         if study is None or study.status != StudyStatus.INTERRUPTED:
             return None
         return Namesake(study.id, study.name, differences(study, req, model, space))

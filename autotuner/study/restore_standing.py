@@ -10,10 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
-
-from autotuner.storage.models import Trial, TrialState
+from autotuner.storage.models import TrialState
 from autotuner.storage.session import Database
+from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.lost import rerun_allowed
 from autotuner.study.trials import retried_once
 
@@ -53,13 +52,7 @@ def owed_reruns(db: Database, study_id: str) -> int:
     """Trials the restarted coordinator runs again (trials.history's `retries`): lost ones it
     may re-run and failed ones owed their retry, where no re-run was dispatched yet."""
     with db.read() as s:
-        rows = s.execute(
-            select(Trial.state, Trial.purpose, Trial.attempt).where(
-                Trial.study_id == study_id,
-                Trial.state.in_((TrialState.FAILED.value, TrialState.LOST.value)),
-                Trial.retried.is_(False),
-            )
-        ).all()
+        rows = TrialRepo(s).unretried_failures(study_id)
     return sum(
         1
         for state, purpose, attempt in rows

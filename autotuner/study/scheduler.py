@@ -37,7 +37,6 @@ from functools import partial
 from typing import Any
 
 from sqlalchemy import exc as sa_exc
-from sqlalchemy import select
 
 from autotuner.executors.base import Completed, Executor, ExecutorUnavailable
 from autotuner.storage.models import Study, StudyStatus
@@ -306,13 +305,7 @@ class Scheduler:
                     log.info(
                         "study %s: trial #%d %s", trial.study_id, trial.number, trial.error_message
                     )
-                ids = list(
-                    s.scalars(
-                        select(Study.id)
-                        .where(Study.status.in_([StudyStatus.QUEUED, StudyStatus.RUNNING]))
-                        .order_by(Study.created_at, Study.id)
-                    )
-                )
+                ids = StudyRepo(s).unfinished_ids()
         except DB_ERRORS as exc:
             self._database_down(exc)
             return

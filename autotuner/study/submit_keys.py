@@ -16,10 +16,8 @@ import json
 import re
 from typing import TYPE_CHECKING
 
-from sqlalchemy import select
-
 from autotuner.inputs import UserError
-from autotuner.storage.models import Study
+from autotuner.storage.study_repo import StudyRepo
 
 if TYPE_CHECKING:
     from autotuner.storage.session import Database
@@ -54,9 +52,7 @@ def find(db: Database, key: str, req_digest: str) -> str | None:
     """The id of the study this key created, or None; KeyReused if it came with another
     request."""
     with db.read() as s:
-        row = s.execute(
-            select(Study.id, Study.submit_digest).where(Study.submit_key == key)
-        ).one_or_none()
+        row = StudyRepo(s).by_submit_key(key)
     if row is None:
         return None
     study_id, stored = row
@@ -65,4 +61,4 @@ def find(db: Database, key: str, req_digest: str) -> str | None:
             f"{HEADER} {key!r} was used for a different request (study {study_id}); send a new "
             "key for a new study, or the same request to get that study back"
         )
-    return str(study_id)
+    return study_id
