@@ -308,6 +308,15 @@ class TrialRepo:
         )
         return self.session.scalar(query) or 0
 
+    def columns_of(
+        self, trial_ids: Sequence[int], names: Sequence[str]
+    ) -> builtins.list[tuple[Any, ...]]:
+        """(id, *values of the columns `names`) of these trials, in one statement: how the
+        deferred JSON of many rows is read at once rather than row by row."""
+        columns = [getattr(Trial, name) for name in names]
+        rows = self.session.execute(select(Trial.id, *columns).where(Trial.id.in_(trial_ids)))
+        return [tuple(row) for row in rows]
+
     def unretried_failures(self, study_id: str) -> builtins.list[tuple[str, str, int]]:
         """(state, purpose, attempt) of the study's failed and lost trials that no re-run was
         dispatched for yet: what a restarted coordinator may run again."""

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import inspect as sa_inspect
-from sqlalchemy import select
 from sqlalchemy.orm.attributes import set_committed_value
 
 from autotuner.storage.models import Trial
+from autotuner.storage.trial_repo import TrialRepo
 
 # The fields of a result that say how much memory it needed and of what (search/headroom.py).
 MEMORY_FIELDS = (
@@ -94,9 +94,7 @@ def load_json(trials: Sequence[Trial], names: Sequence[str] = ("config", "result
             pending[t.id] = t
     if session is None:
         return
-    columns = [getattr(Trial, name) for name in names]
-    rows = session.execute(select(Trial.id, *columns).where(Trial.id.in_(list(pending))))
-    for row in rows:
+    for row in TrialRepo(session).columns_of(list(pending), names):
         t = pending[row[0]]
         for name, value in zip(names, row[1:], strict=True):
             if name in sa_inspect(t).unloaded:

@@ -256,42 +256,19 @@ def create_requested(
 def summaries(s: Session, study_ids: list[str]) -> dict[str, TrialSummary]:
     """Each study's trial counts per state, launched trials and best value: one grouped
     statement, however many studies and trials (SQL aggregates; no trial row is loaded)."""
-    from sqlalchemy import case, func, select
-
-    from autotuner.purpose import END_CHECKS
-    from autotuner.storage.models import Trial, TrialState
+    from autotuner.storage.models import TrialState
+    from autotuner.storage.study_list import trial_tallies
     from autotuner.study.views import TrialSummary
 
     out = {study_id: TrialSummary() for study_id in study_ids}
-    if not study_ids:
-        return out
-    measured = case(
-        (
-            (Trial.state == TrialState.COMPLETE.value) & Trial.purpose.not_in(END_CHECKS),
-            Trial.objective_value,
-        )
-    )
-    first_tries = func.sum(case((Trial.retry_of.is_(None), 1), else_=0))
-    rows = s.execute(
-        select(Trial.study_id, Trial.state, func.count(), first_tries, func.max(measured))
-        .where(Trial.study_id.in_(study_ids))
-        .group_by(Trial.study_id, Trial.state)
-    )
-    for study_id, state, n, first, best in rows:
+    for study_id, state, n, first, best in trial_tallies(s, study_ids):
         summary = out[study_id]
         summary.counts[state] = n
         if state != TrialState.PRUNED.value:
-            summary.launched += int(first or 0)
+            summary.launched += first
         if best is not None and (summary.best_value is None or best > summary.best_value):
             summary.best_value = best
     return out
-
-
-def _space_name() -> Any:
-    from autotuner.storage.models import Study
-
-    # The name only: the space itself (every knob's domain) is not read for a list.
-    return Study.space["name"].as_string()
 
 
 def list_studies(
@@ -305,10 +282,8 @@ def list_studies(
     however many studies (the summaries are one grouped query, not a query per study), reading
     only the columns the list shows. `query`: the list's filters (study/study_query.py),
     applied in the first statement."""
-    from sqlalchemy import select
-    from sqlalchemy.orm import defer
-
-    from autotuner.storage.models import Study, StudyStatus
+    from autotuner.storage.models import StudyStatus
+    from autotuner.storage.study_list import study_page
     from autotuner.study import study_query
     from autotuner.study.views import study_view
 
@@ -316,18 +291,9 @@ def list_studies(
         raise UserError(
             f"status {status!r}: choose one of {', '.join(s.value for s in StudyStatus)}"
         )
-    select_page = (
-        select(Study, _space_name(), Study.recommendation["objective_value"].as_float())
-        .options(defer(Study.space), defer(Study.recommendation))
-        .order_by(Study.created_at.desc(), Study.id.desc())
-        .limit(limit)
-    )
-    if status is not None:
-        select_page = select_page.where(Study.status == status)
-    if query is not None:
-        select_page = study_query.apply(select_page, query)
+    conditions = study_query.conditions(query) if query is not None else []
     with db.read() as s:
-        rows = s.execute(select_page).all()
+        rows = study_page(s, limit=limit, status=status, conditions=conditions)
         sums = summaries(s, [study.id for study, _, _ in rows])
         return [
             study_view(st, sums[st.id], space_name=name, recommended_value=value)

@@ -3,17 +3,17 @@
 The dashboard's list filters on the server, in the same SQL statement that reads the page of
 studies (no extra statement, however many filters), so a filtered view is a URL that can be
 bookmarked. `parse_study_query` checks the query parameters (a bad value is an `InvalidQuery`
-that lists the allowed ones, as the trials table's filters do) and `apply` adds them to a
-select over `Study`.
+that lists the allowed ones, as the trials table's filters do) and `conditions` turns them
+into the conditions storage.study_list's page select adds.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
-from sqlalchemy import Select, or_
+from sqlalchemy import or_
+from sqlalchemy.sql.elements import ColumnElement
 
 from autotuner.spec import ModelFamily
 from autotuner.storage.models import Study, StudyStatus
@@ -83,18 +83,17 @@ def parse_study_query(
     return StudyQuery(tuple(dict.fromkeys(statuses)), text, family, device)
 
 
-def apply(query: Select[Any], q: StudyQuery) -> Select[Any]:
-    """`query` (over Study) with the filters of `q`."""
+def conditions(q: StudyQuery) -> list[ColumnElement[bool]]:
+    """The filters of `q` as conditions on Study, for storage.study_list.study_page."""
+    out: list[ColumnElement[bool]] = []
     if q.statuses:
-        query = query.where(Study.status.in_(q.statuses))
+        out.append(Study.status.in_(q.statuses))
     if q.text:
         # icontains: lower() on both sides, the user's % and _ escaped (they match themselves).
         names = [Study.model_spec[key].as_string() for key in _MODEL_NAMES]
-        query = query.where(
-            or_(*(c.icontains(q.text, autoescape=True) for c in [Study.name, *names]))
-        )
+        out.append(or_(*(c.icontains(q.text, autoescape=True) for c in [Study.name, *names])))
     if q.family:
-        query = query.where(Study.model_spec["family"].as_string() == q.family)
+        out.append(Study.model_spec["family"].as_string() == q.family)
     if q.device:
-        query = query.where(Study.device_type == q.device)
-    return query
+        out.append(Study.device_type == q.device)
+    return out
