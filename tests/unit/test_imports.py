@@ -6,6 +6,8 @@
   (docs/architecture.md, "The contract"): the rest of `autotuner/` may change without a trial.
 - No import circle between modules, in `autotuner/` and `workers/` alike (function-level
   imports count: a circle hidden in a function is still a circle).
+- SQL only in storage: no module of `autotuner/` outside `autotuner/storage/` builds or runs a
+  query; it calls a repository method.
 - Layers, lowest first: the foundation (the contract with `workers/` and the edge parsing), then
   storage and executors, then search, then study, then the HTTP API and dashboard, then the CLI.
   A module may import its own layer or a lower one, never a higher one.
@@ -117,6 +119,69 @@ def test_no_upward_imports() -> None:
         if dep in CONTROL and dep != "autotuner" and _layer(dep) > _layer(m)
     ]
     assert not upward, "\n".join(upward)
+
+
+# What builds a statement, imported from sqlalchemy, and what runs one, called on a session.
+QUERY_BUILDERS = {"select", "update", "delete", "insert"}
+QUERY_RUNNERS = {"execute", "scalars", "scalar"}
+# Modules that still hold queries: another change is rewriting them now, and they move into
+# storage/ repositories after it. A new module may not join this list.
+QUERIES_TO_MOVE = {
+    "autotuner.study.ending",
+    "autotuner.study.live",
+    "autotuner.study.trial_list",
+    "autotuner.study.trial_reads",
+}
+
+
+def _queries(module: str) -> list[str]:
+    """Where `module` builds a query (imports a statement builder from sqlalchemy, or calls
+    it on the imported module) or runs one (`.execute(`, `.scalars(`, `.scalar(`)."""
+    found = []
+    tree = ast.parse(_file(module).read_text())
+    sqlalchemy_names = set()  # what `import sqlalchemy [as sa]` binds
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            sqlalchemy_names |= {
+                (a.asname or a.name) for a in node.names if a.name.split(".")[0] == "sqlalchemy"
+            }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "sqlalchemy":
+            for alias in node.names:
+                if alias.name in QUERY_BUILDERS:
+                    found.append(f"line {node.lineno}: imports {alias.name} from {node.module}")
+        elif (
+            isinstance(node, ast.Attribute)
+            and node.attr in QUERY_BUILDERS
+            and isinstance(node.value, ast.Name)
+            and node.value.id in sqlalchemy_names
+        ):
+            found.append(f"line {node.lineno}: {node.value.id}.{node.attr}")
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in QUERY_RUNNERS
+        ):
+            found.append(f"line {node.lineno}: .{node.func.attr}(")
+    return found
+
+
+def test_queries_live_only_in_storage() -> None:
+    outside = [m for m in CONTROL if not (m + ".").startswith("autotuner.storage.")]
+    found = {m: q for m in outside if (q := _queries(m))}
+    new = [f"{m} {q}" for m, q in found.items() if m not in QUERIES_TO_MOVE]
+    assert not new, (
+        "queries outside autotuner/storage/: add a repository method there and call it\n"
+        + "\n".join(new)
+    )
+    moved = sorted(QUERIES_TO_MOVE - set(found))
+    assert not moved, f"no query left in {moved}: take them off QUERIES_TO_MOVE"
+
+
+def test_the_query_check_sees_builders_and_runners() -> None:
+    assert _queries("autotuner.storage.study_repo")
+    assert _queries("autotuner.study.live")
+    assert not _queries("autotuner.study.submit_keys")
 
 
 def test_the_data_plane_imports_only_the_contract() -> None:
