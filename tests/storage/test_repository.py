@@ -446,3 +446,26 @@ def test_deleting_a_study_deletes_its_trials(db: Database, make_study: MakeStudy
         session.delete(StudyRepo(session).require(study.id))
     with db.session() as session:
         assert TrialRepo(session).count(study.id) == 0
+
+
+def test_unretried_failures_are_the_failed_and_lost_trials_not_run_again(
+    db: Database, make_study: MakeStudy
+) -> None:
+    study = make_study()
+    ok, failed, lost, retried, _still_running = (_run(db, study.id) for _ in range(5))
+    with db.session() as session:
+        repo = TrialRepo(session)
+        repo.finish(ok, TrialState.COMPLETE, result=_result(), objective_value=1)
+        repo.finish(failed, TrialState.FAILED, error_class="timeout", error_message="timeout")
+        repo.finish(retried, TrialState.FAILED, error_class="crash", error_message="crash")
+        repo.finish(lost, TrialState.LOST, error_class="infra", error_message="no heartbeat")
+    with db.session() as session:
+        row = TrialRepo(session).get(study.id, retried.number)
+        assert row is not None
+        row.retried = True
+    with db.read() as session:
+        found = sorted(TrialRepo(session).unretried_failures(study.id))
+    assert found == [
+        (TrialState.FAILED.value, failed.purpose, failed.attempt),
+        (TrialState.LOST.value, lost.purpose, lost.attempt),
+    ]
