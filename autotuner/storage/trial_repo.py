@@ -338,7 +338,8 @@ def finished_columns(
     error_message: str | None = None,
 ) -> dict[str, Any]:
     """The columns of a trial that ended in `state` with `result`: the result verbatim and its
-    metrics copied out (what `finish` writes; bench/reads_lib/seed.py bulk-inserts the same rows)."""
+    metrics copied out (what `finish` writes; bench/reads_lib/seed.py bulk-inserts the same
+    rows)."""
     if isinstance(result, BaseModel):
         result = result.model_dump(mode="json")
     data = result or {}
