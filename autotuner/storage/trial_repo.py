@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from sqlalchemy import Select, func, select, true, update
+from sqlalchemy import Select, case, func, select, true, update
 from sqlalchemy.orm import Session
 
-from autotuner.purpose import Purpose
+from autotuner.purpose import END_CHECKS, Purpose
 from autotuner.spec import Fingerprint
 from autotuner.status import ENDED_STATUSES
 from autotuner.storage.common import (
@@ -35,6 +35,7 @@ from autotuner.storage.models import (
     Trial,
     TrialState,
 )
+from autotuner.storage.trial_versions import bump
 from autotuner.types import utcnow
 
 # The error class of a trial cancelled with its interrupted study (state lost): not a
@@ -197,6 +198,7 @@ class TrialRepo:
         if _rowcount(updated) != 1:
             current = self.session.scalar(select(Trial.state).where(Trial.id == trial.id))
             raise _already_finished(trial, current)
+        bump(self.session, [trial.study_id])  # an UPDATE statement: no flush sees it
         _set(trial, **values)
 
     def heartbeat(self, trial_ids: Sequence[int]) -> None:
@@ -301,6 +303,26 @@ class TrialRepo:
             reason = "cancelled" if status == StudyStatus.CANCELLED.value else "lost"
             out += self.mark_lost(ended_id, heartbeat_older_than=far, reason=reason)
         return out
+
+    def summary_rows(self, study_ids: Sequence[str]) -> builtins.list[tuple[Any, ...]]:
+        """Per study and state: (study_id, state, trials, first tries (not retries), the best
+        objective value of a complete measurement (not an end check)). One grouped statement
+        over `ix_trials_summary`, however many trials (no row is read)."""
+        if not study_ids:
+            return []
+        measured = case(
+            (
+                (Trial.state == TrialState.COMPLETE.value) & Trial.purpose.not_in(END_CHECKS),
+                Trial.objective_value,
+            )
+        )
+        first_tries = func.sum(case((Trial.retry_of.is_(None), 1), else_=0))
+        rows = self.session.execute(
+            select(Trial.study_id, Trial.state, func.count(), first_tries, func.max(measured))
+            .where(Trial.study_id.in_(list(study_ids)))
+            .group_by(Trial.study_id, Trial.state)
+        )
+        return [tuple(row) for row in rows]
 
     def count(self, study_id: str, *, states: Sequence[TrialState] | None = None) -> int:
         query = _in_states(

@@ -256,28 +256,12 @@ def create_requested(
 def summaries(s: Session, study_ids: list[str]) -> dict[str, TrialSummary]:
     """Each study's trial counts per state, launched trials and best value: one grouped
     statement, however many studies and trials (SQL aggregates; no trial row is loaded)."""
-    from sqlalchemy import case, func, select
-
-    from autotuner.purpose import END_CHECKS
-    from autotuner.storage.models import Trial, TrialState
+    from autotuner.storage.models import TrialState
+    from autotuner.storage.trial_repo import TrialRepo
     from autotuner.study.views import TrialSummary
 
     out = {study_id: TrialSummary() for study_id in study_ids}
-    if not study_ids:
-        return out
-    measured = case(
-        (
-            (Trial.state == TrialState.COMPLETE.value) & Trial.purpose.not_in(END_CHECKS),
-            Trial.objective_value,
-        )
-    )
-    first_tries = func.sum(case((Trial.retry_of.is_(None), 1), else_=0))
-    rows = s.execute(
-        select(Trial.study_id, Trial.state, func.count(), first_tries, func.max(measured))
-        .where(Trial.study_id.in_(study_ids))
-        .group_by(Trial.study_id, Trial.state)
-    )
-    for study_id, state, n, first, best in rows:
+    for study_id, state, n, first, best in TrialRepo(s).summary_rows(study_ids):
         summary = out[study_id]
         summary.counts[state] = n
         if state != TrialState.PRUNED.value:
@@ -285,6 +269,19 @@ def summaries(s: Session, study_ids: list[str]) -> dict[str, TrialSummary]:
         if best is not None and (summary.best_value is None or best > summary.best_value):
             summary.best_value = best
     return out
+
+
+def study_summaries(s: Session, studies: list[Study]) -> dict[str, TrialSummary]:
+    """`summaries` of these studies as read with their rows. In a read-only transaction they
+    come from the per-version cache (study/versioned.py) where this process derived them at
+    the same trials version; a transaction that writes reads them fresh (its own writes are
+    not committed: nothing of them may be kept)."""
+    from autotuner.storage.session import READ_ONLY
+    from autotuner.study.versioned import SUMMARIES
+
+    if not s.get_bind().get_execution_options().get(READ_ONLY):
+        return summaries(s, [st.id for st in studies])
+    return SUMMARIES.get_many(s, studies, lambda ids: summaries(s, ids))
 
 
 def _space_name() -> Any:
@@ -328,7 +325,7 @@ def list_studies(
         select_page = study_query.apply(select_page, query)
     with db.read() as s:
         rows = s.execute(select_page).all()
-        sums = summaries(s, [study.id for study, _, _ in rows])
+        sums = study_summaries(s, [study for study, _, _ in rows])
         return [
             study_view(st, sums[st.id], space_name=name, recommended_value=value)
             for st, name, value in rows
@@ -339,7 +336,7 @@ def find_study(s: Session, ref: str) -> tuple[Study, TrialSummary]:
     from autotuner.storage.study_repo import StudyRepo
 
     study = StudyRepo(s).require(ref)
-    return study, summaries(s, [study.id])[study.id]
+    return study, study_summaries(s, [study])[study.id]
 
 
 def get_study(db: Database, ref: str) -> dict[str, Any]:
