@@ -14,7 +14,7 @@ import os
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from autotuner.inputs import UserError
+from autotuner.errors import UserError
 
 SERVER_ENV = "AUTOTUNER_SERVER"
 TOKEN_ENV = "AUTOTUNER_TOKEN"

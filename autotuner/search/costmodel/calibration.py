@@ -24,8 +24,8 @@ import numpy as np
 
 from autotuner.search.costmodel.memory import COMPONENTS, MemoryEstimate, base_gib
 from autotuner.search.costmodel.regression import fit_relative
+from autotuner.search.headroom import CUDA_CONTEXT_GIB
 
-CUDA_CONTEXT_GIB = 0.6  # the CUDA context and kernel images: outside the allocator's peak
 # max_memory_reserved / max_memory_allocated before a study has measured any, per allocator
 # mode. The default allocator's medians on the H200 landscapes were 1.03 (Llama 1B), 1.05 (3B)
 # and 1.09 (GPT-2 124M), up to 1.34 (GPT-2 eager micro-batch 64) and 1.16 (Llama 8B, 8-bit
