@@ -350,12 +350,14 @@ def get_study(db: Database, ref: str) -> dict[str, Any]:
 def stored_recommendation(s: Session, study: Study, summary: TrialSummary) -> dict[str, Any] | None:
     """The stored recommendation. A study last written before recommendations were stored
     live (a running one, right after the upgrade) has none yet: computed once here."""
-    from autotuner.search.objective import Objective
     from autotuner.storage.models import TrialState
-    from autotuner.study.live import live_best_in
 
     rec = study.recommendation
     if rec is None and summary.counts.get(TrialState.COMPLETE.value):
+        # Imported here: a read of a stored recommendation loads no search code.
+        from autotuner.search.objective import Objective
+        from autotuner.study.live import live_best_in
+
         rec = live_best_in(s, study.id, Objective(study.objective), study.options)
     return rec
 
