@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,8 +69,10 @@ class Known:
 
     rec: dict[str, Any]
     keys: set[str]  # every measured config's key, kept-out ones too
+    groups: dict[str, ConfigMeasurements]  # the ranked configs by key
+    checked: set[str]  # configs with a headroom or numerics check
     within: list[float]  # each ranked config's repeat spread, sorted
-    between: float | None  # the largest spread between fresh processes (None: no repeats)
+    betweens: list[float]  # the spreads between fresh processes of those measured again, sorted
     count: int  # measured trials of the ranked configs
     floor: ConfigMeasurements  # the last config the choice may look at, in rank order
     front: list[_Front]
@@ -122,7 +125,6 @@ def know(
     floor = _floor(ranked, rec, failed)
     if floor is None:
         return None
-    between = [g.between_rel for g in ranked if len(g.trials) > 1]
     pareto_numbers = {p["trial_number"] for p in rec["pareto"]}
     front = [
         _Front(p["objective_value"], p["peak_mem_gib"], g.remeasured, p)
@@ -136,8 +138,10 @@ def know(
     return Known(
         rec=rec,
         keys={key for key, _ in keyed_candidates(rows, stopped_early_too=True)},
+        groups={g.key: g for g in ranked},
+        checked=set(room) | set(checks),
         within=sorted(g.within_rel for g in ranked),
-        between=max(between) if between else None,
+        betweens=sorted(g.between_rel for g in ranked if len(g.trials) > 1),
         count=sum(len(g.trials) for g in ranked),
         floor=floor,
         front=front,
@@ -148,10 +152,14 @@ def know(
     )
 
 
-def _below(t: Trial, floor: ConfigMeasurements) -> bool:
-    """Whether a new config measured once ranks after `floor` (re-measured configs rank
-    first; among the rest, by median, a later one after an equal one)."""
-    return floor.remeasured or (t.objective_value or 0.0) <= floor.median
+def _after(g: ConfigMeasurements, floor: ConfigMeasurements) -> bool:
+    """Whether config `g` (not re-measured) ranks after `floor`: re-measured configs rank
+    first, the rest by median, an equal one by its first trial (rank_groups' stable sort)."""
+    if floor.remeasured:
+        return True
+    return g.median < floor.median or (
+        g.median == floor.median and g.first.number > floor.first.number
+    )
 
 
 def _same_batch(t: Trial, known: Known) -> bool:
@@ -168,45 +176,84 @@ def apply(known: Known, t: Trial, options: StudyOptions) -> bool:
         return True  # not read by the recommendation
     if not _same_batch(t, known) or t.purpose in (Purpose.EXPERT_DEFAULT, Purpose.REMEASURE):
         return False
-    rec = known.rec
-    candidate = bool(t.objective_value) and t.tokens_per_s is not None
-    if not candidate:
+    if not t.objective_value or t.tokens_per_s is None:
         return True  # no measurement: not read by the recommendation
     key = canonical_params(t.params)
     if stopped_early(t) or over_memory(t, options):
         # Kept out of the ranking: it reads only as a config passed over for memory, faster
         # than the winner, or as another measurement of a config (the expert default's).
-        if key in known.keys or (t.objective_value or 0.0) > rec["objective_value"]:
+        if key in known.keys or t.objective_value > known.rec["objective_value"]:
             return False
         known.keys.add(key)
         return True
-    if key in known.keys or not _below(t, known.floor):
+    old = known.groups.get(key)
+    if old is None and key in known.keys:
+        return False  # a config kept out so far: it may rank now
+    if old is not None and not _quiet_group(known, old):
         return False
-    group = ConfigMeasurements(key, [t])
-    bisect.insort(known.within, group.within_rel)
-    known.count += 1
+    group = ConfigMeasurements(key, [*(old.trials if old else ()), t])
+    if not _after(group, known.floor):
+        return False
+    front_at = {f.entry["trial_number"] for f in known.front}
+    if old is not None and old.first.number in front_at:
+        return False  # it may leave the front, and show what it hid
+    _swap(known.within, old.within_rel if old else None, group.within_rel)
+    _swap(
+        known.betweens,
+        old.between_rel if old and len(old.trials) > 1 else None,
+        group.between_rel if len(group.trials) > 1 else None,
+    )
+    known.groups[key] = group
     known.keys.add(key)
+    known.count += 1
+    rec = known.rec
     rec["completed_trials"] = known.count
-    rec["noise_rel"] = round(noise_band(_median_sorted(known.within), known.between or 0.0), 4)
-    mems = group.peak_mems
-    if mems:
-        _add_to_front(known, t, group.median, mems[0])
+    between = known.betweens[-1] if known.betweens else 0.0
+    rec["noise_rel"] = round(noise_band(_median_sorted(known.within), between), 4)
+    if mems := group.peak_mems:
+        _add_to_front(known, group, statistics.median(mems))
     return True
 
 
-def _add_to_front(known: Known, t: Trial, value: float, mem: float) -> None:
-    """The front with the new point, as recommend.pareto computes it over every config: in
-    rank order (the new config after the re-measured ones and those of a median at least its),
-    swept by memory."""
+def _quiet_group(known: Known, g: ConfigMeasurements) -> bool:
+    """Whether another measurement of `g` moves nothing but `g`: a config below the ones the
+    choice reads (`_after`), not checked, not the expert default's, in a study of one global
+    batch (which config is best at the expert default's goes by rank)."""
+    if g.key in known.checked or g.remeasured or len(known.sizes) > 1:
+        return False
+    if any(t.purpose == Purpose.EXPERT_DEFAULT for t in g.trials):
+        return False
+    return g.key != known.floor.key and _after(g, known.floor)
+
+
+def _swap(values: list[float], old: float | None, new: float | None) -> None:
+    """`old` out of the sorted list (one copy), `new` into it."""
+    if old is not None:
+        del values[bisect.bisect_left(values, old)]
+    if new is not None:
+        bisect.insort(values, new)
+
+
+def _add_to_front(known: Known, g: ConfigMeasurements, mem: float) -> None:
+    """The front with config `g`'s point (not on it before), as recommend.pareto computes it
+    over every config: in rank order, swept by memory."""
     entry = {
-        "trial_number": t.number,
-        "objective_value": value,
+        "trial_number": g.first.number,
+        "objective_value": g.median,
         "peak_mem_gib": mem,
-        "params": t.params,
+        "params": g.first.params,
     }
-    new = _Front(value, mem, False, entry)
+    new = _Front(g.median, mem, False, entry)
     at = next(
-        (i for i, f in enumerate(known.front) if not f.remeasured and f.value < value),
+        (
+            i
+            for i, f in enumerate(known.front)
+            if not f.remeasured
+            and (
+                f.value < g.median
+                or (f.value == g.median and f.entry["trial_number"] > g.first.number)
+            )
+        ),
         len(known.front),
     )
     points = [*known.front[:at], new, *known.front[at:]]

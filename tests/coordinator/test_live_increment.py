@@ -26,7 +26,7 @@ from bench.reads_lib.seed import _propose, _result
 
 KINDS = {
     "new": 60,
-    "again": 4,  # a config measured before, proposed again
+    "again": 12,  # a config measured before, proposed again
     "remeasure": 4,
     "tight": 6,  # less memory free than the headroom
     "stopped": 4,  # stopped after its first repeats
@@ -57,11 +57,19 @@ class Stream:
             num_gpus=1,
         )
 
-    def one(self, kind: str, purpose: str = Purpose.SEARCH) -> None:
-        params = _propose(self.space, self.rng)
-        if kind in ("again", "remeasure") and self.measured:
+    def one(
+        self,
+        kind: str,
+        purpose: str = Purpose.SEARCH,
+        params: dict[str, Any] | None = None,
+        scale: float = 1.0,
+    ) -> None:
+        """One more trial of `kind`: new params (or these), its throughput x `scale`."""
+        chosen, params = params is not None, params or _propose(self.space, self.rng)
+        if kind in ("again", "remeasure") and self.measured and not chosen:
             ranked = sorted(self.measured, key=lambda m: -m[0])
-            params = self.rng.choice(ranked[:3] if kind == "remeasure" else ranked)[1]
+            top = kind == "remeasure" or self.rng.random() < 0.3  # the top ones, or any
+            params = self.rng.choice(ranked[:3] if top else ranked)[1]
             purpose = Purpose.REMEASURE if kind == "remeasure" else purpose
         config = self._config(params)
         stored = config.model_dump(mode="json")
@@ -88,10 +96,17 @@ class Stream:
             result = result.model_copy(update={"stopped_early": True})
         ok = result.status == TrialStatus.OK
         if ok:  # repeat spreads wide enough that their median is the study's noise band
-            spread = self.rng.uniform(0.0, 0.12) * (result.tokens_per_s or 0.0)
             tps = result.tokens_per_s or 0.0
+            if kind == "again":  # another process of the same config, far from the first
+                tps *= self.rng.uniform(0.5, 1.0)
+            tps *= scale
+            spread = self.rng.uniform(0.0, 0.12) * tps
             result = result.model_copy(
-                update={"tokens_per_s_min": tps - spread, "tokens_per_s_max": tps + spread}
+                update={
+                    "tokens_per_s": tps,
+                    "tokens_per_s_min": tps - spread,
+                    "tokens_per_s_max": tps + spread,
+                }
             )
         state = (
             TrialState.COMPLETE
@@ -124,3 +139,27 @@ def test_the_kept_recommendation_is_the_full_one(sqlite_url: str, seed: int) -> 
         assert json.dumps(kept, sort_keys=True) == json.dumps(full, sort_keys=True)
     # The stream reached the kept path, not only full computations.
     assert live.full_computations < trials // 2, live.full_computations
+
+
+def test_a_top_config_measured_again_lower_moves_the_choice(sqlite_url: str) -> None:
+    """The runner-up measured again far below: its median, the runner-up's entry and maybe
+    which config is the runner-up change; computed in full, not kept."""
+    db = Database(sqlite_url)
+    stream = Stream(db, random.Random(4))
+    live = LiveBest(db)
+    options = StudyOptions()
+    for _ in range(40):
+        stream.one("new")
+    live.store(stream.study_id, Objective.TOKENS_PER_S, options)
+    before = live.full_computations
+    runner_up = live_best(db, stream.study_id, Objective.TOKENS_PER_S, options)["runner_up"]
+    with db.read() as s:
+        row = TrialRepo(s).get(stream.study_id, runner_up["trial_number"])
+        assert row is not None
+        params = dict(row.params)
+    stream.one("again", params=params, scale=0.01)
+    kept = live.store(stream.study_id, Objective.TOKENS_PER_S, options)
+    full = live_best(db, stream.study_id, Objective.TOKENS_PER_S, options)
+    assert full["runner_up"] != runner_up
+    assert json.dumps(kept, sort_keys=True) == json.dumps(full, sort_keys=True)
+    assert live.full_computations == before + 1  # a top config moved: computed in full
