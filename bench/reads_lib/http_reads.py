@@ -4,9 +4,9 @@ writer finishes trials as a coordinator does."""
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import random
 import statistics
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -125,6 +125,27 @@ async def _poll(base: str, paths: list[str], seconds: float, interval_s: float) 
     return samples
 
 
+def _write_trials(url: str, big: str, gap_s: float, stop: Any, steps: Any) -> None:
+    """The writer: a coordinator's trial writes and live recommendation, in a process of its
+    own as a coordinator is (in the clients' process its CPU would hold their GIL, and their
+    latencies would count it)."""
+    from autotuner.options import StudyOptions
+    from autotuner.study.lifecycle import StudyLease
+
+    db = Database(url)
+    lease = StudyLease(db, big, OWNER, ttl_s=600, heartbeat_interval_s=5, on_event=_quiet)
+    lease.take()
+    lease.store_live_best(Objective.TOKENS_PER_S, StudyOptions())  # as at the study's start
+    writer = TrialWriter(db, big, random.Random(7), lease.owner)
+    while not stop.is_set():
+        started = time.perf_counter()
+        writer.finish_one()
+        lease.store_live_best(Objective.TOKENS_PER_S, StudyOptions())
+        took = time.perf_counter() - started
+        steps.put(took * 1000)
+        stop.wait(max(0.0, gap_s - took))
+
+
 def measure_polling(
     base: str,
     url: str,
@@ -136,43 +157,29 @@ def measure_polling(
     writer_gap_s: float = 0.5,
 ) -> dict[str, Any]:
     """`clients` clients polling every `interval_s` (half of them the study's best, half its
-    view), while a writer finishes a trial every `writer_gap_s` (or as fast as its steps
-    allow) and stores the live recommendation after each, as the coordinator does."""
-    from autotuner.options import StudyOptions
-    from autotuner.study.lifecycle import StudyLease
-
-    db = Database(url)
-    lease = StudyLease(db, big, OWNER, ttl_s=600, heartbeat_interval_s=5, on_event=_quiet)
-    lease.take()
-    writer = TrialWriter(db, big, random.Random(7), lease.owner)
-    done = threading.Event()
-    steps: list[float] = []
-
-    def write() -> None:
-        while not done.is_set():
-            started = time.perf_counter()
-            writer.finish_one()
-            lease.store_live_best(Objective.TOKENS_PER_S, StudyOptions())
-            took = time.perf_counter() - started
-            steps.append(took * 1000)
-            done.wait(max(0.0, writer_gap_s - took))
-
+    view), while a writer process finishes a trial every `writer_gap_s` (or as fast as its
+    steps allow) and stores the live recommendation after each, as the coordinator does."""
+    context = multiprocessing.get_context("spawn")
+    stop, steps = context.Event(), context.Queue()
+    writer = context.Process(target=_write_trials, args=(url, big, writer_gap_s, stop, steps))
+    writer.start()
     paths = [
         f"/api/studies/{big}/best" if i % 2 == 0 else f"/api/studies/{big}" for i in range(clients)
     ]
-    thread = threading.Thread(target=write, daemon=True)
-    thread.start()
     try:
         samples = asyncio.run(_poll(base, paths, seconds, interval_s))
     finally:
-        done.set()
-        thread.join(120)
+        stop.set()
+        writer.join(300)
+    written = []
+    while not steps.empty():
+        written.append(steps.get())
     return {
         "clients": clients,
         "seconds": seconds,
         "interval_s": interval_s,
         "requests": len(samples),
         "ms": rounded(samples),
-        "trials_written": len(steps),
-        "writer_step_ms": rounded(steps) if steps else None,
+        "trials_written": len(written),
+        "writer_step_ms": rounded(written) if written else None,
     }
