@@ -35,6 +35,7 @@ LAYERS: dict[str, int] = {
     "autotuner.status": 0,
     "autotuner.types": 0,
     "autotuner.purpose": 0,
+    "autotuner.errors": 0,
     "autotuner.storage": 1,
     "autotuner.executors": 1,
     "autotuner.search": 2,
