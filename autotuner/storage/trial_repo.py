@@ -250,6 +250,9 @@ class TrialRepo:
         The rows are locked first, so a result arriving at the same moment either lands before
         (the trial is not lost) or is refused after (TrialAlreadyFinished), never both.
         """
+        # The study row first, as every writer of its trials takes it (numbering, finishing,
+        # the trials version this write moves): rows locked in one order never deadlock.
+        self.session.execute(select(Study.id).where(Study.id == study_id).with_for_update())
         last_seen = func.coalesce(Trial.heartbeat_at, Trial.started_at, Trial.created_at)
         stale = list(
             self.session.scalars(
