@@ -9,11 +9,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from autotuner.errors import UserError as UserError
 from autotuner.spec import ModelSpec
-
-
-class UserError(ValueError):
-    """Bad input from the user; the message names what was wrong and how to fix it."""
 
 
 def read_structured_file(path: Path) -> Any:

@@ -37,7 +37,7 @@ from autotuner.status import ENDED_STATUSES
 from autotuner.storage.models import Study, StudyStatus, Trial, TrialState
 from autotuner.storage.session import Database, dispose_engines, upgrade_database
 from autotuner.storage.trial_repo import TrialRepo, abandoned_studies
-from bench.reads_10k import _admin, _percentiles, vacuum_analyze
+from bench.reads_lib.service import _admin, _percentiles, vacuum_analyze
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_MS = 50.0  # one discovery round: under the API reads' p99 target (issue 16)

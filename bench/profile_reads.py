@@ -1,5 +1,5 @@
 """Where a 10,000-trial study's reads spend their time, without HTTP: the trial page and the end
-of study, called directly (issue 16; `bench/reads_10k.py` measures them through the service).
+of study, called directly (issue 16; `bench/reads_scale.py` measures them through the service).
 
 Seeds one study of 10,000 trials on a fresh PostgreSQL database (bench/reads_lib/seed.py),
 vacuums and analyzes it (as autovacuum would), then prints:
@@ -43,8 +43,8 @@ from autotuner.study import trial_list, trial_reads
 from autotuner.study.gc_pause import gc_paused
 from autotuner.study.live import end_of_study_rows
 from autotuner.study.recommend import knob_importance, recommend_ranked
-from bench.reads_10k import _percentiles, _policy, vacuum_analyze
 from bench.reads_lib.seed import seed_study
+from bench.reads_lib.service import _percentiles, _policy, vacuum_analyze
 
 PAGE = 500
 

@@ -157,8 +157,14 @@ def get_study(study: StudyRef, request: Request) -> dict[str, Any]:
     "/studies/{study}/trials",
     response_model=list[TrialView],
     response_model_exclude_unset=True,
-    responses=_STUDY_ERRORS,
-    summary="A study's trials",
+    responses={
+        **_STUDY_ERRORS,
+        200: {
+            "description": "A page of trials; where more follow, a `Link: <...>; "
+            'rel="next"` header (and `X-Next-After`) gives the next page',
+        },
+    },
+    summary="A study's trials, a page at a time",
 )
 def list_trials(
     study: StudyRef,
@@ -167,12 +173,26 @@ def list_trials(
         int | None,
         Query(ge=-1, description="Only trials numbered above this (the last one you have)"),
     ] = None,
-    limit: Annotated[int | None, Query(ge=1, le=10_000, description="At most this many")] = None,
+    limit: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            le=10_000,
+            description=f"At most this many (default {trial_reads.PAGE_SIZE})",
+        ),
+    ] = None,
 ) -> Any:
-    """In number order. Page with `after` (the last number you have) and `limit`; poll for new
-    trials with `after` alone."""
-    page = trial_reads.trial_page_json(_db(request), study, after=after, limit=limit)
-    return Response(page, media_type="application/json")
+    """In number order, a page at a time (`limit`, default 500): where more trials follow, the
+    `Link` header's `rel="next"` URL (and `X-Next-After`, the `after` to send) gives the next
+    page. Poll for new trials with `after` (the last number you have)."""
+    page, next_after = trial_reads.trial_page(_db(request), study, after=after, limit=limit)
+    response = Response(page, media_type="application/json")
+    if next_after is not None:
+        size = limit or trial_reads.PAGE_SIZE
+        url = request.url.include_query_params(after=next_after, limit=size)
+        response.headers["Link"] = f'<{url.path}?{url.query}>; rel="next"'
+        response.headers["X-Next-After"] = str(next_after)
+    return response
 
 
 @router.get(

@@ -14,7 +14,7 @@ import os
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from autotuner.inputs import UserError
+from autotuner.errors import UserError
 
 SERVER_ENV = "AUTOTUNER_SERVER"
 TOKEN_ENV = "AUTOTUNER_TOKEN"
@@ -132,9 +132,18 @@ class ServiceClient:
     def trials(
         self, ref: str, after: int | None = None, limit: int | None = None
     ) -> list[dict[str, Any]]:
+        """The trials numbered above `after`, at most `limit` (None: all of them): the
+        service answers a page at a time, and its `Link: rel="next"` header is followed
+        until the trials run out or `limit` are read."""
         page = {k: v for k, v in (("after", after), ("limit", limit)) if v is not None}
         query = ("?" + "&".join(f"{k}={v}" for k, v in page.items())) if page else ""
-        return self._call("GET", f"/api/studies/{self._id(ref)}/trials{query}").json()
+        path: str | None = f"/api/studies/{self._id(ref)}/trials{query}"
+        out: list[dict[str, Any]] = []
+        while path is not None and (limit is None or len(out) < limit):
+            response = self._call("GET", path)
+            out += response.json()
+            path = response.links.get("next", {}).get("url")
+        return out if limit is None else out[:limit]
 
     def trial(self, ref: str, number: int) -> dict[str, Any]:
         return self._call("GET", f"/api/studies/{self._id(ref)}/trials/{number}").json()

@@ -166,7 +166,7 @@ def memory_rows(hr: dict[str, Any]) -> list[tuple[str, str]]:
             rows.append(("headroom", f"{head:.0%} kept: {spare:.1f} GiB to spare"))
         else:
             rows.append(("headroom", f"{head:.0%} not kept: tight by {-spare:.1f} GiB"))
-    from autotuner.search.headroom_check import NOT_CHECKED_YET, passed_over_text
+    from autotuner.search.headroom_words import NOT_CHECKED_YET, passed_over_text
 
     check = hr.get("check")
     if check:

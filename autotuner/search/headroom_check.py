@@ -31,6 +31,11 @@ from autotuner.options import StudyOptions
 from autotuner.purpose import Purpose
 from autotuner.search import numerics
 from autotuner.search.headroom import KIND_WORDS, enforced, free_rel, margin, need_gib, violation
+from autotuner.search.headroom_words import (
+    NOT_CHECKED_ENDED as NOT_CHECKED_ENDED,
+)
+from autotuner.search.headroom_words import NOT_CHECKED_YET as NOT_CHECKED_YET
+from autotuner.search.headroom_words import passed_over_text as passed_over_text
 from autotuner.search.numerics import Candidate, last_row
 from autotuner.spec import FailureClass, TrialResult
 from autotuner.storage.models import Trial, TrialState
@@ -144,13 +149,6 @@ def next_check(ranked: Sequence[C], trials: Sequence[Trial], options: StudyOptio
     return alive[i]
 
 
-NOT_CHECKED_YET = "not checked yet with an evaluation pass and a checkpoint save"
-NOT_CHECKED_ENDED = (
-    "not checked with an evaluation pass and a checkpoint save: the study ended before its "
-    "check ran"
-)
-
-
 def as_ended(entry: dict[str, Any]) -> dict[str, Any]:
     """The `headroom` entry once the study has ended: a check still to come never runs (its
     budget was spent, or the check would have ended past the time budget: `stopped` says)."""
@@ -179,20 +177,3 @@ def headroom_entry(
         text += f"; {NOT_CHECKED_YET}"
     out["text"] = "; ".join([*passed_over_text(passed_over), text])
     return out
-
-
-def passed_over_text(passed_over: list[dict[str, Any]]) -> list[str]:
-    """`trial #7 was faster but leaves 7.7% free, ...`, one clause per reason: trials passed
-    over for the same reason are named together (a GPT-2 study on the H200 passed over three
-    micro-batch-128 trials, each leaving 7.7% free, and said so three times)."""
-    by_why: dict[str, list[int]] = {}
-    for p in passed_over:
-        by_why.setdefault(p["why"], []).append(p["trial_number"])
-    clauses = []
-    for why, numbers in by_why.items():
-        if len(numbers) == 1:
-            clauses.append(f"trial #{numbers[0]} was faster but {why}")
-        else:
-            names = ", ".join(f"#{n}" for n in numbers[:-1]) + f" and #{numbers[-1]}"
-            clauses.append(f"trials {names} were faster but each {why}")
-    return clauses

@@ -19,6 +19,10 @@ from autotuner.storage.session import (
 from autotuner.storage.study_repo import StudyRepo
 from autotuner.storage.trial_repo import TrialRepo
 
+# Registers the flush hook that versions every study's trials (storage/trial_versions.py):
+# imported here, so no session writes a trial without it.
+from autotuner.storage import trial_versions  # noqa: F401  isort: skip
+
 __all__ = [
     "Database",
     "DatabaseUnavailable",

@@ -194,6 +194,9 @@ class Study(Base):
     # 0010, study/pause.py).
     waiting: Mapped[str | None] = mapped_column(Text)
     paused_s: Mapped[float] = mapped_column(Float, default=0.0, server_default=text("0"))
+    # One more in every transaction that writes one of its trials (migration 0011,
+    # storage/trial_versions.py): what readers derive from every trial is keyed on it.
+    trials_version: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     started_at: Mapped[dt.datetime | None]
     finished_at: Mapped[dt.datetime | None]
@@ -207,7 +210,9 @@ class Trial(Base):
     __tablename__ = "trials"
     __table_args__ = (
         UniqueConstraint("study_id", "number", name="uq_trials_study_number"),
-        Index("ix_trials_study_state", "study_id", "state"),
+        # A study's trials by state, with what its counts and best value read (migration
+        # 0011): the summary (study/operations.summaries) reads this index, not the rows.
+        Index("ix_trials_summary", "study_id", "state", "purpose", "retry_of", "objective_value"),
         # The running trials alone (a handful, however long the history): the service's
         # discovery finds the ended studies a dead coordinator left with one (migration 0006;
         # by ix_trials_study_state it probed every study: 70 ms a round at 50,000 studies).

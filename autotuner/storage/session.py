@@ -27,7 +27,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
-from autotuner.storage.migrate import _head_revision
+from autotuner.storage.migrate import SCHEMA_REVISION
 from autotuner.storage.migrate import alembic_config as alembic_config
 from autotuner.storage.migrate import migrations_dir as migrations_dir
 from autotuner.storage.migrate import upgrade_database as upgrade_database
@@ -254,7 +254,7 @@ class Database:
                 f"(or `autotuner serve`) to create them, or {_REMEDY} to read another database"
             )
         self.check()
-        head = _head_revision()
+        head = SCHEMA_REVISION
         try:
             with self.engine.connect() as connection:
                 current = connection.execute(text("SELECT version_num FROM alembic_version"))

@@ -226,6 +226,24 @@ class StudyRepo:
         if loaded is not None:
             self.session.refresh(loaded, ["owner", "lease_expires_at"])
 
+    def store_live(
+        self, study_id: str, recommendation: dict[str, Any] | None, *, owner: str | None
+    ) -> None:
+        """Store the live recommendation on a study still queued or running; with `owner`,
+        only while that coordinator holds the study's lease (else nothing is written)."""
+        query = update(Study).where(
+            Study.id == study_id,
+            Study.status.in_([StudyStatus.QUEUED.value, StudyStatus.RUNNING.value]),
+        )
+        if owner is not None:
+            query = query.where(Study.owner == owner)
+        number = recommendation["trial_number"] if recommendation else None
+        self.session.execute(
+            query.values(best_trial_number=number, recommendation=recommendation).execution_options(
+                synchronize_session=False
+            )
+        )
+
     def set_best(
         self, study: Study, trial_number: int | None, recommendation: dict[str, Any] | None
     ) -> None:

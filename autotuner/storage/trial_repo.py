@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from sqlalchemy import Select, func, select, true, update
+from sqlalchemy import Select, case, func, select, true, update
 from sqlalchemy.orm import Session
 
-from autotuner.purpose import Purpose
+from autotuner.purpose import END_CHECKS, Purpose
 from autotuner.spec import Fingerprint
 from autotuner.status import ENDED_STATUSES
 from autotuner.storage.common import (
@@ -35,6 +35,7 @@ from autotuner.storage.models import (
     Trial,
     TrialState,
 )
+from autotuner.storage.trial_versions import bump
 from autotuner.types import utcnow
 
 # The error class of a trial cancelled with its interrupted study (state lost): not a
@@ -197,6 +198,7 @@ class TrialRepo:
         if _rowcount(updated) != 1:
             current = self.session.scalar(select(Trial.state).where(Trial.id == trial.id))
             raise _already_finished(trial, current)
+        bump(self.session, [trial.study_id])  # an UPDATE statement: no flush sees it
         _set(trial, **values)
 
     def heartbeat(self, trial_ids: Sequence[int]) -> None:
@@ -248,6 +250,9 @@ class TrialRepo:
         The rows are locked first, so a result arriving at the same moment either lands before
         (the trial is not lost) or is refused after (TrialAlreadyFinished), never both.
         """
+        # The study row first, as every writer of its trials takes it (numbering, finishing,
+        # the trials version this write moves): rows locked in one order never deadlock.
+        self.session.execute(select(Study.id).where(Study.id == study_id).with_for_update())
         last_seen = func.coalesce(Trial.heartbeat_at, Trial.started_at, Trial.created_at)
         stale = list(
             self.session.scalars(
@@ -302,20 +307,31 @@ class TrialRepo:
             out += self.mark_lost(ended_id, heartbeat_older_than=far, reason=reason)
         return out
 
+    def summary_rows(self, study_ids: Sequence[str]) -> builtins.list[tuple[Any, ...]]:
+        """Per study and state: (study_id, state, trials, first tries (not retries), the best
+        objective value of a complete measurement (not an end check)). One grouped statement
+        over `ix_trials_summary`, however many trials (no row is read)."""
+        if not study_ids:
+            return []
+        measured = case(
+            (
+                (Trial.state == TrialState.COMPLETE.value) & Trial.purpose.not_in(END_CHECKS),
+                Trial.objective_value,
+            )
+        )
+        first_tries = func.sum(case((Trial.retry_of.is_(None), 1), else_=0))
+        rows = self.session.execute(
+            select(Trial.study_id, Trial.state, func.count(), first_tries, func.max(measured))
+            .where(Trial.study_id.in_(list(study_ids)))
+            .group_by(Trial.study_id, Trial.state)
+        )
+        return [tuple(row) for row in rows]
+
     def count(self, study_id: str, *, states: Sequence[TrialState] | None = None) -> int:
         query = _in_states(
             select(func.count()).select_from(Trial).where(Trial.study_id == study_id), states
         )
         return self.session.scalar(query) or 0
-
-    def columns_of(
-        self, trial_ids: Sequence[int], names: Sequence[str]
-    ) -> builtins.list[tuple[Any, ...]]:
-        """(id, *values of the columns `names`) of these trials, in one statement: how the
-        deferred JSON of many rows is read at once rather than row by row."""
-        columns = [getattr(Trial, name) for name in names]
-        rows = self.session.execute(select(Trial.id, *columns).where(Trial.id.in_(trial_ids)))
-        return [tuple(row) for row in rows]
 
     def unretried_failures(self, study_id: str) -> builtins.list[tuple[str, str, int]]:
         """(state, purpose, attempt) of the study's failed and lost trials that no re-run was
@@ -359,7 +375,8 @@ def finished_columns(
     error_message: str | None = None,
 ) -> dict[str, Any]:
     """The columns of a trial that ended in `state` with `result`: the result verbatim and its
-    metrics copied out (what `finish` writes; bench/reads_10k.py bulk-inserts the same rows)."""
+    metrics copied out (what `finish` writes; bench/reads_lib/seed.py bulk-inserts the same
+    rows)."""
     if isinstance(result, BaseModel):
         result = result.model_dump(mode="json")
     data = result or {}

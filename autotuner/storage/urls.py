@@ -10,7 +10,7 @@ import platformdirs
 from sqlalchemy import exc
 from sqlalchemy.engine import URL, make_url
 
-from autotuner.inputs import UserError
+from autotuner.errors import UserError
 
 ENV_VAR = "AUTOTUNER_DATABASE_URL"
 _REMEDY = "set --db or AUTOTUNER_DATABASE_URL"

@@ -13,11 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import inspect as sa_inspect
-from sqlalchemy.orm.attributes import set_committed_value
-
+from autotuner.storage import trial_rows
 from autotuner.storage.models import Trial
-from autotuner.storage.trial_repo import TrialRepo
 
 # The fields of a result that say how much memory it needed and of what (search/headroom.py).
 MEMORY_FIELDS = (
@@ -82,20 +79,7 @@ def memory_record(t: Trial) -> MemoryRecord | None:
 
 
 def load_json(trials: Sequence[Trial], names: Sequence[str] = ("config", "result")) -> None:
-    """Read the deferred JSON `names` of these trials in one statement (not one per row, as
-    reading each attribute would). Rows with them loaded, or in no session, are left as they
-    are."""
-    pending: dict[int, Trial] = {}
-    session = None
-    for t in trials:
-        state = sa_inspect(t)
-        if state.session is not None and any(name in state.unloaded for name in names):
-            session = state.session
-            pending[t.id] = t
-    if session is None:
-        return
-    for row in TrialRepo(session).columns_of(list(pending), names):
-        t = pending[row[0]]
-        for name, value in zip(names, row[1:], strict=True):
-            if name in sa_inspect(t).unloaded:
-                set_committed_value(t, name, value)
+    """Read the JSON `names` of these trials where not in memory, in one statement (not one
+    per row, as reading each attribute would): storage/trial_rows.load_json, for plain rows
+    and ORM rows alike. Rows built in memory, in no session, are left as they are."""
+    trial_rows.load_json(trials, names)

@@ -29,7 +29,8 @@ from autotuner.storage.study_repo import StudyRepo
 from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.events import Event, OnEvent
 from autotuner.study.gc_pause import gc_paused
-from autotuner.study.live import end_of_study_rows, store_live_best
+from autotuner.study.live import end_of_study_rows
+from autotuner.study.live_increment import LiveBest
 from autotuner.study.lost import charge_crash_loops
 from autotuner.study.recommend import knob_importance, recommend_ranked
 
@@ -81,6 +82,7 @@ class StudyLease:
         self.heartbeat_interval_s = heartbeat_interval_s
         self.on_event = on_event
         self._last_heartbeat = 0.0
+        self.live = LiveBest(db)
 
     def take(self) -> StudySettings:
         """Take the lease and read the study; unless it is over, mark it running and its
@@ -93,6 +95,7 @@ class StudyLease:
                     f"wait for its lease to expire ({self.ttl_s:.0f} s) or cancel it"
                 )
             study = studies.require(self.study_id)
+            self.live.forget()  # another coordinator may have run it since: read it all
             over = study.status in ENDED_STATUSES
             if not over:
                 if study.status == StudyStatus.QUEUED:
@@ -241,5 +244,7 @@ class StudyLease:
             studies.release(self.study_id, self.owner)
 
     def store_live_best(self, objective: Objective, options: StudyOptions) -> None:
-        """The recommendation as the trials stand now, stored for readers (study/live.py)."""
-        store_live_best(self.db, self.study_id, objective, options, owner=self.owner)
+        """The recommendation as the trials stand now, stored for readers: kept up to date
+        one finished trial at a time (study/live_increment.py), the same as computed from
+        every trial (study/live.py)."""
+        self.live.store(self.study_id, objective, options, owner=self.owner)

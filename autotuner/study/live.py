@@ -15,66 +15,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import or_, select, update
-from sqlalchemy.orm import Session, defer
+from sqlalchemy.orm import Session
 
 from autotuner.options import StudyOptions
-from autotuner.purpose import END_CHECKS
 from autotuner.search.objective import Objective
-from autotuner.spec import FailureClass
-from autotuner.storage.models import Study, StudyStatus, Trial, TrialState
+from autotuner.storage import trial_rows
+from autotuner.storage.models import Trial
 from autotuner.storage.session import Database
-from autotuner.study.columns import load_json
+from autotuner.storage.study_repo import StudyRepo
 from autotuner.study.gc_pause import gc_paused
 from autotuner.study.recommend import recommend
 
 
 def recommendation_rows(s: Session, study_id: str) -> list[Trial]:
-    """The trials a recommendation reads: the measured ones (the candidates) and the end-of-study
-    checks in any state (the numerics parity trials, the one-GPU reference). Failed, pruned and
-    running search trials cannot change it, so they are not loaded.
-
-    Two statements however many trials: the rows without their JSON (the ranking, the global
-    batch, the memory and input-pipeline entries and whether a trial stopped early read
-    columns: study/columns.py), then the JSON of the few end checks, whose results and configs
-    the checks read. The winner's JSON is read by `recommend`, in one more."""
-    rows = list(
-        s.scalars(
-            select(Trial)
-            .options(defer(Trial.config), defer(Trial.result))
-            .where(
-                Trial.study_id == study_id,
-                or_(Trial.state == TrialState.COMPLETE.value, Trial.purpose.in_(END_CHECKS)),
-            )
-            .order_by(Trial.number)
-        )
-    )
-    load_json([t for t in rows if t.purpose in END_CHECKS])
-    return rows
+    """The trials a recommendation reads, as plain rows (storage/trial_rows.py): the measured
+    ones and the end-of-study checks with their JSON. Two statements however many trials."""
+    return trial_rows.recommendation_rows(s, study_id)
 
 
 def end_of_study_rows(s: Session, study_id: str) -> list[Trial]:
-    """Every trial of the study, for the final recommendation and its evidence: without their
-    JSON but for the end checks' (the checks read them) and the out-of-memory trials' (the
-    cost model's lower bound is only there; search/evidence.py). Two statements; the rows stay
-    readable once the transaction is over, so the evidence is computed outside it."""
-    rows = list(
-        s.scalars(
-            select(Trial)
-            .options(defer(Trial.config), defer(Trial.result))
-            .where(Trial.study_id == study_id)
-            .order_by(Trial.number)
-        )
-    )
-    oom = FailureClass.OOM.value
-    load_json(
-        [
-            t
-            for t in rows
-            if t.purpose in END_CHECKS or (t.error_class == oom and t.state != TrialState.PRUNED)
-        ]
-    )
-    return rows
+    """Every trial of the study, for the final recommendation and its evidence, as plain rows
+    with the JSON the evidence reads (storage/trial_rows.py); readable once the transaction
+    is over, so the evidence is computed outside it."""
+    return trial_rows.end_of_study_rows(s, study_id)
 
 
 def live_best(
@@ -107,16 +70,6 @@ def store_live_best(
     """Compute the live recommendation and store it on a study still queued or running; with
     `owner`, only while that coordinator holds the study's lease. Returns what was computed."""
     rec = live_best(db, study_id, objective, options)
-    query = update(Study).where(
-        Study.id == study_id,
-        Study.status.in_([StudyStatus.QUEUED.value, StudyStatus.RUNNING.value]),
-    )
-    if owner is not None:
-        query = query.where(Study.owner == owner)
     with db.session() as s:
-        s.execute(
-            query.values(
-                best_trial_number=rec["trial_number"] if rec else None, recommendation=rec
-            ).execution_options(synchronize_session=False)
-        )
+        StudyRepo(s).store_live(study_id, rec, owner=owner)
     return rec

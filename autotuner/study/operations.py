@@ -257,11 +257,11 @@ def summaries(s: Session, study_ids: list[str]) -> dict[str, TrialSummary]:
     """Each study's trial counts per state, launched trials and best value: one grouped
     statement, however many studies and trials (SQL aggregates; no trial row is loaded)."""
     from autotuner.storage.models import TrialState
-    from autotuner.storage.study_list import trial_tallies
+    from autotuner.storage.trial_repo import TrialRepo
     from autotuner.study.views import TrialSummary
 
     out = {study_id: TrialSummary() for study_id in study_ids}
-    for study_id, state, n, first, best in trial_tallies(s, study_ids):
+    for study_id, state, n, first, best in TrialRepo(s).summary_rows(study_ids):
         summary = out[study_id]
         summary.counts[state] = n
         if state != TrialState.PRUNED.value:
@@ -269,6 +269,19 @@ def summaries(s: Session, study_ids: list[str]) -> dict[str, TrialSummary]:
         if best is not None and (summary.best_value is None or best > summary.best_value):
             summary.best_value = best
     return out
+
+
+def study_summaries(s: Session, studies: list[Study]) -> dict[str, TrialSummary]:
+    """`summaries` of these studies as read with their rows. In a read-only transaction they
+    come from the per-version cache (study/versioned.py) where this process derived them at
+    the same trials version; a transaction that writes reads them fresh (its own writes are
+    not committed: nothing of them may be kept)."""
+    from autotuner.storage.session import READ_ONLY
+    from autotuner.study.versioned import SUMMARIES
+
+    if not s.get_bind().get_execution_options().get(READ_ONLY):
+        return summaries(s, [st.id for st in studies])
+    return SUMMARIES.get_many(s, studies, lambda ids: summaries(s, ids))
 
 
 def list_studies(
@@ -294,7 +307,7 @@ def list_studies(
     conditions = study_query.conditions(query) if query is not None else []
     with db.read() as s:
         rows = study_page(s, limit=limit, status=status, conditions=conditions)
-        sums = summaries(s, [study.id for study, _, _ in rows])
+        sums = study_summaries(s, [study for study, _, _ in rows])
         return [
             study_view(st, sums[st.id], space_name=name, recommended_value=value)
             for st, name, value in rows
@@ -305,7 +318,7 @@ def find_study(s: Session, ref: str) -> tuple[Study, TrialSummary]:
     from autotuner.storage.study_repo import StudyRepo
 
     study = StudyRepo(s).require(ref)
-    return study, summaries(s, [study.id])[study.id]
+    return study, study_summaries(s, [study])[study.id]
 
 
 def get_study(db: Database, ref: str) -> dict[str, Any]:
@@ -319,12 +332,14 @@ def get_study(db: Database, ref: str) -> dict[str, Any]:
 def stored_recommendation(s: Session, study: Study, summary: TrialSummary) -> dict[str, Any] | None:
     """The stored recommendation. A study last written before recommendations were stored
     live (a running one, right after the upgrade) has none yet: computed once here."""
-    from autotuner.search.objective import Objective
     from autotuner.storage.models import TrialState
-    from autotuner.study.live import live_best_in
 
     rec = study.recommendation
     if rec is None and summary.counts.get(TrialState.COMPLETE.value):
+        # Imported here: a read of a stored recommendation loads no search code.
+        from autotuner.search.objective import Objective
+        from autotuner.study.live import live_best_in
+
         rec = live_best_in(s, study.id, Objective(study.objective), study.options)
     return rec
 

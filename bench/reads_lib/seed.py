@@ -252,3 +252,54 @@ def _insert(db: Database, rows: list[dict[str, Any]]) -> None:
         with db.session() as s:
             s.execute(insert(Trial), rows)
         rows.clear()
+
+
+class TrialWriter:
+    """New trials of a seeded study written as a coordinator writes them: a running row in one
+    transaction (`TrialRepo.create_running`), its result in another (`TrialRepo.finish`), each
+    fenced by the lease `owner` holds. Each trial is a fresh search proposal of the landscape."""
+
+    def __init__(self, db: Database, study_id: str, rng: random.Random, owner: str) -> None:
+        from autotuner.storage.models import Study
+
+        self.db, self.study_id, self.rng, self.owner = db, study_id, rng, owner
+        with db.read() as s:
+            study = s.get(Study, study_id)
+            assert study is not None
+            self.space = SearchSpace.model_validate(study.space)
+            self.model = ModelSpec.model_validate(study.model_spec)
+
+    def finish_one(self) -> int:
+        """One more finished trial; returns its number."""
+        from autotuner.storage.trial_repo import TrialRepo
+
+        params = _propose(self.space, self.rng)
+        knobs = self.space.knobs_for(params, self.model, 1)
+        config = TrialConfig(
+            study_id=self.study_id,
+            trial_number=0,
+            model=self.model,
+            knobs=knobs,
+            measure=self.space.measure,
+            num_gpus=1,
+        )
+        stored = config.model_dump(mode="json")
+        with self.db.session() as s:
+            trial = TrialRepo(s).create_running(
+                self.study_id, params=params, config=stored, worker="bench", owner=self.owner
+            )
+            number = trial.number
+        result = _result(params, config, self.rng)
+        ok = result.status == TrialStatus.OK
+        with self.db.session() as s:
+            repo = TrialRepo(s)
+            row = repo.get(self.study_id, number)
+            assert row is not None
+            repo.finish(
+                row,
+                TrialState.COMPLETE if ok else TrialState.INFEASIBLE,
+                result=result,
+                objective_value=result.tokens_per_s if ok else None,
+                owner=self.owner,
+            )
+        return number

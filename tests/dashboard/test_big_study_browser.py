@@ -1,5 +1,5 @@
 """A study of 10,000 trials on PostgreSQL, its page in headless Chromium (issue 11's acceptance:
-the page loads in under 2 s; bench/reads_10k.py measures the rest of the reads at this scale
+the page loads in under 2 s; bench/reads_scale.py measures the rest of the reads at this scale
 and prints them).
 
 The rows are the ones the coordinator writes, bulk-inserted by bench/reads_lib/seed.py, with

@@ -414,3 +414,11 @@ def test_0007_marks_trial_0_and_its_retries_as_the_expert_default(empty_url: str
         "search",
         "seed",
     ]
+
+
+def test_the_schema_revision_readers_check_is_alembics_head() -> None:
+    """Readers compare the database's revision with SCHEMA_REVISION instead of loading
+    Alembic's scripts: it must be the newest migration's."""
+    from autotuner.storage.migrate import SCHEMA_REVISION, _head_revision
+
+    assert _head_revision() == SCHEMA_REVISION

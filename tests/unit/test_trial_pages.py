@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from autotuner.search.space import load_space
 from autotuner.spec import ModelSpec
@@ -55,3 +56,54 @@ def test_the_cli_shows_the_most_recent_trials(tmp_path: Path) -> None:
     assert {int(m.group(1)) for m in rows if m} == {4, 5}, proc.stdout
     every = run_cli("trials", study_id, "--db", url, "--all", "--json")
     assert every.returncode == 0 and every.stdout.count('"number"') == 6
+
+
+def _api(url: str) -> Any:
+    from fastapi.testclient import TestClient
+
+    from autotuner.api.app import ServiceSettings, create_app
+
+    return TestClient(create_app(ServiceSettings(db_url=url, coordinator=False, migrate=False)))
+
+
+def test_the_api_pages_trials_by_default(sqlite_url: str, monkeypatch: Any) -> None:
+    """`trials` without a limit answers a first page and where the next one is, never the
+    whole study; the pages, followed, are every trial once, in order."""
+    study_id = _study_with_trials(sqlite_url, 7)
+    monkeypatch.setattr(trial_reads, "PAGE_SIZE", 3)
+    with _api(sqlite_url) as client:
+        first = client.get(f"/api/studies/{study_id}/trials")
+        assert first.status_code == 200
+        assert [t["number"] for t in first.json()] == [0, 1, 2]
+        assert first.headers["X-Next-After"] == "2"
+        seen, response = [], first
+        while True:
+            seen += [t["number"] for t in response.json()]
+            if "next" not in response.links:
+                break
+            response = client.get(response.links["next"]["url"])
+        assert seen == list(range(7))
+        assert "X-Next-After" not in response.headers  # the last page says no more
+        # An explicit limit is kept in the next page's link; a page that ends the study
+        # exactly has no next link.
+        two = client.get(f"/api/studies/{study_id}/trials?after=0&limit=2")
+        assert [t["number"] for t in two.json()] == [1, 2]
+        assert "limit=2" in two.links["next"]["url"] and "after=2" in two.links["next"]["url"]
+        last = client.get(f"/api/studies/{study_id}/trials?after=4&limit=2")
+        assert [t["number"] for t in last.json()] == [5, 6] and "next" not in last.links
+
+
+def test_the_cli_backend_follows_the_pages(sqlite_url: str, monkeypatch: Any) -> None:
+    """`autotuner trials --server` reads the pages one after another where it needs every
+    trial (`--all`), and stops once it has `limit`."""
+    from autotuner.cli.client import ServiceClient
+
+    study_id = _study_with_trials(sqlite_url, 7)
+    monkeypatch.setattr(trial_reads, "PAGE_SIZE", 3)
+    with _api(sqlite_url) as client:
+        service = ServiceClient("http://testserver")
+        service._http = client
+        assert [t["number"] for t in service.trials(study_id)] == list(range(7))
+        assert [t["number"] for t in service.trials(study_id, after=1)] == [2, 3, 4, 5, 6]
+        assert [t["number"] for t in service.trials(study_id, limit=4)] == [0, 1, 2, 3]
+        assert [t["number"] for t in service.trials(study_id, after=1, limit=2)] == [2, 3]

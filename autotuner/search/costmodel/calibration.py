@@ -24,8 +24,8 @@ import numpy as np
 
 from autotuner.search.costmodel.memory import COMPONENTS, MemoryEstimate, base_gib
 from autotuner.search.costmodel.regression import fit_relative
+from autotuner.search.headroom import CUDA_CONTEXT_GIB
 
-CUDA_CONTEXT_GIB = 0.6  # the CUDA context and kernel images: outside the allocator's peak
 # max_memory_reserved / max_memory_allocated before a study has measured any, per allocator
 # mode. The default allocator's medians on the H200 landscapes were 1.03 (Llama 1B), 1.05 (3B)
 # and 1.09 (GPT-2 124M), up to 1.34 (GPT-2 eager micro-batch 64) and 1.16 (Llama 8B, 8-bit
@@ -114,6 +114,13 @@ class Calibration:
     beta: np.ndarray = field(default_factory=lambda: np.ones(len(COMPONENTS)))
     cov: np.ndarray = field(default_factory=lambda: np.eye(len(COMPONENTS)))
     rel_sd: float = 0.05
+    # fragmentation()'s median per allocator mode with the count of ratios it was taken over:
+    # the ratios only grow (add_peak appends), so a count that did not change is the same
+    # median. Recomputed per call, a replay's OOM trials took a median over every trial seen
+    # each (quadratic: seconds at the end of a 50,000-trial study).
+    _fragmentation: dict[str, tuple[int, float]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         self._fit()
@@ -139,7 +146,11 @@ class Calibration:
         ratios = self.reserved_ratios.get(allocator)
         if not ratios:
             return PRIOR_FRAGMENTATION.get(allocator, PRIOR_FRAGMENTATION["default"])
-        return float(min(1.5, max(1.0, np.median(ratios))))
+        known = self._fragmentation.get(allocator)
+        if known is None or known[0] != len(ratios):
+            value = float(min(1.5, max(1.0, np.median(ratios))))
+            known = self._fragmentation[allocator] = (len(ratios), value)
+        return known[1]
 
     @property
     def measured(self) -> int:

@@ -1,0 +1,70 @@
+"""What a read derives from every trial of a study, kept per study version.
+
+A study view, a best view and an export each need the study's trial counts per state and its
+best value: a grouped read of every trial (92 ms at 50,000 trials; 30 clients polling a study
+spent the service's CPU on it). They change only when a trial is written, and every such
+transaction moves `studies.trials_version` (storage/trial_versions.py), which the read has in
+hand with the study row. So each process keeps the last values per (database, study, version)
+and derives them again only for a version it has not seen.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from autotuner.storage.models import Study
+
+T = TypeVar("T")
+KEPT = 1024  # entries per process: a few hundred studies' views, a few kB each
+
+
+class VersionedCache:
+    """Values keyed on a study's trials version (and what else the caller says), the least
+    recently used dropped past `size`. Values are copied out: a caller may change its own."""
+
+    def __init__(self, size: int = KEPT) -> None:
+        self.size = size
+        self._values: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get_many(
+        self,
+        s: Session,
+        studies: Sequence[Study],
+        compute: Callable[[list[str]], dict[str, T]],
+        *extra: Any,
+    ) -> dict[str, T]:
+        """Each study's value at its version (the one read with its row): the cached ones,
+        and `compute(ids)` for those not known at that version, in one call."""
+        where = str(s.get_bind().engine.url)
+        keys = {st.id: (where, st.id, st.trials_version, *extra) for st in studies}
+        out: dict[str, T] = {}
+        with self._lock:
+            for study_id, key in keys.items():
+                if key in self._values:
+                    self._values.move_to_end(key)
+                    out[study_id] = copy.deepcopy(self._values[key])
+        missing = [study_id for study_id in keys if study_id not in out]
+        if missing:
+            fresh = compute(missing)
+            with self._lock:
+                for study_id, value in fresh.items():
+                    self._values[keys[study_id]] = copy.deepcopy(value)
+                while len(self._values) > self.size:
+                    self._values.popitem(last=False)
+            out.update(fresh)
+        return out
+
+    def clear(self) -> None:
+        with self._lock:
+            self._values.clear()
+
+
+SUMMARIES = VersionedCache()

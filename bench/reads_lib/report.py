@@ -1,0 +1,108 @@
+"""bench/reads_scale.py's results as a Markdown table per study size, against the targets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.reads_lib.http_reads import TARGETS_MS
+
+
+def _load(avg: Any) -> str:
+    return " / ".join(f"{x:.1f}" for x in avg)
+
+
+def _met(value: float, target: float) -> str:
+    return "yes" if value < target else f"**no** ({value / target:.1f}x)"
+
+
+def _row(name: str, r: dict[str, Any], target: float | None, extra: str = "") -> str:
+    goal = f"p99 < {target:,.0f}" if target is not None else ""
+    met = _met(r["p99"], target) if target is not None else ""
+    return f"| {name} | {r['p50']} | {r['p95']} | {r['p99']} | {goal} | {extra} | {met} |"
+
+
+def run_table(run: dict[str, Any]) -> list[str]:
+    n, seed = run["trials"], run["seed"]
+    lines = [
+        f"## {n:,} trials",
+        "",
+        f"Seeded: one study of {n:,} finished trials (+2 running) and {seed['small']} studies "
+        "of 50 "
+        f"(big: {seed['seed_big_s']} s, small: {seed['seed_small_s']} s), then VACUUM ANALYZE "
+        f"({seed['vacuum_analyze_s']} s). Load average (1, 5, 15 min) before: "
+        f"{_load(run['load_before'])}, after: {_load(run['load_after'])}.",
+        "",
+        "| read | p50 ms | p95 ms | p99 ms | target | bytes (gzip) | met |",
+        "| --- | ---: | ---: | ---: | --- | ---: | --- |",
+    ]
+    for name, r in run["http"].items():
+        extra = f"{r['bytes']:,} ({r['bytes_gzip']:,})"
+        if "rows" in r:
+            paged = "a page" if not r["all_rows"] else "**every row**"
+            extra += f"; {r['rows']:,} rows: {paged}" + ("; next link" if r.get("next") else "")
+        lines.append(_row(name, r, TARGETS_MS[r["kind"]], extra))
+    b = run["browser"]
+    if "ready_ms" in b:
+        lines.append(_row("study page in Chromium: navigation to all drawn", b["ready_ms"], 2000))
+    else:
+        lines.append(f"| study page in Chromium | {b} | | | | | |")
+    p = run["polling"]
+    lines.append(
+        _row(
+            f"{p['clients']} clients polling best / the study view every {p['interval_s']:g} s "
+            f"for {p['seconds']:g} s while a writer finishes trials",
+            p["ms"],
+            TARGETS_MS["poll"],
+            f"{p['requests']:,} requests, {p['trials_written']} trials written",
+        )
+    )
+    for name, r in run["cli"].items():
+        lines.append(
+            _row(f"{name}, cold process", r, TARGETS_MS["cli"], f"{r['stdout_lines']} lines")
+        )
+    c = run["coordinator"]
+    lines.append(
+        _row(
+            "coordinator: store the live recommendation after a finished trial (20 trials)",
+            c["store_live_best_ms"],
+            None,
+            f"the trial's own two writes: p50 {c['trial_writes_ms']['p50']} ms; "
+            f"{c.get('full_computations', '?')} of the 20 computed from every trial",
+        )
+    )
+    if "full_recomputation_ms" in c:
+        lines.append(
+            f"| for reference: the recommendation from every trial, stored (once) | "
+            f"{c['full_recomputation_ms']} | | | | | |"
+        )
+    end = c["end_of_study_ms"]
+    lines.append(
+        f"| coordinator: end of study (read, recommend, knob report, the policy's evidence, "
+        f"store) | {end} | | | < {TARGETS_MS['end']:,.0f} | CPU {c['end_of_study_cpu_ms']} ms "
+        f"| {_met(end, TARGETS_MS['end'])} |"
+    )
+    lines.append(
+        f"| of which the evidence (policy.report: the models replayed) | "
+        f"{c['end_of_study_evidence_ms']} | | | | | |"
+    )
+    return lines
+
+
+def report(results: dict[str, Any]) -> str:
+    lines = [
+        "# Reads at scale (issues 16 and 42)",
+        "",
+        f"{results['when']} · {results['machine']} · PostgreSQL {results['postgres']} "
+        f"(autovacuum {results['autovacuum']}) · up to {results['repeats']} calls per read "
+        "(fewer where a read passed 30 s in all), gzip",
+        "",
+        f"Command: `{results['command']}`",
+        "",
+    ]
+    for run in results["runs"]:
+        lines += [*run_table(run), ""]
+    lines += [
+        "The CLI rows are wall times of a fresh `python -m autotuner.cli` process each, output "
+        "to a pipe. The machine is shared (2 cores): other work ran beside it (load above).",
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,98 @@
+"""A study's trials version moves with every transaction that writes one of its trials, and the
+study views cached on it (study/versioned.py) show each write at once; on both backends."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+from autotuner.storage import Database, Study, StudyRepo, TrialRepo, TrialState
+from autotuner.study import operations
+from tests.storage.test_repository import _result
+
+
+def _version(db: Database, study_id: str) -> int:
+    with db.read() as s:
+        study = StudyRepo(s).require(study_id)
+        return study.trials_version
+
+
+def _counts(db: Database, study_id: str) -> dict[str, int]:
+    return dict(operations.get_study(db, study_id)["trial_counts"])
+
+
+def test_each_trial_write_moves_the_version_and_the_view_follows(
+    db: Database, make_study: Callable[..., Study]
+) -> None:
+    study = make_study()
+    assert _version(db, study.id) == 0
+    assert _counts(db, study.id) == {}  # cached at version 0
+    with db.session() as s:
+        for _ in range(2):  # two trials, one transaction: one step
+            TrialRepo(s).create_running(study.id, params={"mb": 1}, config={})
+    assert _version(db, study.id) == 1
+    assert _counts(db, study.id) == {"running": 2}
+    with db.session() as s:
+        repo = TrialRepo(s)
+        trial = repo.get(study.id, 0)
+        assert trial is not None
+        repo.finish(trial, TrialState.COMPLETE, result=_result(), objective_value=1000.0)
+    assert _version(db, study.id) == 2
+    assert _counts(db, study.id) == {"running": 1, "complete": 1}
+    with db.session() as s:  # changed through the ORM: marked lost
+        far = dt.datetime.now(dt.UTC) + dt.timedelta(days=1)
+        TrialRepo(s).mark_lost(study.id, heartbeat_older_than=far)
+    assert _version(db, study.id) == 3
+    assert _counts(db, study.id) == {"lost": 1, "complete": 1}
+    listed = {v["id"]: v for v in operations.list_studies(db)}
+    assert listed[study.id]["trial_counts"] == {"lost": 1, "complete": 1}
+
+
+def test_heartbeats_and_rolled_back_writes_leave_it(
+    db: Database, make_study: Callable[..., Study]
+) -> None:
+    study, other = make_study(), make_study(name="other")
+    with db.session() as s:
+        trial = TrialRepo(s).create_running(study.id, params={"mb": 1}, config={})
+    before = _version(db, study.id)
+    with db.session() as s:
+        TrialRepo(s).heartbeat([trial.id])
+    assert _version(db, study.id) == before
+
+    class Undo(Exception):
+        pass
+
+    try:
+        with db.session() as s:
+            TrialRepo(s).create_running(study.id, params={"mb": 2}, config={})
+            raise Undo
+    except Undo:
+        pass
+    assert _version(db, study.id) == before
+    assert _counts(db, study.id) == {"running": 1}
+    assert _version(db, other.id) == 0  # another study's writes are not its
+
+
+def test_the_cache_never_keeps_what_a_write_transaction_read(
+    db: Database, make_study: Callable[..., Study]
+) -> None:
+    """A write transaction's own uncommitted trials must not be served to readers later: it
+    reads the counts fresh, and a rollback leaves the readers' view as it was."""
+    study = make_study()
+    assert _counts(db, study.id) == {}
+
+    class Undo(Exception):
+        pass
+
+    seen: dict[str, Any] = {}
+    try:
+        with db.session() as s:
+            TrialRepo(s).create_running(study.id, params={"mb": 1}, config={})
+            _, summary = operations.find_study(s, study.id)
+            seen = dict(summary.counts)
+            raise Undo
+    except Undo:
+        pass
+    assert seen == {"running": 1}
+    assert _counts(db, study.id) == {}
