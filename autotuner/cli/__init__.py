@@ -22,8 +22,9 @@ app = typer.Typer(
     cls=HelpNamedGroup,
     help=(
         "Find the fastest way to train your LLM on your GPUs.\n\n"
-        "Searches micro-batch, accumulation, precision, torch.compile, attention backend, "
-        "activation checkpointing, optimizer and NCCL settings with real, short, honestly "
+        "Searches micro-batch, accumulation, precision, torch.compile (mode and scope), "
+        "attention backend, fused kernels, activation checkpointing, optimizer and NCCL "
+        "settings with real, short, honestly "
         "measured trials, and recommends the fastest config with its evidence.\n\n"
         "Start with:  autotuner tune examples/tiny.yaml --space cpu-demo --trials 8"
     ),

@@ -372,14 +372,15 @@ def _best_cell(v: dict[str, Any]) -> str:
     return f"{value:,.0f} #{number}" if value else f"#{number}"
 
 
-def studies_table(views: list[dict[str, Any]]) -> Table:
+def studies_table(views: list[dict[str, Any]], one: bool = False) -> Table:
     """One row per study: its state, trial counts by state with the budget spent under them,
     and what it recommends so far (the objective's value and the trial), when it was created
-    (to the minute)."""
+    (to the minute). `one`: a single study's row, titled with its name."""
     from rich import box
     from rich.text import Text
 
-    table = Table(title="Studies", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    title = f"Study {safe(views[0].get('name') or views[0]['id'])}" if one else "Studies"
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     # The id is what every other verb takes: never cut; its creation time under it.
     width = max([16, *(len(safe(v["id"])) for v in views)])
     table.add_column("id, created", no_wrap=True, min_width=width)

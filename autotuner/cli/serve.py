@@ -80,7 +80,7 @@ def serve(
     ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
-    """Run the service: its coordinator, the JSON API (/docs) and the dashboard.
+    """Run the service: coordinator, JSON API (/docs) and dashboard.
 
     With $AUTOTUNER_TOKEN set, every call needs it as a bearer token, reads
     included (browsers sign in at /login), unless --public-reads. Listening

@@ -61,7 +61,10 @@ def best(
     db: DbOption = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Show the best trial so far: config, tokens/s with its spread, MFU, peak memory."""
+    """Show the best config so far: tokens/s with its spread, MFU, memory.
+
+    The recommended config with the evidence behind it: its measurements, the margin over the
+    runner-up and over the expert default, the numerics and headroom checks, peak memory."""
     source = backend(server, db)
     if not watch:
         view = source.best(study, headroom)
@@ -146,8 +149,9 @@ def trials(
     db: DbOption = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """List a study's trials (the most recent 200 unless --last or --all) with what each
-    measured or why it failed."""
+    """List a study's trials: what each measured or why it failed.
+
+    The most recent 200 unless --last N or --all."""
     source = backend(server, db)
     view = source.study(study)
     total = sum(view.get("trial_counts", {}).values())
@@ -180,7 +184,7 @@ def status(
     if as_json:
         print_json(views[0] if study else views)
         return
-    out.print(studies_table(views))
+    out.print(studies_table(views, one=study is not None))
     if study and views[0]["status"] == "interrupted":
         # Not an error: stopped by its user or a drain, and not over.
         err.print(
