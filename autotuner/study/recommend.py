@@ -20,7 +20,7 @@ the trials compared like with like (`study/batch.py`). On loader or file data, t
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from autotuner.options import StudyOptions
@@ -39,15 +39,13 @@ from autotuner.study.gpu_clock import gpu_clock_entry
 from autotuner.study.input_pipeline import input_pipeline_entry
 from autotuner.study.measurements import (
     ConfigMeasurements,
-    keyed_candidates,
     max_of,
     median_of,
     min_of,
     over_memory,
     rank_groups,
-    stopped_early,
-    study_noise_rel,
 )
+from autotuner.study.recommend_measured import MeasuredConfigs
 from autotuner.study.recommendation import ParetoPoint, Recommendation, RunnerUp
 
 
@@ -81,14 +79,32 @@ def recommend_ranked(
     included), from which `knob_importance` computes the knob report (the coordinator
     computes it once the transaction that read the trials is over)."""
     options = options or StudyOptions()
-    # One pass over the trials for both rankings (at 10,000 trials each pass keys every config
-    # and reads every memory record): the candidates, and the knob report's evidence, which
-    # also counts the trials that stopped early.
-    evidence = keyed_candidates(trials, stopped_early_too=True)
-    stopped = {id(t) for _, t in evidence if stopped_early(t)}
-    keyed = [(key, t) for key, t in evidence if id(t) not in stopped]
-    fits = [(key, t) for key, t in evidence if not over_memory(t, options)]
-    ranked = rank_groups([(key, t) for key, t in fits if id(t) not in stopped])
+    configs = MeasuredConfigs(trials)
+    rec, ranked = _recommendation(configs, objective, options)
+    if rec is None or not configs.stopped:
+        return rec, ranked
+    # The knob report reads every measured config, early-stopped ones too (a config far below
+    # the best is exactly what shows a knob matters); without any, they are `ranked`.
+    return rec, rank_groups(
+        [(key, t) for key, t in configs.evidence if not over_memory(t, options)]
+    )
+
+
+def recommend_from(
+    configs: MeasuredConfigs, objective: Objective, options: StudyOptions
+) -> dict[str, Any] | None:
+    """`recommend` (no evidence) from a study's measured configs, computed once for its
+    trials (the re-judge keeps them per study version: study/recommend_cache.py)."""
+    rec, _ = _recommendation(configs, objective, options)
+    return None if rec is None else rec.stored()
+
+
+def _recommendation(
+    configs: MeasuredConfigs, objective: Objective, options: StudyOptions
+) -> tuple[Recommendation | None, list[ConfigMeasurements]]:
+    """The recommendation at `options` and the candidates it ranked (the configs that fit)."""
+    trials, keyed = configs.trials, configs.keyed
+    ranked = configs.fitting(options)
     if not ranked:
         return None, ranked
     # A config whose headroom check failed is no candidate (headroom_check.py); if every one
@@ -151,7 +167,7 @@ def recommend_ranked(
         completed_trials=sum(len(g.trials) for g in ranked),
         measurements=len(best.trials),
         measured_trials=[t.number for t in best.trials],
-        noise_rel=round(study_noise_rel(ranked), 4),
+        noise_rel=round(configs.noise_rel(ranked), 4),
         runner_up=_runner_up(best, groups[1]) if len(groups) > 1 else None,
         numerics=numerics_entry(
             eligible,
@@ -165,12 +181,10 @@ def recommend_ranked(
         ),
         global_batch=global_batch_entry(best, groups, trials, options),
         vs_expert_default=_vs_expert_default(best, ranked, keyed, options),
-        pareto=pareto([g for g in ranked if g.key not in failed]),
+        pareto=pareto([g for g in ranked if g.key not in failed], configs.peak_median),
         **optional,
     )
-    # The knob report reads every measured config, early-stopped ones too (a config far below
-    # the best is exactly what shows a knob matters); without any, they are `ranked`.
-    return rec, (rank_groups(fits) if stopped else ranked)
+    return rec, ranked
 
 
 def knob_importance(ranked: Sequence[ConfigMeasurements], noise_rel: float) -> list[dict[str, Any]]:
@@ -386,12 +400,16 @@ def _interleaved_pairs(a: ConfigMeasurements, b: ConfigMeasurements) -> list[tup
     ]
 
 
-def pareto(groups: Sequence[ConfigMeasurements]) -> list[ParetoPoint]:
-    """Configs no other config beats on both objective (higher) and peak memory (lower)."""
+def pareto(
+    groups: Sequence[ConfigMeasurements],
+    peak_of: Callable[[ConfigMeasurements], float | None],
+) -> list[ParetoPoint]:
+    """Configs no other config beats on both objective (higher) and peak memory (lower);
+    `peak_of`: a config's median peak (None: not measured)."""
     points = []
     for g in groups:
-        if mems := g.peak_mems:
-            points.append((g, g.median, statistics.median(mems)))
+        if (peak := peak_of(g)) is not None:
+            points.append((g, g.median, peak))
     front = [points[i] for i in pareto_sweep([(v, m) for _, v, m in points])]
     return [
         ParetoPoint(
