@@ -132,6 +132,7 @@ def test_the_configs_that_fit_are_those_rank_groups_gives(
             options = StudyOptions(headroom=headroom, max_mem_gib=max_mem_gib)
             fits = [(key, t) for key, t in configs.keyed if not over_memory(t, options)]
             expected = [(g.key, [t.number for t in g.trials]) for g in rank_groups(fits)]
-            got = [(g.key, [t.number for t in g.trials]) for g in configs.fitting(options)]
+            fit = configs.fitting(options)
+            got = [(g.key, [t.number for t in g.trials]) for g in fit.ranked]
             assert got == expected
-            assert configs.noise_rel(configs.fitting(options)) == study_noise_rel(rank_groups(fits))
+            assert fit.noise_rel() == study_noise_rel(rank_groups(fits))

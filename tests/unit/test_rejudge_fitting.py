@@ -64,18 +64,20 @@ HEADROOMS = (0.0, 0.03, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3)
 def test_the_configs_that_fit_are_those_the_full_ranking_keeps(seed: int) -> None:
     trials = _trials(random.Random(seed))
     configs = MeasuredConfigs(trials)
-    every = configs.fitting(StudyOptions(headroom=0.0))
+    every = configs.fitting(StudyOptions(headroom=0.0)).ranked
     straddled = 0
     for headroom in HEADROOMS:
         for ceiling in (None, 70.0):
             options = StudyOptions(headroom=headroom, max_mem_gib=ceiling)
             fits = [(key, t) for key, t in configs.keyed if not over_memory(t, options)]
             full = rank_groups(fits)
-            got = configs.fitting(options)
+            fit = configs.fitting(options)
+            got = fit.ranked
             assert [(g.key, [t.number for t in g.trials]) for g in got] == [
                 (g.key, [t.number for t in g.trials]) for g in full
             ]
-            assert configs.noise_rel(got) == study_noise_rel(full)
+            assert fit.noise_rel() == study_noise_rel(full)
+            assert fit.completed_trials() == sum(len(g.trials) for g in full)
             kept = {g.key: len(g.trials) for g in got}
             straddled += sum(1 for g in every if 0 < kept.get(g.key, 0) < len(g.trials))
     assert straddled > 0  # the regrouped configs were exercised
