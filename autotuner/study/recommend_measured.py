@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import bisect
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from autotuner.options import StudyOptions
@@ -114,9 +114,7 @@ class MeasuredConfigs:
                 if not usable:
                     continue
                 # need / usable - 1 rises with need: the tight ones are the tail from here.
-                first = bisect.bisect_left(
-                    needs.needs, True, key=lambda need, u=usable: need / u - 1.0 > 0.0
-                )
+                first = bisect.bisect_left(needs.needs, True, key=_over(usable))
                 out.update(needs.trials[first:])
         return out
 
@@ -243,6 +241,11 @@ class Fitting:
             return None
         ids = {id(g) for g in found}
         return next(g for g in self.ranked if id(g) in ids)
+
+
+def _over(usable: float) -> Callable[[float], bool]:
+    """headroom.violation(...) > 0 for a need on `usable` GiB, as it computes it."""
+    return lambda need: need / usable - 1.0 > 0.0
 
 
 def _peak_median(g: ConfigMeasurements) -> float | None:

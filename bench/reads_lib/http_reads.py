@@ -32,7 +32,8 @@ SECONDS_PER_READ = 30.0  # a read slower than this budget allows is measured few
 
 
 def _rejudge_headroom(rng: random.Random) -> str:
-    # A fresh headroom each call: a re-judge is computed, never answered from a cache.
+    # A fresh headroom each call: the answer is computed at that headroom. What no headroom
+    # changes is kept per study version (study/recommend_cache.py): the warm-up calls build it.
     return f"{rng.uniform(0.02, 0.2):.4f}"
 
 
