@@ -27,7 +27,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from autotuner.purpose import END_CHECKS
 from autotuner.spec import FailureClass, Knobs
-from autotuner.storage.models import Trial, TrialState
+from autotuner.storage.models import Study, Trial, TrialState
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -80,6 +80,12 @@ class TrialRow:
 
     def __repr__(self) -> str:
         return f"TrialRow(study_id={self.study_id!r}, number={self.number!r})"
+
+
+def trials_version(session: Session, study_id: str) -> int | None:
+    """The study's trials version as committed now (storage/trial_versions.py): read again
+    after a study's rows, it says whether a trial was written between the two reads."""
+    return session.scalar(select(Study.trials_version).where(Study.id == study_id))
 
 
 def read(session: Session, query: Select[Any]) -> list[TrialRow]:

@@ -82,9 +82,7 @@ class VersionedObjects:
         it is not known. Kept only if the version is the same after it (on Postgres each
         statement sees what has committed before it: a trial written between the study's row
         and compute's reads would otherwise be kept under the version before it)."""
-        from sqlalchemy import select
-
-        from autotuner.storage.models import Study
+        from autotuner.storage.trial_rows import trials_version
 
         key = (str(s.get_bind().engine.url), study.id, study.trials_version)
         with self._lock:
@@ -92,8 +90,7 @@ class VersionedObjects:
                 self._values.move_to_end(key)
                 return cast(T, self._values[key])
         value = compute()
-        now = s.scalar(select(Study.trials_version).where(Study.id == study.id))
-        if now == study.trials_version:
+        if trials_version(s, study.id) == study.trials_version:
             with self._lock:
                 self._values[key] = value
                 while len(self._values) > self.size:
