@@ -25,9 +25,10 @@ if TYPE_CHECKING:
     from autotuner.search.objective import Objective
     from autotuner.storage.models import Study
 
-# Studies kept: a study's configs are tens of MB at 50,000 trials; someone re-judging tries a
-# few headrooms on one or two studies at a time.
-KEPT_STUDIES = 4
+# Studies kept: a big study's rows and configs take a lot of the service's memory (its size at
+# 50,000 trials: bench/results/reads_scale_cpu.md); someone re-judging tries a few headrooms
+# on one or two studies at a time.
+KEPT_STUDIES = 2
 MEASURED = VersionedObjects(KEPT_STUDIES)
 
 

@@ -69,7 +69,7 @@ class VersionedCache:
 
 class VersionedObjects:
     """One value per (database, study, trials version), the least recently used dropped past
-    `size`. Not copied: big values (a study's measured configs, tens of MB at 50,000 trials)
+    `size`. Not copied: big values (a study's measured configs and their rows)
     are read-only, shared by the requests that use them."""
 
     def __init__(self, size: int) -> None:
