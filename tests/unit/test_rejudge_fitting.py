@@ -25,10 +25,12 @@ LIMIT_GIB = 80.0
 def _trials(rng: random.Random) -> list[Trial]:
     """40 configs measured one to three times each (later ones re-measurements), at a few
     throughputs (ties), their peaks spread across the headrooms below (a config's own
-    measurements on both sides of one)."""
-    config = TrialConfig(model=ModelSpec.resolve({"preset": "tiny"}), knobs=Knobs()).model_dump(
-        mode="json"
-    )
+    measurements on both sides of one), at two global batches, the first the expert default."""
+    model = ModelSpec.resolve({"preset": "tiny"})
+    configs = [
+        TrialConfig(model=model, knobs=Knobs(grad_accum=accum)).model_dump(mode="json")
+        for accum in (1, 2)
+    ]
     out, number = [], 0
     for mb in rng.sample(range(1, 200), 40):
         for i in range(rng.choice([1, 1, 2, 3])):
@@ -45,10 +47,10 @@ def _trials(rng: random.Random) -> list[Trial]:
                 Trial(
                     number=number,
                     state=TrialState.COMPLETE.value,
-                    purpose="remeasure" if i else "search",
+                    purpose="remeasure" if i else ("expert-default" if number == 0 else "search"),
                     objective_value=tps,
                     params={"micro_batch_size": mb},
-                    config=config,
+                    config=configs[mb % 2],
                     result=result.model_dump(mode="json"),
                 )
             )
