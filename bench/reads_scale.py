@@ -20,6 +20,9 @@ autovacuum would), then the real service (`autotuner serve --no-coordinator`, a 
 Writes bench/results/reads_scale_cpu.{json,md}; each database is dropped at the end.
 
     python bench/reads_scale.py --trials 10000,50000 [--pg URL] [--repeats 100]
+
+`--only rejudge` (or another read kind) seeds the big study, measures only those HTTP reads and
+prints their rows (with `--small 0`: no small studies), writing nothing.
 """
 
 from __future__ import annotations
@@ -40,8 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from autotuner.storage.session import Database, dispose_engines, upgrade_database
 from bench.reads_lib.browser import measure_browser
 from bench.reads_lib.cli_reads import measure_cli
-from bench.reads_lib.http_reads import measure_http, measure_polling
-from bench.reads_lib.report import report
+from bench.reads_lib.http_reads import READ_KINDS, measure_http, measure_polling
+from bench.reads_lib.report import only_rows, report
 from bench.reads_lib.seed import seed_study
 from bench.reads_lib.service import (
     ROOT,
@@ -87,7 +90,9 @@ def run_one(args: argparse.Namespace, trials: int) -> dict[str, Any]:
         big = seeded["big"]
         with running_service(url) as base:
             print(f"[{trials}] reads over HTTP ...", flush=True)
-            http = measure_http(base, big, args.repeats, rng)
+            http = measure_http(base, big, args.repeats, rng, only=args.only)
+            if args.only:
+                return {"trials": trials, "seed": seeded, "http": http}
             print(f"[{trials}] the page in Chromium ...", flush=True)
             browser = measure_browser(base, big, args.browser_runs)
             print(f"[{trials}] the CLI ...", flush=True)
@@ -124,6 +129,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--name", default="reads_scale_cpu", help="the results' file name")
     parser.add_argument("--keep", action="store_true", help="keep the databases (URLs printed)")
+    parser.add_argument(
+        "--only",
+        choices=sorted(set(READ_KINDS.values())),
+        help="only the HTTP reads of this kind (rejudge: best?headroom=), printed, nothing written",
+    )
     args = parser.parse_args()
 
     results: dict[str, Any] = {
@@ -143,6 +153,9 @@ def main() -> None:
             results["runs"].append(run)
     finally:
         dispose_engines()
+    if args.only:
+        print(only_rows(results))
+        return
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(results, indent=2) + "\n")
     md = report(results)

@@ -8,11 +8,17 @@ study) where the database took a fraction of that. So these reads select the col
 `result` JSON read only where asked for (`load_json`, one statement for many rows; a single
 row's on first use, as the ORM's deferred columns are). They are read-only snapshots: nothing
 written to them reaches the database.
+
+Rows kept past their transaction (the re-judge keeps a study's rows per trials version:
+study/recommend_cache.py) read what they lack through the session of the read using them
+(`reading_in`), not the closed one they were read in.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import Select, func, or_, select
@@ -21,7 +27,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from autotuner.purpose import END_CHECKS
 from autotuner.spec import FailureClass, Knobs
-from autotuner.storage.models import Trial, TrialState
+from autotuner.storage.models import Study, Trial, TrialState
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -33,6 +39,19 @@ JSON_COLUMNS = ("config", "result")
 NOT_READ = (*JSON_COLUMNS, "created_at", "started_at", "heartbeat_at", "worker", "error_message")
 COLUMNS = tuple(c.key for c in Trial.__table__.columns if c.key not in NOT_READ)
 _SELECTED = tuple(getattr(Trial, name) for name in COLUMNS)
+# The session that rows kept past their own transaction read their JSON through (reading_in).
+_READING: ContextVar[Session | None] = ContextVar("trial_rows_reading", default=None)
+
+
+@contextmanager
+def reading_in(session: Session) -> Iterator[None]:
+    """Rows read in another (ended) transaction load what they lack through `session` here;
+    per context, so two requests sharing kept rows each read through their own."""
+    token = _READING.set(session)
+    try:
+        yield
+    finally:
+        _READING.reset(token)
 
 
 class TrialRow:
@@ -63,6 +82,12 @@ class TrialRow:
         return f"TrialRow(study_id={self.study_id!r}, number={self.number!r})"
 
 
+def trials_version(session: Session, study_id: str) -> int | None:
+    """The study's trials version as committed now (storage/trial_versions.py): read again
+    after a study's rows, it says whether a trial was written between the two reads."""
+    return session.scalar(select(Study.trials_version).where(Study.id == study_id))
+
+
 def read(session: Session, query: Select[Any]) -> list[TrialRow]:
     # On the session's connection: plain Core rows, without the ORM's per-row loading.
     rows = session.connection().execute(query).all()
@@ -80,7 +105,7 @@ def load_json(rows: Sequence[Any], names: Sequence[str] = JSON_COLUMNS) -> None:
         if isinstance(t, TrialRow):
             if any(name not in t.__dict__ for name in names):
                 plain[t.id] = t
-                session = t.__dict__["_session"]
+                session = _READING.get() or t.__dict__["_session"]
             continue
         state = sa_inspect(t)
         if state.session is not None and any(name in state.unloaded for name in names):

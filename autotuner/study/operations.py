@@ -375,11 +375,12 @@ def _with_headroom(options: StudyOptions, headroom: float) -> StudyOptions:
 def _rejudged(s: Session, study: Study, options: StudyOptions) -> dict[str, Any] | None:
     """The recommendation from the study's measured trials at `options`' headroom. A config
     whose evaluation-and-checkpoint check never ran (only the study's own winner gets one) is
-    judged on its timed peak alone, as the text says."""
+    judged on its timed peak alone, as the text says. What no headroom changes is kept per
+    study version (study/recommend_cache.py): another headroom redoes only the rest."""
     from autotuner.search.objective import Objective
-    from autotuner.study.live import live_best_in
+    from autotuner.study.recommend_cache import rejudged
 
-    rec = live_best_in(s, study.id, Objective(study.objective), options)
+    rec = rejudged(s, study, Objective(study.objective), options)
     if rec is not None:
         rec["rejudged"] = {
             "headroom": options.headroom,

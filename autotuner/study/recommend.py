@@ -20,7 +20,7 @@ the trials compared like with like (`study/batch.py`). On loader or file data, t
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from autotuner.options import StudyOptions
@@ -39,15 +39,13 @@ from autotuner.study.gpu_clock import gpu_clock_entry
 from autotuner.study.input_pipeline import input_pipeline_entry
 from autotuner.study.measurements import (
     ConfigMeasurements,
-    keyed_candidates,
     max_of,
     median_of,
     min_of,
     over_memory,
     rank_groups,
-    stopped_early,
-    study_noise_rel,
 )
+from autotuner.study.recommend_measured import Fitting, MeasuredConfigs
 from autotuner.study.recommendation import ParetoPoint, Recommendation, RunnerUp
 
 
@@ -81,32 +79,63 @@ def recommend_ranked(
     included), from which `knob_importance` computes the knob report (the coordinator
     computes it once the transaction that read the trials is over)."""
     options = options or StudyOptions()
-    # One pass over the trials for both rankings (at 10,000 trials each pass keys every config
-    # and reads every memory record): the candidates, and the knob report's evidence, which
-    # also counts the trials that stopped early.
-    evidence = keyed_candidates(trials, stopped_early_too=True)
-    stopped = {id(t) for _, t in evidence if stopped_early(t)}
-    keyed = [(key, t) for key, t in evidence if id(t) not in stopped]
-    fits = [(key, t) for key, t in evidence if not over_memory(t, options)]
-    ranked = rank_groups([(key, t) for key, t in fits if id(t) not in stopped])
+    configs = MeasuredConfigs(trials)
+    rec, ranked = _recommendation(configs, objective, options)
+    if rec is None or not configs.stopped:
+        return rec, ranked
+    # The knob report reads every measured config, early-stopped ones too (a config far below
+    # the best is exactly what shows a knob matters); without any, they are `ranked`.
+    return rec, rank_groups(
+        [(key, t) for key, t in configs.evidence if not over_memory(t, options)]
+    )
+
+
+def recommend_from(
+    configs: MeasuredConfigs, objective: Objective, options: StudyOptions
+) -> dict[str, Any] | None:
+    """`recommend` (no evidence) from a study's measured configs, computed once for its
+    trials (the re-judge keeps them per study version: study/recommend_cache.py)."""
+    rec, _ = _recommendation(configs, objective, options)
+    return None if rec is None else rec.stored()
+
+
+def _recommendation(
+    configs: MeasuredConfigs, objective: Objective, options: StudyOptions
+) -> tuple[Recommendation | None, list[ConfigMeasurements]]:
+    """The recommendation at `options` and the candidates it ranked (the configs that fit)."""
+    trials, keyed = configs.trials, configs.keyed
+    fit = configs.fitting(options)
+    ranked = fit.ranked
     if not ranked:
         return None, ranked
     # A config whose headroom check failed is no candidate (headroom_check.py); if every one
-    # failed, they stay, and the fastest is shown with its failing check.
-    room = headroom_check.checks_of(ranked, trials, options)
-    eligible = headroom_check.surviving(ranked, room) or ranked
-    checks = checks_of(eligible, trials)
+    # failed, they stay, and the fastest is shown with its failing check. Only configs with a
+    # check row can have a check: the others are not looked up.
+    room = headroom_check.checks_of(fit.with_checks(ranked), configs.check_rows, options)
+    if any(check.state == "failed" for check in room.values()):
+        eligible = headroom_check.surviving(ranked, room) or ranked
+    else:
+        eligible = ranked
+    checks = checks_of(fit.with_checks(eligible), configs.check_rows)
     chosen = choose(eligible, checks)
     # A config that failed the numerics check is no candidate, nor runner-up; nor is one the
     # bounded check passed over (numerics.choose). If every config failed, the fastest is shown
     # with its failing check.
     failed = {key for key, check in checks.items() if check.state == "failed"}
-    failed |= {key for key in room if key not in {g.key for g in eligible}}
+    if eligible is not ranked:
+        alive = {g.key for g in eligible}
+        failed |= {key for key in room if key not in alive}
     tied_over: ConfigMeasurements | None = None
     if chosen is None:
         groups = eligible
     else:
-        groups = [eligible[chosen], *(g for g in eligible[chosen + 1 :] if g.key not in failed)]
+        if failed:
+            groups = [
+                eligible[chosen],
+                *(g for g in eligible[chosen + 1 :] if g.key not in failed),
+            ]
+        else:
+            groups = eligible[chosen:]
         # The winner's records and those of the configs that tie it, in one statement: on a
         # tie, the one with the reference's numerics may be recommended instead.
         tied = _ties(groups)  # groups[1 : tied + 1]
@@ -126,7 +155,8 @@ def recommend_ranked(
         optional["time_to_train_h"] = time_to_train_h(result, options)
     if (scaling := scaling_efficiency(trials, best)) is not None:
         optional["scaling"] = scaling
-    if (pipeline := input_pipeline_entry(best, ranked, _expert_default(ranked))) is not None:
+    expert = fit.expert_default()
+    if (pipeline := input_pipeline_entry(best, ranked, expert)) is not None:
         optional["input_pipeline"] = pipeline  # loader or file data: is the GPU waiting for it?
     rec = Recommendation(
         trial_number=best.first.number,
@@ -148,10 +178,10 @@ def recommend_ranked(
         compile_s=(compile_info or {}).get("cold_s"),
         compile=compile_info,
         fingerprint=result.fingerprint.model_dump() if result.fingerprint else None,
-        completed_trials=sum(len(g.trials) for g in ranked),
+        completed_trials=fit.completed_trials(),
         measurements=len(best.trials),
         measured_trials=[t.number for t in best.trials],
-        noise_rel=round(study_noise_rel(ranked), 4),
+        noise_rel=round(fit.noise_rel(), 4),
         runner_up=_runner_up(best, groups[1]) if len(groups) > 1 else None,
         numerics=numerics_entry(
             eligible,
@@ -161,16 +191,14 @@ def recommend_ranked(
             tied_over=tied_over,
         ),
         headroom=headroom_check.headroom_entry(
-            best, room, _passed_over_for_memory(best, ranked, keyed, room, options), options
+            best, room, _passed_over_for_memory(best, fit, room, options), options
         ),
-        global_batch=global_batch_entry(best, groups, trials, options),
-        vs_expert_default=_vs_expert_default(best, ranked, keyed, options),
-        pareto=pareto([g for g in ranked if g.key not in failed]),
+        global_batch=global_batch_entry(best, groups, configs.batch_rows, options),
+        vs_expert_default=_vs_expert_default(best, expert, keyed, options),
+        pareto=_pareto(fit, failed),
         **optional,
     )
-    # The knob report reads every measured config, early-stopped ones too (a config far below
-    # the best is exactly what shows a knob matters); without any, they are `ranked`.
-    return rec, (rank_groups(fits) if stopped else ranked)
+    return rec, ranked
 
 
 def knob_importance(ranked: Sequence[ConfigMeasurements], noise_rel: float) -> list[dict[str, Any]]:
@@ -181,21 +209,18 @@ def knob_importance(ranked: Sequence[ConfigMeasurements], noise_rel: float) -> l
 
 def _passed_over_for_memory(
     best: ConfigMeasurements,
-    ranked: Sequence[ConfigMeasurements],
-    keyed: Sequence[tuple[str, Trial]],
+    fit: Fitting,
     room: dict[str, headroom_check.Check],
     options: StudyOptions,
 ) -> list[dict[str, Any]]:
     """Faster configs that are not recommended for memory: measured tight (less than the
     headroom free), or failed their headroom check. At most three, fastest first."""
-    eligible = {g.key for g in ranked}
-    # Only a config with a measurement above the winner's median can have a median above it.
-    faster = {key for key, t in keyed if (t.objective_value or 0.0) > best.median}
     out: list[dict[str, Any]] = []
-    for g in rank_groups([(key, t) for key, t in keyed if key in faster]):
+    # Only a config with a measurement above the winner's median can have a median above it.
+    for g in rank_groups(fit.configs.keyed_above(best.median)):
         if g.median <= best.median:
             continue
-        if g.key not in eligible:
+        if not fit.has(g.key):
             # The memory columns, not the results: there may be many such configs.
             why = _headroom_words(g, options)
             if why is None:
@@ -245,7 +270,7 @@ def scaling_efficiency(trials: Sequence[Trial], best: ConfigMeasurements) -> dic
 
 def _vs_expert_default(
     best: ConfigMeasurements,
-    ranked: Sequence[ConfigMeasurements],
+    expert: ConfigMeasurements | None,
     keyed: Sequence[tuple[str, Trial]],
     options: StudyOptions,
 ) -> dict[str, Any] | None:
@@ -256,7 +281,6 @@ def _vs_expert_default(
     ones too) is still the yardstick, and the text says why it is not the recommendation."""
     if not options.expert_seed:
         return None
-    expert = _expert_default(ranked)
     over_memory = None
     if expert is None and (expert := _expert_default(rank_groups(_expert_rows(keyed)))) is not None:
         over_memory = _headroom_words(expert, options) or "is over the max_mem_gib ceiling"
@@ -386,19 +410,35 @@ def _interleaved_pairs(a: ConfigMeasurements, b: ConfigMeasurements) -> list[tup
     ]
 
 
-def pareto(groups: Sequence[ConfigMeasurements]) -> list[ParetoPoint]:
-    """Configs no other config beats on both objective (higher) and peak memory (lower)."""
-    points = []
-    for g in groups:
-        if mems := g.peak_mems:
-            points.append((g, g.median, statistics.median(mems)))
-    front = [points[i] for i in pareto_sweep([(v, m) for _, v, m in points])]
+def _pareto(fit: Fitting, failed: set[str]) -> list[ParetoPoint]:
+    """pareto() over the ranked configs not failed, from the order the study's configs keep
+    where it can be (Fitting.pareto_front)."""
+    front = fit.pareto_front(failed)
+    if front is None:
+        return pareto([g for g in fit.ranked if g.key not in failed], fit.peak_median)
+    return _points(front)
+
+
+def _points(front: Sequence[tuple[ConfigMeasurements, float, float]]) -> list[ParetoPoint]:
     return [
         ParetoPoint(
             trial_number=g.first.number, objective_value=v, peak_mem_gib=m, params=g.first.params
         )
         for g, v, m in front
     ]
+
+
+def pareto(
+    groups: Sequence[ConfigMeasurements],
+    peak_of: Callable[[ConfigMeasurements], float | None],
+) -> list[ParetoPoint]:
+    """Configs no other config beats on both objective (higher) and peak memory (lower);
+    `peak_of`: a config's median peak (None: not measured)."""
+    points = []
+    for g in groups:
+        if (peak := peak_of(g)) is not None:
+            points.append((g, g.median, peak))
+    return _points([points[i] for i in pareto_sweep([(v, m) for _, v, m in points])])
 
 
 def pareto_sweep(points: Sequence[tuple[float, float]]) -> list[int]:

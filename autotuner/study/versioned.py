@@ -14,7 +14,7 @@ import copy
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -61,6 +61,41 @@ class VersionedCache:
                     self._values.popitem(last=False)
             out.update(fresh)
         return out
+
+    def clear(self) -> None:
+        with self._lock:
+            self._values.clear()
+
+
+class VersionedObjects:
+    """One value per (database, study, trials version), the least recently used dropped past
+    `size`. Not copied: big values (a study's measured configs and their rows)
+    are read-only, shared by the requests that use them."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._values: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, s: Session, study: Study, compute: Callable[[], T]) -> T:
+        """The study's value at the version read with its row; `compute()` reads in `s` where
+        it is not known. Kept only if the version is the same after it (on Postgres each
+        statement sees what has committed before it: a trial written between the study's row
+        and compute's reads would otherwise be kept under the version before it)."""
+        from autotuner.storage.trial_rows import trials_version
+
+        key = (str(s.get_bind().engine.url), study.id, study.trials_version)
+        with self._lock:
+            if key in self._values:
+                self._values.move_to_end(key)
+                return cast(T, self._values[key])
+        value = compute()
+        if trials_version(s, study.id) == study.trials_version:
+            with self._lock:
+                self._values[key] = value
+                while len(self._values) > self.size:
+                    self._values.popitem(last=False)
+        return value
 
     def clear(self) -> None:
         with self._lock:

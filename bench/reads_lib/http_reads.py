@@ -32,13 +32,30 @@ SECONDS_PER_READ = 30.0  # a read slower than this budget allows is measured few
 
 
 def _rejudge_headroom(rng: random.Random) -> str:
-    # A fresh headroom each call: a re-judge is computed, never answered from a cache.
+    # A fresh headroom each call: the answer is computed at that headroom. What no headroom
+    # changes is kept per study version (study/recommend_cache.py): the warm-up calls build it.
     return f"{rng.uniform(0.02, 0.2):.4f}"
 
 
+# Each HTTP read's target kind (TARGETS_MS), by name: what `--only` picks from.
+READ_KINDS = {
+    "GET /api/studies/{big}": "api",
+    "GET /api/studies/{big}/trials?after=N&limit=500": "api",
+    "GET /api/studies/{big}/trials (no limit: the default)": "api",
+    "GET /api/studies/{big}/best": "api",
+    "GET /api/studies/{big}/best?headroom=x (re-judge, a fresh x each call)": "rejudge",
+    "GET /api/studies/{big}/export?format=json": "api",
+    "GET /api/studies?limit=200 (201 studies)": "api",
+    "dashboard GET / (200 studies)": "list",
+    "dashboard GET /studies/{big} (HTML)": "page",
+    "dashboard poll ?after=&charts_at= (nothing new)": "api",
+}
+
+
 def measure_http(
-    base: str, big: str, repeats: int, rng: random.Random
+    base: str, big: str, repeats: int, rng: random.Random, *, only: str | None = None
 ) -> dict[str, dict[str, Any]]:
+    """Each read's latency; `only`: the reads of that kind alone."""
     client = httpx.Client(base_url=base, headers={"Accept-Encoding": "gzip"}, timeout=120)
     page = client.get(f"/studies/{big}?format=json").json()
     total, charts_at = page["study"]["trials_total"], page["charts_at"]
@@ -71,8 +88,11 @@ def measure_http(
             lambda: f"/studies/{big}?format=json&after={running - 1}&charts_at={charts_at}",
         ),
     }
+    assert {name: kind for name, (kind, _) in reads.items()} == READ_KINDS
     out = {}
     for name, (kind, path) in reads.items():
+        if only is not None and kind != only:
+            continue
         print(f"  {name}", flush=True)
         for _ in range(2):  # warm: connections, caches, the first query plans
             client.get(path(), headers={"Accept": "text/html"}).raise_for_status()

@@ -21,6 +21,24 @@ def _row(name: str, r: dict[str, Any], target: float | None, extra: str = "") ->
     return f"| {name} | {r['p50']} | {r['p95']} | {r['p99']} | {goal} | {extra} | {met} |"
 
 
+def only_rows(results: dict[str, Any]) -> str:
+    """The rows of `--only`'s reads, per study size, with the command and the load."""
+    lines = [f"Command: `{results['command']}` ({results['when']}, {results['machine']})", ""]
+    for run in results["runs"]:
+        lines += [
+            f"{run['trials']:,} trials, load average before / after: "
+            f"{_load(run['load_before'])} / {_load(run['load_after'])}",
+            "",
+            "| read | p50 ms | p95 ms | p99 ms | target | bytes (gzip) | met |",
+            "| --- | ---: | ---: | ---: | --- | ---: | --- |",
+        ]
+        for name, r in run["http"].items():
+            extra = f"{r['bytes']:,} ({r['bytes_gzip']:,})"
+            lines.append(_row(name, r, TARGETS_MS[r["kind"]], extra))
+        lines.append("")
+    return "\n".join(lines)
+
+
 def run_table(run: dict[str, Any]) -> list[str]:
     n, seed = run["trials"], run["seed"]
     lines = [
