@@ -89,9 +89,19 @@ def need_gib(result: MemoryReport) -> float | None:
     return max(needs) if needs else None
 
 
+def on_gpu_memory(result: MemoryReport) -> bool:
+    """Whether a headroom can apply to this result: a GPU's memory with a known limit."""
+    return result.memory_kind == "cuda" and bool(result.memory_limit_gib)
+
+
 def enforced(result: MemoryReport, options: StudyOptions) -> bool:
     """Whether the headroom applies to this result: a GPU's memory with a known limit."""
-    return options.headroom > 0 and result.memory_kind == "cuda" and bool(result.memory_limit_gib)
+    return options.headroom > 0 and on_gpu_memory(result)
+
+
+def over_usable(need: float, usable: float) -> float:
+    """How far a need is over the usable memory (need / usable - 1; negative: within it)."""
+    return need / usable - 1.0
 
 
 def violation(result: MemoryReport, options: StudyOptions) -> float:
@@ -101,7 +111,7 @@ def violation(result: MemoryReport, options: StudyOptions) -> float:
     usable = usable_gib(result.memory_limit_gib, options.headroom)
     if not enforced(result, options) or need is None or not usable:
         return 0.0
-    return max(need / usable - 1.0, 0.0)
+    return max(over_usable(need, usable), 0.0)
 
 
 def free_rel(need: float | None, limit: float | None) -> float | None:

@@ -244,8 +244,8 @@ class Fitting:
 
 
 def _over(usable: float) -> Callable[[float], bool]:
-    """headroom.violation(...) > 0 for a need on `usable` GiB, as it computes it."""
-    return lambda need: need / usable - 1.0 > 0.0
+    """headroom.violation(...) > 0 for a need on `usable` GiB."""
+    return lambda need: headroom.over_usable(need, usable) > 0.0
 
 
 def _peak_median(g: ConfigMeasurements) -> float | None:
@@ -259,11 +259,11 @@ def _needs_by_limit(keyed: Sequence[tuple[str, Trial]]) -> list[_Needs]:
     found: dict[float, list[tuple[float, int]]] = {}
     for i, (_, t) in enumerate(keyed):
         record = memory_record(t)
-        if record is None or record.memory_kind != "cuda" or not record.memory_limit_gib:
+        if record is None or not headroom.on_gpu_memory(record):
             continue
-        need = headroom.need_gib(record)
-        if need is not None:
-            found.setdefault(record.memory_limit_gib, []).append((need, i))
+        need, limit = headroom.need_gib(record), record.memory_limit_gib
+        if need is not None and limit:  # a limit: on_gpu_memory checked it
+            found.setdefault(limit, []).append((need, i))
     out = []
     for limit, pairs in found.items():
         pairs.sort()
