@@ -3,12 +3,11 @@
 The expert default's micro-batch is the largest the memory model is sure fits before anything
 ran: the prior's pessimistic end (search/seeding.py), which has to be wide because a component
 may be off by a third before the study measures it (costmodel/calibration.py). A measured
-trial then shows how much room there really is. On an H100 a 7-minute Hugging Face study
-recommended fp8 at micro-batch 4; the expert default had left 46% of the memory free, the
-next micro-batch up was 9% faster and fitted, and no trial ever ran it (issue 39). It was one
-of the expert default's deferred seed alternatives: planned from the prior before any trial,
-only for the expert's own config (not for the fp8 seed that won), and queued behind the
-throughput model's proposals, so the search ended for the end checks before its turn.
+trial then shows how much room there really is: an expert default that leaves 46% of the
+memory free, as a Hugging Face model's did on an H100, leaves its next micro-batch (9% faster
+there) untried unless the search goes by the measurement. A seed planned from the prior before
+any trial cannot: it would be the expert's config only (not the seed that leads), and queued
+behind the throughput model it comes too late for a timed study.
 
 So the room is judged on what was measured. After a search trial finishes, its config's next
 micro-batch up (the next size of the space that runs the study's held global batch) is a

@@ -93,8 +93,7 @@ REPEATED_PROJECTION = ("compile_mode", "attention", "precision")  # the likelier
 # Knobs that do nothing where another knob has a value: a failure blamed on such a knob says
 # nothing about configs where it is inert. A whole-model compile that could not trace Liger's
 # kernels ({kernels, compile_scope: model}) must not prune the same kernels run eagerly, which
-# also carry compile_scope model (the H100 landscape of Llama-3.2-1B lost nine eager Liger
-# configs that way).
+# also carry compile_scope model and are the kernels' fastest uncompiled configs.
 INERT_WHERE = {"compile_scope": ("compile_mode", "none")}
 
 
