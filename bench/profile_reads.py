@@ -39,6 +39,7 @@ from sqlalchemy.engine import make_url
 from autotuner.options import StudyOptions
 from autotuner.search.objective import Objective
 from autotuner.storage.session import Database, dispose_engines, upgrade_database
+from autotuner.storage.trial_list import list_rows
 from autotuner.study import trial_list, trial_reads
 from autotuner.study.gc_pause import gc_paused
 from autotuner.study.live import end_of_study_rows
@@ -58,7 +59,7 @@ def trial_page(db: Database, study_id: str, repeats: int, rng: random.Random) ->
         with db.read() as s:
             ref, options = trial_reads._study_options(s, study_id)
             t1 = time.perf_counter()
-            rows = trial_list.list_rows(s, ref, after=after, limit=PAGE)
+            rows = list_rows(s, ref, after=after, limit=PAGE)
         t2 = time.perf_counter()
         views = trial_list.views(rows, options)
         t3 = time.perf_counter()

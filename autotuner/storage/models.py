@@ -126,7 +126,7 @@ class Base(DeclarativeBase):
 
 
 # A trial's measurement as columns of its own, copied out of its result when it finishes
-# (storage/trial_repo.py) and read by every list (study/trial_list.py): what lists, charts and
+# (storage/trial_repo.py) and read by every list (storage/trial_list.py): what lists, charts and
 # sorts show without decoding the result JSON. In this order: list_view unpacks a row by position
 # (tests/dashboard/test_reads.py checks each column against the result).
 MEASUREMENT_COLUMNS = (

@@ -218,10 +218,17 @@ class TrialRepo:
         ).first()
 
     def list(
-        self, study_id: str, *, states: Sequence[TrialState] | None = None
+        self,
+        study_id: str,
+        *,
+        states: Sequence[TrialState] | None = None,
+        purposes: Sequence[str] | None = None,
     ) -> builtins.list[Trial]:
-        """The study's trials by number, optionally only those in some states."""
+        """The study's trials by number, optionally only those in some states, or run for
+        some purposes."""
         query = _in_states(select(Trial).where(Trial.study_id == study_id), states)
+        if purposes is not None:
+            query = query.where(Trial.purpose.in_(list(purposes)))
         return list(self.session.scalars(query.order_by(Trial.number)))
 
     def best(self, study_id: str) -> Trial | None:

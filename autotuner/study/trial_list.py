@@ -1,73 +1,30 @@
-"""A trial as lists show it, read as plain column rows: the trial pages' hot path.
+"""A trial as lists show it, from the plain column rows storage/trial_list.py reads: the trial
+pages' hot path.
 
-A page of 500 trials read as ORM objects spent more time building them (identity map, instance
-state, a decoded `params` dict per row) than Postgres spent finding the rows; so lists select
-the columns they show and get tuples (`list_rows`). `list_view` turns one row's values into the
-view (views.trial_view builds the same one from an ORM trial); `page_json` encodes a page once.
-`params` comes as the JSON text the database holds and is decoded by orjson: psycopg's JSONB
-loader (the standard library's json, one call per row) cost more than the rest of the row.
+`list_view` turns one row's values into the view (views.trial_view builds the same one from an
+ORM trial); `page_json` encodes a page once. `params` comes as the JSON text the database holds
+and is decoded by orjson: psycopg's JSONB loader (the standard library's json, one call per
+row) cost more than the rest of the row.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
-from sqlalchemy import Row, Text, cast, select
+from sqlalchemy import Row
 
 from autotuner.options import StudyOptions
 from autotuner.purpose import Purpose
 from autotuner.search import headroom
-from autotuner.storage.models import MEASUREMENT_COLUMNS, Trial, TrialState
+from autotuner.storage.models import TrialState
+from autotuner.storage.trial_list import SHOWN
 from autotuner.study.columns import MemoryRecord
 
-if TYPE_CHECKING:
-    from sqlalchemy.orm import Session
-
-# What a list reads of a trial, in the order `list_view` unpacks it: the view's own columns,
-# then the memory record's (whether it is tight), then `params` as JSON text.
-SHOWN = (
-    "number",
-    "state",
-    "purpose",
-    "attempt",
-    "retry_of",
-    *MEASUREMENT_COLUMNS,
-    "global_batch_tokens",
-    "objective_value",
-    "error_class",
-    "error_message",
-    "worker",
-    "fingerprint",
-    "started_at",
-    "finished_at",
-    "peak_reserved_gib",
-    "peak_mem_with_eval_ckpt_gib",
-    "peak_reserved_with_eval_ckpt_gib",
-    "memory_kind",
-    "memory_limit_gib",
-)
-# The JSON text: JSONB's output on Postgres, the stored text on SQLite.
-PARAMS_JSON = cast(Trial.params, Text).label("params_json")
-COLUMNS = (*(getattr(Trial, name) for name in SHOWN), PARAMS_JSON)
 _COMPLETE = TrialState.COMPLETE.value
 # The purposes whose runs measure no throughput: the numerics check's parity runs.
 NOT_MEASUREMENTS = frozenset({Purpose.PARITY, Purpose.PARITY_REFERENCE})
-
-
-def list_rows(
-    s: Session, study_id: str, *, after: int | None, limit: int | None
-) -> Sequence[Row[Any]]:
-    """A study's trials in number order, keyset-paged (numbered above `after`, at most
-    `limit`): one statement over the (study_id, number) index, `COLUMNS` only."""
-    query = select(*COLUMNS).where(Trial.study_id == study_id)
-    if after is not None:
-        query = query.where(Trial.number > after)
-    query = query.order_by(Trial.number)
-    if limit is not None:
-        query = query.limit(limit)
-    return s.execute(query).all()
 
 
 def memory_judgement(
@@ -88,10 +45,10 @@ def memory_judgement(
 
 
 def list_view(values: Sequence[Any], options: StudyOptions | None, params: Any) -> dict[str, Any]:
-    """The list view of a trial from its `SHOWN` values (a row of `COLUMNS`, or a trial's
-    attributes), with `params` as given. With its study's `options`, whether it is `tight`
-    (less than the memory headroom free: search/headroom.py), which keeps it from being
-    recommended."""
+    """The list view of a trial from its `SHOWN` values (a row of storage.trial_list's
+    `COLUMNS`, or a trial's attributes), with `params` as given. With its study's `options`,
+    whether it is `tight` (less than the memory headroom free: search/headroom.py), which keeps
+    it from being recommended."""
     (
         number,
         state,

@@ -4,9 +4,10 @@ The dashboard's trials table sorts and filters on the server, so it works the sa
 trials as at 10: `TrialQuery` says what the user asked for (a column or knob to sort by, the
 order, the states, the failure class, knob values), `parse_trial_query` checks it against the
 study's own knobs and their domains (a bad value is a `UserError` that lists the allowed ones),
-and `apply` adds it to a SQL select. Knob values live in the `params` JSON: each is compared and
-sorted with the accessor of its type in the space (an int knob compares as an integer on SQLite
-and Postgres alike, and sorts 8 < 16 < 128, not as text).
+and `conditions` and `order_by` give it as clauses on Trial, which storage/trial_list.py adds
+to its select. Knob values live in the `params` JSON: each is compared and sorted with the
+accessor of its type in the space (an int knob compares as an integer on SQLite and Postgres
+alike, and sorts 8 < 16 < 128, not as text).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Select
 from sqlalchemy.sql.elements import ColumnElement
 
 from autotuner.inputs import UserError
@@ -138,18 +138,24 @@ def _knob_column(knob: str, domain: Any) -> ColumnElement[Any]:
     return element.as_string()
 
 
-def apply(query: Select[Any], q: TrialQuery, knob_domains: Mapping[str, Any]) -> Select[Any]:
-    """`query` (over Trial) with the filters and the order of `q`; ties by number."""
+def conditions(q: TrialQuery, knob_domains: Mapping[str, Any]) -> list[ColumnElement[bool]]:
+    """The filters of `q` as conditions on Trial, for storage.trial_list's table reads."""
+    out: list[ColumnElement[bool]] = []
     if q.states:
-        query = query.where(Trial.state.in_(q.states))
+        out.append(Trial.state.in_(q.states))
     if q.error_class is not None:
-        query = query.where(Trial.error_class == q.error_class)
+        out.append(Trial.error_class == q.error_class)
     for knob, value in q.knobs.items():
-        query = query.where(_knob_column(knob, knob_domains[knob]) == value)
+        out.append(_knob_column(knob, knob_domains[knob]) == value)
+    return out
+
+
+def order_by(q: TrialQuery, knob_domains: Mapping[str, Any]) -> list[ColumnElement[Any]]:
+    """The order of `q` as order clauses on Trial; ties by number."""
     column = COLUMNS.get(q.sort)
     if column is None:
         column = _knob_column(q.sort, knob_domains[q.sort])
     key = column.desc() if q.order == "desc" else column.asc()
     tie = Trial.number.desc() if q.order == "desc" else Trial.number.asc()
     # Trials without the value (a failed one has no tokens/s) go last either way.
-    return query.order_by(key.nulls_last(), tie)
+    return [key.nulls_last(), tie]

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from autotuner.options import StudyOptions
-    from autotuner.storage.models import Study, Trial
+    from autotuner.storage.models import Study
     from autotuner.storage.session import Database
 
 
@@ -22,11 +22,12 @@ def list_trials(
 ) -> list[dict[str, Any]]:
     """A study's trials in number order; `after` and `limit` page through them (keyset: the
     trials numbered above `after`, at most `limit`), reading only those rows."""
+    from autotuner.storage.trial_list import list_rows
     from autotuner.study import trial_list
 
     with db.read() as s:
         study_id, options = _study_options(s, ref)
-        rows = trial_list.list_rows(s, study_id, after=after, limit=limit)
+        rows = list_rows(s, study_id, after=after, limit=limit)
     return trial_list.views(rows, options)
 
 
@@ -34,11 +35,12 @@ def trial_page_json(
     db: Database, ref: str, *, after: int | None = None, limit: int | None = None
 ) -> bytes:
     """`list_trials` as its JSON array, encoded once (what the API and the dashboard send)."""
+    from autotuner.storage.trial_list import list_rows
     from autotuner.study import trial_list
 
     with db.read() as s:
         study_id, options = _study_options(s, ref)
-        rows = trial_list.list_rows(s, study_id, after=after, limit=limit)
+        rows = list_rows(s, study_id, after=after, limit=limit)
     return trial_list.page_json(rows, options)
 
 
@@ -54,12 +56,13 @@ def trial_page(
     encoded once (what the API sends), and the `after` of the next page: the last number of
     this one where more trials follow it, else None. One statement: a row past the page says
     whether there are more."""
+    from autotuner.storage.trial_list import list_rows
     from autotuner.study import trial_list
 
     size = PAGE_SIZE if limit is None else limit
     with db.read() as s:
         study_id, options = _study_options(s, ref)
-        rows = trial_list.list_rows(s, study_id, after=after, limit=size + 1)
+        rows = list_rows(s, study_id, after=after, limit=size + 1)
     more = len(rows) > size
     rows = rows[:size]
     return trial_list.page_json(rows, options), rows[-1][0] if more else None
@@ -89,26 +92,23 @@ def query_trials(
     """The trials the query `params` select (trial_query.parse_trial_query: sort, order,
     state, error_class, knob=value), `limit` of them from `offset`, and how many match in all:
     two statements, whatever the study's size (the filter and the order run in SQL)."""
-    from sqlalchemy import func, select
-
-    from autotuner.storage.models import Trial
+    from autotuner.storage import trial_list as reads
     from autotuner.storage.study_repo import StudyRepo
     from autotuner.study import trial_list
-    from autotuner.study.trial_query import apply, parse_trial_query
+    from autotuner.study.trial_query import conditions, order_by, parse_trial_query
 
     with db.read() as s:
         study = StudyRepo(s).require(ref)
         domains = knob_domains(study)
         q = parse_trial_query(params, domains)
-        rows_query = select(*trial_list.COLUMNS).where(Trial.study_id == study.id)
-        query = apply(rows_query, q, domains).offset(offset)
-        if limit is not None:
-            query = query.limit(limit)
-        rows = trial_list.views(s.execute(query).all(), study.options)
+        where = conditions(q, domains)
+        found = reads.query_rows(
+            s, study.id, conditions=where, order_by=order_by(q, domains), offset=offset, limit=limit
+        )
+        rows = trial_list.views(found, study.options)
         total = len(rows)
         if offset or (limit is not None and total == limit):  # a page of more: count them
-            count = select(func.count()).select_from(Trial).where(Trial.study_id == study.id)
-            total = s.scalar(apply(count, q, domains).order_by(None)) or 0
+            total = reads.query_count(s, study.id, conditions=where)
     return {"total": total, "trials": rows, "knobs": list(domains)}
 
 
@@ -124,29 +124,14 @@ def _chart_rows(
     after its first repeats), so that the best-so-far line is the header's best so far. The
     numerics check's parity runs show no tokens/s (they measure no throughput); one that
     failed still marks its candidate's values as failed."""
-    from sqlalchemy import select
-
-    from autotuner.storage.models import Trial
+    from autotuner.storage.trial_list import chart_rows
     from autotuner.study.columns import MEMORY_FIELDS, MemoryRecord
     from autotuner.study.trial_list import NOT_MEASUREMENTS, memory_judgement
 
-    values = [Trial.params[k].as_string() for k in knobs]
-    memory = [getattr(Trial, name) for name in MEMORY_FIELDS]
-    rows = s.execute(
-        select(
-            Trial.number,
-            Trial.state,
-            Trial.tokens_per_s,
-            Trial.purpose,
-            Trial.stopped_early,
-            *memory,
-            *values,
-        )
-        .where(Trial.study_id == study_id)
-        .order_by(Trial.number)
-    )
+    shown = ("number", "state", "tokens_per_s", "purpose", "stopped_early", *MEMORY_FIELDS)
+    rows = chart_rows(s, study_id, shown, knobs)
     out = []
-    split = 5 + len(MEMORY_FIELDS)
+    split = len(shown)
     for row in rows:
         record = MemoryRecord(*row[5:split])
         _, tight = memory_judgement(row[1], record, options)
@@ -176,6 +161,7 @@ def get_study_detail(
     names, its best, a page of trials (the `last` newest, or with `after` the ones numbered
     above it: what a poll asks for) and the chart columns of every trial (`_chart_rows`),
     unless `charts_at` says the caller's charts already show every finished trial (None)."""
+    from autotuner.storage.trial_list import list_rows
     from autotuner.study import trial_list
     from autotuner.study.views import best_view, study_view
 
@@ -184,7 +170,7 @@ def get_study_detail(
         domains = knob_domains(study)
         knobs = list(domains)
         first = after if after is not None else summary.total - last - 1
-        trials = trial_list.list_rows(s, study.id, after=first, limit=POLL_LIMIT)
+        trials = list_rows(s, study.id, after=first, limit=POLL_LIMIT)
         detail = {
             "study": study_view(study, summary, space_name=study.space.get("name")),
             "knobs": knobs,
@@ -209,7 +195,7 @@ def get_trial(db: Database, ref: str, number: int) -> dict[str, Any]:
 def get_trial_detail(db: Database, ref: str, number: int) -> dict[str, Any]:
     """One trial in full with its study's id and name, and what the study's models predicted
     for it before it ran (views.predictions_view)."""
-    from autotuner.search.numerics_entry import page_view
+    from autotuner.search.numerics_entry import PARITY_PURPOSES, page_view
     from autotuner.storage.study_repo import StudyRepo
     from autotuner.storage.trial_repo import TrialRepo
     from autotuner.study.views import predictions_view, trial_view
@@ -225,7 +211,9 @@ def get_trial_detail(db: Database, ref: str, number: int) -> dict[str, Any]:
             )
         numerics = None
         if (trial.result or {}).get("loss_curve"):  # a parity run: its check beside its partner
-            numerics = page_view(trial, _parity_rows(s, study.id))
+            # The rows its partner may be among: the numerics check's runs and headroom checks.
+            related = TrialRepo(s).list(study.id, purposes=PARITY_PURPOSES)
+            numerics = page_view(trial, related)
         return {
             "study_id": study.id,
             "study_name": study.name,
@@ -233,16 +221,3 @@ def get_trial_detail(db: Database, ref: str, number: int) -> dict[str, Any]:
             "predictions": predictions_view(study.recommendation, number),
             "numerics": numerics,
         }
-
-
-def _parity_rows(s: Session, study_id: str) -> list[Trial]:
-    """The study's rows that may hold parity steps (the numerics check's two runs)."""
-    from sqlalchemy import select
-
-    from autotuner.search.numerics_entry import PARITY_PURPOSES
-    from autotuner.storage.models import Trial as TrialRow
-
-    query = select(TrialRow).where(
-        TrialRow.study_id == study_id, TrialRow.purpose.in_(PARITY_PURPOSES)
-    )
-    return list(s.scalars(query))

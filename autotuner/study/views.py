@@ -16,9 +16,10 @@ from autotuner.search import headroom_check
 from autotuner.search.numerics import as_ended
 from autotuner.status import ENDED_STATUSES
 from autotuner.storage.models import Study, Trial, TrialState
+from autotuner.storage.trial_list import SHOWN
 from autotuner.study.batch import of_trial
 from autotuner.study.columns import MEMORY_FIELDS, memory_record
-from autotuner.study.trial_list import SHOWN, list_view
+from autotuner.study.trial_list import list_view
 
 
 def _iso(value: Any) -> str | None:
@@ -30,7 +31,7 @@ def trial_view(
 ) -> dict[str, Any]:
     """A trial as lists show it (trial_list.list_view), from its columns, or from its loaded
     JSON where a row built in memory has only that; the config and result JSON are added for
-    `full`, one trial's page. Lists read plain rows instead (trial_list.list_rows)."""
+    `full`, one trial's page. Lists read plain rows instead (storage.trial_list.list_rows)."""
     values = [getattr(t, name) for name in SHOWN]
     values[SHOWN.index("global_batch_tokens")] = of_trial(t)
     record = memory_record(t)
