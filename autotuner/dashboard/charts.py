@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from autotuner.purpose import END_CHECKS, Purpose
-from autotuner.study.recommend import pareto_sweep
+from autotuner.search.pareto import pareto_sweep
 
 MAX_PROGRESS_POINTS = 1_000  # 500 buckets of min and max
 GRID = 120  # the throughput/memory scatter: at most GRID x GRID cells besides the front

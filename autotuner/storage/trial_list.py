@@ -93,7 +93,7 @@ def query_count(s: Session, study_id: str, *, conditions: Sequence[ColumnElement
 
 def chart_rows(
     s: Session, study_id: str, names: Sequence[str], knobs: Sequence[str]
-) -> Sequence[Row[Any]]:
+) -> Sequence[Row[*tuple[Any, ...]]]:
     """Every trial of the study in number order: its columns `names`, then each of `knobs`'
     value as text, taken out of the params in SQL (no JSON record decoded)."""
     values = [Trial.params[k].as_string() for k in knobs]

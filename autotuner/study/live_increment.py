@@ -36,6 +36,7 @@ from autotuner.purpose import END_CHECKS, Purpose
 from autotuner.search import headroom_check, numerics
 from autotuner.search.noise import noise_band
 from autotuner.search.objective import Objective
+from autotuner.search.pareto import pareto_sweep
 from autotuner.spec import canonical_params
 from autotuner.storage import trial_rows
 from autotuner.storage.models import Trial, TrialState
@@ -50,7 +51,7 @@ from autotuner.study.measurements import (
     over_memory,
     stopped_early,
 )
-from autotuner.study.recommend import TIE_LOOKAHEAD, pareto_sweep, recommend
+from autotuner.study.recommend import TIE_LOOKAHEAD, recommend
 
 
 @dataclass

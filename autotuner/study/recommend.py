@@ -30,6 +30,7 @@ from autotuner.search.importance import knob_report
 from autotuner.search.numerics import checks_of, choose, prefer_reference_numerics
 from autotuner.search.numerics_entry import numerics_entry
 from autotuner.search.objective import Objective, time_to_train_h
+from autotuner.search.pareto import pareto_sweep
 from autotuner.spec import TrialResult, canonical_params
 from autotuner.storage.models import Trial, TrialState
 from autotuner.study.batch import global_batch_entry
@@ -439,17 +440,3 @@ def pareto(
         if (peak := peak_of(g)) is not None:
             points.append((g, g.median, peak))
     return _points([points[i] for i in pareto_sweep([(v, m) for _, v, m in points])])
-
-
-def pareto_sweep(points: Sequence[tuple[float, float]]) -> list[int]:
-    """Indices of the (value, memory) points on the front (value higher, memory lower are
-    better), by increasing memory. Sort and sweep, O(n log n): a point is on the front when
-    it beats every point that needs no more memory. (8,000 configs: milliseconds, where the
-    all-pairs comparison took 13 s.) Of identical points, the first is kept."""
-    order = sorted(range(len(points)), key=lambda i: (points[i][1], -points[i][0]))
-    front, best = [], float("-inf")
-    for i in order:
-        if points[i][0] > best:
-            front.append(i)
-            best = points[i][0]
-    return front

@@ -25,6 +25,7 @@ from autotuner.options import StudyOptions
 from autotuner.purpose import END_CHECKS, Purpose
 from autotuner.search import headroom
 from autotuner.search.noise import noise_band
+from autotuner.search.pareto import front_in_order
 from autotuner.spec import canonical_params
 from autotuner.storage.models import Trial, TrialState
 from autotuner.study.batch import of_trial
@@ -83,7 +84,9 @@ class MeasuredConfigs:
             (t.objective_value or 0.0, i) for i, (_, t) in enumerate(self.keyed)
         )
         self._within_sorted = sorted(self._within.values())
-        # The Pareto sweep's order (pareto_sweep: by peak, then value, then rank).
+        # The Pareto sweep's order (search/pareto.py: by peak, then value), ties by rank: the
+        # order pareto_sweep puts the ranked configs' points in, so that a sweep over those
+        # that fit keeps the points recommend.pareto keeps.
         self._by_peak = sorted(
             (pos for pos, g in enumerate(self._groups) if self._peak[id(g)] is not None),
             key=lambda pos: (self._peak[id(self._groups[pos])], -self._groups[pos].median, pos),
@@ -208,17 +211,18 @@ class Fitting:
         the caller sweeps those itself)."""
         if self.changed:
             return None
-        kept, front, best = self.configs, [], float("-inf")
-        for pos in kept._by_peak:
-            g = kept._groups[pos]
-            if pos in self.touched or g.key in failed:
-                continue
-            if g.median > best:
-                peak = kept._peak[id(g)]
-                assert peak is not None
-                front.append((g, g.median, peak))
-                best = g.median
-        return front
+        kept = self.configs
+        order = (
+            kept._groups[pos]
+            for pos in kept._by_peak
+            if pos not in self.touched and kept._groups[pos].key not in failed
+        )
+        return [(g, g.median, self._peak(g)) for g in front_in_order(order, _median)]
+
+    def _peak(self, g: ConfigMeasurements) -> float:
+        peak = self.configs._peak[id(g)]
+        assert peak is not None  # _by_peak holds the configs with a peak only
+        return peak
 
     def peak_median(self, g: ConfigMeasurements) -> float | None:
         """The median peak memory of a config's measurements (None: none measured)."""
@@ -246,6 +250,10 @@ class Fitting:
 def _over(usable: float) -> Callable[[float], bool]:
     """headroom.violation(...) > 0 for a need on `usable` GiB."""
     return lambda need: headroom.over_usable(need, usable) > 0.0
+
+
+def _median(g: ConfigMeasurements) -> float:
+    return g.median
 
 
 def _peak_median(g: ConfigMeasurements) -> float | None:

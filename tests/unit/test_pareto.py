@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 from autotuner.dashboard.charts import pareto_points
-from autotuner.study.recommend import pareto_sweep
+from autotuner.search.pareto import pareto_sweep
 
 
 def _all_pairs(points: list[tuple[float, float]]) -> set[tuple[float, float]]:

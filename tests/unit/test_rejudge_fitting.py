@@ -15,17 +15,18 @@ from autotuner.search.objective import Objective
 from autotuner.spec import Knobs, ModelSpec, TrialConfig
 from autotuner.storage.models import Trial, TrialState
 from autotuner.study.measurements import over_memory, rank_groups, study_noise_rel
-from autotuner.study.recommend import recommend, recommend_from
+from autotuner.study.recommend import pareto, recommend, recommend_from
 from autotuner.study.recommend_measured import MeasuredConfigs
 from tests.fakes import measured
 
 LIMIT_GIB = 80.0
 
 
-def _trials(rng: random.Random) -> list[Trial]:
+def _trials(rng: random.Random, peak_step: float | None = None) -> list[Trial]:
     """40 configs measured one to three times each (later ones re-measurements), at a few
     throughputs (ties), their peaks spread across the headrooms below (a config's own
-    measurements on both sides of one), at two global batches, the first the expert default."""
+    measurements on both sides of one), at two global batches, the first the expert default.
+    `peak_step`: peaks rounded to it, so that configs tie on memory too."""
     model = ModelSpec.resolve({"preset": "tiny"})
     configs = [
         TrialConfig(model=model, knobs=Knobs(grad_accum=accum)).model_dump(mode="json")
@@ -36,6 +37,8 @@ def _trials(rng: random.Random) -> list[Trial]:
         for i in range(rng.choice([1, 1, 2, 3])):
             tps = float(rng.choice([900, 1000, 1000, 1100, 1200]) + (mb % 3))
             peak = rng.uniform(55.0, 78.0)
+            if peak_step is not None:
+                peak = round(peak / peak_step) * peak_step
             result = measured(
                 tps,
                 peak_mem_gib=peak,
@@ -94,3 +97,35 @@ def test_the_recommendation_from_kept_configs_is_the_full_one(seed: int) -> None
         full = recommend(trials, Objective.TOKENS_PER_S, options=options)
         kept = recommend_from(configs, Objective.TOKENS_PER_S, options)
         assert json.dumps(kept, sort_keys=True) == json.dumps(full, sort_keys=True)
+
+
+@pytest.mark.parametrize(
+    ("seed", "peak_step"), [(1, None), (2, None), (2, 4.0), (3, 4.0), (5, 4.0)]
+)
+def test_the_kept_order_sweeps_the_front_pareto_finds(seed: int, peak_step: float | None) -> None:
+    """Fitting.pareto_front (one sweep over the order MeasuredConfigs kept, less the configs
+    gone at a headroom) and recommend.pareto (the ranked configs' points sorted and swept)
+    give the same points in the same order; with peaks rounded, configs equal in throughput
+    and memory both are on the front, and both keep the one ranked first."""
+    rng = random.Random(seed)
+    configs = MeasuredConfigs(_trials(rng, peak_step))
+    compared = with_gone = ties = 0
+    for headroom in HEADROOMS:
+        for ceiling in (None, 62.0, 70.0):
+            fit = configs.fitting(StudyOptions(headroom=headroom, max_mem_gib=ceiling))
+            keys = [g.key for g in fit.ranked]
+            for failed in (set(), set(keys[:1]), set(rng.sample(keys, len(keys) // 3))):
+                front = fit.pareto_front(failed)
+                if front is None:  # a config grouped again: the caller sweeps itself
+                    continue
+                groups = [g for g in fit.ranked if g.key not in failed]
+                full = pareto(groups, fit.peak_median)
+                assert [(g.first.number, v, m) for g, v, m in front] == [
+                    (p.trial_number, p.objective_value, p.peak_mem_gib) for p in full
+                ]
+                compared += 1
+                with_gone += bool(fit.touched)
+                points = [(g.median, fit.peak_median(g)) for g in groups]
+                ties += sum(points.count((v, m)) > 1 for _, v, m in front)
+    assert compared > 0 and with_gone > 0  # configs gone at a headroom were left out
+    assert ties > 0 or peak_step is None
