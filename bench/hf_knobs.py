@@ -1,4 +1,4 @@
-"""Two knobs on real models, each arm a trial in a fresh process (workers.launch.run_trial_process):
+"""Knobs on real models, each arm a trial in a fresh process (workers.launch.run_trial_process):
 
 - `regional`: compile_scope `model` against `block` (regional compilation) on each model: the
   compile time each takes (cold: every arm has its own compile cache) and the tokens/s each
