@@ -4,9 +4,9 @@ Attention is routed through workers.models.attention.attend (registered with tra
 AttentionInterface), so the `attention` knob picks the kernel for HF models exactly as for the
 built-in families; checkpointing wraps the decoder layers as the built-in blocks are wrapped;
 the fused kernels take Liger's patch for the architecture and our fused loss (Liger's or
-cut-cross-entropy's: workers/models/kernels.py). transformers is
-optional on a worker: without it the trial is an `environment` failure, which stops the study
-with the remedy (no config of it could run).
+cut-cross-entropy's: workers/models/kernels.py). transformers is optional on a worker: without
+it the trial is an `environment` failure, which stops the study with the remedy (no config of
+it could run).
 """
 
 from __future__ import annotations
