@@ -108,6 +108,7 @@ TRUE_MEMORY_FACTORS = {
     "logits": 0.8,
     "logits_compiled": 0.7,
     "logits_fused": 1.1,
+    "logits_cce": 1.1,
     "base": 3.0,
     "optimizer_step": 1.05,
     "graph_grads": 1.1,

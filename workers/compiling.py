@@ -64,14 +64,17 @@ def compile_model(
 
 
 def fused_loss_untraceable(exc: BaseException, knobs: Knobs) -> UnsupportedConfig | None:
-    """A whole-model compile that failed inside Liger-Kernel's code: the pair (kernels,
-    compile_scope model) cannot run, whatever else the config says, so the result names both
-    knobs and the search rules out exactly that pair (a plain compile error names none).
+    """A whole-model compile that failed inside the fused kernels' package (liger_kernel, or
+    cut_cross_entropy for kernels cce): the pair (kernels, compile_scope model) cannot run,
+    whatever else the config says, so the result names both knobs and the search rules out
+    exactly that pair (a plain compile error names none).
 
     Seen on the H200 (torch 2.11, liger-kernel 0.8.5): dynamo cannot trace the fused loss's
     weight-gradient `addmm(..., out_dtype=float32, out=...)` under autocast, in bf16 and fp8
     alike, while the same kernels with compiled blocks (the loss eager) ran."""
-    if knobs.kernels == Kernels.NONE or knobs.compile_scope != CompileScope.MODEL:
+    kernels = Kernels(knobs.kernels)  # model_copy(update=...) may leave the plain string
+    package = kernels.package
+    if package is None or knobs.compile_scope != CompileScope.MODEL:
         return None
     chain, seen = [], set()
     e: BaseException | None = exc
@@ -80,15 +83,28 @@ def fused_loss_untraceable(exc: BaseException, knobs: Knobs) -> UnsupportedConfi
         chain.append(e)
         e = e.__cause__ or e.__context__
     frames = [f.filename for e in chain for f in traceback.extract_tb(e.__traceback__)]
-    in_liger = any("liger_kernel" in name for name in frames) or any(
-        "liger_kernel" in str(e) for e in chain
-    )
-    if not in_liger:
+    inside = any(package in name for name in frames) or any(package in str(e) for e in chain)
+    if not inside:
         return None
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+    owner = "cut-cross-entropy's" if kernels == Kernels.CCE else "Liger's"
     return UnsupportedConfig(
-        f"torch.compile could not trace Liger's kernels inside a whole-model graph ({first}); "
+        f"torch.compile could not trace {owner} kernels inside a whole-model graph ({first}); "
         f"compile the blocks (compile_scope 'block': the loss runs eagerly) with kernels "
-        f"{knobs.kernels.value!r}, or use kernels 'none' with compile_scope 'model'",
-        {"kernels": knobs.kernels.value, "compile_scope": CompileScope.MODEL.value},
+        f"{kernels.value!r}, or use kernels 'none' with compile_scope 'model'",
+        {"kernels": kernels.value, "compile_scope": CompileScope.MODEL.value},
     )
+
+
+def graph_breaks() -> str | None:
+    """The graph breaks dynamo made so far in this process, as a note (None: none). A whole
+    model that breaks runs the code between its graphs eagerly: a fused loss that traces only
+    in pieces shows up here rather than as a failure."""
+    from torch._dynamo.utils import counters
+
+    breaks = counters["graph_break"]
+    total = sum(breaks.values())
+    if not total:
+        return None
+    reasons = "; ".join(" ".join(str(r).split())[:160] for r, _ in breaks.most_common(3))
+    return f"torch.compile: {total} graph break{'s' if total > 1 else ''} ({reasons})"

@@ -353,6 +353,10 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
         info["compile_s"] = max(0.0, timing.first_step_s - timing.step_time_s) + parity_compile_s
         # Every compile of the trial is done by now (recompiles happen in warm-up too).
         info["compile_cache_hits"], info["compile_cache_misses"] = compile_cache.delta(cache_before)
+        from workers.compiling import graph_breaks
+
+        if (breaks := graph_breaks()) is not None:
+            notes.append(breaks)
     if not timing.warmup_stable:
         last = timing.warmup_step_s[-3:]
         notes.append(

@@ -1,9 +1,10 @@
 """The numerics check of the recommendation (docs/measurement.md, "fp8 and other numerics changes").
 
 A winner whose precision changes the numerics (fp16, tf32, fp8-tensorwise, fp8-rowwise), whose
-optimizer keeps 8-bit moments (adamw-8bit), or whose loss runs in Liger's fused kernels (kernels
-fused-ce or liger: the cross-entropy over chunks of rows, its gradient accumulated in the weight's
-dtype chunk by chunk; liger's norms and SwiGLU too) is only recommended once a short loss-parity
+optimizer keeps 8-bit moments (adamw-8bit), or whose loss runs in fused kernels (kernels
+fused-ce or liger: Liger's cross-entropy over chunks of rows, its gradient accumulated in the
+weight's dtype chunk by chunk; liger's norms and SwiGLU too; cce: cut-cross-entropy's, which
+skips the gradient blocks below bf16's resolution) is only recommended once a short loss-parity
 check agrees with the reference: bf16 where the hardware runs it, else fp32, with fp32 AdamW
 moments and the unfused loss (kernels none). The check is two parity runs
 (`MeasureSettings.parity_steps`): the reference first (purpose `parity-ref`: the same knobs at the
@@ -78,18 +79,21 @@ CHANGING_VALUES = frozenset(p.value for p in CHANGES_NUMERICS)
 
 def numerics_name(knobs: Knobs) -> str:
     """The numerics a config trains with, in words: its precision, its optimizer's moments
-    where they are 8-bit, and Liger's kernels where it runs them."""
+    where they are 8-bit, and the fused kernels where it runs them."""
     parts = [knobs.precision.value]
     if knobs.optimizer == Optimizer.ADAMW_8BIT:
         parts.append("8-bit AdamW moments")
-    if knobs.kernels != Kernels.NONE:
+    if knobs.kernels == Kernels.CCE:
+        parts.append("cut-cross-entropy's fused loss")
+    elif knobs.kernels != Kernels.NONE:
         parts.append(f"Liger's {knobs.kernels.value} kernels")
     return " with ".join(parts[:2]) + (f" and {parts[2]}" if len(parts) > 2 else "")
 
 
 def changes_numerics(knobs: Knobs) -> bool:
     """A precision of CHANGES_NUMERICS, 8-bit optimizer moments (quantised every step), or
-    Liger's kernels (the loss and its gradient computed chunk by chunk)."""
+    fused kernels (Liger's loss and its gradient computed chunk by chunk, cut-cross-entropy's
+    with its gradient filter)."""
     return (
         knobs.precision in CHANGES_NUMERICS
         or knobs.optimizer == Optimizer.ADAMW_8BIT

@@ -59,7 +59,7 @@ class CompileScope(StrEnum):
 
 
 class Kernels(StrEnum):
-    """Fused kernels from Liger-Kernel (Triton, CUDA only)."""
+    """Fused kernels from Liger-Kernel or Apple's cut-cross-entropy (Triton, CUDA only)."""
 
     NONE = "none"
     # The output layer and the cross-entropy in one chunked kernel: the logits (micro-batch x
@@ -69,6 +69,16 @@ class Kernels(StrEnum):
     # fused-ce plus Liger's RMSNorm/LayerNorm, SwiGLU and RoPE kernels (for a Hugging Face
     # model: the architectures Liger patches, `liger_kernel.transformers`).
     LIGER = "liger"
+    # The output layer and the cross-entropy in cut-cross-entropy's kernels (Apple, "Cut Your
+    # Losses in Large-Vocabulary Language Models"): the logits are never written to memory at
+    # all, not even a chunk (the log-sum-exp is reduced on chip, and backward recomputes the
+    # logits block by block). Its backward needs half-precision inputs.
+    CCE = "cce"
+
+    @property
+    def package(self) -> str | None:
+        """The module the worker imports for these kernels (None: no kernels)."""
+        return {Kernels.NONE: None, Kernels.CCE: "cut_cross_entropy"}.get(self, "liger_kernel")
 
 
 class Checkpointing(StrEnum):

@@ -93,6 +93,7 @@ def support_verdicts(
     the packages (the control plane does not know the workers')."""
     yield from _device(knobs, hardware)
     yield from _capability(knobs, hardware)
+    yield from _kernels(knobs)
     yield from _shape(knobs, hardware, model)
     yield from _model(knobs, model)
     multi = num_gpus is not None and num_gpus > 1
@@ -229,10 +230,15 @@ def _device(knobs: Knobs, hardware: Hardware) -> Iterator[Verdict]:
         )
     if knobs.kernels != Kernels.NONE:
         yield _cannot(
-            f"kernels={knobs.kernels.value} runs Liger-Kernel's Triton kernels, which need a CUDA "
-            "GPU: on the CPU use kernels=none (or leave kernels out of the space)",
+            f"kernels={knobs.kernels.value} runs {_kernels_owner(knobs.kernels)} Triton kernels, "
+            "which need a CUDA GPU: on the CPU use kernels=none (or leave kernels out of the "
+            "space)",
             {"kernels": knobs.kernels.value},
         )
+
+
+def _kernels_owner(kernels: Kernels) -> str:
+    return "cut-cross-entropy's" if kernels == Kernels.CCE else "Liger-Kernel's"
 
 
 def _capability(knobs: Knobs, hardware: Hardware) -> Iterator[Verdict]:
@@ -285,6 +291,18 @@ def _shape(knobs: Knobs, hardware: Hardware, model: ModelSpec | None) -> Iterato
         )
 
 
+def _kernels(knobs: Knobs) -> Iterator[Verdict]:
+    if knobs.kernels == Kernels.CCE and not knobs.precision.is_half:
+        # cut_cross_entropy/cce_backward.py (25.1.1) asserts bf16 or fp16 embeddings: its
+        # backward kernel has no fp32 path, so the trial would fail at its first backward.
+        yield _cannot(
+            f"kernels=cce needs half-precision inputs (its backward kernel takes bf16 or fp16 "
+            f"only), and {knobs.precision.value} keeps the output layer's input in fp32: use "
+            "bf16 (or fp16, fp8), or kernels=fused-ce",
+            {"kernels": knobs.kernels.value, "precision": knobs.precision.value},
+        )
+
+
 def _model(knobs: Knobs, model: ModelSpec | None) -> Iterator[Verdict]:
     if model is None or knobs.kernels == Kernels.NONE:
         return
@@ -320,7 +338,17 @@ def _package_needs(knobs: Knobs) -> list[tuple[str, str, dict[str, Any]]]:
                 {"optimizer": knobs.optimizer.value},
             )
         )
-    if knobs.kernels != Kernels.NONE:
+    if knobs.kernels == Kernels.CCE:
+        needs.append(
+            (
+                "cut_cross_entropy",
+                "the worker cannot import cut_cross_entropy, which kernels 'cce' need: pip "
+                "install cut-cross-entropy in the workers' Python environment (the `kernels` "
+                "extra), or drop cce from the space's kernels values",
+                {"kernels": knobs.kernels.value},
+            )
+        )
+    elif knobs.kernels != Kernels.NONE:
         needs.append(
             (
                 "liger_kernel",

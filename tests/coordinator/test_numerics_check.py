@@ -254,39 +254,44 @@ def test_an_8bit_adamw_winner_is_checked_against_fp32_moments(
         assert ended["text"].startswith("bf16 with 8-bit AdamW moments changes numerics")
 
 
-@pytest.mark.parametrize("drifting", [(), ("fused-ce",)])
+@pytest.mark.parametrize(
+    ("fused", "said"),
+    [("fused-ce", "Liger's fused-ce kernels"), ("cce", "cut-cross-entropy's fused loss")],
+)
+@pytest.mark.parametrize("drifting", [False, True])
 def test_a_fused_loss_winner_is_checked_against_the_unfused_loss(
-    sqlite_url: str, drifting: tuple[str, ...]
+    sqlite_url: str, drifting: bool, fused: str, said: str
 ) -> None:
-    """Liger's fused linear cross-entropy computes the loss and its gradient chunk by chunk:
-    a winner with it is checked like fp8, against the same knobs with the unfused loss
-    (kernels none) at the reference precision."""
-    knobs = {"kernels": ["none", "fused-ce"]}
+    """Liger's fused linear cross-entropy computes the loss and its gradient chunk by chunk,
+    cut-cross-entropy's skips gradient blocks below bf16's resolution: a winner with either is
+    checked like fp8, against the same knobs with the unfused loss (kernels none) at the
+    reference precision."""
+    knobs = {"kernels": ["none", fused]}
     entries = [
         ({"kernels": k}, measured(tps, fingerprint=FAKE_GPU, wall_s=10.0))
-        for k, tps in (("none", 10_000.0), ("fused-ce", 12_000.0))
+        for k, tps in (("none", 10_000.0), (fused, 12_000.0))
     ]
     trials, rec, _ = run_study(
         sqlite_url,
         knobs,
         fixed={"precision": "bf16"},
-        drifting=drifting,
+        drifting=(fused,) if drifting else (),
         max_trials=10,
         recorded=Landscape(entries),
     )
     (ref,) = by_purpose(trials, "parity-ref")
-    assert ref.params["kernels"] == "fused-ce"  # the row names the candidate it checks
+    assert ref.params["kernels"] == fused  # the row names the candidate it checks
     assert (ref.config["knobs"]["kernels"], ref.config["knobs"]["precision"]) == ("none", "bf16")
-    (cand,) = [t for t in candidate_runs(trials) if t.params["kernels"] == "fused-ce"]
-    assert cand.config["knobs"]["kernels"] == "fused-ce"
+    (cand,) = [t for t in candidate_runs(trials) if t.params["kernels"] == fused]
+    assert cand.config["knobs"]["kernels"] == fused
     if drifting:
         assert cand.state == TrialState.INFEASIBLE and cand.error_class == "numerics"
         assert "away from bf16 with the unfused loss" in (cand.error_message or "")
         assert rec["knobs"]["kernels"] == "none"
     else:
-        assert rec["knobs"]["kernels"] == "fused-ce" and rec["numerics"]["passed"]
+        assert rec["knobs"]["kernels"] == fused and rec["numerics"]["passed"]
         text = rec["numerics"]["text"]
-        assert text.startswith("bf16 with Liger's fused-ce kernels: loss within"), text
+        assert text.startswith(f"bf16 with {said}: loss within"), text
         assert "of bf16 with the unfused loss" in text
 
 

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 import pytest
 
-from autotuner.spec import Knobs, MeasureSettings, ModelSpec, TrialConfig, TrialStatus
+from autotuner.spec import (
+    FailureClass,
+    Knobs,
+    MeasureSettings,
+    ModelSpec,
+    TrialConfig,
+    TrialStatus,
+)
 from workers.launch import run_trial_process
 
 torch = pytest.importorskip("torch")
@@ -140,6 +147,56 @@ def test_fused_ce_frees_the_logits_and_keeps_the_loss():
     assert losses["fused-ce"] == pytest.approx(losses["none"], rel=2e-3)
 
 
+def test_cce_frees_the_logits_and_keeps_the_loss_and_its_gradient():
+    """cut-cross-entropy against the unfused loss from the same weights and tokens: the loss
+    within 2e-3 (as fused-ce's), the output layer's gradient pointing the same way (its filter
+    skips only the blocks below bf16's resolution), and the logits' memory gone."""
+    spec = ModelSpec.resolve(HF_LLAMA)
+    x = torch.randint(0, spec.vocab_size, (2, spec.seq_len), device="cuda")
+    peaks, losses, grads = {}, {}, {}
+    for kernels in ("none", "cce"):
+        torch.manual_seed(0)
+        spec, model = _model(kernels=kernels)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(x, x)
+        loss.backward()
+        losses[kernels] = loss.item()
+        grads[kernels] = model.inner.get_output_embeddings().weight.grad.float().clone()
+        model.zero_grad(set_to_none=True)
+        peaks[kernels] = _peak_gib(model, spec, micro_batch=4)
+        del model
+        torch.cuda.empty_cache()
+    logits_gib = 4 * 2048 * 128256 * (2 + 4 + 4) / 2**30
+    cos = torch.nn.functional.cosine_similarity(
+        grads["cce"].flatten(), grads["none"].flatten(), dim=0
+    ).item()
+    print(f"peak GiB {peaks}, logits {logits_gib:.2f} GiB, losses {losses}, grad cosine {cos:.5f}")
+    assert peaks["none"] - peaks["cce"] > 0.5 * logits_gib, peaks
+    assert losses["cce"] == pytest.approx(losses["none"], rel=2e-3)
+    assert cos > 0.99, cos
+
+
+def test_cce_under_a_whole_model_compile_runs_or_is_refused_as_the_pair():
+    """The question CCE's whole-model compile answers: it either runs (dynamo traced it, with
+    whatever graph breaks the notes list) or fails inside cut_cross_entropy's code and is
+    refused naming exactly (kernels cce, compile_scope model), as Liger's is, so the search
+    learns the pair. A plain compile error here would be blamed on no knob: a test failure."""
+    config = _trial(kernels="cce", compile_mode="default", compile_scope="model").model_copy(
+        update={"study_id": "hf-cce-model"}
+    )
+    r = run_trial_process(config, timeout_s=600)
+    breaks = [n for n in r.notes if "graph break" in n]
+    print(
+        f"cce + whole-model compile: {r.status.value} {r.failure_class} "
+        f"{(r.error_message or '')[:300]} tok/s {r.tokens_per_s} compile s {r.compile_s} {breaks}"
+    )
+    if r.status == TrialStatus.OK:
+        assert r.loss_last < r.loss_first
+    else:
+        assert r.failure_class == FailureClass.UNSUPPORTED, r.error_message
+        assert r.unsupported_knobs == {"kernels": "cce", "compile_scope": "model"}
+
+
 def test_liger_swaps_the_norms_mlp_and_rope_for_its_kernels():
     # Liger patches transformers' Llama module for the process: this test runs after the
     # in-process tests of the plain model (the trials below are processes of their own).
@@ -187,12 +244,19 @@ def test_block_scope_compiles_faster_than_the_whole_model_and_runs():
             "compile_mode": "default",
             "compile_scope": "block",
         },
+        {
+            "kernels": "cce",
+            "precision": "fp8-tensorwise",
+            "compile_mode": "default",
+            "compile_scope": "block",
+        },
         {"kernels": "liger", "checkpointing": "selective"},
         {"optimizer": "adamw-8bit", "allocator": "expandable", "vocab_pad_multiple": 128},
     ],
     ids=[
         "liger-compiled-blocks",
         "fused-ce-fp8-compiled-blocks",
+        "cce-fp8-compiled-blocks",
         "liger-selective",
         "8bit-expandable",
     ],

@@ -152,3 +152,48 @@ def test_the_numerics_reference_recomputes_where_the_unfused_logits_would_not_fi
         reference = policy.reference_knobs(candidate)
         assert reference is not None
         assert (reference.kernels, reference.checkpointing) == ("none", checkpointing), mb
+
+
+def test_cce_keeps_no_logits_only_rows_and_the_output_layers_gradients() -> None:
+    # cut-cross-entropy: per row the log-sum-exp and loss (8 B), the half input, its half
+    # gradient and the fp32 cast of it (8 B x 2,048): 16,384 x 16,392 = 268,566,528 B; per
+    # vocab entry the logit average and sort order (8 B) and per weight the half gradient and
+    # its fp32 cast (6 B x 2,048): 128,256 x 12,296 = 1,577,035,776 B. 1.7188 GiB in all, under
+    # every compile (its kernels are the same whoever calls them).
+    expected = (268_566_528 + 1_577_035_776) / GIB
+    assert expected == approx(1.7188, abs=1e-4)
+    for knobs in ({}, {"compile_mode": "default"}, {"compile_scope": "block"}):
+        cce = _comps(kernels="cce", **knobs)
+        assert cce["logits_cce"] == approx(expected)
+        assert cce["logits"] == cce["logits_compiled"] == cce["logits_fused"] == 0.0
+    # Beside Liger's: no chunk of logits, but the weight's gradient passes through bf16 first
+    # (Liger accumulates it in fp32 from forward on).
+    fused = _comps(kernels="fused-ce")["logits_fused"]
+    assert _comps(kernels="cce")["logits_cce"] - fused == approx(
+        (1_845_602_304 - 1_316_290_560) / GIB
+    )
+    # Under FSDP2 the gathered weight is bf16 already: its gradient stays bf16 (2 B a weight).
+    sharded = estimate(
+        LLAMA1B,
+        Knobs(
+            precision="bf16", attention="flash", micro_batch_size=8, kernels="cce", parallel="fsdp2"
+        ),
+        num_gpus=2,
+    )
+    assert sharded.components["logits_cce"] == approx(
+        (268_566_528 + 128_256 * (8 + 2 * 2048)) / GIB
+    )
+
+
+def test_cce_lets_a_larger_micro_batch_fit_than_the_unfused_loss() -> None:
+    space = parse_space(
+        {
+            "name": "cce-test",
+            "knobs": {"micro_batch_size": list(range(1, 65)), "kernels": ["none", "cce"]},
+            "fixed": {"precision": "bf16", "attention": "flash", "vocab_pad_multiple": 64},
+        }
+    )
+    seeder = make_policy(space, model=LLAMA1B, target=H200)._seeder()
+    plain = seeder._largest_fitting_mb({"kernels": "none"})
+    cce = seeder._largest_fitting_mb({"kernels": "cce"})
+    assert plain is not None and cce is not None and cce > plain

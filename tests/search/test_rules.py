@@ -116,6 +116,38 @@ def test_compile_scope_and_kernel_rules() -> None:
     assert "factory model returns logits" in _why(H200, model=factory, kernels="fused-ce", **bf16)
 
 
+def test_cce_rules_cuda_half_precision_and_any_model_with_an_output_layer() -> None:
+    bf16 = {"precision": "bf16", "attention": "flash"}
+    why = _why(CPU, precision="fp32", attention="math", kernels="cce")
+    assert "cut-cross-entropy's Triton kernels" in why and "need a CUDA GPU" in why
+    # Its backward kernel takes half inputs only: fp32 and tf32 are refused, naming both knobs.
+    for precision in ("fp32", "tf32"):
+        why = _why(H200, kernels="cce", precision=precision, attention="efficient")
+        assert "half-precision inputs" in why and precision in why and "fused-ce" in why
+    for precision in ("bf16", "fp16", "fp8-tensorwise", "fp8-rowwise"):
+        assert _why(H200, kernels="cce", precision=precision, attention="flash") == ""
+    # No architecture table: the fused loss needs the output layer only (softcap included).
+    assert _why(H200, model=_hf("gpt_neox"), kernels="cce", **bf16) == ""
+    assert _why(H200, model=_hf("gemma2"), kernels="cce", **bf16) == ""
+    factory = GPT2.model_copy(update={"family": "factory", "factory": "m.py:build"})
+    assert "factory model returns logits" in _why(H200, model=factory, kernels="cce", **bf16)
+
+
+def test_each_fused_loss_needs_its_own_package() -> None:
+    from autotuner.spec import Hardware, RuleKind, packages_needed, support_verdicts
+
+    def needs(kernels: str, packages: frozenset[str]) -> list[str]:
+        knobs = Knobs(kernels=kernels, precision="bf16", attention="flash")
+        verdicts = support_verdicts(knobs, Hardware("cuda", (9, 0)), packages=packages)
+        return [v.message for v in verdicts if v.kind == RuleKind.NEEDS_PACKAGE]
+
+    (missing,) = needs("cce", frozenset({"liger_kernel"}))
+    assert "cut_cross_entropy" in missing and "pip install cut-cross-entropy" in missing
+    assert needs("cce", frozenset({"cut_cross_entropy"})) == []
+    assert needs("fused-ce", frozenset({"cut_cross_entropy"}))  # Liger's, not CCE's
+    assert packages_needed(Knobs(kernels="cce")) == {"cut_cross_entropy"}
+
+
 @pytest.mark.parametrize("guided", [False, True])
 def test_no_impossible_config_is_launched(db, run_study, guided: bool) -> None:
     _, executor, trials, _ = run_study(db, trials=25, options={"guided": guided})

@@ -351,6 +351,29 @@ def test_compile_scope_and_kernels_are_priced_by_their_terms() -> None:
         assert name in TERMS
 
 
+def test_cce_moves_the_output_layers_flops_into_its_own_term() -> None:
+    """kernels=cce runs the output layer in cut-cross-entropy's Triton kernels: its 6 FLOPs a
+    weight leave the matmul term, and its own term counts 8 (backward recomputes the logits)
+    and its launches; the unfused loss's fp32 bytes are gone. Liger's term stays out of it."""
+    tm = ThroughputModel(LLAMA1B_SPEC, REAL_H200, 1)
+    col = {name: i for i, name in enumerate(TERMS)}
+    for compile_mode in ("none", "default"):
+        plain = tm.features(_llama(compile_mode=compile_mode))
+        cce = tm.features(_llama(compile_mode=compile_mode, kernels="cce"))
+        head = 128_256 * 2048  # the preset's vocab is a multiple of 64: no ragged tiles
+        flops = tm.hw.flops / 1e6  # features are microseconds per token
+        assert plain[col["mm_half"]] - cce[col["mm_half"]] == pytest.approx(6.0 * head / flops)
+        assert cce[col["loss_cce"]] > 8.0 * head / flops
+        assert cce[col["loss_cce"]] == pytest.approx(8.0 * head / flops, rel=0.01)
+        assert cce[col["loss_fused"]] == 0.0 and plain[col["loss_cce"]] == 0.0
+        eager_loss = col["elementwise_eager" if compile_mode == "none" else "elementwise_compiled"]
+        assert cce[eager_loss] < plain[eager_loss]  # no fp32 pass over the vocabulary
+    # fp8 keeps the head out of float8 either way: no head FLOPs in a matmul term with cce.
+    fp8 = tm.features(_llama(precision="fp8-tensorwise", kernels="cce"))
+    none_fp8 = tm.features(_llama(precision="fp8-tensorwise"))
+    assert fp8[col["mm_half"]] == 0.0 < none_fp8[col["mm_half"]]
+
+
 def test_block_scopes_efficiency_is_learned_from_the_studys_trials() -> None:
     """The scope_block term's multiplier is fitted: after a whole-model and a block-scope
     trial measured 10% apart (and a second pair at another micro-batch to pin the rest), the

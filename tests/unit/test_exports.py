@@ -74,6 +74,7 @@ VARIANTS: dict[str, tuple[dict[str, Any], int]] = {
         {"compile_mode": "default", "compile_scope": "block", "kernels": "fused-ce"},
         1,
     ),
+    "single-cce-fp16": ({"precision": "fp16", "kernels": "cce"}, 1),
     "single-block-liger-fp32": (
         {
             "precision": "fp32",
@@ -240,7 +241,10 @@ def test_hf_training_arguments(name: str, tmp_path: Path) -> None:
         assert str(args.optim.value) == "adamw_torch_8bit"
     # Liger: the Trainer's own switch; fused-ce alone through its config. Block scope: not the
     # Trainer's whole-model compile, the per-layer loop in a NOTE.
-    assert args.use_liger_kernel == (knobs.get("kernels", "none") != "none")
+    assert args.use_liger_kernel == (knobs.get("kernels", "none") in ("fused-ce", "liger"))
+    if knobs.get("kernels") == "cce":  # no Trainer setting: the loss to compute, in a NOTE
+        assert "# NOTE: kernels=cce: TrainingArguments has no setting for cut-cross" in text
+        assert "cut_cross_entropy.linear_cross_entropy(" in text
     if knobs.get("kernels") == "fused-ce":
         assert args.liger_kernel_config == {
             "rope": False,
@@ -295,8 +299,9 @@ def test_lightning_trainer(name: str) -> None:
     text = _export(name, "lightning")  # the model-side knobs: what the LightningModule does
     if knobs.get("compile_scope") == "block":
         assert f"block.compile(mode={knobs['compile_mode']!r}) for each transformer block" in text
+    owner = {"fused-ce": "Liger's", "liger": "Liger's", "cce": "cut-cross-entropy's"}
     if knobs.get("kernels", "none") != "none":
-        assert "Liger's fused linear cross-entropy" in text
+        assert f"{owner[knobs['kernels']]} fused linear cross-entropy" in text
 
 
 def _lightning_trainer(snippet: str):
@@ -419,6 +424,10 @@ def test_pytorch_snippet_compiles_each_block_under_block_scope() -> None:
     _one_pytorch_step(snippet, Knobs.model_validate(knobs).model_dump())
     fused = _exec(_export("single-block-fused-ce", "pytorch"))
     assert callable(fused["fused_loss"])
+    cce = _export("single-cce-fp16", "pytorch")
+    assert "from cut_cross_entropy import linear_cross_entropy" in cce
+    assert "liger" not in cce and "(cut-cross-entropy, CUDA only)" in cce
+    assert callable(_exec(cce)["fused_loss"])
 
 
 def test_pytorch_snippet_ddp_on_one_gloo_rank(tmp_path: Path) -> None:

@@ -114,3 +114,17 @@ def test_a_whole_model_compile_failing_in_ligers_code_blames_the_kernels_and_sco
     )
     assert fused_loss_untraceable(liger, knobs.model_copy(update={"kernels": "none"})) is None
     assert fused_loss_untraceable(_raised_in("/site/torch/x.py"), knobs) is None
+
+
+def test_a_whole_model_compile_failing_in_cces_code_blames_cce_not_liger():
+    from workers.compiling import fused_loss_untraceable
+
+    cce = _raised_in("/site/cut_cross_entropy/cce.py")
+    knobs = Knobs(kernels="cce", compile_mode="default", compile_scope="model")
+    refusal = fused_loss_untraceable(cce, knobs)
+    assert refusal is not None and "cut-cross-entropy's kernels" in str(refusal)
+    assert refusal.knobs == {"kernels": "cce", "compile_scope": "model"}
+    # Each value is blamed only for a failure in its own package's code.
+    assert fused_loss_untraceable(_raised_in("/site/liger_kernel/ops/x.py"), knobs) is None
+    fused_ce = knobs.model_copy(update={"kernels": "fused-ce"})
+    assert fused_loss_untraceable(cce, fused_ce) is None

@@ -67,6 +67,7 @@ def test_fp32_turns_tf32_off():
         ({"attention": "flex"}, {"attention": "flex"}),
         ({"kernels": "fused-ce"}, {"kernels": "fused-ce"}),
         ({"kernels": "liger"}, {"kernels": "liger"}),
+        ({"kernels": "cce"}, {"kernels": "cce"}),
     ],
 )
 def test_values_without_a_cpu_kernel_are_unsupported_with_a_remedy(knobs, blamed):

@@ -183,3 +183,28 @@ def test_fused_kernels_are_refused_for_a_factory_model_naming_the_knob():
 
 
 _FACTORY_SIZES = {"n_layer": 2, "d_model": 64, "n_head": 4, "vocab_size": 256, "seq_len": 32}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers")
+def test_cce_is_refused_for_an_output_layer_with_a_bias_before_any_kernel_is_needed():
+    """cut-cross-entropy takes the classifier's weight only: a Hugging Face model whose output
+    layer has a bias (Phi's lm_head) is refused naming the knob; fused-ce (Liger takes a bias)
+    and a bias-free output layer build. Refused on the CPU before cut_cross_entropy (Triton)
+    is imported, so this runs here."""
+    phi = {
+        "hf_config": {
+            "model_type": "phi",
+            "num_hidden_layers": 2,
+            "hidden_size": 64,
+            "num_attention_heads": 4,
+            "intermediate_size": 128,
+            "vocab_size": 512,
+            "max_position_embeddings": 64,
+        },
+        "seq_len": 32,
+    }
+    with pytest.raises(UnsupportedConfig, match="has a bias") as refused:
+        build_model(ModelSpec.resolve(phi), Knobs(attention="math", kernels="cce"))
+    assert refused.value.knobs == {"kernels": "cce"}
+    assert build_model(ModelSpec.resolve(phi), Knobs(attention="math", kernels="fused-ce"))
+    assert build_model(ModelSpec.resolve(HF_SPEC), Knobs(attention="math", kernels="cce"))

@@ -3,9 +3,10 @@
 Attention is routed through workers.models.attention.attend (registered with transformers'
 AttentionInterface), so the `attention` knob picks the kernel for HF models exactly as for the
 built-in families; checkpointing wraps the decoder layers as the built-in blocks are wrapped;
-the fused kernels take Liger's patch for the architecture and our fused loss. transformers is
-optional on a worker: without it the trial is an `environment` failure, which stops the study
-with the remedy (no config of it could run).
+the fused kernels take Liger's patch for the architecture and our fused loss (Liger's or
+cut-cross-entropy's: workers/models/kernels.py). transformers is optional on a worker: without
+it the trial is an `environment` failure, which stops the study with the remedy (no config of
+it could run).
 """
 
 from __future__ import annotations
@@ -110,6 +111,14 @@ def build_hf(
         _patch_liger(model_type)
     inner = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=ATTN_NAME)
     inner = inner.float()
+    head = inner.get_output_embeddings()
+    if kernels == Kernels.CCE and getattr(head, "bias", None) is not None:
+        # cut-cross-entropy 25.1.1 takes the classifier's weight only (Liger's takes a bias).
+        raise UnsupportedConfig(
+            f"kernels 'cce': this model's output layer has a bias, which cut-cross-entropy's "
+            f"loss does not take ({type(inner).__name__}); use kernels 'fused-ce' or 'none'",
+            {"kernels": kernels.value},
+        )
     if checkpointing != Checkpointing.NONE:
         # Over the decoder layers, as for the built-in blocks: full recomputes the layer, selective
         # keeps its matmul and attention outputs (workers/models/checkpointing.py).

@@ -5,12 +5,18 @@
   fp32 copy the loss takes and the gradient of the same size) are never materialised: for a
   128k-256k vocabulary they are the largest single activation, so the micro-batch that fits
   can grow. The loss is the same mean next-token cross-entropy (the parity check compares).
+- `cce`: the output layer and the cross-entropy in Apple's cut-cross-entropy kernels
+  (`cut_cross_entropy.linear_cross_entropy`): no logits in memory at all, not even a chunk (the
+  log-sum-exp is reduced on chip; backward recomputes each block of logits). Its Triton kernels
+  do not see autocast, so the hidden states and the weight are cast to the autocast dtype here
+  (what autocast does for the unfused output layer); its backward takes half inputs only, so
+  fp32 and tf32 are refused (autotuner/spec/support_rules.py).
 - `liger`: fused-ce plus Liger's RMSNorm (or LayerNorm), SwiGLU and RoPE kernels. The built-in
   families swap their modules here; a Hugging Face model takes Liger's own patch for its
   architecture (workers/models/hf.py).
 
-The kernels are Triton: CUDA only (workers/support.py refuses them on the CPU). liger-kernel is
-imported only when the knob asks for it.
+The kernels are Triton: CUDA only (workers/support.py refuses them on the CPU). liger-kernel and
+cut-cross-entropy are imported only when the knob asks for them.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ def output_loss(
         if softcap is not None:
             logits = torch.tanh(logits / softcap) * softcap
         return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
+    if kernels == Kernels.CCE:
+        return _cce_loss(hidden, output, targets, softcap)
     from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
 
     return liger_fused_linear_cross_entropy(
@@ -45,6 +53,23 @@ def output_loss(
         bias=output.bias,
         softcap=softcap,
     )
+
+
+def _cce_loss(
+    hidden: torch.Tensor, output: nn.Linear, targets: torch.Tensor, softcap: float | None
+) -> torch.Tensor:
+    from cut_cross_entropy import linear_cross_entropy
+
+    if output.bias is not None:
+        # cut-cross-entropy 25.1.1 has no bias term; build_hf refuses such a model first.
+        raise ValueError("kernels 'cce' cannot fuse an output layer with a bias")
+    hidden, weight = hidden.reshape(-1, hidden.size(-1)), output.weight
+    if torch.is_autocast_enabled(hidden.device.type):
+        dtype = torch.get_autocast_dtype(hidden.device.type)
+        hidden, weight = hidden.to(dtype), weight.to(dtype)
+    # Its defaults otherwise: mean over the rows, gradient filtering ("high": skip the blocks
+    # whose softmax is below bf16's resolution), what a user calling it gets.
+    return linear_cross_entropy(hidden, weight, targets.reshape(-1), softcap=softcap, impl="cce")
 
 
 def rms_norm(dim: int, eps: float, kernels: Kernels) -> nn.Module:

@@ -18,6 +18,9 @@ product). This module adds the peak-memory estimate that predicts OOM, as a sum 
 |                        | (compiled: only under whole-model compile; block scope runs it eagerly) |
 | logits_fused           | Liger's fused linear cross-entropy (kernels fused-ce, liger): one chunk |
 |                        | of logits, the output layer's input gradient and its weight gradient    |
+| logits_cce             | cut-cross-entropy's loss (kernels cce): no logits at all; the per-row   |
+|                        | log-sum-exp and loss, the half input and its gradient, the weight's     |
+|                        | half gradient and its fp32 cast                                         |
 | base                   | allocator-visible constants (cuBLAS workspace, RNG, small buffers)      |
 | optimizer_step         | how far the optimizer step's peak exceeds backward's (0 for most)       |
 | graph_grads            | CUDA graphs with accumulation: how far the end of a micro-step's        |
@@ -70,6 +73,7 @@ COMPONENTS = (
     "logits",
     "logits_compiled",
     "logits_fused",
+    "logits_cce",
     "base",
     "optimizer_step",
     "graph_grads",
@@ -167,7 +171,9 @@ def estimate(
     else:
         comps["activations_compiled"] = tokens * acts_b / GIB * COMPILED_ACTIVATION_FACTOR
     comps["scores"] = tokens * scores_b / GIB
-    if knobs.kernels != Kernels.NONE:
+    if knobs.kernels == Kernels.CCE:
+        comps["logits_cce"] = cce_loss_bytes(model, knobs, tokens, sharded=fsdp) / GIB
+    elif knobs.kernels != Kernels.NONE:
         comps["logits_fused"] = fused_loss_bytes(model, knobs, tokens, sharded=fsdp) / GIB
     else:
         logits_gib = tokens * logits_bytes_per_token(model, knobs) / GIB
@@ -359,6 +365,25 @@ def fused_loss_bytes(
     chunk_b = chunk * vocab * (2.0 if half else 4.0)
     weight_b = 2.0 if sharded and half else 4.0
     return chunk_b + tokens * (d * 4.0 + 4.0) + vocab * d * weight_b
+
+
+def cce_loss_bytes(model: ModelSpec, knobs: Knobs, tokens: int, *, sharded: bool = False) -> float:
+    """cut-cross-entropy's loss (cut_cross_entropy/cce.py, 25.1.1) over `tokens` rows: no
+    logits exist, not even a chunk (forward reduces each row's log-sum-exp on chip, backward
+    recomputes the logits block by block). Its peak is its backward, the first thing backward
+    runs, so every activation is alive beside it: per row the log-sum-exp and the loss (fp32,
+    8 B), the half copy of the input it saved (the worker casts it to the autocast dtype: 2 B
+    x d), the input's gradient in that dtype (2 B x d) and its cast back to fp32 (4 B x d); per
+    vocab entry the logit average and the order it sorts (8 B); per weight the gradient in the
+    half dtype (2 B) and, as autograd casts it back to the fp32 weight's dtype, the fp32 one
+    (4 B) beside it. Its half copy of the weight stands where autocast's copy of the unfused
+    output layer's would (the static part counts that). Under FSDP2 the gathered weight is
+    already in the compute dtype: no cast back. Half precision only (support_rules)."""
+    vocab = padded_vocab(model.vocab_size, knobs.vocab_pad_multiple)
+    d = model.d_model
+    rows_b = tokens * (8.0 + d * (2.0 + 2.0 + 4.0))
+    weight_b = 2.0 if sharded else 2.0 + 4.0
+    return rows_b + vocab * (8.0 + d * weight_b)
 
 
 def _next_power_of_2(n: int) -> int:

@@ -21,6 +21,10 @@ robust). Terms, in seconds per token per GPU:
 | loss_fused            | Liger's fused linear cross-entropy (kernels fused-ce, liger) in place |
 |                       | of the fp32 loss: its logits chunks' bytes, the input gradient, each  |
 |                       | chunk's launches and the host sync it makes per micro-step            |
+| loss_cce              | cut-cross-entropy's loss (kernels cce): the output layer's matmuls in |
+|                       | its Triton kernels (taken out of the mm terms), with the forward's    |
+|                       | logits recomputed in backward (8 FLOPs per weight where cuBLAS's are  |
+|                       | 6), its launches and the host sync of its target check                |
 | kernels_liger         | kernels=liger: the norms', SwiGLU's and RoPE's bytes in Liger's       |
 |                       | kernels (one pass each), taken out of the elementwise terms          |
 | launch_eager/compiled | kernel launches per micro-step (CPU-bound), shared by its tokens;     |
@@ -89,6 +93,7 @@ TERMS = (
     "elementwise_compiled",
     "scope_block",
     "loss_fused",
+    "loss_cce",
     "kernels_liger",
     "launch_eager",
     "launch_compiled",
@@ -131,6 +136,10 @@ PRIOR_MULTIPLIER = {
     # would have fused them into the neighbouring matmuls' epilogues (compiled's 0.6).
     "scope_block": 1.5,
     "loss_fused": 1.5,
+    # Not yet fitted: Triton matmuls with on-chip reductions and locked accumulation of the
+    # gradients, below cuBLAS's efficiency (mm_half 1.6); the gradient filter skips some of
+    # backward's blocks, which the fit takes in.
+    "loss_cce": 2.0,
     "kernels_liger": 1.0,
     "launch_eager": 1.0,
     "launch_compiled": 1.0,
@@ -190,6 +199,10 @@ BLOCK_CALL_S = 3e-5
 # cross_entropy.py); and the host sync of its `.item()` (the count of rows that carry a target),
 # once a micro-step: the launch queue drains there.
 FUSED_CE_KERNELS_PER_CHUNK = 5
+# cut-cross-entropy's launches per micro-step (cut_cross_entropy/cce.py): the target check
+# (a nonzero, which syncs the host), the log-sum-exp and indexed-dot kernels, the loss's sum and
+# mean, the compiled sort of the vocabulary, the backward kernel and the gradients' casts.
+CCE_KERNELS = 10
 HOST_SYNC_S = 5e-5
 # Kernel launches Liger's kernels change per block, forward and backward: eager, its RoPE
 # (the rotate-half formulation's ~10 ops for q and k, each way) and SwiGLU (silu and the
@@ -236,7 +249,8 @@ def features(model: ModelSpec, knobs: Knobs, hw: _Hardware, num_gpus: int) -> np
     precision = knobs.precision.value
     rate = hw.flops * MATMUL_RATE_VS_BF16[precision]
     block_flops = (8.0 if full else 6.0) * _block_params(model, active=True)
-    head_flops = 6.0 * head_params
+    # cut-cross-entropy runs the output layer in its own kernels (loss_cce below).
+    head_flops = 0.0 if knobs.kernels == Kernels.CCE else 6.0 * head_params
     if knobs.precision.is_fp8:
         x["mm_fp8"] = block_flops / rate
         # The LM head stays bf16 (workers/precision.py _FP8_SKIP).
@@ -272,7 +286,10 @@ def features(model: ModelSpec, knobs: Knobs, hw: _Hardware, num_gpus: int) -> np
         x["kernels_liger"] = L * liger_b / hw.bytes_per_s
     x[blocks_term] += L * block_bytes / hw.bytes_per_s
     micro_tokens = knobs.micro_batch_size * T  # per GPU
-    if knobs.kernels != Kernels.NONE:
+    if knobs.kernels == Kernels.CCE:
+        host_s = CCE_KERNELS * LAUNCH_S + HOST_SYNC_S
+        x["loss_cce"] = 8.0 * head_params / hw.flops + host_s / micro_tokens
+    elif knobs.kernels != Kernels.NONE:
         x["loss_fused"] = _fused_loss_s(model, knobs, vocab, micro_tokens, hw)
     else:
         loss_bytes = vocab * 4.0 * 6  # fp32 logits: upcast, log-softmax, its gradient, read back

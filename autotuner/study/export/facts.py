@@ -85,8 +85,8 @@ class Facts:
 
     @property
     def kernels(self) -> Kernels:
-        """Liger-Kernel's kernels the trial ran: none, the fused linear cross-entropy, or that
-        and Liger's norm, SwiGLU and RoPE kernels."""
+        """The fused kernels the trial ran: none, Liger's fused linear cross-entropy, that and
+        Liger's norm, SwiGLU and RoPE kernels, or cut-cross-entropy's fused loss."""
         return self.knobs.kernels
 
     @property
@@ -96,6 +96,8 @@ class Facts:
             return "Liger's fused linear cross-entropy"
         if self.kernels == Kernels.LIGER:
             return "Liger's fused linear cross-entropy, RMSNorm/LayerNorm, SwiGLU and RoPE kernels"
+        if self.kernels == Kernels.CCE:
+            return "cut-cross-entropy's fused linear cross-entropy"
         return None
 
     @property

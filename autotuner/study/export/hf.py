@@ -68,7 +68,16 @@ def render(f: Facts) -> str:
     elif f.compile_mode:
         kwargs["torch_compile"] = True
         kwargs["torch_compile_mode"] = f.compile_mode
-    if f.kernels != Kernels.NONE:
+    if f.kernels == Kernels.CCE:
+        notes.append(
+            "kernels=cce: TrainingArguments has no setting for cut-cross-entropy; `pip install "
+            "cut-cross-entropy` (CUDA only) and override Trainer.compute_loss to return "
+            "cut_cross_entropy.linear_cross_entropy(hidden.to(torch.bfloat16), "
+            "model.get_output_embeddings().weight.to(torch.bfloat16), labels, shift=True) with "
+            "hidden = model.model(input_ids=inputs['input_ids']).last_hidden_state, so the "
+            "logits are never built"
+        )
+    elif f.kernels != Kernels.NONE:
         kwargs["use_liger_kernel"] = True
         if f.kernels == Kernels.FUSED_CE:
             kwargs["liger_kernel_config"] = dict(_FUSED_CE_ONLY)

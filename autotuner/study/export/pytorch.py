@@ -71,6 +71,22 @@ def fused_loss(output_layer, hidden, targets):
     return loss(output_layer.weight, flat, targets.reshape(-1), output_layer.bias)
 '''
 
+# kernels=cce: the output layer and the loss in cut-cross-entropy's kernels (no logits at all).
+# Its Triton kernels do not see autocast: the input and the weight are cast to the autocast
+# dtype as the trials cast them (workers/models/kernels.py); its backward takes half inputs.
+_CCE_LOSS = '''
+def fused_loss(output_layer, hidden, targets):
+    """Mean next-token loss through cut-cross-entropy: call it in your model's forward in
+    place of F.cross_entropy(output_layer(hidden).float(), targets)."""
+    from cut_cross_entropy import linear_cross_entropy
+
+    hidden, weight = hidden.reshape(-1, hidden.size(-1)), output_layer.weight
+    if torch.is_autocast_enabled(hidden.device.type):
+        dtype = torch.get_autocast_dtype(hidden.device.type)
+        hidden, weight = hidden.to(dtype), weight.to(dtype)
+    return linear_cross_entropy(hidden, weight, targets.reshape(-1), impl="cce")
+'''
+
 # The loss as the trials compute it for a model that maps token ids to logits (the factory
 # contract): cross-entropy over the logits in fp32, whatever the autocast dtype.
 _LOSS = '''
@@ -140,11 +156,13 @@ def render(f: Facts) -> str:
         imports.append("from torchao.optim import AdamW8bit  # 8-bit moments, fp32 update math")
     compile_call = f"torch.compile({{}}, mode={f.compile_mode!r})" if f.compile_mode else "{}"
     if f.kernels != Kernels.NONE:
-        body.append(_FUSED_LOSS.strip("\n"))
+        cce = f.kernels == Kernels.CCE
+        body.append((_CCE_LOSS if cce else _FUSED_LOSS).strip("\n"))
         body.append(_LOSS_FUSED.strip("\n"))
+        package = "cut-cross-entropy" if cce else "liger-kernel"
         notes.append(
             f"kernels={f.kernels.value}: your model's forward(ids, targets) returns "
-            "fused_loss(output_layer, hidden, targets) (liger-kernel, CUDA only)"
+            f"fused_loss(output_layer, hidden, targets) ({package}, CUDA only)"
         )
     else:
         imports.append("import torch.nn.functional as F")
