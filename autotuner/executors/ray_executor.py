@@ -37,7 +37,8 @@ every trial in flight is reported lost (`Completed.lost`) and the connection is 
 same address; a local cluster of its own is started again). Measured on Ray 2.60 with a test
 cluster: the shutdown takes ~5 s with the GCS gone, and the process outlives the 60 s.
 A Ray call made in the instant between the check and a GCS death can still block; the
-scheduler's stuck-round check makes that visible (`/healthz`).
+scheduler's stuck-round check makes that visible (`/healthz`). A call to a raylet that died
+raises instead of ending the process, whatever the process's parent (`_import_ray_as_driver`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ import contextlib
 import logging
 import os
 import socket
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,9 +120,7 @@ class RayExecutor:
         # graceful stop runs; a stop asked for is no crash (RAY_DISABLE_FAILURE_SIGNAL_HANDLER=0
         # brings it back). Read once, when ray is first imported.
         os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
-        import ray
-
-        self._ray = ray
+        self._ray = ray = _import_ray_as_driver()
         self._started_ray = not ray.is_initialized()  # ours to shut down in close()
         self._init: dict[str, Any] | None = None  # how to connect again (None: not ours)
         if self._started_ray:
@@ -431,6 +431,35 @@ class RayExecutor:
             failure = TrialResult.failure(FailureClass.INFRA, message, wall_s=now - started)
             out.append(Completed(handle, failure))
         return out
+
+
+RAYLET_PID_ENV = "RAY_RAYLET_PID"
+
+
+def _import_ray_as_driver() -> Any:
+    """`import ray`, such that losing the raylet never ends this process.
+
+    A Ray process whose call to its local raylet fails exits at once (`_Exit(1)`: no traceback,
+    no shutdown) when it takes that raylet for dead: the pid in $RAY_RAYLET_PID is gone, or,
+    without one (a driver: Ray sets it in its own workers only), its parent process is pid 1.
+    A service under systemd or tini, or left by the shell that started it, has parent 1:
+    kill -9 of its host's raylet ended it within a second (Ray 2.60, tests/faults/
+    test_cluster_faults.py), where one with another parent waited and connected again. Named
+    as the raylet, this process is alive for as long as the check can run, so the failed call
+    is an error, the health check sees the dead raylet and the executor waits it out. Ray reads
+    the variable when it is imported; it leaves the environment right after, so no process
+    started later (a local cluster's raylet or workers, a trial) inherits it.
+    """
+    if RAYLET_PID_ENV in os.environ or "ray" in sys.modules:  # a Ray worker, or too late
+        import ray
+
+        return ray
+    os.environ[RAYLET_PID_ENV] = str(os.getpid())
+    try:
+        import ray
+    finally:
+        del os.environ[RAYLET_PID_ENV]
+    return ray
 
 
 def _port_open(address: str | None) -> bool:

@@ -3,26 +3,33 @@
 - the only GPU node leaves while a GPU study's trial runs: the trial is lost (the cluster's
   failure, not the config's: no retry spent, no budget), the study waits and says so, runs no
   trial without a GPU, and goes on when a GPU node joins;
-- the head's GCS or its raylet is killed (kill -9) mid-study: `/healthz` says 503 and why,
-  the running trial is lost, nothing is launched on the dead cluster, the service neither
-  exits nor ends the study, and when a new head starts at the same address (a new cluster:
-  `WrongClusterID` for a driver still connected) the service connects again and finishes.
+- the head's GCS or its raylet is killed (kill -9) mid-study under an `autotuner serve`
+  process (the cluster's driver, a process of its own, adopted by pid 1): `/healthz` says 503
+  and why, the running trial is lost, nothing is launched on the dead cluster, the service
+  neither exits nor ends the study, and when a new head starts at the same address (a new
+  cluster: `WrongClusterID` for a driver still connected) the service connects again and
+  finishes.
 
-The trials' bodies are fake measurements (tests/fakes.py `fake_ray_executor`): what runs them,
-where and with which GPUs is the real executor on a real cluster. Every test ends with the
-invariants (tests/faults/invariants.py).
+The trials' bodies are fake measurements (tests/fakes.py `fake_ray_executor`; the service
+runs it through tests/faults/fake_serve.py): what runs them, where and with which GPUs is the
+real executor on a real cluster. The GPU test drives the executor in this process; the head
+test never makes this process a Ray driver, so whatever Ray does to its driver happens to the
+service, where it would in production. Every test ends with the invariants
+(tests/faults/invariants.py).
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
-from autotuner.api.app import ServiceSettings, create_app
 from autotuner.search.space import parse_space
 from autotuner.spec import ModelSpec
 from autotuner.storage.models import Study, StudyStatus, Trial, TrialState
@@ -30,20 +37,18 @@ from autotuner.storage.session import Database
 from autotuner.storage.study_repo import StudyRepo
 from autotuner.storage.trial_repo import TrialRepo
 from autotuner.study.coordinator import StudyRunner, create_study
-from autotuner.study.scheduler import Scheduler
 from tests.fakes import FAKE_TRIAL_S_ENV, fake_ray_executor, fake_trial_marker
 from tests.faults.invariants import check_invariants
-from tests.service.conftest import KNOBS, free_port, wait_for
+from tests.service.conftest import KNOBS, REPO, Service, free_port, wait_for
 
 pytestmark = [pytest.mark.ray, pytest.mark.postgres, pytest.mark.slow]
 
-SPACE = parse_space(
-    {
-        "name": "cluster-faults",
-        "knobs": {"micro_batch_size": KNOBS["micro_batch_size"]},
-        "fixed": {"precision": "fp32", "attention": "math", "compile_mode": "none"},
-    }
-)
+SPACE_BODY: dict[str, Any] = {
+    "name": "cluster-faults",
+    "knobs": {"micro_batch_size": KNOBS["micro_batch_size"]},
+    "fixed": {"precision": "fp32", "attention": "math", "compile_mode": "none"},
+}
+SPACE = parse_space(SPACE_BODY)
 MODEL = ModelSpec.resolve({"preset": "tiny"})
 # The GCS declares a node dead after 2 missed checks 0.5 s apart (Ray's default: 5 x 3 s), so
 # a node's death reaches its tasks' owner in about a second.
@@ -149,64 +154,144 @@ def test_a_gpu_study_waits_for_its_gpus_and_its_lost_trial_costs_nothing(
     assert len([t for t in trials if t.retry_of is None]) == 3  # the re-run cost no budget
 
 
-# The raylet's kill can take the test process down with it: this process is the cluster's
-# driver, and Ray ended it abruptly in one of three fresh-clone CI runs (pytest-xdist: "worker
-# crashed", no traceback), where the GCS kill never did. Until the driver side runs in a process
-# of its own (as `serve` does), the raylet case runs only when asked.
-RAYLET_CASE = pytest.param(
-    "raylet",
-    "raylet stopped",
-    marks=pytest.mark.skipif(
-        not os.environ.get("AUTOTUNER_RAYLET_KILL_TEST"),
-        reason="kill -9 of the raylet can end this test process, the cluster's driver; "
-        "AUTOTUNER_RAYLET_KILL_TEST=1 runs it",
-    ),
-)
+class Orphan:
+    """A process this one started but is not the parent of: its parent is pid 1 (or the
+    nearest subreaper), as a service's is under systemd or tini. What `Service` uses of a
+    Popen; its exit status is its parent's to read, so `returncode` is -1 once it is gone."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def parent(self) -> int:
+        status = Path(f"/proc/{self.pid}/status").read_text()
+        return int(next(line.split()[1] for line in status.splitlines() if line[:5] == "PPid:"))
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:  # /proc/PID/stat: "pid (comm) state ..."; a zombie is gone too
+                stat = Path(f"/proc/{self.pid}/stat").read_text()
+                gone = stat.rpartition(")")[2].split()[0] == "Z"
+            except OSError:
+                gone = True
+            if gone:
+                self.returncode = -1
+        return self.returncode
+
+    def wait(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout)
+            time.sleep(0.05)
+        return -1
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
 
-@pytest.mark.parametrize(("killed", "said"), [("gcs", "GCS"), RAYLET_CASE])
+class OrphanService(Service):
+    """`serve` started through a shell that exits at once, so that pid 1 adopts it."""
+
+    def _spawn(self, cmd: list[str], env: dict[str, str], log: Any) -> Any:
+        started = subprocess.run(  # the shell says the pid on stdout, the service logs
+            ["sh", "-c", '"$@" >&2 & echo $!', "sh", *cmd],
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            start_new_session=True,
+            check=True,
+        )
+        return Orphan(int(started.stdout))
+
+
+@pytest.mark.parametrize(("killed", "said"), [("gcs", "GCS"), ("raylet", "raylet stopped")])
 def test_a_killed_head_is_reported_waited_out_and_a_restarted_head_rejoined(
-    head: Callable[[], object], pg_url: str, killed: str, said: str
+    head: Callable[[], object], pg_url: str, tmp_path: Path, killed: str, said: str
 ) -> None:
-    """kill -9 of the head's raylet failed every trial as infra and ended the study at once
-    with nothing measured; of its GCS, blocked the service and exited it 60 s later."""
+    """The service is an `autotuner serve` process of its own, the cluster's only driver, as
+    in production; the test reads only its API and the database. Its parent is pid 1, as
+    under systemd or tini: Ray's driver ends its own process (`_Exit(1)`, no traceback) when a
+    call to its raylet fails while its parent is pid 1, and it did so within a second of the
+    raylet's kill until the executor named itself as the raylet (`_import_ray_as_driver`).
+    Under another parent it lived on either way (a subreaper that adopts it makes this test
+    blind to that exit). Without the connection's health check, the raylet's kill failed
+    every trial as infra and ended the study at once with nothing measured, and the GCS's
+    blocked the service and exited it 60 s later. What must hold: the same process
+    throughout, 503 and why, the trial lost and nothing launched on the dead cluster, then the
+    study finished on the new head, its re-run at attempt 1, no trial counted twice."""
     cluster = head()
-    executor = fake_ray_executor(cluster.address)  # type: ignore[attr-defined]
+    service = OrphanService(
+        pg_url,
+        tmp_path / "service.log",
+        module="tests.faults.fake_serve",
+        executor="fake-ray",
+        ray_address=cluster.address,  # type: ignore[attr-defined]
+    )
     db = Database(pg_url)
-    study_id = create_study(db, model=MODEL, space=SPACE, max_trials=3, device_type="cpu")
-    scheduler = Scheduler(db, lambda: executor, owner="cluster-faults", poll_s=0.1, discover_s=0.2)
-    app = create_app(ServiceSettings(db_url=pg_url, coordinator=False, migrate=False))
-    with TestClient(app) as client:
-        app.state.scheduler = scheduler
-        scheduler.start()
-        try:
-            wait_for(fake_trial_marker(study_id, 0).exists, 60, "trial #0 to run")
-            assert client.get("/healthz").status_code == 200
-            node = cluster.head_node  # type: ignore[attr-defined]
-            if killed == "gcs":
-                node.kill_gcs_server()  # kill -9
-            else:
-                node.kill_raylet()
+    try:
+        service.start()
+        process = service.proc
+        assert isinstance(process, Orphan)
+        parent = process.parent()  # 1 unless a subreaper adopted it
+        client = service.client
+        body = {"model": {"preset": "tiny"}, "space": SPACE_BODY, "max_trials": 3}
+        study_id = client.post("/api/studies", json=body).json()["id"]
 
-            def unhealthy() -> bool:
-                answer = client.get("/healthz")
-                error = answer.json()["coordinator"]["last_error"] or ""
-                return answer.status_code == 503 and said in error
+        def alive() -> None:
+            assert process.poll() is None, (
+                f"serve (parent pid {parent}) exited after the {killed} was killed:\n"
+                f"{service.log(20)}"
+            )
 
-            wait_for(unhealthy, 20, "healthz to say 503 and why")
-            wait_for(lambda: _trials(db, study_id)[0].state == TrialState.LOST, 30, "#0 to be lost")
-            trials = _trials(db, study_id)
-            assert _study(db, study_id).status == StudyStatus.RUNNING
-            assert [t.state for t in trials] == [TrialState.LOST], "launched on a dead cluster"
-            # The operator restarts Ray: a new cluster at the same address.
-            node.kill_all_processes(check_alive=False, allow_graceful=False, wait=True)
-            cluster.head_node = None  # type: ignore[attr-defined]
-            head()
-            wait_for(lambda: client.get("/healthz").status_code == 200, 90, "healthz to recover")
-            wait_for(lambda: _study(db, study_id).status == StudyStatus.COMPLETED, 120, "the study")
-        finally:
-            scheduler.stop()
-    trials = _trials(db, study_id)
-    rerun = next(t for t in trials if t.retry_of == 0)
-    assert (rerun.attempt, rerun.state) == (1, TrialState.COMPLETE)
+        def get(path: str) -> Any:  # the service's answer, once it is known to be alive
+            alive()
+            return client.get(path)
+
+        def study() -> dict[str, Any]:
+            return get(f"/api/studies/{study_id}").json()
+
+        def trials() -> list[dict[str, Any]]:
+            return get(f"/api/studies/{study_id}/trials").json()
+
+        wait_for(fake_trial_marker(study_id, 0).exists, 60, "trial #0 to run")
+        assert client.get("/healthz").status_code == 200
+        node = cluster.head_node  # type: ignore[attr-defined]
+        if killed == "gcs":
+            node.kill_gcs_server()  # kill -9
+        else:
+            node.kill_raylet()
+
+        def unhealthy() -> bool:
+            answer = get("/healthz")
+            error = answer.json()["coordinator"]["last_error"] or ""
+            return answer.status_code == 503 and said in error
+
+        wait_for(unhealthy, 20, "healthz to say 503 and why")
+        wait_for(lambda: trials()[0]["state"] == "lost", 30, "#0 to be lost")
+        wait_for(lambda: said in (study()["waiting"] or ""), 20, "the study to say it waits")
+        assert study()["status"] == "running"
+        assert [t["state"] for t in trials()] == ["lost"], "launched on a dead cluster"
+        alive()
+        # The operator restarts Ray: a new cluster at the same address.
+        node.kill_all_processes(check_alive=False, allow_graceful=False, wait=True)
+        cluster.head_node = None  # type: ignore[attr-defined]
+        head()
+        wait_for(lambda: get("/healthz").status_code == 200, 90, "healthz to recover")
+        wait_for(lambda: study()["status"] == "completed", 120, "the study")
+        alive()  # the same process throughout, never restarted
+        finished, measured = study(), trials()
+    finally:
+        service.stop()
+    assert finished["waiting"] is None and _study(db, study_id).paused_s > 0
+    rerun = next(t for t in measured if t["retry_of"] == 0)
+    assert (rerun["attempt"], rerun["state"]) == (1, "complete")
+    assert [t["state"] for t in measured].count("complete") == 3
+    assert len([t for t in measured if t["retry_of"] is None]) == 3  # the re-run cost nothing
     check_invariants(db, study_id, max_trials=3)

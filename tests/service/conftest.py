@@ -93,6 +93,8 @@ class Service:
     token: str | None = TOKEN
     env: dict[str, str] = field(default_factory=dict)
     args: list[str] = field(default_factory=list)
+    # What runs `serve`: the CLI, or a test entry point that wraps it (tests/faults/fake_serve.py)
+    module: str = "autotuner.cli"
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -116,7 +118,7 @@ class Service:
         cmd = [
             sys.executable,
             "-m",
-            "autotuner.cli",
+            self.module,
             "serve",
             "--port",
             str(self.port),
@@ -135,9 +137,7 @@ class Service:
         log = open(self.log_path, "ab")  # noqa: SIM115 (the child keeps it)
         log.write(f"\n=== start {' '.join(cmd)}\n".encode())
         log.flush()
-        self.proc = subprocess.Popen(
-            cmd, cwd=REPO, env=env, stdout=log, stderr=log, start_new_session=True
-        )
+        self.proc = self._spawn(cmd, env, log)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -150,6 +150,12 @@ class Service:
                 pass
             time.sleep(0.2)
         raise RuntimeError(f"the service did not come up in {timeout_s:.0f} s:\n{self.log()}")
+
+    def _spawn(self, cmd: list[str], env: dict[str, str], log: Any) -> subprocess.Popen[bytes]:
+        """Start the process (a child of this one)."""
+        return subprocess.Popen(
+            cmd, cwd=REPO, env=env, stdout=log, stderr=log, start_new_session=True
+        )
 
     def kill9(self) -> None:
         """SIGKILL the service process: no shutdown code runs."""
