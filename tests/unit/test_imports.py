@@ -128,7 +128,6 @@ QUERY_RUNNERS = {"execute", "scalars", "scalar"}
 # Modules that still hold queries: another change is rewriting them now, and they move into
 # storage/ repositories after it. A new module may not join this list.
 QUERIES_TO_MOVE = {
-    "autotuner.study.ending",
     "autotuner.study.trial_list",
     "autotuner.study.trial_reads",
 }
