@@ -32,9 +32,11 @@ def only_rows(results: dict[str, Any]) -> str:
             "| read | p50 ms | p95 ms | p99 ms | target | bytes (gzip) | met |",
             "| --- | ---: | ---: | ---: | --- | ---: | --- |",
         ]
-        for name, r in run["http"].items():
+        for name, r in run.get("http", {}).items():
             extra = f"{r['bytes']:,} ({r['bytes_gzip']:,})"
             lines.append(_row(name, r, TARGETS_MS[r["kind"]], extra))
+        if "coordinator" in run:
+            lines += _end_rows(run["coordinator"])
         lines.append("")
     return "\n".join(lines)
 
@@ -93,17 +95,18 @@ def run_table(run: dict[str, Any]) -> list[str]:
             f"| for reference: the recommendation from every trial, stored (once) | "
             f"{c['full_recomputation_ms']} | | | | | |"
         )
+    return lines + _end_rows(c)
+
+
+def _end_rows(c: dict[str, Any]) -> list[str]:
     end = c["end_of_study_ms"]
-    lines.append(
+    return [
         f"| coordinator: end of study (read, recommend, knob report, the policy's evidence, "
         f"store) | {end} | | | < {TARGETS_MS['end']:,.0f} | CPU {c['end_of_study_cpu_ms']} ms "
-        f"| {_met(end, TARGETS_MS['end'])} |"
-    )
-    lines.append(
+        f"| {_met(end, TARGETS_MS['end'])} |",
         f"| of which the evidence (policy.report: the models replayed) | "
-        f"{c['end_of_study_evidence_ms']} | | | | | |"
-    )
-    return lines
+        f"{c['end_of_study_evidence_ms']} | | | | | |",
+    ]
 
 
 def report(results: dict[str, Any]) -> str:
