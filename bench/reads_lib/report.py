@@ -106,6 +106,15 @@ def _end_rows(c: dict[str, Any]) -> list[str]:
         f"| {_met(end, TARGETS_MS['end'])} |",
         f"| of which the evidence (policy.report: the models replayed) | "
         f"{c['end_of_study_evidence_ms']} | | | | | |",
+        *(
+            [
+                f"| before it, during the study: the evidence's replay fed the ended trials "
+                f"({c['evidence_catch_up_feeds']} feeds of up to 500, as a coordinator taking "
+                f"over the whole study would) | {c['evidence_catch_up_ms']} | | | | | |"
+            ]
+            if "evidence_catch_up_ms" in c
+            else []
+        ),
     ]
 
 
