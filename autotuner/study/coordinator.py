@@ -111,7 +111,7 @@ class StudyRunner:
             on_event=self.on_event,
         )
         self.trials = TrialBook(db, study_id, executor, self.on_event, owner=self.owner)
-        # The end of the study's evidence, replayed as trials end (study/end_kept.py).
+        # What the end of the study reads and replays, kept up as trials end (study/end_kept.py).
         self.end_kept = KeptForEnd(db, study_id)
         # Why it launches nothing now (the cluster down, its GPUs gone), and for how long.
         self.pause = Pause(self._store_waiting)

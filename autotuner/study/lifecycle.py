@@ -227,8 +227,8 @@ class StudyLease:
         (`live.end_of_study_rows`), and the recommendation computed there (the winner's JSON
         is read on demand). `kept`: what the coordinator kept as the trials ended
         (study/end_kept.py), its rows and keys, and the live recommendation where it follows
-        from what that keeps; the rest is read. Its evidence (the knob report, the models' replay:
-        seconds for a big study) is computed with no transaction open; the write is one short
+        from what that keeps; the rest is read. Its evidence (the knob report, the models'
+        replay) is computed with no transaction open; the write is one short
         transaction, fenced by the lease. All of it with the cyclic garbage collector paused
         (study/gc_pause.py)."""
         with gc_paused():
