@@ -9,13 +9,14 @@ read a second. An ended trial's row does not change where the end reads it (its 
 may, which nothing there reads), and the replay of a trial reads only those before it. So the
 coordinator, after each trial it records, reads the trials that ended since (a range of trial
 numbers, up to the first one running), feeds them to its replay (search/evidence_replay.py)
-and keeps their rows, with the keys of the measured configs among them; the end reads the
-trials from there on and feeds those.
+and keeps their rows, with the measured configs among them (keyed and grouped, those that fit
+at the policy's options); the end reads the trials from there on and feeds those.
 
 The recommendation at the end is the live one (study/live_increment.py) where that follows
-from what it keeps, and the knob report ranks the configs from the keys kept: no trial is keyed
-twice. The rows are the ones a read of every trial gives, and the recommendation, its knob
-report and its evidence the full computation's, key for key (tests/coordinator/test_end_kept.py).
+from what it keeps, and the knob report ranks the configs kept: no trial is keyed, judged for
+memory or grouped twice. The rows are the ones a read of every trial gives, and the
+recommendation, its knob report and its evidence the full computation's, key for key
+(tests/coordinator/test_end_kept.py).
 
 Each feed reads at most CATCH_UP trials: a coordinator that takes over a long study catches up
 over its next trials rather than at once; what it has not caught up by the end is read and
@@ -41,6 +42,7 @@ from autotuner.study.measurements import (
     ConfigMeasurements,
     keyed_candidates,
     over_memory,
+    rank_configs,
     rank_groups,
 )
 from autotuner.study.recommend import recommend_ranked
@@ -61,17 +63,23 @@ class KeptForEnd:
         self.replay: Replay | None = None
         self.rows: list[Trial] = []  # every trial numbered below replay.next, by number
         self.keyed: Keyed = []  # of those, keyed_candidates(stopped_early_too=True)
+        # Of those, the ones not over_memory at the policy's options, grouped by config in the
+        # order of each config's first trial (as rank_groups groups them).
+        self.fitting: dict[str, ConfigMeasurements] = {}
 
     def catch_up(self, policy: SearchPolicy, limit: int = CATCH_UP) -> int:
         """Read and replay the trials that ended since the last feed (at most `limit`, in
         number order, up to the first one running); how many were read."""
         if self.policy is not policy or self.replay is None:
-            self.policy, self.replay, self.rows, self.keyed = policy, policy.replay(), [], []
+            self._let_go()
+            self.policy, self.replay = policy, policy.replay()
         with self.db.read() as s:
             rows = trial_rows.ended_rows(s, self.study_id, self.replay.next, limit)
         with gc_paused():
             self.replay.feed(rows)
-            self.keyed += keyed_candidates(rows, stopped_early_too=True)
+            keyed = keyed_candidates(rows, stopped_early_too=True)
+            _group(self.fitting, keyed, policy.options)
+        self.keyed += keyed
         self.rows += rows
         return len(rows)
 
@@ -93,16 +101,35 @@ class KeptForEnd:
         rest = self._rest(s)
         trials = [*self.rows, *rest]
         stored = live.current(s, self.study_id, options)
-        if stored is None or self.replay is None:
+        if stored is None or self.policy is None:
             return (trials, *recommend_ranked(trials, objective, options=options))
         # recommend_ranked's configs: every measured one (stopped early too) that fits.
-        keyed = [*self.keyed, *keyed_candidates(rest, stopped_early_too=True)]
-        ranked = rank_groups([(key, t) for key, t in keyed if not over_memory(t, options)])
+        keyed = keyed_candidates(rest, stopped_early_too=True)
+        if options == self.policy.options:
+            fitting = dict(self.fitting)  # kept as it is, should the end be computed again
+            _group(fitting, keyed, options)
+            ranked = rank_configs(fitting.values())
+        else:
+            both = [*self.keyed, *keyed]
+            ranked = rank_groups([(key, t) for key, t in both if not over_memory(t, options)])
         return trials, Recommendation.model_validate(stored), ranked
 
     def report(self, policy: SearchPolicy, trials: list[Trial]) -> dict[str, Any]:
         """The policy's evidence over `trials` (every trial of the study, as it ends): the
         replay fed so far, given the rest. Once: what was kept is let go."""
         replay = self.replay if self.policy is policy else None
-        self.policy, self.replay, self.rows, self.keyed = None, None, [], []
+        self._let_go()
         return policy.report(trials, replay)
+
+    def _let_go(self) -> None:
+        self.policy, self.replay, self.rows, self.keyed, self.fitting = None, None, [], [], {}
+
+
+def _group(groups: dict[str, ConfigMeasurements], keyed: Keyed, options: StudyOptions) -> None:
+    """Add the keyed trials that fit at `options` to their configs in `groups` (in order, a
+    config's new trial in a new ConfigMeasurements: the old one's cached median is of fewer)."""
+    for key, t in keyed:
+        if over_memory(t, options):
+            continue
+        old = groups.get(key)
+        groups[key] = ConfigMeasurements(key, [*old.trials, t] if old is not None else [t])

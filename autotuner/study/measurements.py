@@ -134,7 +134,13 @@ def rank_groups(keyed: Sequence[tuple[str, Trial]]) -> list[ConfigMeasurements]:
     groups: dict[str, ConfigMeasurements] = {}
     for key, t in keyed:
         groups.setdefault(key, ConfigMeasurements(key)).trials.append(t)
-    ranked = sorted(groups.values(), key=lambda g: g.median, reverse=True)
+    return rank_configs(groups.values())
+
+
+def rank_configs(groups: Iterable[ConfigMeasurements]) -> list[ConfigMeasurements]:
+    """The configs best pooled median first (a stable sort: among equals, in the order
+    given, which rank_groups gives as each config's first trial)."""
+    ranked = sorted(groups, key=lambda g: g.median, reverse=True)
     # Re-measured candidates were the search's top ones; a single unrepeated measurement must
     # not beat them on luck alone, so they rank first.
     if any(g.remeasured for g in ranked):

@@ -21,6 +21,7 @@ from autotuner.storage.trial_repo import TrialRepo
 from autotuner.storage.trial_rows import end_of_study_rows
 from autotuner.study.end_kept import KeptForEnd
 from autotuner.study.lifecycle import StudyLease
+from autotuner.study.measurements import over_memory, stopped_early
 from autotuner.study.recommend import knob_importance, recommend_ranked
 from bench.reads_lib.seed import TrialWriter, _propose, _result, seed_study
 from bench.reads_lib.service import _policy
@@ -61,7 +62,11 @@ def test_the_kept_end_of_a_study_is_the_full_computation(pg_url: str, live: bool
     for feed in range(40):
         kept.catch_up(policy, limit=rng.randint(1, 40))
         for _ in range(rng.randint(0, 4)):
-            writer.finish_one()
+            kind = rng.choice(["plain", "plain", "tight", "stopped"])
+            if kind == "plain":
+                writer.finish_one()
+            else:  # kept out of the ranking (less memory free than the headroom), or stopped
+                _finish(db, study_id, writer, _start_one(db, study_id, writer, lease.owner), kind)
             if live:
                 lease.store_live_best(Objective.TOKENS_PER_S, OPTIONS)
         if feed == 10:  # a trial runs across the next feeds: none passes it until it ends
@@ -70,7 +75,7 @@ def test_the_kept_end_of_a_study_is_the_full_computation(pg_url: str, live: bool
             while kept.catch_up(policy, limit=rng.randint(1, 40)):
                 pass
             assert kept.replay is not None and kept.replay.next == held
-            _finish(db, study_id, writer, held, lease.owner)
+            _finish(db, study_id, writer, held)
     assert kept.replay is not None and kept.replay.next > held > EXACT_REPLAY * 2
     writer.finish_one()  # ended after the last feed: read and replayed at the end
     if live:  # as the coordinator stores it after each trial
@@ -78,6 +83,9 @@ def test_the_kept_end_of_a_study_is_the_full_computation(pg_url: str, live: bool
     with db.read() as s:
         taken = lease.live.current(s, study_id, OPTIONS)
     assert (taken is not None) == live
+    assert policy.options == OPTIONS and kept.fitting  # the configs kept are the ones ranked
+    kept_out = [t for _, t in kept.keyed if over_memory(t, OPTIONS)]
+    assert kept_out and any(stopped_early(t) for _, t in kept.keyed)
 
     with db.read() as s:
         assert _plain(kept.end_rows(s)) == _plain(end_of_study_rows(s, study_id))
@@ -125,7 +133,9 @@ def _start_one(db: Database, study_id: str, writer: TrialWriter, owner: str) -> 
         )
 
 
-def _finish(db: Database, study_id: str, writer: TrialWriter, number: int, owner: str) -> None:
+def _finish(
+    db: Database, study_id: str, writer: TrialWriter, number: int, kind: str = "plain"
+) -> None:
     with db.session() as s:
         repo = TrialRepo(s)
         row = repo.get(study_id, number)
@@ -133,12 +143,16 @@ def _finish(db: Database, study_id: str, writer: TrialWriter, number: int, owner
         config = TrialConfig.model_validate(row.config)
         result = _result(row.params, config, writer.rng)
         ok = result.tokens_per_s is not None
+        if ok and kind == "tight":
+            result = result.model_copy(update={"peak_mem_gib": 128.0, "peak_reserved_gib": 131.0})
+        elif ok and kind == "stopped":
+            result = result.model_copy(update={"stopped_early": True})
         repo.finish(
             row,
             TrialState.COMPLETE if ok else TrialState.INFEASIBLE,
             result=result,
             objective_value=result.tokens_per_s,
-            owner=owner,
+            owner=writer.owner,
         )
 
 
