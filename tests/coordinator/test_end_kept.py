@@ -24,7 +24,7 @@ from autotuner.study.lifecycle import StudyLease
 from autotuner.study.measurements import over_memory, stopped_early
 from autotuner.study.recommend import knob_importance, recommend_ranked
 from bench.reads_lib.seed import TrialWriter, _propose, _result, seed_study
-from bench.reads_lib.service import _policy
+from bench.reads_lib.service import _policy, _quiet
 
 OPTIONS = StudyOptions()
 
@@ -53,7 +53,7 @@ def test_the_kept_end_of_a_study_is_the_full_computation(pg_url: str, live: bool
     # 700 trials (measured, re-measured, out of memory, timed out, pruned) and 2 running,
     # which the lease marks lost: enough for refits past EXACT_REPLAY while it is fed.
     study_id = seed_study(db, trials=700, name="kept", rng=rng, running=2)
-    lease = StudyLease(db, study_id, "test", ttl_s=600, heartbeat_interval_s=5, on_event=print)
+    lease = StudyLease(db, study_id, "test", ttl_s=600, heartbeat_interval_s=5, on_event=_quiet)
     lease.take()
     policy = _policy(db, study_id)
     kept = KeptForEnd(db, study_id)
