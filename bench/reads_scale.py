@@ -22,7 +22,8 @@ Writes bench/results/reads_scale_cpu.{json,md}; each database is dropped at the 
     python bench/reads_scale.py --trials 10000,50000 [--pg URL] [--repeats 100]
 
 `--only rejudge` (or another read kind) seeds the big study, measures only those HTTP reads and
-prints their rows (with `--small 0`: no small studies), writing nothing.
+prints their rows (with `--small 0`: no small studies), writing nothing; `--only end`: only the
+end of the study (the coordinator's step, no service).
 """
 
 from __future__ import annotations
@@ -88,6 +89,9 @@ def run_one(args: argparse.Namespace, trials: int) -> dict[str, Any]:
         seeded = seed(url, trials, rng, args.small)
         seeded["vacuum_analyze_s"] = vacuum_analyze(url)
         big = seeded["big"]
+        if args.only == "end":  # the coordinator's step alone: no service
+            print(f"[{trials}] the end of the study ...", flush=True)
+            return {"trials": trials, "seed": seeded, "coordinator": measure_end_of_study(url, big)}
         with running_service(url) as base:
             print(f"[{trials}] reads over HTTP ...", flush=True)
             http = measure_http(base, big, args.repeats, rng, only=args.only)
@@ -131,8 +135,9 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the databases (URLs printed)")
     parser.add_argument(
         "--only",
-        choices=sorted(set(READ_KINDS.values())),
-        help="only the HTTP reads of this kind (rejudge: best?headroom=), printed, nothing written",
+        choices=sorted({*READ_KINDS.values(), "end"}),
+        help="only the HTTP reads of this kind (rejudge: best?headroom=), or the end of the "
+        "study (end), printed, nothing written",
     )
     args = parser.parse_args()
 

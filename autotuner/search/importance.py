@@ -62,16 +62,13 @@ def knob_report(
     """
     if not configs:
         return []
-    knobs = sorted({k for params, _ in configs for k in params})
     best = max(v for _, v in configs)
     rows = []
+    by_knob = _levels(configs)
+    knobs = sorted(by_knob)
     moved_with = _moved_with(configs, knobs)
     for knob in knobs:
-        levels: dict[str, float] = {}
-        for params, value in configs:
-            if knob in params:
-                level = str(params[knob])
-                levels[level] = max(levels.get(level, 0.0), value)
+        levels = by_knob[knob]
         row: dict[str, Any] = {
             "knob": knob,
             "levels": {k: round(v, 6) for k, v in sorted(levels.items(), key=lambda kv: -kv[1])},
@@ -119,6 +116,21 @@ def knob_report(
     _importance(rows, noise_rel)
     rows.sort(key=lambda r: (ORDER[r["verdict"]], -(r["effect_rel"] or 0.0)))
     return rows
+
+
+def _levels(configs: Sequence[tuple[dict[str, Any], float]]) -> dict[str, dict[str, float]]:
+    """Each knob's best value per level (its value as text), the levels in the order the
+    configs first show them. One pass over the configs, not one per knob (50,000 configs of
+    ten knobs at the end of a study)."""
+    out: dict[str, dict[str, float]] = {}
+    for params, value in configs:
+        for knob, raw in params.items():
+            levels = out.get(knob)
+            if levels is None:
+                levels = out[knob] = {}
+            level = str(raw)
+            levels[level] = max(levels.get(level, 0.0), value)
+    return out
 
 
 def _importance(rows: list[dict[str, Any]], noise_rel: float) -> None:

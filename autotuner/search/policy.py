@@ -38,6 +38,7 @@ from autotuner.search.end_time import (
     TimeLeft,
     TrialWalls,
 )
+from autotuner.search.evidence_replay import Replay
 from autotuner.search.feedback import Feedback
 from autotuner.search.micro_batch_up import MicroBatchUp, leaders
 from autotuner.search.numerics import (
@@ -452,8 +453,9 @@ class SearchPolicy:
         notes = [n for n in (plan.late_note, plan.remeasure_note, plan.checks_note) if n]
         return "; ".join([reason, *notes])
 
-    def report(self, trials: list[Trial]) -> dict[str, Any]:
-        """Evidence for the recommendation: cost-model accuracy, learned rules, pruning counts."""
+    def report(self, trials: list[Trial], replay: Replay | None = None) -> dict[str, Any]:
+        """Evidence for the recommendation: cost-model accuracy, learned rules, pruning counts.
+        `replay`: this policy's `replay()`, fed the study's first trials as they ended."""
         return evidence.report(
             trials,
             model=self.model,
@@ -461,6 +463,13 @@ class SearchPolicy:
             cost=self.cost,
             throughput=self.throughput,
             learned=self.learned,
+            replay=replay,
+        )
+
+    def replay(self) -> Replay:
+        """The models' replay for `report`, to be fed the study's trials as they end."""
+        return Replay(
+            model=self.model, knobs=self.knobs, cost=self.cost, throughput=self.throughput
         )
 
 

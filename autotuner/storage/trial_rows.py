@@ -151,14 +151,37 @@ def recommendation_rows(session: Session, study_id: str) -> list[Trial]:
     return as_trials(rows)
 
 
-def end_of_study_rows(session: Session, study_id: str) -> list[Trial]:
-    """Every trial of the study, for the final recommendation and its evidence: the JSON of
-    the end checks (the checks read it) and of the out-of-memory trials (the cost model's lower
-    bound is only there; search/evidence.py) read with them, so the evidence is computed once
-    the transaction is over. Two statements."""
+def end_of_study_rows(session: Session, study_id: str, *, low: int = 0) -> list[Trial]:
+    """Every trial of the study (numbered `low` or above), for the final recommendation and
+    its evidence: the JSON of the end checks (the checks read it) and of the out-of-memory
+    trials (the cost model's lower bound is only there; search/evidence_replay.py) read with
+    them, so the evidence is computed once the transaction is over. Two statements."""
+    query = select(*_SELECTED).where(Trial.study_id == study_id)
+    if low:
+        query = query.where(Trial.number >= low)
+    rows = read(session, query.order_by(Trial.number))
+    _load_evidence_json(rows)
+    return as_trials(rows)
+
+
+def ended_rows(session: Session, study_id: str, low: int, limit: int) -> list[Trial]:
+    """The trials numbered `low` or above that have ended, up to the first one still running,
+    at most `limit` of them, by number, with the JSON the evidence reads (as
+    `end_of_study_rows`): what the evidence's replay is fed as a study goes on
+    (study/end_kept.py). A range of the (study, number) index; three statements."""
+    high = unfinished_from(session, study_id)
     rows = read(
-        session, select(*_SELECTED).where(Trial.study_id == study_id).order_by(Trial.number)
+        session,
+        select(*_SELECTED)
+        .where(Trial.study_id == study_id, Trial.number >= low, Trial.number < high)
+        .order_by(Trial.number)
+        .limit(limit),
     )
+    _load_evidence_json(rows)
+    return as_trials(rows)
+
+
+def _load_evidence_json(rows: list[TrialRow]) -> None:
     oom = FailureClass.OOM.value
     load_json(
         [
@@ -167,7 +190,6 @@ def end_of_study_rows(session: Session, study_id: str) -> list[Trial]:
             if t.purpose in END_CHECKS or (t.error_class == oom and t.state != TrialState.PRUNED)
         ]
     )
-    return as_trials(rows)
 
 
 def rows_from(session: Session, study_id: str, low: int) -> list[Trial]:

@@ -37,6 +37,7 @@ from autotuner.storage.session import Database
 from autotuner.study import endgame, ending, finish, proposals, restore
 from autotuner.study.budget import Budget
 from autotuner.study.create import create_study
+from autotuner.study.end_kept import KeptForEnd
 from autotuner.study.events import Event, OnEvent
 from autotuner.study.lifecycle import StudyLease, default_owner
 from autotuner.study.lost import rerun_allowed
@@ -110,6 +111,8 @@ class StudyRunner:
             on_event=self.on_event,
         )
         self.trials = TrialBook(db, study_id, executor, self.on_event, owner=self.owner)
+        # What the end of the study reads and replays, kept up as trials end (study/end_kept.py).
+        self.end_kept = KeptForEnd(db, study_id)
         # Why it launches nothing now (the cluster down, its GPUs gone), and for how long.
         self.pause = Pause(self._store_waiting)
         self.device_type: str | None = None  # what its trials run on: cuda or cpu
@@ -466,6 +469,7 @@ class StudyRunner:
         if out.state == TrialState.COMPLETE or flight.purpose in END_CHECKS:
             # Only these can change the recommendation; readers get it from the study row.
             self.lease.store_live_best(self.objective, self.options)
+        self.end_kept.catch_up(self.policy)
 
     # ------------------------------------------------------------------ budget and the end
 

@@ -15,13 +15,11 @@ Two cases, both ending the study `failed` with that line as its `error_message` 
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from autotuner.purpose import END_CHECKS
 from autotuner.search.space import IntRange, SearchSpace
 from autotuner.spec import FailureClass, TrialResult, TrialStatus
-from autotuner.storage.models import Trial, TrialState
+from autotuner.storage.outcome_reads import OutcomeReads
 
 
 def searched(space: SearchSpace) -> set[str]:
@@ -66,30 +64,16 @@ def nothing_measured(s: Session, study_id: str) -> str | None:
     measured a throughput. The reason is the most frequent failure class among the trials that
     ran (else among those pruned), counted, in the words of its first trial: messages differ
     in their numbers from config to config (a predicted OOM's GiB), their class does not."""
-    measured = s.scalar(
-        select(func.count())
-        .select_from(Trial)
-        .where(Trial.study_id == study_id, Trial.state == TrialState.COMPLETE.value)
-        .where(Trial.purpose.not_in(END_CHECKS))
-    )
-    if measured:
+    reads = OutcomeReads(s)
+    if reads.measured_count(study_id):
         return None
-    pruned = Trial.state == TrialState.PRUNED.value
-    groups = s.execute(
-        select(pruned, Trial.error_class, func.count(), func.min(Trial.number))
-        .where(Trial.study_id == study_id, Trial.retry_of.is_(None))
-        .group_by(pruned, Trial.error_class)
-        # What ran first: a pruned proposal repeats what a trial that ran taught the screen.
-        .order_by(pruned, func.count().desc(), func.min(Trial.number))
-    ).all()
+    groups = reads.failure_groups(study_id)
     if not groups:
         return "nothing was measured: no trial ran (the space has no config to run)"
     not_run = sum(count for was_pruned, _, count, _ in groups if was_pruned)
     ran = sum(count for was_pruned, _, count, _ in groups if not was_pruned)
     was_pruned, error_class, count, first = groups[0]
-    message = s.scalar(
-        select(Trial.error_message).where(Trial.study_id == study_id, Trial.number == first)
-    )
+    message = reads.error_message(study_id, first)
     if ran:
         what = f"{ran} trial{'s' if ran != 1 else ''} failed"
         if not_run:

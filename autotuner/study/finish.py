@@ -19,6 +19,7 @@ from autotuner.storage.models import StudyStatus, Trial
 from autotuner.storage.session import Database
 from autotuner.study import ending
 from autotuner.study.budget import Budget
+from autotuner.study.end_kept import KeptForEnd
 from autotuner.study.events import Event
 from autotuner.study.lifecycle import StudyLease
 from autotuner.types import Params
@@ -33,6 +34,7 @@ class Runner(Protocol):
     study_id: str
     lease: StudyLease
     policy: SearchPolicy
+    end_kept: KeptForEnd
     budget: Budget
     objective: Objective
     options: StudyOptions
@@ -80,13 +82,15 @@ def finish(runner: Runner, status: StudyStatus) -> None:
         objective=runner.objective,
         options=runner.options,
         evidence=functools.partial(_evidence, runner),
+        kept=runner.end_kept,
     )
     runner.done = True
     runner.on_event(Event("done", state=status))
 
 
 def _evidence(runner: Runner, trials: list[Trial]) -> dict[str, Any]:
-    evidence = runner.policy.report(trials)
+    # The replay kept up with the study's ended trials replays only the rest here.
+    evidence = runner.end_kept.report(runner.policy, trials)
     evidence["stopped"] = runner.policy.stop_reason(budget_spent(runner))
     time = runner.budget.time_left()
     if time is not None and time.elapsed_s > time.budget_s + OVERRUN_SAID_S:

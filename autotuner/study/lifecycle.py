@@ -15,13 +15,14 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotuner.options import StudyOptions
 from autotuner.search.objective import Objective
 from autotuner.search.space import SearchSpace
 from autotuner.spec import ModelSpec
 from autotuner.status import ENDED_STATUSES
+from autotuner.storage import trial_rows
 from autotuner.storage.common import LeaseLost
 from autotuner.storage.models import Study, StudyStatus, Trial, TrialState
 from autotuner.storage.session import Database
@@ -33,6 +34,9 @@ from autotuner.study.live import end_of_study_rows
 from autotuner.study.live_increment import LiveBest
 from autotuner.study.lost import charge_crash_loops
 from autotuner.study.recommend import knob_importance, recommend_ranked
+
+if TYPE_CHECKING:  # end_kept imports the search policy, which the CLI's reads do not need
+    from autotuner.study.end_kept import KeptForEnd
 
 
 def default_owner() -> str:
@@ -214,20 +218,27 @@ class StudyLease:
         objective: Objective,
         options: StudyOptions,
         evidence: Callable[[list[Trial]], dict[str, Any]],
+        kept: KeptForEnd | None = None,
     ) -> None:
         """Store the recommendation (with `evidence(trials)`), set `status` (a cancel stays a
         cancel) and release the lease.
 
         The trials are read in one read-only transaction, their JSON only where it is needed
         (`live.end_of_study_rows`), and the recommendation computed there (the winner's JSON
-        is read on demand); its evidence (the knob report, the models' replay:
-        seconds for a big study) is computed with no transaction open; the write is one short
+        is read on demand). `kept`: what the coordinator kept as the trials ended
+        (study/end_kept.py), its rows and keys, and the live recommendation where it follows
+        from what that keeps; the rest is read. Its evidence (the knob report, the models'
+        replay) is computed with no transaction open; the write is one short
         transaction, fenced by the lease. All of it with the cyclic garbage collector paused
         (study/gc_pause.py)."""
         with gc_paused():
-            with self.db.read() as s:
-                trials = end_of_study_rows(s, self.study_id)
-                rec, ranked = recommend_ranked(trials, objective, options=options)
+            # Kept rows read what they lack (the winner's JSON) through this read.
+            with self.db.read() as s, trial_rows.reading_in(s):
+                if kept is None:
+                    trials = end_of_study_rows(s, self.study_id)
+                    rec, ranked = recommend_ranked(trials, objective, options=options)
+                else:
+                    trials, rec, ranked = kept.recommend(s, self.live, objective, options)
             if rec is not None:
                 importance = knob_importance(ranked, rec.noise_rel)
                 # A check still to come, as the study ends, never runs.

@@ -31,6 +31,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from autotuner.options import StudyOptions
 from autotuner.purpose import END_CHECKS, Purpose
 from autotuner.search import headroom_check, numerics
@@ -292,14 +294,31 @@ class LiveBest:
         """The next `store` reads every trial (something changed that no trial says)."""
         self.known = None
 
+    def current(self, s: Session, study_id: str, options: StudyOptions) -> dict[str, Any] | None:
+        """The recommendation as the trials stand in `s`'s read, where it follows from what is
+        kept (a copy; nothing stored); None where it must be computed from every trial (the
+        end of a study: lifecycle.StudyLease.finish)."""
+        known = self.known
+        if known is None or known.options != options:
+            return None
+        rec = self._fold(s, known, study_id, options)
+        return None if rec is None else copy.deepcopy(rec)
+
     def _incremental(self, study_id: str, options: StudyOptions) -> dict[str, Any] | None:
         known = self.known
         if known is None or known.options != options:
             return None
         with self.db.read() as s:
-            # The bound first: a trial that finishes between the two reads is read next time.
-            low = trial_rows.unfinished_from(s, study_id)
-            rows = trial_rows.rows_from(s, study_id, known.low)
+            return self._fold(s, known, study_id, options)
+
+    def _fold(
+        self, s: Session, known: Known, study_id: str, options: StudyOptions
+    ) -> dict[str, Any] | None:
+        """Fold the trials that ended since the last read into `known`; its recommendation,
+        or None (and nothing kept) where one needs the full computation."""
+        # The bound first: a trial that finishes between the two reads is read next time.
+        low = trial_rows.unfinished_from(s, study_id)
+        rows = trial_rows.rows_from(s, study_id, known.low)
         trial: Trial
         for trial in rows:
             if trial.number in known.seen:

@@ -53,20 +53,33 @@ def _full_ms(db: Database, big: str) -> float:
 
 def measure_end_of_study(url: str, big: str) -> dict[str, Any]:
     """The end of the study (its trials read, the recommendation computed, then with no
-    transaction open the knob report and the policy's evidence, the cost and throughput
-    models replayed over every measured trial; then stored), as `finish.finish` runs it."""
+    transaction open the knob report and the policy's evidence; then stored), as
+    `finish.finish` runs it. The evidence's replay is kept up with the ended trials first, as
+    the coordinator keeps it after each trial it records (study/end_kept.py): the time a
+    coordinator taking over the whole study would spend on it, feed by feed, is reported
+    apart (`evidence_catch_up_ms`)."""
     from autotuner.storage.models import StudyStatus
+    from autotuner.study.end_kept import CATCH_UP, KeptForEnd
     from autotuner.study.lifecycle import StudyLease
 
     db = Database(url)
     lease = StudyLease(db, big, OWNER, ttl_s=600, heartbeat_interval_s=5, on_event=_quiet)
     lease.take()
+    # As the coordinator keeps them up as trials end: the live recommendation (stored at the
+    # study's start and after each finished trial) and what the end reads (below).
+    lease.store_live_best(Objective.TOKENS_PER_S, StudyOptions())
     policy = _policy(db, big)
+    kept = KeptForEnd(db, big)
+    started = time.perf_counter()
+    feeds = 0
+    while kept.catch_up(policy, CATCH_UP):
+        feeds += 1
+    catch_up_ms = (time.perf_counter() - started) * 1000
     evidence_ms: list[float] = []
 
     def evidence(trials: list[Any]) -> dict[str, Any]:
         started = time.perf_counter()
-        out: dict[str, Any] = policy.report(trials)
+        out: dict[str, Any] = kept.report(policy, trials)
         evidence_ms.append((time.perf_counter() - started) * 1000)
         return out
 
@@ -76,9 +89,12 @@ def measure_end_of_study(url: str, big: str) -> dict[str, Any]:
         objective=Objective.TOKENS_PER_S,
         options=StudyOptions(),
         evidence=evidence,
+        kept=kept,
     )
     return {
         "end_of_study_ms": round((time.perf_counter() - started) * 1000, 1),
         "end_of_study_cpu_ms": round((time.process_time() - cpu) * 1000, 1),
         "end_of_study_evidence_ms": round(evidence_ms[0], 1) if evidence_ms else None,
+        "evidence_catch_up_ms": round(catch_up_ms, 1),
+        "evidence_catch_up_feeds": feeds,
     }

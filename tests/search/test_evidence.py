@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from autotuner.search import evidence
+from autotuner.search import evidence, evidence_replay
 from autotuner.search.costmodel import CostModel, sequential_errors, throughput_errors
 from autotuner.search.costmodel.throughput import ThroughputModel
 from autotuner.search.rules import LearnedRules
@@ -92,7 +92,7 @@ def test_a_long_study_refits_a_bounded_number_of_times_with_the_same_errors() ->
         entry = got[name]
         measured = len(exact)
         # 100 exact refits, then one per 25% growth: about ten more up to 800.
-        assert entry["replay"]["refits"] <= evidence.EXACT_REPLAY + 12, entry["replay"]
+        assert entry["replay"]["refits"] <= evidence_replay.EXACT_REPLAY + 12, entry["replay"]
         assert entry["errors"]["measured"] == measured
         assert [e["trial_number"] for e in entry["trials"]] == [
             e["trial_number"] for e in exact[-evidence.SHOWN :]
@@ -146,10 +146,10 @@ def test_predicting_between_refits_together_gives_each_trials_own_prediction() -
         for t in trials
         if t.result and t.state == TrialState.COMPLETE
     ]
-    batched, refits = evidence._replay_throughput(ThroughputModel(GPT2, H200, 1), measured)
+    batched, refits = evidence_replay.replay_throughput(ThroughputModel(GPT2, H200, 1), measured)
 
     one_by_one, tm = [], ThroughputModel(GPT2, H200, 1)
-    schedule = evidence._Refits(lambda: tm.measured, tm.refit)
+    schedule = evidence_replay._Refits(lambda: tm.measured, tm.refit)
     for number, k, result in measured:
         if result.tokens_per_s and "predicted" not in result.notes:
             schedule.before_prediction()
@@ -166,4 +166,4 @@ def test_predicting_between_refits_together_gives_each_trials_own_prediction() -
         tm.observe(k, result, fit=False)
         schedule.after_observe()
     assert batched == one_by_one and len(batched) > 500
-    assert refits == schedule.count > evidence.EXACT_REPLAY  # batches past the exact part
+    assert refits == schedule.count > evidence_replay.EXACT_REPLAY  # batches past the exact part
