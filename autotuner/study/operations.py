@@ -12,28 +12,23 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from autotuner.inputs import UserError, describe_validation_error, parse_model_spec
-from autotuner.search.space import (
-    SearchSpace,
-    SpaceError,
-    builtin_space_names,
-    load_space,
-    spaces_dir,
-)
-from autotuner.spec import DataFile, MeasureSettings, ModelSpec
+from autotuner.errors import UserError
 from autotuner.status import ENDED_STATUSES
-from autotuner.study.data_access import DataAccess
-from autotuner.study.export import FORMATS as EXPORT_FORMATS
 from autotuner.study.factory_access import FactoryAccess
-from autotuner.study.request import StudyRequest
 
+# What a submit needs (specs, spaces, YAML, the exports) is imported in the functions that
+# submit: the CLI's reads import this module on every call, and read none of it.
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from autotuner.executors.base import Target
     from autotuner.options import StudyOptions
+    from autotuner.search.space import SearchSpace
+    from autotuner.spec import DataFile, ModelSpec
     from autotuner.storage.models import Study
     from autotuner.storage.session import Database
+    from autotuner.study.data_access import DataAccess
+    from autotuner.study.request import StudyRequest
     from autotuner.study.study_query import StudyQuery
     from autotuner.study.views import TrialSummary
 
@@ -53,6 +48,8 @@ class Conflict(UserError):
 
 
 def resolve_model(value: dict[str, Any] | str) -> ModelSpec:
+    from autotuner.inputs import parse_model_spec
+
     if isinstance(value, str):
         return parse_model_spec({"preset": value}, source="model")
     return parse_model_spec(value, source="model")
@@ -61,6 +58,8 @@ def resolve_model(value: dict[str, Any] | str) -> ModelSpec:
 def resolve_space(value: dict[str, Any] | str) -> SearchSpace:
     """An inline space mapping, or a built-in space by name (never a file path: this runs on
     the server, where a path would read the server's files)."""
+    from autotuner.search.space import SpaceError, builtin_space_names, load_space, spaces_dir
+
     if isinstance(value, dict):
         from autotuner.search.space import parse_space
 
@@ -77,7 +76,8 @@ def resolve_space(value: dict[str, Any] | str) -> SearchSpace:
 def _with_global_batch(space: SearchSpace, tokens: int, model: ModelSpec, gpus: int) -> SearchSpace:
     """The space with the request's global batch, checked: it must not also search or fix
     grad_accum, and some micro-batch of the space must divide it for this model."""
-    from autotuner.search.space import IntRange
+    from autotuner.inputs import describe_validation_error
+    from autotuner.search.space import IntRange, SearchSpace, SpaceError
 
     try:
         # The user's global batch wins over one the space would take from its expert default.
@@ -108,6 +108,8 @@ def _with_global_batch(space: SearchSpace, tokens: int, model: ModelSpec, gpus: 
 
 def _with_data(space: SearchSpace, data: DataFile) -> SearchSpace:
     """The space measuring on the request's data (MeasureSettings.data; data_source `file`)."""
+    from autotuner.spec import MeasureSettings
+
     measure = space.measure.model_dump(exclude={"data_source"})
     measure["data"] = data.model_dump()
     return space.model_copy(update={"measure": MeasureSettings.model_validate(measure)})
@@ -124,6 +126,9 @@ def validate_request(
     which data paths may be read: any for the local CLI, the operator's directories for the
     service (a required argument, so no caller gets the permissive one by default);
     `factory_access` which model code may run (none unless the caller says)."""
+    from autotuner.inputs import describe_validation_error
+    from autotuner.search.space import SpaceError
+
     model = factory_access.check(resolve_model(req.model))
     space = resolve_space(req.space)
     if req.global_batch_tokens is not None:
@@ -428,6 +433,7 @@ def tight_fastest(
 def export_best(db: Database, ref: str, fmt: str, *, allow_partial: bool = False) -> str:
     """The best config as text in `fmt` (one of export.FORMATS). A cancelled or failed
     study's best is refused (Conflict) unless `allow_partial`, and then marked as partial."""
+    from autotuner.study.export import FORMATS as EXPORT_FORMATS
     from autotuner.study.export import render
     from autotuner.study.labels import unfinished_note
     from autotuner.study.views import best_view
