@@ -327,6 +327,25 @@ class TrialRepo:
         )
         return [tuple(row) for row in rows]
 
+    def cancelled_counts(self, study_ids: Sequence[str]) -> dict[str, int]:
+        """Per study: its failed trials that its cancel stopped (stored as failed with the
+        message study/labels.py's CANCELLED_MESSAGE starts): the views count them as
+        `cancelled`, as the trial tables label them. Reads the failed trials only."""
+        from autotuner.study.labels import CANCELLED_MESSAGE
+
+        if not study_ids:
+            return {}
+        rows = self.session.execute(
+            select(Trial.study_id, func.count())
+            .where(
+                Trial.study_id.in_(list(study_ids)),
+                Trial.state == TrialState.FAILED.value,
+                Trial.error_message.startswith(CANCELLED_MESSAGE, autoescape=True),
+            )
+            .group_by(Trial.study_id)
+        )
+        return {study_id: n for study_id, n in rows}
+
     def count(self, study_id: str, *, states: Sequence[TrialState] | None = None) -> int:
         query = _in_states(
             select(func.count()).select_from(Trial).where(Trial.study_id == study_id), states

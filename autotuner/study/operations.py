@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 
 
 NO_FACTORIES = FactoryAccess.nowhere()
+# The state `trial_counts` counts a failed trial its study's cancel stopped under (as the trial
+# tables label it: study/labels.py).
+CANCELLED = "cancelled"
 
 
 class NotFound(LookupError):
@@ -260,19 +263,30 @@ def create_requested(
 
 def summaries(s: Session, study_ids: list[str]) -> dict[str, TrialSummary]:
     """Each study's trial counts per state, launched trials and best value: one grouped
-    statement, however many studies and trials (SQL aggregates; no trial row is loaded)."""
+    statement, however many studies and trials (SQL aggregates; no trial row is loaded), and
+    one over the failed trials of those with any, for those its cancel stopped (`cancelled`)."""
     from autotuner.storage.models import TrialState
     from autotuner.storage.trial_repo import TrialRepo
     from autotuner.study.views import TrialSummary
 
+    repo = TrialRepo(s)
     out = {study_id: TrialSummary() for study_id in study_ids}
-    for study_id, state, n, first, best in TrialRepo(s).summary_rows(study_ids):
+    for study_id, state, n, first, best in repo.summary_rows(study_ids):
         summary = out[study_id]
         summary.counts[state] = n
         if state != TrialState.PRUNED.value:
             summary.launched += first
         if best is not None and (summary.best_value is None or best > summary.best_value):
             summary.best_value = best
+    failed = [i for i in study_ids if out[i].counts.get(TrialState.FAILED.value)]
+    for study_id, n in repo.cancelled_counts(failed).items():
+        # Counted as the trial tables label them (labels.trial_label): a trial the study's
+        # cancel stopped is `cancelled`, not a failure.
+        counts = out[study_id].counts
+        counts[TrialState.FAILED.value] -= n
+        if not counts[TrialState.FAILED.value]:
+            del counts[TrialState.FAILED.value]
+        counts[CANCELLED] = n
     return out
 
 
