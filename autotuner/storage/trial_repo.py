@@ -327,12 +327,9 @@ class TrialRepo:
         )
         return [tuple(row) for row in rows]
 
-    def cancelled_counts(self, study_ids: Sequence[str]) -> dict[str, int]:
-        """Per study: its failed trials that its cancel stopped (stored as failed with the
-        message study/labels.py's CANCELLED_MESSAGE starts): the views count them as
-        `cancelled`, as the trial tables label them. Reads the failed trials only."""
-        from autotuner.study.labels import CANCELLED_MESSAGE
-
+    def failed_with(self, study_ids: Sequence[str], prefix: str) -> dict[str, int]:
+        """Per study: its failed trials whose error message starts with `prefix` (those its
+        cancel stopped: study/labels.py's CANCELLED_MESSAGE). Reads the failed trials only."""
         if not study_ids:
             return {}
         rows = self.session.execute(
@@ -340,7 +337,7 @@ class TrialRepo:
             .where(
                 Trial.study_id.in_(list(study_ids)),
                 Trial.state == TrialState.FAILED.value,
-                Trial.error_message.startswith(CANCELLED_MESSAGE, autoescape=True),
+                Trial.error_message.startswith(prefix, autoescape=True),
             )
             .group_by(Trial.study_id)
         )

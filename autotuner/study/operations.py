@@ -267,6 +267,7 @@ def summaries(s: Session, study_ids: list[str]) -> dict[str, TrialSummary]:
     one over the failed trials of those with any, for those its cancel stopped (`cancelled`)."""
     from autotuner.storage.models import TrialState
     from autotuner.storage.trial_repo import TrialRepo
+    from autotuner.study.labels import CANCELLED_MESSAGE
     from autotuner.study.views import TrialSummary
 
     repo = TrialRepo(s)
@@ -279,7 +280,7 @@ def summaries(s: Session, study_ids: list[str]) -> dict[str, TrialSummary]:
         if best is not None and (summary.best_value is None or best > summary.best_value):
             summary.best_value = best
     failed = [i for i in study_ids if out[i].counts.get(TrialState.FAILED.value)]
-    for study_id, n in repo.cancelled_counts(failed).items():
+    for study_id, n in repo.failed_with(failed, CANCELLED_MESSAGE).items():
         # Counted as the trial tables label them (labels.trial_label): a trial the study's
         # cancel stopped is `cancelled`, not a failure.
         counts = out[study_id].counts
