@@ -35,6 +35,10 @@ def only_rows(results: dict[str, Any]) -> str:
         for name, r in run["http"].items():
             extra = f"{r['bytes']:,} ({r['bytes_gzip']:,})"
             lines.append(_row(name, r, TARGETS_MS[r["kind"]], extra))
+        for name, r in run.get("cli", {}).items():
+            lines.append(
+                _row(f"{name}, cold process", r, TARGETS_MS["cli"], f"{r['stdout_lines']} lines")
+            )
         lines.append("")
     return "\n".join(lines)
 
