@@ -21,9 +21,10 @@ Writes bench/results/reads_scale_cpu.{json,md}; each database is dropped at the 
 
     python bench/reads_scale.py --trials 10000,50000 [--pg URL] [--repeats 100]
 
-`--only rejudge` (or another read kind) seeds the big study, measures only those HTTP reads and
-prints their rows (with `--small 0`: no small studies), writing nothing; `--only end`: only the
-end of the study (the coordinator's step, no service).
+`--only rejudge` (or other read kinds, comma-separated: `rejudge,api` re-judges before the other
+API reads, as the full run does) seeds the big study, measures only those HTTP reads and prints
+their rows (with `--small 0`: no small studies), writing nothing; `--only cli`, the CLI's reads
+alone; `--only end`, only the end of the study (the coordinator's step, no service).
 """
 
 from __future__ import annotations
@@ -82,30 +83,46 @@ def seed_sqlite(folder: str, trials: int) -> tuple[str, str]:
     return url, study
 
 
+def cli_reads(url: str, base: str, seeded: dict[str, Any]) -> dict[str, Any]:
+    """The CLI's reads, 5 cold processes each: against the service at `base`, the database at
+    `url`, and an embedded SQLite file seeded here with the same big study."""
+    trials, big = seeded["big_trials"], seeded["big"]
+    with tempfile.TemporaryDirectory() as folder:
+        started = time.perf_counter()
+        sqlite_url, sqlite_big = seed_sqlite(folder, trials)
+        seeded["seed_sqlite_s"] = round(time.perf_counter() - started, 1)
+        cli = measure_cli(big, {"server": ["--server", base], "postgres": ["--db", url]}, 5)
+        cli.update(measure_cli(sqlite_big, {"embedded SQLite": ["--db", sqlite_url]}, 5))
+    return cli
+
+
 def run_one(args: argparse.Namespace, trials: int) -> dict[str, Any]:
     rng = random.Random(16)
     with fresh_database(args.pg, keep=args.keep) as url:
         print(f"[{trials}] seeding ...", flush=True)
         seeded = seed(url, trials, rng, args.small)
+        seeded["big_trials"] = trials
         seeded["vacuum_analyze_s"] = vacuum_analyze(url)
         big = seeded["big"]
-        if args.only == "end":  # the coordinator's step alone: no service
+        if args.only == {"end"}:  # the coordinator's step alone: no service
             print(f"[{trials}] the end of the study ...", flush=True)
             return {"trials": trials, "seed": seeded, "coordinator": measure_end_of_study(url, big)}
         with running_service(url) as base:
             print(f"[{trials}] reads over HTTP ...", flush=True)
+            if args.only == {"cli"}:
+                return {
+                    "trials": trials,
+                    "seed": seeded,
+                    "http": {},
+                    "cli": cli_reads(url, base, seeded),
+                }
             http = measure_http(base, big, args.repeats, rng, only=args.only)
             if args.only:
                 return {"trials": trials, "seed": seeded, "http": http}
             print(f"[{trials}] the page in Chromium ...", flush=True)
             browser = measure_browser(base, big, args.browser_runs)
             print(f"[{trials}] the CLI ...", flush=True)
-            with tempfile.TemporaryDirectory() as folder:
-                started = time.perf_counter()
-                sqlite_url, sqlite_big = seed_sqlite(folder, trials)
-                seeded["seed_sqlite_s"] = round(time.perf_counter() - started, 1)
-                cli = measure_cli(big, {"server": ["--server", base], "postgres": ["--db", url]}, 5)
-                cli.update(measure_cli(sqlite_big, {"embedded SQLite": ["--db", sqlite_url]}, 5))
+            cli = cli_reads(url, base, seeded)
             print(f"[{trials}] 30 clients polling while trials insert ...", flush=True)
             polling = measure_polling(base, url, big, seconds=args.poll_seconds)
         print(f"[{trials}] the coordinator's steps ...", flush=True)
@@ -122,6 +139,18 @@ def run_one(args: argparse.Namespace, trials: int) -> dict[str, Any]:
     }
 
 
+def _kinds(value: str) -> set[str]:
+    kinds = {k.strip() for k in value.split(",") if k.strip()}
+    known = {*READ_KINDS.values(), "cli", "end"}
+    alone = kinds & {"cli", "end"}
+    if not kinds or not kinds <= known or (alone and len(kinds) > 1):
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: read kinds of {', '.join(sorted(known))}, comma-separated (cli and end "
+            "alone)"
+        )
+    return kinds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", default="10000,50000", help="big study sizes, comma-separated")
@@ -135,9 +164,10 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the databases (URLs printed)")
     parser.add_argument(
         "--only",
-        choices=sorted({*READ_KINDS.values(), "end"}),
-        help="only the HTTP reads of this kind (rejudge: best?headroom=), or the end of the "
-        "study (end), printed, nothing written",
+        type=_kinds,
+        help="only the HTTP reads of these kinds, comma-separated (rejudge: best?headroom=; "
+        f"of {', '.join(sorted(set(READ_KINDS.values())))}), or the CLI's reads (cli), or the "
+        "end of the study (end), printed, nothing written",
     )
     args = parser.parse_args()
 

@@ -51,7 +51,10 @@ class StudyView(_View):
     )
     max_trials: int | None
     max_minutes: float | None
-    trial_counts: dict[str, int] = Field(description="Trials per state (see TrialView.state)")
+    trial_counts: dict[str, int] = Field(
+        description="Trials per state (see TrialView.state); a failed trial that the study's "
+        "cancel stopped counts as `cancelled`, as the trial tables label it"
+    )
     trials_total: int = Field(description="Trials recorded, in any state")
     trials_finished: int = Field(description="Trials no longer running")
     trials_launched: int = Field(

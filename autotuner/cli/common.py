@@ -367,6 +367,17 @@ def open_db_for_writing(db_url: str | None) -> Database:
     return db
 
 
+def short_lived() -> None:
+    """For a verb that reads, prints and exits (`status`, `best`, `trials`, `export`): no
+    cyclic garbage collection in this process. Its imports (SQLAlchemy, pydantic, the models)
+    allocate a few hundred thousand objects, most of them for good, and the collector walked
+    them again and again (a tenth of a cold read); what a read leaves is freed at its exit.
+    Not for a verb that runs on (`tune`, `serve`, `best --watch`)."""
+    import gc
+
+    gc.disable()
+
+
 def backend(server: str | None, db: str | None) -> Backend:
     """The service (`--server`) or the local database (`--db`), behind one interface."""
     from autotuner.cli.client import connect

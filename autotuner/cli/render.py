@@ -23,7 +23,6 @@ from autotuner.study.labels import (
     trial_label,
     unfinished_note,
 )
-from autotuner.study.recommendation import Recommendation
 
 
 def print_json(view: Any) -> None:
@@ -41,6 +40,10 @@ def show_best(view: dict[str, Any], as_json: bool) -> None:
 def best_table(view: dict[str, Any]) -> RenderableType:
     """The recommended config with its evidence, or a line saying there is none yet."""
     from rich.text import Text
+
+    # Imported here: its models (and the spec's) take a fifth of a cold `status`, which
+    # never draws a recommendation.
+    from autotuner.study.recommendation import Recommendation
 
     if view["best"] is None:
         study, status = safe(view["study"]), safe(view["status"])

@@ -334,6 +334,22 @@ class TrialRepo:
         )
         return [tuple(row) for row in rows]
 
+    def failed_with(self, study_ids: Sequence[str], prefix: str) -> dict[str, int]:
+        """Per study: its failed trials whose error message starts with `prefix` (those its
+        cancel stopped: study/labels.py's CANCELLED_MESSAGE). Reads the failed trials only."""
+        if not study_ids:
+            return {}
+        rows = self.session.execute(
+            select(Trial.study_id, func.count())
+            .where(
+                Trial.study_id.in_(list(study_ids)),
+                Trial.state == TrialState.FAILED.value,
+                Trial.error_message.startswith(prefix, autoescape=True),
+            )
+            .group_by(Trial.study_id)
+        )
+        return {study_id: n for study_id, n in rows}
+
     def count(self, study_id: str, *, states: Sequence[TrialState] | None = None) -> int:
         query = _in_states(
             select(func.count()).select_from(Trial).where(Trial.study_id == study_id), states

@@ -12,33 +12,31 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from autotuner.inputs import UserError, describe_validation_error, parse_model_spec
-from autotuner.search.space import (
-    SearchSpace,
-    SpaceError,
-    builtin_space_names,
-    load_space,
-    spaces_dir,
-)
-from autotuner.spec import DataFile, MeasureSettings, ModelSpec
+from autotuner.errors import UserError
 from autotuner.status import ENDED_STATUSES
-from autotuner.study.data_access import DataAccess
-from autotuner.study.export import FORMATS as EXPORT_FORMATS
 from autotuner.study.factory_access import FactoryAccess
-from autotuner.study.request import StudyRequest
 
+# What a submit needs (specs, spaces, YAML, the exports) is imported in the functions that
+# submit: the CLI's reads import this module on every call, and read none of it.
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from autotuner.executors.base import Target
     from autotuner.options import StudyOptions
+    from autotuner.search.space import SearchSpace
+    from autotuner.spec import DataFile, ModelSpec
     from autotuner.storage.models import Study
     from autotuner.storage.session import Database
+    from autotuner.study.data_access import DataAccess
+    from autotuner.study.request import StudyRequest
     from autotuner.study.study_query import StudyQuery
     from autotuner.study.views import TrialSummary
 
 
 NO_FACTORIES = FactoryAccess.nowhere()
+# The state `trial_counts` counts a failed trial its study's cancel stopped under (as the trial
+# tables label it: study/labels.py).
+CANCELLED = "cancelled"
 
 
 class NotFound(LookupError):
@@ -53,6 +51,8 @@ class Conflict(UserError):
 
 
 def resolve_model(value: dict[str, Any] | str) -> ModelSpec:
+    from autotuner.inputs import parse_model_spec
+
     if isinstance(value, str):
         return parse_model_spec({"preset": value}, source="model")
     return parse_model_spec(value, source="model")
@@ -61,6 +61,8 @@ def resolve_model(value: dict[str, Any] | str) -> ModelSpec:
 def resolve_space(value: dict[str, Any] | str) -> SearchSpace:
     """An inline space mapping, or a built-in space by name (never a file path: this runs on
     the server, where a path would read the server's files)."""
+    from autotuner.search.space import SpaceError, builtin_space_names, load_space, spaces_dir
+
     if isinstance(value, dict):
         from autotuner.search.space import parse_space
 
@@ -77,7 +79,8 @@ def resolve_space(value: dict[str, Any] | str) -> SearchSpace:
 def _with_global_batch(space: SearchSpace, tokens: int, model: ModelSpec, gpus: int) -> SearchSpace:
     """The space with the request's global batch, checked: it must not also search or fix
     grad_accum, and some micro-batch of the space must divide it for this model."""
-    from autotuner.search.space import IntRange
+    from autotuner.inputs import describe_validation_error
+    from autotuner.search.space import IntRange, SearchSpace, SpaceError
 
     try:
         # The user's global batch wins over one the space would take from its expert default.
@@ -108,6 +111,8 @@ def _with_global_batch(space: SearchSpace, tokens: int, model: ModelSpec, gpus: 
 
 def _with_data(space: SearchSpace, data: DataFile) -> SearchSpace:
     """The space measuring on the request's data (MeasureSettings.data; data_source `file`)."""
+    from autotuner.spec import MeasureSettings
+
     measure = space.measure.model_dump(exclude={"data_source"})
     measure["data"] = data.model_dump()
     return space.model_copy(update={"measure": MeasureSettings.model_validate(measure)})
@@ -124,6 +129,9 @@ def validate_request(
     which data paths may be read: any for the local CLI, the operator's directories for the
     service (a required argument, so no caller gets the permissive one by default);
     `factory_access` which model code may run (none unless the caller says)."""
+    from autotuner.inputs import describe_validation_error
+    from autotuner.search.space import SpaceError
+
     model = factory_access.check(resolve_model(req.model))
     space = resolve_space(req.space)
     if req.global_batch_tokens is not None:
@@ -255,19 +263,31 @@ def create_requested(
 
 def summaries(s: Session, study_ids: list[str]) -> dict[str, TrialSummary]:
     """Each study's trial counts per state, launched trials and best value: one grouped
-    statement, however many studies and trials (SQL aggregates; no trial row is loaded)."""
+    statement, however many studies and trials (SQL aggregates; no trial row is loaded), and
+    one over the failed trials of those with any, for those its cancel stopped (`cancelled`)."""
     from autotuner.storage.models import TrialState
     from autotuner.storage.trial_repo import TrialRepo
+    from autotuner.study.labels import CANCELLED_MESSAGE
     from autotuner.study.views import TrialSummary
 
+    repo = TrialRepo(s)
     out = {study_id: TrialSummary() for study_id in study_ids}
-    for study_id, state, n, first, best in TrialRepo(s).summary_rows(study_ids):
+    for study_id, state, n, first, best in repo.summary_rows(study_ids):
         summary = out[study_id]
         summary.counts[state] = n
         if state != TrialState.PRUNED.value:
             summary.launched += first
         if best is not None and (summary.best_value is None or best > summary.best_value):
             summary.best_value = best
+    failed = [i for i in study_ids if out[i].counts.get(TrialState.FAILED.value)]
+    for study_id, n in repo.failed_with(failed, CANCELLED_MESSAGE).items():
+        # Counted as the trial tables label them (labels.trial_label): a trial the study's
+        # cancel stopped is `cancelled`, not a failure.
+        counts = out[study_id].counts
+        counts[TrialState.FAILED.value] -= n
+        if not counts[TrialState.FAILED.value]:
+            del counts[TrialState.FAILED.value]
+        counts[CANCELLED] = n
     return out
 
 
@@ -428,6 +448,7 @@ def tight_fastest(
 def export_best(db: Database, ref: str, fmt: str, *, allow_partial: bool = False) -> str:
     """The best config as text in `fmt` (one of export.FORMATS). A cancelled or failed
     study's best is refused (Conflict) unless `allow_partial`, and then marked as partial."""
+    from autotuner.study.export import FORMATS as EXPORT_FORMATS
     from autotuner.study.export import render
     from autotuner.study.labels import unfinished_note
     from autotuner.study.views import best_view

@@ -53,6 +53,10 @@ class TrialSummary:
     launched: int = 0  # trials that count against max_trials: not pruned, not retries
     best_value: float | None = None  # the highest objective value of a measured search trial
 
+    def copy(self) -> TrialSummary:
+        """A copy the caller may change (the per-version cache hands out copies)."""
+        return TrialSummary(dict(self.counts), self.launched, self.best_value)
+
     @property
     def total(self) -> int:
         return sum(self.counts.values())

@@ -16,16 +16,18 @@ def _argv(verb: str, study: str) -> list[str]:
         "best": ["best", study],
         "status": ["status", study],
         "trials": ["trials", study],
+        "status (list of 50)": ["status"],
     }[verb]
 
 
 def measure_cli(study: str, where: dict[str, list[str]], runs: int) -> dict[str, Any]:
-    """Each of `best`, `status`, `trials` against each backend in `where` (its flags:
+    """Each of `best`, `status`, `trials`, `status` of the newest studies against each
+    backend in `where` (its flags:
     `--server URL`, `--db URL`), `runs` cold processes each: wall times in ms. The output
     goes to a pipe, as in a script (Rich draws the same tables, without colour)."""
     out: dict[str, Any] = {}
     for backend, flags in where.items():
-        for verb in ("best", "status", "trials"):
+        for verb in ("best", "status", "trials", "status (list of 50)"):
             argv = [sys.executable, "-m", "autotuner.cli", *_argv(verb, study), *flags]
             walls = []
             subprocess.run(argv, env=cli_env(), cwd=ROOT, capture_output=True, timeout=300)

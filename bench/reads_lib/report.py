@@ -37,6 +37,10 @@ def only_rows(results: dict[str, Any]) -> str:
             lines.append(_row(name, r, TARGETS_MS[r["kind"]], extra))
         if "coordinator" in run:
             lines += _end_rows(run["coordinator"])
+        for name, r in run.get("cli", {}).items():
+            lines.append(
+                _row(f"{name}, cold process", r, TARGETS_MS["cli"], f"{r['stdout_lines']} lines")
+            )
         lines.append("")
     return "\n".join(lines)
 

@@ -64,6 +64,16 @@ def test_a_failed_study_page_says_why_and_draws_no_empty_chart(sqlite_url: str) 
             # The first failed on the missing package; the other running was cancelled with it.
             assert any("cannot import transformers" in e for e in errors), errors
             assert len(errors) == total, errors
+            # The progress line counts each state as the table labels it: the cancelled trial
+            # is no second failure.
+            labels = browser.eval(
+                "[...document.querySelectorAll('#trials tbody tr span.state')]"
+                ".map((s) => s.textContent)"
+            )
+            assert sorted(labels) == ["cancelled", "failed"], labels
+            shown = ", ".join(f"{labels.count(k)} {k}" for k in sorted(set(labels)))
+            progress = browser.eval("document.getElementById('progress-text').textContent")
+            assert f"({shown})" in progress, progress
             assert not browser.errors, browser.errors
 
 

@@ -96,3 +96,66 @@ def test_the_cache_never_keeps_what_a_write_transaction_read(
         pass
     assert seen == {"running": 1}
     assert _counts(db, study.id) == {}
+
+
+def test_kept_big_values_are_out_of_the_collectors_reach_until_dropped(
+    db: Database, make_study: Callable[..., Study]
+) -> None:
+    """A value VersionedObjects keeps (the re-judge's measured configs: a few hundred thousand
+    objects at 50,000 trials) is frozen out of the cyclic collector, so that no full
+    collection walks it in some other request; once dropped, its cycles are collected."""
+    import gc
+    import weakref
+
+    from autotuner.study.versioned import VersionedObjects
+
+    class Node:
+        def __init__(self) -> None:
+            self.me = self  # a cycle: only the collector frees it
+
+    kept = VersionedObjects(size=1)
+    first, second = make_study(), make_study(name="second")
+    try:
+        with db.read() as s:
+            study = StudyRepo(s).require(first.id)
+            value = kept.get(s, study, lambda: [Node() for _ in range(3)])
+        tracked = {id(o) for o in gc.get_objects()}
+        assert not any(id(node) in tracked for node in value)  # frozen: not walked
+        assert gc.get_freeze_count() > 0
+        gone = weakref.ref(value[0])
+        del value
+        assert gone() is not None  # still kept
+        with db.read() as s:  # another study: the first's value is dropped
+            kept.get(s, StudyRepo(s).require(second.id), lambda: [Node()])
+        assert gone() is None  # its cycle was collected, not left frozen for good
+    finally:
+        gc.unfreeze()
+
+
+def test_a_trial_the_cancel_stopped_counts_as_cancelled_not_failed(
+    db: Database, make_study: Callable[..., Study]
+) -> None:
+    """trial_counts (the study view, the list, the dashboard's progress line, `status`) count
+    each trial as the trial tables label it (study/labels.py): a trial stopped by its study's
+    cancel is stored as failed, and counted as `cancelled`."""
+    from autotuner.study.labels import CANCELLED_MESSAGE
+
+    study = make_study()
+    with db.session() as s:
+        repo = TrialRepo(s)
+        trials = [repo.create_running(study.id, params={"mb": n}, config={}) for n in (1, 2, 4)]
+        repo.finish(trials[0], TrialState.FAILED, error_class="oom", error_message="oom: 2 GiB")
+        repo.finish(
+            trials[1], TrialState.FAILED, error_class="infra", error_message=CANCELLED_MESSAGE
+        )
+    assert _counts(db, study.id) == {"failed": 1, "cancelled": 1, "running": 1}
+    with db.session() as s:  # the other running one, cancelled too: no failure left but one
+        repo = TrialRepo(s)
+        trial = repo.get(study.id, 2)
+        assert trial is not None
+        repo.finish(
+            trial, TrialState.FAILED, error_class="infra", error_message=CANCELLED_MESSAGE + "!"
+        )
+    assert _counts(db, study.id) == {"failed": 1, "cancelled": 2}
+    listed = {v["id"]: v for v in operations.list_studies(db)}
+    assert listed[study.id]["trial_counts"] == {"failed": 1, "cancelled": 2}

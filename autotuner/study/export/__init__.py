@@ -23,8 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from autotuner.inputs import UserError
 from autotuner.study.export import accelerate, env, hf, lightning, pytorch, torchtitan
 from autotuner.study.export.facts import Facts, facts_from
@@ -96,6 +94,8 @@ def render(
     }
     if fmt == "json":
         return json.dumps(doc, indent=2) + "\n"
+    import yaml  # here: `best` lists the export commands from this module and writes no YAML
+
     return yaml.safe_dump(doc, sort_keys=False)
 
 

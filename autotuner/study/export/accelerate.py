@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
 from autotuner.spec import Checkpointing
 from autotuner.study.export.facts import Facts
 
@@ -115,4 +113,6 @@ def render(f: Facts) -> str:
         "# Accelerate config: accelerate launch --config_file THIS_FILE train.py",
         *(f"# NOTE: {note}" for note in notes),
     ]
+    import yaml  # here: loading the export formats (`best` lists them) parses no YAML
+
     return "\n".join(lines) + "\n" + yaml.safe_dump(config, sort_keys=False)
