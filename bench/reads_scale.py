@@ -22,8 +22,9 @@ Writes bench/results/reads_scale_cpu.{json,md}; each database is dropped at the 
     python bench/reads_scale.py --trials 10000,50000 [--pg URL] [--repeats 100]
 
 `--only rejudge` (or another read kind) seeds the big study, measures only those HTTP reads and
-prints their rows (with `--small 0`: no small studies), writing nothing; `--only end`: only the
-end of the study (the coordinator's step, no service).
+prints their rows (with `--small 0`: no small studies), writing nothing (`--only page`: the
+study page in Chromium too); `--only end`: only the end of the study (the coordinator's step,
+no service).
 """
 
 from __future__ import annotations
@@ -95,6 +96,9 @@ def run_one(args: argparse.Namespace, trials: int) -> dict[str, Any]:
         with running_service(url) as base:
             print(f"[{trials}] reads over HTTP ...", flush=True)
             http = measure_http(base, big, args.repeats, rng, only=args.only)
+            if args.only == "page":  # and the page in Chromium, where it is installed
+                browser = measure_browser(base, big, args.browser_runs)
+                return {"trials": trials, "seed": seeded, "http": http, "browser": browser}
             if args.only:
                 return {"trials": trials, "seed": seeded, "http": http}
             print(f"[{trials}] the page in Chromium ...", flush=True)

@@ -33,12 +33,27 @@ def only_rows(results: dict[str, Any]) -> str:
             "| --- | ---: | ---: | ---: | --- | ---: | --- |",
         ]
         for name, r in run.get("http", {}).items():
-            extra = f"{r['bytes']:,} ({r['bytes_gzip']:,})"
+            extra = f"{r['bytes']:,} ({r['bytes_gzip']:,})" + _first(r)
             lines.append(_row(name, r, TARGETS_MS[r["kind"]], extra))
+        if "browser" in run:
+            lines.append(_browser_row(run["browser"]))
         if "coordinator" in run:
             lines += _end_rows(run["coordinator"])
         lines.append("")
     return "\n".join(lines)
+
+
+def _first(r: dict[str, Any]) -> str:
+    # The page's first load computes the charts it keeps (dashboard/charts_kept.py).
+    if r["kind"] != "page" or r.get("first_ms") is None:
+        return ""
+    return f"; first load {r['first_ms']:,.0f} ms"
+
+
+def _browser_row(b: dict[str, Any]) -> str:
+    if "ready_ms" in b:
+        return _row("study page in Chromium: navigation to all drawn", b["ready_ms"], 2000)
+    return f"| study page in Chromium | {b} | | | | | |"
 
 
 def run_table(run: dict[str, Any]) -> list[str]:
@@ -60,12 +75,8 @@ def run_table(run: dict[str, Any]) -> list[str]:
         if "rows" in r:
             paged = "a page" if not r["all_rows"] else "**every row**"
             extra += f"; {r['rows']:,} rows: {paged}" + ("; next link" if r.get("next") else "")
-        lines.append(_row(name, r, TARGETS_MS[r["kind"]], extra))
-    b = run["browser"]
-    if "ready_ms" in b:
-        lines.append(_row("study page in Chromium: navigation to all drawn", b["ready_ms"], 2000))
-    else:
-        lines.append(f"| study page in Chromium | {b} | | | | | |")
+        lines.append(_row(name, r, TARGETS_MS[r["kind"]], extra + _first(r)))
+    lines.append(_browser_row(run["browser"]))
     p = run["polling"]
     lines.append(
         _row(
