@@ -6,7 +6,11 @@ envelope, every outlier that sets it, is drawn), while the best-so-far line is e
 trial that raised it). The throughput/memory scatter keeps its Pareto front exactly and one
 trial per cell of a grid for the rest. The per-knob strip plots draw, for each value, at most
 STRIP_POINTS trials spread evenly over its range of tokens/s (quantiles: the slowest and the
-fastest always among them), its exact median, and count its failures.
+fastest always among them), its exact median, and count its failures. Where a scatter draws
+fewer points than it has trials, the page says how it chose them (dashboard.js).
+
+`chart_data` computes them from every trial's row; `KeptCharts` gives the same from ended trials
+folded in once and the running tail (the page's: charts_kept.py).
 """
 
 from __future__ import annotations
@@ -163,7 +167,7 @@ def _pareto(points: Sequence[MemPoint], front: list[int], grid: int = GRID) -> d
     """The chart from the measured points (in number order) and the indices of those on the
     front."""
     if not points:
-        return {"front": [], "others": [], "measured": 0}
+        return {"front": [], "others": [], "measured": 0, "grid": grid}
     on_front = set(front)
     mems = [p[0] for p in points]
     tps = [p[1] for p in points]
@@ -178,6 +182,7 @@ def _pareto(points: Sequence[MemPoint], front: list[int], grid: int = GRID) -> d
         "front": [list(points[i]) for i in sorted(front, key=lambda i: points[i][0])],
         "others": [list(p) for p in cells.values()],
         "measured": len(points),
+        "grid": grid,  # the page says so where the others are fewer than measured
     }
 
 

@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 
     from autotuner.storage.models import Study
 
-# A 50,000-trial study's kept charts: some 30 MB of Python objects (its points, each knob
-# value's tokens/s, the best-so-far line's heap); a few studies are looked at at a time.
+# A 50,000-trial study's kept charts: about 80 MiB of Python objects by tracemalloc (its
+# points, each knob value's tokens/s, the best-so-far line's pooled values and heap); a few
+# studies are looked at at a time.
 KEPT_STUDIES = 4
 
 
