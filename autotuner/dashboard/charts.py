@@ -3,11 +3,12 @@
 The charts stay readable at 10,000 trials: the throughput-over-trials scatter keeps, per bucket
 of consecutive trial numbers, the slowest and the fastest trial (min/max downsampling: the
 envelope, every outlier that sets it, is drawn), while the best-so-far line is exact (every
-trial that raised it). The throughput/memory scatter keeps its Pareto front exactly and one
-trial per cell of a grid for the rest. The per-knob strip plots draw, for each value, at most
-STRIP_POINTS trials spread evenly over its range of tokens/s (quantiles: the slowest and the
-fastest always among them), its exact median, and count its failures. Where a scatter draws
-fewer points than it has trials, the page says how it chose them (dashboard.js).
+trial that raised it). The throughput/memory scatter keeps its Pareto front exactly and, past
+MAX_PARETO_POINTS measured trials, one trial per cell of a grid for the rest. The per-knob
+strip plots draw, for each value, at most STRIP_POINTS trials spread evenly over its range of
+tokens/s (quantiles: the slowest and the fastest always among them), its exact median, and
+count its failures. Where a scatter draws fewer points than it has trials, the page says how
+it chose them (dashboard.js).
 
 `chart_data` computes them from every trial's row; `KeptCharts` gives the same from ended trials
 folded in once and the running tail (the page's: charts_kept.py).
@@ -26,6 +27,7 @@ from autotuner.search.pareto import pareto_sweep
 
 MAX_PROGRESS_POINTS = 1_000  # 500 buckets of min and max
 GRID = 120  # the throughput/memory scatter: at most GRID x GRID cells besides the front
+MAX_PARETO_POINTS = 2_000  # up to this many measured trials the scatter draws every one
 STRIP_POINTS = 150  # points per knob value in a strip plot
 FAILED = ("infeasible", "failed", "lost")  # the trials a strip plot marks as failures
 
@@ -144,8 +146,8 @@ def _min_max_buckets(points: list[list[float]], buckets: int) -> list[list[float
 
 
 def pareto_points(rows: Sequence[Row], grid: int = GRID) -> dict[str, Any]:
-    """The front (exact, by increasing memory) and the other measured trials, one per grid
-    cell, each as [peak GiB, tokens/s, number]."""
+    """The front (exact, by increasing memory) and the other measured trials (past
+    MAX_PARETO_POINTS, one per grid cell), each as [peak GiB, tokens/s, number]."""
     ok = [r for r in _measured(rows) if r["peak_mem_gib"] is not None]
     points = [(r["peak_mem_gib"], r["tokens_per_s"], r["number"]) for r in ok]
     return _pareto(points, front_of(points, range(len(points))), grid)
@@ -174,13 +176,15 @@ def _pareto(points: Sequence[MemPoint], front: list[int], grid: int = GRID) -> d
     x0, y0 = min(mems), min(tps)
     dx = (max(mems) - x0) / grid or 1.0
     dy = (max(tps) - y0) / grid or 1.0
-    cells: dict[tuple[int, int], MemPoint] = {}
-    for i, p in enumerate(points):
-        if i not in on_front:
+    others: list[MemPoint] = [p for i, p in enumerate(points) if i not in on_front]
+    if len(points) > MAX_PARETO_POINTS:  # more than the chart's pixels can tell apart
+        cells: dict[tuple[int, int], MemPoint] = {}
+        for p in others:
             cells.setdefault((int((p[0] - x0) / dx), int((p[1] - y0) / dy)), p)
+        others = list(cells.values())
     return {
         "front": [list(points[i]) for i in sorted(front, key=lambda i: points[i][0])],
-        "others": [list(p) for p in cells.values()],
+        "others": [list(p) for p in others],
         "measured": len(points),
         "grid": grid,  # the page says so where the others are fewer than measured
     }
