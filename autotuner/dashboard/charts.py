@@ -120,7 +120,7 @@ class _BestSoFar:
         self.fed += 1
         if not r.get("candidate", True) or r.get("purpose") in END_CHECKS:
             return
-        key = tuple(r["params"].items())  # in the space's knob order (trial_reads._chart_rows)
+        key = tuple(r["params"].items())  # in the space's knob order (trial_reads.chart_rows)
         pooled = self.values[key] = [*self.values.get(key, ()), r["tokens_per_s"]]
         ranks, heap = self.ranks, self.heap
         remeasured = r.get("purpose") == Purpose.REMEASURE or ranks.get(key, (False, 0.0))[0]
