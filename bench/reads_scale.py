@@ -24,7 +24,8 @@ Writes bench/results/reads_scale_cpu.{json,md}; each database is dropped at the 
 `--only rejudge` (or other read kinds, comma-separated: `rejudge,api` re-judges before the other
 API reads, as the full run does) seeds the big study, measures only those HTTP reads and prints
 their rows (with `--small 0`: no small studies), writing nothing; `--only cli`, the CLI's reads
-alone; `--only end`, only the end of the study (the coordinator's step, no service).
+alone; `--only page` times the study page in Chromium too; `--only end`, only the end of the
+study (the coordinator's step, no service).
 """
 
 from __future__ import annotations
@@ -117,6 +118,9 @@ def run_one(args: argparse.Namespace, trials: int) -> dict[str, Any]:
                     "cli": cli_reads(url, base, seeded),
                 }
             http = measure_http(base, big, args.repeats, rng, only=args.only)
+            if args.only == {"page"}:  # and the page in Chromium, where it is installed
+                browser = measure_browser(base, big, args.browser_runs)
+                return {"trials": trials, "seed": seeded, "http": http, "browser": browser}
             if args.only:
                 return {"trials": trials, "seed": seeded, "http": http}
             print(f"[{trials}] the page in Chromium ...", flush=True)

@@ -30,7 +30,8 @@ from autotuner.api.security import (
     session_value,
     token_matches,
 )
-from autotuner.dashboard.charts import chart_data, progress_series
+from autotuner.dashboard.charts import ended_line
+from autotuner.dashboard.charts_kept import study_charts
 from autotuner.storage.common import StudyNotFound
 from autotuner.study import operations, trial_reads
 from autotuner.study.export import export_commands
@@ -131,7 +132,12 @@ def study_page(
     finished trials its charts show): the charts come back only when more have finished."""
     try:
         detail = trial_reads.get_study_detail(
-            _db(request), study_id, after=after, last=PAGE_SIZE, charts_at=charts_at
+            _db(request),
+            study_id,
+            after=after,
+            last=PAGE_SIZE,
+            charts_at=charts_at,
+            charts=study_charts,
         )
     except StudyNotFound as exc:
         return _not_found(request, f"{exc}.")
@@ -158,10 +164,15 @@ def study_page(
         # The trials whose tokens/s is no throughput (a numerics check's parity runs).
         data["not_measurements"] = sorted(NOT_MEASUREMENTS)
         data["purpose_tags"] = PURPOSE_TAGS  # what a re-measurement or end check is tagged
-    if detail["chart_rows"] is not None:
+    if detail["charts"] is not None:
         # The line ends on the number the headline and the card show (charts.progress_series).
+        # The charts are kept per study (charts_kept.py): the page's copy is its own.
         best = detail["best"]["best"]
-        data["charts"] = chart_data(detail["chart_rows"], final=best and best.get("tokens_per_s"))
+        final = best and best.get("tokens_per_s")
+        data["charts"] = {
+            **detail["charts"],
+            "progress": ended_line(detail["charts"]["progress"], final),
+        }
         data["charts_at"] = detail["study"]["trials_finished"]
     return _respond(request, "study.html", data)
 
@@ -240,14 +251,14 @@ def compare_page(
     sides = {}
     for key, ref in (("a", a), ("b", b)):
         try:
-            detail = trial_reads.get_study_detail(_db(request), ref, last=0)
+            detail = trial_reads.get_study_detail(_db(request), ref, last=0, charts=study_charts)
         except StudyNotFound as exc:
             return _not_found(request, f"Study {key}: {exc}")
         sides[key] = {
             "study": detail["study"],
             "best": detail["best"]["best"],
             "knobs": detail["knobs"],
-            "progress": progress_series(detail["chart_rows"] or []),
+            "progress": ended_line(detail["charts"]["progress"], None),
         }
     return _respond(request, "compare.html", sides)
 

@@ -92,14 +92,15 @@ def query_count(s: Session, study_id: str, *, conditions: Sequence[ColumnElement
 
 
 def chart_rows(
-    s: Session, study_id: str, names: Sequence[str], knobs: Sequence[str]
+    s: Session, study_id: str, names: Sequence[str], knobs: Sequence[str], low: int = 0
 ) -> Sequence[Row[*tuple[Any, ...]]]:
-    """Every trial of the study in number order: its columns `names`, then each of `knobs`'
-    value as text, taken out of the params in SQL (no JSON record decoded)."""
+    """Every trial of the study numbered `low` or above, in number order: its columns `names`,
+    then each of `knobs`' value as text, taken out of the params in SQL (no JSON record
+    decoded). A range of the (study, number) index."""
     values = [Trial.params[k].as_string() for k in knobs]
     query = (
         select(*(getattr(Trial, name) for name in names), *values)
-        .where(Trial.study_id == study_id)
+        .where(Trial.study_id == study_id, Trial.number >= low)
         .order_by(Trial.number)
     )
     return s.execute(query).all()

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 from autotuner.study.operations import NotFound, find_study, stored_recommendation, tight_fastest
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from sqlalchemy.orm import Session
 
     from autotuner.options import StudyOptions
@@ -115,21 +117,21 @@ def query_trials(
 POLL_LIMIT = 1000  # trials one page poll returns at most (a tab woken after a long sleep)
 
 
-def _chart_rows(
-    s: Session, study_id: str, knobs: list[str], options: StudyOptions | None
+def chart_rows(
+    s: Session, study_id: str, knobs: list[str], options: StudyOptions | None, low: int = 0
 ) -> list[dict[str, Any]]:
-    """Every trial's number, state, throughput, peak memory and knob values (as text, taken
-    out of the params in SQL): what the charts draw, without decoding a JSON record; and
-    whether the recommendation may stand on it (`candidate`: not tight on memory, not stopped
-    after its first repeats), so that the best-so-far line is the header's best so far. The
-    numerics check's parity runs show no tokens/s (they measure no throughput); one that
-    failed still marks its candidate's values as failed."""
-    from autotuner.storage.trial_list import chart_rows
+    """Every trial's (numbered `low` or above) number, state, throughput, peak memory and knob
+    values (as text, taken out of the params in SQL): what the charts draw, without decoding
+    a JSON record; and whether the recommendation may stand on it (`candidate`: not tight on
+    memory, not stopped after its first repeats), so that the best-so-far line is the header's
+    best so far. The numerics check's parity runs show no tokens/s (they measure no
+    throughput); one that failed still marks its candidate's values as failed."""
+    from autotuner.storage import trial_list as stored
     from autotuner.study.columns import MEMORY_FIELDS, MemoryRecord
     from autotuner.study.trial_list import NOT_MEASUREMENTS, memory_judgement
 
     shown = ("number", "state", "tokens_per_s", "purpose", "stopped_early", *MEMORY_FIELDS)
-    rows = chart_rows(s, study_id, shown, knobs)
+    rows = stored.chart_rows(s, study_id, shown, knobs, low)
     out = []
     split = len(shown)
     for row in rows:
@@ -156,11 +158,14 @@ def get_study_detail(
     after: int | None = None,
     last: int = 100,
     charts_at: int | None = None,
+    charts: Callable[[Session, Study, list[str]], Any] | None = None,
 ) -> dict[str, Any]:
     """What the dashboard's study page shows, read in one transaction: the study, its knob
     names, its best, a page of trials (the `last` newest, or with `after` the ones numbered
-    above it: what a poll asks for) and the chart columns of every trial (`_chart_rows`),
-    unless `charts_at` says the caller's charts already show every finished trial (None)."""
+    above it: what a poll asks for) and the chart columns of every trial (`chart_rows`),
+    unless `charts_at` says the caller's charts already show every finished trial (None).
+    `charts(session, study, knobs)`, where given, is read in the same transaction instead of
+    the chart columns, as `charts` (the dashboard's kept charts: dashboard/charts_kept.py)."""
     from autotuner.storage.trial_list import list_rows
     from autotuner.study import trial_list
     from autotuner.study.views import best_view, study_view
@@ -176,12 +181,14 @@ def get_study_detail(
             "knobs": knobs,
             "knob_domains": domains,
             "trials": trial_list.views(trials, study.options),
-            "chart_rows": (
-                None
-                if charts_at == summary.finished
-                else _chart_rows(s, study.id, knobs, study.options)
-            ),
         }
+        if charts_at == summary.finished:
+            detail["chart_rows"] = detail["charts"] = None
+        elif charts is not None:
+            detail["chart_rows"], detail["charts"] = None, charts(s, study, knobs)
+        else:
+            detail["chart_rows"] = chart_rows(s, study.id, knobs, study.options)
+            detail["charts"] = None
         rec = stored_recommendation(s, study, summary)
         tight = tight_fastest(s, study, rec, study.options)
         detail["best"] = best_view(study, summary, rec, tight_fastest=tight)

@@ -52,11 +52,23 @@ def test_a_10000_trial_study_page_loads_in_under_2_s(pg_url: str) -> None:
             drawn = browser.eval(
                 "({rows: document.querySelectorAll('#trials tbody tr').length,"
                 " trials: document.body.dataset.trials,"
-                " charts: document.body.dataset.charts})"
+                " charts: document.body.dataset.charts,"
+                " progressNote: document.getElementById('progress-note').textContent,"
+                " paretoNote: document.getElementById('pareto-note').textContent,"
+                " pareto: JSON.parse(document.getElementById('page-data').textContent)"
+                ".charts.pareto})"
             )
             assert not browser.errors, browser.errors
     print(f"page drawn in {', '.join(f'{ms:.0f}' for ms in loads)} ms")
     # Everything drawn: a page of the table, the study's count, every chart.
     assert drawn["rows"] > 0 and drawn["trials"] == str(TRIALS), drawn
     assert drawn["charts"], drawn
+    # Where a chart draws fewer points than trials, the page says how it chose them.
+    assert "the min and max of each run of trials shown" in drawn["progressNote"], drawn
+    pareto = drawn.pop("pareto")
+    assert len(pareto["front"]) + len(pareto["others"]) < pareto["measured"]
+    assert drawn["paretoNote"] == (
+        f"({pareto['measured']:,} measured; the front and one trial per cell of a 120 × 120 "
+        "grid shown)"
+    ), drawn
     assert max(loads) < PAGE_LIMIT_MS, loads

@@ -171,6 +171,11 @@
         scales: { x: { title: { display: true, text: "peak memory (GiB)" } },
                   y: { title: { display: true, text: "tokens/s" }, beginAtZero: true } } },
     });
+    // Past one trial per cell of its grid (charts.py pareto_points), the chart draws the front and one
+    // trial per cell: said, as the progress chart says its buckets.
+    const shown = p.front.length + p.others.length;
+    document.getElementById("pareto-note").textContent = shown < p.measured
+      ? `(${p.measured.toLocaleString("en-US")} measured; the front and one trial per cell of a ${p.grid} × ${p.grid} grid shown)` : "";
   }
 
   // One strip plot per knob: each value's measured trials (tokens/s, spread sideways so they
