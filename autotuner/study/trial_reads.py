@@ -176,7 +176,7 @@ def get_study_detail(
         knobs = list(domains)
         first = after if after is not None else summary.total - last - 1
         trials = list_rows(s, study.id, after=first, limit=POLL_LIMIT)
-        detail = {
+        detail: dict[str, Any] = {
             "study": study_view(study, summary, space_name=study.space.get("name")),
             "knobs": knobs,
             "knob_domains": domains,
