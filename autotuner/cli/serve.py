@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import sys
-from typing import Annotated
+import threading
+import time
+from typing import Annotated, Any
 
 import typer
 
@@ -78,6 +81,20 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    exit_after_raylet_lost: Annotated[
+        float | None,
+        typer.Option(
+            envvar="AUTOTUNER_EXIT_AFTER_RAYLET_LOST",
+            min=1.0,
+            metavar="SECONDS",
+            help="Exit with code 75 (EX_TEMPFAIL) once no raylet of the Ray cluster has run on "
+            "this host for SECONDS, its studies left for the next start. For a supervisor "
+            "that restarts the service with its raylet (docker-compose.yml: `ray start`, "
+            "then `serve`). Default: wait for one at /healthz 503, however long; a local "
+            "cluster of serve's own is started again instead.",
+            show_default=False,
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run the service: coordinator, JSON API (/docs) and dashboard.
@@ -95,7 +112,6 @@ def serve(
     Trials never see the service's token or database URL
     (docs/trust-model.md).
     """
-    import logging
     import os
 
     token = os.environ.get("AUTOTUNER_TOKEN") or None
@@ -157,10 +173,62 @@ def serve(
         if settings.migrate:
             upgrade_database(database.url)
         settings.claim(database).take()
-    uvicorn.run(
-        create_app(settings),
-        host=host,
-        port=port,
-        log_level=log_level.lower(),
-        timeout_graceful_shutdown=10,
+    app = create_app(settings)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app, host=host, port=port, log_level=log_level.lower(), timeout_graceful_shutdown=10
+        )
     )
+    watch = None
+    if settings.coordinator and exit_after_raylet_lost is not None:
+        watch = RayletWatch(app, server, exit_after_raylet_lost)
+        threading.Thread(target=watch.run, name="autotuner-raylet-watch", daemon=True).start()
+    server.run()
+    if watch is not None and watch.fired:
+        raise typer.Exit(EX_TEMPFAIL)
+    if not server.started:  # as uvicorn.run: the port was taken, or the app failed to start
+        raise typer.Exit(3)
+
+
+EX_TEMPFAIL = 75  # sysexits.h: a temporary failure; a supervisor that restarts on it is right
+WATCH_S = 1.0  # how often the watch reads the executor (its health check runs once a second)
+
+
+class RayletWatch:
+    """Ends the service once no raylet of its cluster has run on this host for `limit_s`.
+
+    The service submits through a raylet on its own host and reconnects only through one
+    (executors/ray_executor.py); nothing in it starts one. Under docker compose, `ray start`
+    ran once in the service's container before `serve`, and compose restarts a container that
+    exits, not one that is unhealthy: without this the service waits at 503 forever. So the
+    service stops as a drain does, except that its studies stay running and their leases are
+    given back (`Scheduler.stop(hand_over=True)`), then exits 75: the restarted container runs
+    `ray start` again and its service takes the studies up at once.
+    """
+
+    def __init__(self, app: Any, server: Any, limit_s: float) -> None:
+        self.app, self.server, self.limit_s = app, server, limit_s
+        self.fired = False
+
+    def run(self) -> None:
+        while not self.server.should_exit:
+            time.sleep(WATCH_S)
+            scheduler = getattr(self.app.state, "scheduler", None)
+            executor = None if scheduler is None else scheduler.executor
+            while executor is not None and hasattr(executor, "inner"):  # a test's fault wrapper
+                executor = executor.inner
+            lost_s = getattr(executor, "raylet_lost_s", lambda: None)()
+            if scheduler is None or lost_s is None or lost_s <= self.limit_s:
+                continue
+            logging.getLogger("autotuner.service").error(
+                "exiting with %d (EX_TEMPFAIL): no raylet of the Ray cluster has run on this "
+                "host for %.0f s (--exit-after-raylet-lost %g); its supervisor restarts the "
+                "service and the raylet with it (docker compose: restart: unless-stopped runs "
+                "`ray start` again), and the next start takes the studies up",
+                EX_TEMPFAIL,
+                lost_s,
+                self.limit_s,
+            )
+            self.fired = True
+            scheduler.stop(hand_over=True)  # before the app's own stop, which interrupts
+            self.server.should_exit = True

@@ -310,11 +310,11 @@ class RayExecutor:
             why = self._connection_problem()
             if why is not None:
                 self._drop(why)
+                self._raylet_gone(now)
             return self._down
         # Dropped: connect again once there is a cluster to connect to.
         own_local = self._init is not None and self._init["address"] == "local"
-        gcs = self._gcs_address
-        if not own_local and not (_port_open(gcs) and _raylet_on_this_host(gcs)):
+        if not own_local and (self._raylet_gone(now) or not _port_open(self._gcs_address)):
             return self._down
         try:
             self._ray.init(**(self._init or {"address": self._gcs_address}))
@@ -335,6 +335,26 @@ class RayExecutor:
         context = self._ray.get_runtime_context()
         self._gcs_address: str = context.gcs_address
         self._node_id: str = context.get_node_id()
+        self._raylet_gone_since: float | None = None
+
+    def _raylet_gone(self, now: float) -> bool:
+        """Whether no raylet of the cluster runs on this host, for the dropped connection to
+        be made again through (noted since when, for `raylet_lost_s`). A local cluster of our
+        own is started again whole, its raylet with it: never."""
+        own_local = self._init is not None and self._init["address"] == "local"
+        gone = not own_local and not _raylet_on_this_host(self._gcs_address)
+        if not gone:
+            self._raylet_gone_since = None
+        elif self._raylet_gone_since is None:
+            self._raylet_gone_since = now
+        return gone
+
+    def raylet_lost_s(self) -> float | None:
+        """Seconds the health check has found no raylet of the cluster on this host to submit
+        through (None: there is one). Nothing here starts one again: what started it must
+        (`serve --exit-after-raylet-lost` exits so that its supervisor does)."""
+        since = self._raylet_gone_since
+        return None if since is None else time.monotonic() - since
 
     def _connection_problem(self) -> str | None:
         """Why the connection cannot run trials, or None: the GCS's port, then this driver's

@@ -481,12 +481,23 @@ class StudyRunner:
         """Stop for now (Ctrl-C, SIGTERM, a service's drain): cancel the trials in flight,
         store them and the study as interrupted, give the lease back (`autotuner resume`
         continues it: its trials, budget left and seeds are all in its rows)."""
+        self._cancel_in_flight()
+        self.lease.interrupt(why)
+        self.done = True
+        self.on_event(Event("done", state=StudyStatus.INTERRUPTED, message=why))
+
+    def _cancel_in_flight(self) -> None:
         for handle in list(self.in_flight):
             try:
                 self.executor.cancel(handle)
             except Exception:  # the cluster may be gone too: the rows are what resume reads
                 log.warning("study %s: could not cancel %s", self.study_id, handle)
         self.in_flight.clear()
-        self.lease.interrupt(why)
+
+    def hand_over(self) -> None:
+        """Stop here and leave the study to the next coordinator (a service that exits to be
+        restarted): cancel the trials in flight, store them lost (run again, no retry spent)
+        and the wait so far, give the lease back; the study stays running."""
+        self._cancel_in_flight()
+        self.lease.hand_over(self.pause.reason, self.pause.seconds())
         self.done = True
-        self.on_event(Event("done", state=StudyStatus.INTERRUPTED, message=why))

@@ -36,6 +36,8 @@ from autotuner.study.lost import charge_crash_loops
 from autotuner.study.recommend import knob_importance, recommend_ranked
 
 if TYPE_CHECKING:  # end_kept imports the search policy, which the CLI's reads do not need
+    from sqlalchemy.orm import Session
+
     from autotuner.study.end_kept import KeptForEnd
 
 
@@ -104,16 +106,7 @@ class StudyLease:
             if not over:
                 if study.status == StudyStatus.QUEUED:
                     studies.set_status(study, StudyStatus.RUNNING)
-                far_future = dt.datetime.now(dt.UTC) + dt.timedelta(days=1)
-                trials = TrialRepo(s)
-                lost = trials.mark_lost(self.study_id, heartbeat_older_than=far_future)
-                # Each is run again without spending its config's retry, unless its config
-                # was lost too often in a row: then it is a crash (study/lost.py).
-                charge_crash_loops(lost, lambda n: trials.get(self.study_id, n))
-                for trial in lost:
-                    self.on_event(
-                        Event("lost", trial.number, trial.params, TrialState(trial.state))
-                    )
+                self._lose_running(s)
             return StudySettings(
                 space=SearchSpace.model_validate(study.space),
                 model=ModelSpec.model_validate(study.model_spec),
@@ -131,6 +124,35 @@ class StudyLease:
                 paused_s=study.paused_s or 0.0,
                 waiting=study.waiting,
             )
+
+    def _lose_running(self, s: Session) -> None:
+        """Mark the study's running trials lost: whoever ran them is gone (a dead coordinator
+        at takeover) or is going (`hand_over`)."""
+        far_future = dt.datetime.now(dt.UTC) + dt.timedelta(days=1)
+        trials = TrialRepo(s)
+        lost = trials.mark_lost(self.study_id, heartbeat_older_than=far_future)
+        # Each is run again without spending its config's retry, unless its config was lost
+        # too often in a row: then it is a crash (study/lost.py).
+        charge_crash_loops(lost, lambda n: trials.get(self.study_id, n))
+        for trial in lost:
+            self.on_event(Event("lost", trial.number, trial.params, TrialState(trial.state)))
+
+    def hand_over(self, waiting: str | None, paused_s: float) -> bool:
+        """Give the study to whichever coordinator starts next, at once (a service that exits
+        for its supervisor to restart it: `serve --exit-after-raylet-lost`): its running
+        trials lost, as a takeover would mark them, the study left running with why it waits
+        and the seconds waited so far, the lease given back, in one transaction. Unlike
+        `interrupt`, nobody has to resume it. False where we no longer hold it."""
+        with self.db.session() as s:
+            studies = StudyRepo(s)
+            study = s.get(Study, self.study_id, with_for_update=True, populate_existing=True)
+            if study is None or study.owner != self.owner:
+                return False
+            if study.status not in ENDED_STATUSES:
+                self._lose_running(s)
+                study.waiting, study.paused_s = waiting, paused_s
+            studies.release(self.study_id, self.owner)
+            return True
 
     def hold_space(self, space: SearchSpace) -> None:
         """Store the study's space as the coordinator settled it at the start (the global

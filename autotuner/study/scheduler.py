@@ -106,6 +106,7 @@ class Scheduler:
         self._db_down_since: float | None = None
         self._last_round_at: float | None = None  # monotonic time the last round ended
         self._cluster_failed = False  # a call of this round found the cluster unavailable
+        self._hand_over = False  # how the studies are left on stop (see `stop`)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -113,11 +114,17 @@ class Scheduler:
         self._thread = threading.Thread(target=self._main, name="autotuner-scheduler", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout_s: float = 30.0) -> None:
+    def stop(self, timeout_s: float = 30.0, *, hand_over: bool = False) -> None:
         """Stop launching, cancel what runs, and store every study it ran as interrupted, its
         lease given back (graceful shutdown). The cancelled trials are stored as interrupted
         (lost: `autotuner resume` runs each again); nothing is left `running`.
+
+        `hand_over`: the studies stay running instead, their cancelled trials lost, for the
+        next coordinator to take up at once (a service that exits for its supervisor to
+        restart it, `serve --exit-after-raylet-lost`: nobody would run `autotuner resume`).
         """
+        if not self._stop.is_set():  # the first stop decides how (the app stops it again)
+            self._hand_over = hand_over
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
@@ -423,14 +430,18 @@ class Scheduler:
         self._slots.clear()
         for slot in slots:
             # Cancelled and stored as interrupted: a drained service's studies wait for
-            # `autotuner resume` rather than run again whenever a service next starts.
+            # `autotuner resume` rather than run again whenever a service next starts; one
+            # that exits to be restarted hands them over to its next start instead.
             try:
-                slot.runner.interrupt(DRAIN_REASON)
+                if self._hand_over:
+                    slot.runner.hand_over()
+                else:
+                    slot.runner.interrupt(DRAIN_REASON)
             except DB_ERRORS:
                 # The lease simply expires; a service adopts the study then and marks its
                 # running trials lost, as after a crash.
                 log.warning(
-                    "study %s: the database is down; not stored as interrupted",
+                    "study %s: the database is down; not stored as stopped",
                     slot.runner.study_id,
                 )
             except Exception:  # one study's failure must not keep the others or Ray up

@@ -295,3 +295,84 @@ def test_a_killed_head_is_reported_waited_out_and_a_restarted_head_rejoined(
     assert [t["state"] for t in measured].count("complete") == 3
     assert len([t for t in measured if t["retry_of"] is None]) == 3  # the re-run cost nothing
     check_invariants(db, study_id, max_trials=3)
+
+
+def test_a_service_whose_raylet_stays_dead_exits_75_and_the_next_one_finishes(
+    head: Callable[[], object], pg_url: str, tmp_path: Path
+) -> None:
+    """`serve --exit-after-raylet-lost 5` (docker-compose.yml passes 120): the raylet on its
+    host is killed and nothing starts it again. A serve reconnects only through a raylet on
+    its host and starts none, and compose restarts a container that exits, not one at 503:
+    without the flag it waited forever. What must hold: it exits with 75 within the bound (5
+    s, plus the health check's second and the stop), its running trial lost (not left
+    `running`), the study still running with its lease given back; then a serve under the
+    same coordinator id (the restarted container) on a new cluster takes the study up at once
+    and finishes it, the lost trial run again at attempt 1, nothing counted twice.
+
+    The service is a child of this process, so that its exit status can be read; under
+    compose `serve` is its container's pid 1 (parent 0), which Ray's pid-1 check (see the
+    test above) does not fire for either."""
+    cluster = head()
+    limit_s = 5.0
+
+    def service(address: str, name: str) -> Service:
+        return Service(
+            pg_url,
+            tmp_path / name,
+            module="tests.faults.fake_serve",
+            executor="fake-ray",
+            ray_address=address,
+            args=["--coordinator-id", "serve@raylet-test", "--exit-after-raylet-lost", "5"],
+        )
+
+    db = Database(pg_url)
+    first = service(cluster.address, "first.log")  # type: ignore[attr-defined]
+    second: Service | None = None
+    try:
+        first.start()
+        assert isinstance(first.proc, subprocess.Popen)
+        body = {"model": {"preset": "tiny"}, "space": SPACE_BODY, "max_trials": 3}
+        study_id = first.client.post("/api/studies", json=body).json()["id"]
+        wait_for(fake_trial_marker(study_id, 0).exists, 60, "trial #0 to run")
+        node = cluster.head_node  # type: ignore[attr-defined]
+        node.kill_raylet()  # kill -9; the GCS lives on, nothing restarts the raylet
+        killed_at = time.monotonic()
+        try:
+            code = first.proc.wait(limit_s + 15)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"serve did not exit within {limit_s + 15:.0f} s:\n{first.log(30)}")
+        exited_s = time.monotonic() - killed_at
+        print(f"serve exited {code} {exited_s:.1f} s after its raylet's kill")
+        assert code == 75, first.log(30)
+        assert exited_s > limit_s  # not before the bound: a raylet may come back within it
+        assert "exiting with 75 (EX_TEMPFAIL)" in first.log_path.read_text()
+        left, rows = _study(db, study_id), _trials(db, study_id)
+        assert (left.status, left.owner) == (StudyStatus.RUNNING, None)
+        assert "raylet stopped" in (left.waiting or ""), left.waiting
+        assert TrialState.RUNNING not in {t.state for t in rows}
+        assert rows[0].state == TrialState.LOST
+        # The operator's supervisor restarts Ray and the service: a new cluster, same address.
+        node.kill_all_processes(check_alive=False, allow_graceful=False, wait=True)
+        cluster.head_node = None  # type: ignore[attr-defined]
+        head()
+        second = service(cluster.address, "second.log")  # type: ignore[attr-defined]
+        second.start()  # refused for 60 s had the first kept its claim on the id
+        client = second.client
+
+        def completed() -> bool:
+            assert second is not None and second.proc is not None
+            assert second.proc.poll() is None, second.log(30)
+            return client.get(f"/api/studies/{study_id}").json()["status"] == "completed"
+
+        wait_for(completed, 120, "the next serve to finish the study")
+        measured = client.get(f"/api/studies/{study_id}/trials").json()
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+    assert _study(db, study_id).paused_s > 0
+    rerun = next(t for t in measured if t["retry_of"] == 0)
+    assert (rerun["attempt"], rerun["state"]) == (1, "complete")
+    assert [t["state"] for t in measured].count("complete") == 3
+    assert len([t for t in measured if t["retry_of"] is None]) == 3  # the re-run cost nothing
+    check_invariants(db, study_id, max_trials=3)
