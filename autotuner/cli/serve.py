@@ -190,7 +190,7 @@ def serve(
         raise typer.Exit(3)
 
 
-EX_TEMPFAIL = 75  # sysexits.h: a temporary failure; a supervisor that restarts on it is right
+EX_TEMPFAIL = 75  # sysexits.h: a temporary failure, for its supervisor to try again
 WATCH_S = 1.0  # how often the watch reads the executor (its health check runs once a second)
 
 

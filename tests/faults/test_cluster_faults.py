@@ -8,7 +8,10 @@
   and why, the running trial is lost, nothing is launched on the dead cluster, the service
   neither exits nor ends the study, and when a new head starts at the same address (a new
   cluster: `WrongClusterID` for a driver still connected) the service connects again and
-  finishes.
+  finishes;
+- the same with `serve --exit-after-raylet-lost 5` (as docker-compose.yml runs it) and the
+  raylet never started again: the service exits with 75 within the bound, its study left
+  running with no trial `running`, and the next service, on a new cluster, finishes it.
 
 The trials' bodies are fake measurements (tests/fakes.py `fake_ray_executor`; the service
 runs it through tests/faults/fake_serve.py): what runs them, where and with which GPUs is the
