@@ -84,7 +84,7 @@ def serve(
     exit_after_raylet_lost: Annotated[
         float | None,
         typer.Option(
-            envvar="AUTOTUNER_EXIT_AFTER_RAYLET_LOST",
+            envvar="AUTOTUNER_RAYLET_EXIT_S",
             min=1.0,
             metavar="SECONDS",
             help="Exit with code 75 (EX_TEMPFAIL) once no raylet of the Ray cluster has run on "
