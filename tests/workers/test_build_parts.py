@@ -19,9 +19,11 @@ def test_a_trials_build_is_split_into_its_parts_in_order() -> None:
     parts = result.build_parts_s or {}
     assert list(parts) == PARTS and all(v >= 0 for v in parts.values()), parts
     assert parts["model"] > 0  # building the layers takes time on any machine
-    # The parts are the build phase, less the few statements before the first of them.
+    # The parts are the build phase, less the few statements before the first of them; each
+    # part is stored to 0.1 ms, so their sum may exceed the phase by that much a part.
     assert result.build_s is not None
-    assert 0 <= result.build_s - sum(parts.values()) < 0.05, (result.build_s, parts)
+    rounding = 0.0001 * len(parts) / 2
+    assert -rounding <= result.build_s - sum(parts.values()) < 0.05, (result.build_s, parts)
 
 
 def test_a_refused_config_reports_the_checks_it_got_through() -> None:
