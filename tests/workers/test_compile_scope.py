@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from autotuner.spec import CompileMode, CompileScope, Knobs, ModelSpec
+from tests.workers.test_models import HF_SPEC
 from workers.compiling import compile_model, repeated_blocks
 from workers.errors import UnsupportedConfig
 from workers.models import build_model
@@ -130,21 +131,6 @@ def test_a_whole_model_compile_failing_in_cces_code_blames_cce_not_liger():
     assert fused_loss_untraceable(cce, fused_ce) is None
 
 
-TINY_HF_LLAMA = {
-    "hf_config": {
-        "model_type": "llama",
-        "num_hidden_layers": 2,
-        "hidden_size": 64,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "intermediate_size": 128,
-        "vocab_size": 256,
-        "max_position_embeddings": 64,
-    },
-    "seq_len": 32,
-}
-
-
 @pytest.mark.parametrize("scope", [CompileScope.BLOCK, CompileScope.MODEL])
 def test_checkpointed_hugging_face_blocks_compile_without_graph_breaks(scope):
     """transformers' output-capturing hook on every decoder layer is a side effect dynamo will not
@@ -154,14 +140,14 @@ def test_checkpointed_hugging_face_blocks_compile_without_graph_breaks(scope):
 
     from workers.compiling import graph_breaks
 
-    spec = ModelSpec.resolve(TINY_HF_LLAMA)
+    spec = ModelSpec.resolve({**HF_SPEC, "seq_len": 32})
     knobs = Knobs(attention="math", checkpointing="selective")
     torch.manual_seed(0)
     eager = build_model(spec, knobs)
     compiled = build_model(spec, knobs)
     compiled.load_state_dict(eager.state_dict())
-    x = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(1))
-    y = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(2))
+    x = torch.randint(0, spec.vocab_size, (2, 32), generator=torch.Generator().manual_seed(1))
+    y = torch.randint(0, spec.vocab_size, (2, 32), generator=torch.Generator().manual_seed(2))
     torch._dynamo.reset()
     counters.clear()
     runnable, _ = compile_model(compiled, CompileMode.DEFAULT, scope)
