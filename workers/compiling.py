@@ -6,8 +6,10 @@
 - scope `block`: regional compilation. Each repeated transformer block is compiled on its own
   (`module.compile()`, in place, so parameter names, hooks and checkpoint wrappers stay as they
   are); identical blocks share one traced graph, so the compile costs about one block's, whatever
-  the depth. The embedding, final norm, output layer and loss run eagerly between the compiled
-  regions: what that costs in throughput is measured, never assumed (bench/regional_compile.py).
+  the depth. The output region (final norm, output layer and loss: the model's `head_loss`) is
+  a second compiled region, so the loss fuses as in a whole-model graph; only the embedding
+  (and a Hugging Face model's final norm) runs eagerly. What the scope costs in throughput is
+  measured, never assumed (bench/hf_knobs.py regional).
 
 The repeated blocks are found by structure, the same way for every family: the shallowest
 `nn.ModuleList` whose children (two or more) are all of one class: GPT's `blocks`, Llama's
@@ -74,7 +76,25 @@ def compile_model(
     for block in blocks:
         block.compile(mode=mode.value)
     kind = type(blocks[0]).__name__
-    return model, f"compile_scope block: {len(blocks)} {kind} blocks compiled ({mode.value})"
+    note = f"compile_scope block: {len(blocks)} {kind} blocks"
+    if _compiles_head(model):
+        # An instance attribute in front of the method: the model's forward calls the compiled
+        # region, and its parameters and their names stay the model's.
+        model.head_loss = torch.compile(model.head_loss, mode=mode.value)
+        note += " and the output layer with its loss"
+    return model, f"{note} compiled ({mode.value})"
+
+
+def _compiles_head(model: nn.Module) -> bool:
+    """Whether scope `block` compiles the model's output region (`head_loss`: its final norm,
+    output layer and loss) too. Left eager, that region cost 5-9% of the whole-model compile's
+    throughput on three Hugging Face models (bench/results/hf_knobs_h200): the fp32 logits over a
+    128k-256k vocabulary that a compiled loss never materialises. The fused kernels' losses stay
+    eager: dynamo cannot trace Liger's, and traces cut-cross-entropy's only in pieces."""
+    return callable(getattr(model, "head_loss", None)) and getattr(model, "kernels", None) in (
+        Kernels.NONE,
+        Kernels.NONE.value,
+    )
 
 
 def fused_loss_untraceable(exc: BaseException, knobs: Knobs) -> UnsupportedConfig | None:

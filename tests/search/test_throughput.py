@@ -333,16 +333,15 @@ def _llama(**kw: Any) -> Knobs:
 
 
 def test_compile_scope_and_kernels_are_priced_by_their_terms() -> None:
-    """Before any trial, on Llama 1B on the H200: block scope pays its seams (about 1-3% with
-    the fused loss, where the loss is no graph's either way) and, without the fused loss, the
-    loss's fp32 pass over the 128k vocabulary eagerly; the fused loss moves less than the
-    eager loss; Liger's norm/SwiGLU/RoPE kernels help eager blocks, not compiled ones."""
+    """Before any trial, on Llama 1B on the H200: block scope pays its seams (about 1-3%, with
+    or without the fused loss: block scope compiles the unfused loss as a region of its own);
+    the fused loss moves less than the eager loss; Liger's norm/SwiGLU/RoPE kernels help eager
+    blocks, not compiled ones."""
     tm = ThroughputModel(LLAMA1B_SPEC, REAL_H200, 1)
     tps = lambda **kw: tm.predict(_llama(**kw)).tokens_per_s  # noqa: E731
     fused_gap = tps(compile_scope="block", kernels="fused-ce") / tps(kernels="fused-ce")
     assert 0.97 < fused_gap < 0.99
-    assert tps(compile_scope="block") < tps(compile_scope="block", kernels="fused-ce")
-    assert tps(compile_scope="block") < fused_gap * tps()  # the eager loss on top of the seams
+    assert 0.97 < tps(compile_scope="block") / tps() < 0.99  # the seams alone
     eager = {"compile_mode": "none"}
     assert tps(kernels="fused-ce", **eager) > tps(**eager)
     assert tps(kernels="liger", **eager) > tps(kernels="fused-ce", **eager)
@@ -376,8 +375,9 @@ def test_cce_moves_the_output_layers_flops_into_its_own_term() -> None:
 
 def test_block_scopes_efficiency_is_learned_from_the_studys_trials() -> None:
     """The scope_block term's multiplier is fitted: after a whole-model and a block-scope
-    trial measured 10% apart (and a second pair at another micro-batch to pin the rest), the
-    gap predicted for a third micro-batch moves from the prior's toward the measured one."""
+    trial measured 5% apart (and a second pair at another micro-batch to pin the rest), the
+    gap predicted for a third micro-batch moves from the prior's (about 2.4%: the seams) toward
+    the measured one. Two pairs move it little: the term's prior is the fit's main evidence."""
     tm = ThroughputModel(LLAMA1B_SPEC, REAL_H200, 1)
     prior_gap = 1 - tm.predict(_llama(micro_batch_size=4, compile_scope="block")).tokens_per_s / (
         tm.predict(_llama(micro_batch_size=4)).tokens_per_s
@@ -385,13 +385,13 @@ def test_block_scopes_efficiency_is_learned_from_the_studys_trials() -> None:
     for mb, tokens_per_s in ((8, 70_000.0), (16, 72_000.0)):
         tm.observe(_llama(micro_batch_size=mb), _measured_tps(tokens_per_s))
         tm.observe(
-            _llama(micro_batch_size=mb, compile_scope="block"), _measured_tps(0.9 * tokens_per_s)
+            _llama(micro_batch_size=mb, compile_scope="block"), _measured_tps(0.95 * tokens_per_s)
         )
     gap = 1 - tm.predict(_llama(micro_batch_size=4, compile_scope="block")).tokens_per_s / (
         tm.predict(_llama(micro_batch_size=4)).tokens_per_s
     )
-    assert abs(gap - 0.10) < abs(prior_gap - 0.10)
-    assert 0.06 < gap < 0.14
+    assert 0.02 < prior_gap < 0.03
+    assert prior_gap < gap < 0.05
 
 
 def _measured_tps(tokens_per_s: float) -> TrialResult:

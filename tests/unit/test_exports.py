@@ -345,8 +345,8 @@ def _check_torchtitan(text: str, knobs: dict[str, Any]) -> None:
     )
     assert training["global_batch_size"] == knobs["micro_batch_size"] * dp * knobs["grad_accum"]
     assert flat["compile"]["enable"] == (str(knobs["compile_mode"]) != "none")
-    if flat["compile"]["enable"]:  # block scope ran the loss eagerly
-        loss = str(knobs["compile_scope"]) != "block"
+    if flat["compile"]["enable"]:  # block scope ran a fused kernels' loss eagerly
+        loss = str(knobs["compile_scope"]) != "block" or knobs.get("kernels", "none") == "none"
         assert ("loss" in flat["compile"]["components"]) == loss
 
 
@@ -413,14 +413,16 @@ def test_pytorch_snippet_trains_one_step(name: str) -> None:
 
 def test_pytorch_snippet_compiles_each_block_under_block_scope() -> None:
     """compile_scope=block: prepare() compiles each block in place with the measured mode
-    (one graph per block, the rest eager) and returns the model itself; with Liger's kernels
-    the snippet carries fused_loss, which needs CUDA: only its presence is checked here."""
+    (one graph per block) and returns the model itself, and the loss over the logits is
+    compiled on its own, as the trial's output region was; with Liger's kernels the snippet
+    carries fused_loss, which needs CUDA: only its presence is checked here."""
     knobs = {**SINGLE, "compile_mode": "default", "compile_scope": "block"}
     rec, config = _rec(knobs, 1)
     snippet = render(rec, "pytorch", study_id="s1", config=config)
     assert (
         "        block.compile(mode='default')" in snippet and "torch.compile(model" not in snippet
     )
+    assert "@torch.compile(mode='default')\ndef logits_loss(logits, y):" in snippet
     _one_pytorch_step(snippet, Knobs.model_validate(knobs).model_dump())
     fused = _exec(_export("single-block-fused-ce", "pytorch"))
     assert callable(fused["fused_loss"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autotuner.spec import CompileMode, CompileScope, Knobs, ModelSpec
+from autotuner.spec import CompileMode, CompileScope, Kernels, Knobs, ModelSpec
 from tests.workers.test_models import HF_SPEC
 from workers.compiling import compile_model, repeated_blocks
 from workers.errors import UnsupportedConfig
@@ -45,12 +45,31 @@ def test_the_repeated_blocks_are_the_outermost_list_of_like_modules(model, where
     assert {type(b).__name__ for b in blocks} == {kind}
 
 
-def test_block_scope_compiles_each_block_in_place_and_leaves_the_rest_eager():
+def _compiled(fn) -> bool:
+    return getattr(fn, "_torchdynamo_orig_callable", None) is not None
+
+
+def test_block_scope_compiles_each_block_and_the_output_region_in_place():
     model = build_model(ModelSpec.resolve({"preset": "llama-tiny"}), Knobs(attention="math"))
     runnable, note = compile_model(model, CompileMode.DEFAULT, CompileScope.BLOCK)
     assert runnable is model
     assert all(layer._compiled_call_impl is not None for layer in model.layers)
     assert model._compiled_call_impl is None and model.output._compiled_call_impl is None
+    # The final norm, output layer and loss: one region of their own, the parameters the model's.
+    assert _compiled(model.head_loss) and "head_loss" not in dict(model.named_modules())
+    assert note == (
+        f"compile_scope block: {len(model.layers)} Block blocks and the output layer with its "
+        "loss compiled (default)"
+    )
+
+
+def test_block_scope_leaves_a_fused_kernels_loss_eager():
+    """Liger's fused loss cannot be traced and cut-cross-entropy's traces in pieces: with the
+    fused kernels only the blocks are compiled (building the model needs no kernel)."""
+    model = build_model(ModelSpec.resolve({"preset": "llama-tiny"}), Knobs(attention="math"))
+    model.kernels = Kernels.CCE
+    _, note = compile_model(model, CompileMode.DEFAULT, CompileScope.BLOCK)
+    assert not _compiled(model.head_loss)
     assert note == f"compile_scope block: {len(model.layers)} Block blocks compiled (default)"
 
 

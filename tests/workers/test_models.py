@@ -118,6 +118,32 @@ def test_hf_model_routes_attention_through_attend(monkeypatch):
     assert calls == ["flash", "flash"]
 
 
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers")
+@pytest.mark.parametrize(
+    "model_type, extra, own_head",
+    [
+        ("llama", {}, True),
+        ("gemma2", {"final_logit_softcapping": 5.0, "head_dim": 16}, True),  # soft-capped
+        ("cohere", {"logit_scale": 0.25}, False),  # scaled: transformers' own output layer
+    ],
+)
+def test_the_hf_output_region_computes_the_loss_transformers_forward_does(
+    model_type, extra, own_head
+):
+    """HFCausalLM runs the decoder, then its own head_loss (a region compile_scope 'block'
+    compiles): the loss must be the cross-entropy of transformers' own logits, soft-capping
+    included; a model that scales its logits otherwise keeps transformers' forward."""
+    import torch.nn.functional as F
+
+    cfg = {**HF_SPEC["hf_config"], "model_type": model_type, **extra}
+    model = build_model(ModelSpec.resolve({"hf_config": cfg}), Knobs(attention="math"))
+    assert model.own_head is own_head
+    x = torch.randint(0, 500, (2, 16), generator=torch.Generator().manual_seed(0))
+    logits = model.inner(input_ids=x, use_cache=False).logits
+    want = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), x.reshape(-1))
+    torch.testing.assert_close(model(x, x), want)
+
+
 @pytest.mark.parametrize(
     "preset, dropout, replays",
     [("llama-tiny", 0.0, False), ("tiny", 0.0, False), ("tiny", 0.2, True)],

@@ -37,7 +37,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autotuner.spec import Attention, Checkpointing, ModelSpec
+from autotuner.spec import Attention, Checkpointing, Kernels, ModelSpec
 from workers.errors import EnvironmentProblem, UnsupportedConfig, missing_package
 from workers.models.attention import attend
 from workers.models.checkpointing import checkpoint_blocks
@@ -59,6 +59,8 @@ class FactoryError(UnsupportedConfig):
 class FactoryLM(nn.Module):
     """The user's logits model with the built-in families' forward(idx, targets) -> loss."""
 
+    kernels = Kernels.NONE  # the fused kernels need the output layer: factories are refused them
+
     def __init__(self, inner: nn.Module, vocab_size: int, padded_vocab: int):
         super().__init__()
         self.inner = inner
@@ -78,7 +80,11 @@ class FactoryLM(nn.Module):
         return total
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        logits = self.inner(idx)
+        return self.head_loss(self.inner(idx), targets)
+
+    def head_loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The loss over the user's logits: the region compile_scope 'block' compiles beside
+        the blocks (workers/compiling.py), as the built-in families' output layer and loss."""
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
 
 

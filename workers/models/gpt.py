@@ -117,4 +117,9 @@ class GPT(nn.Module):
         x = self.drop(self.wte(idx) + self.wpe(pos))
         for block in self.blocks:
             x = block(x)
+        return self.head_loss(x, targets)
+
+    def head_loss(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The final norm, the output layer and the loss: a region compile_scope 'block'
+        compiles on its own (workers/compiling.py)."""
         return fused.output_loss(self.ln_f(x), self.lm_head, targets, self.kernels)

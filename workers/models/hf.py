@@ -57,14 +57,22 @@ class HFCausalLM(nn.Module):
         super().__init__()
         self.inner, self.kernels = inner, kernels
         self.softcap = getattr(inner.config, "final_logit_softcapping", None)
+        # A model that scales its logits some other way keeps transformers' own output layer
+        # (only with kernels 'none': build_hf refuses the fused kernels for it).
+        self.own_head = not logit_scales(inner.config)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        if self.kernels == Kernels.NONE:
+        if not self.own_head:
             logits = self.inner(input_ids=idx, use_cache=False).logits
             return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
-        # The decoder's last hidden state, then the output layer fused into the loss.
+        # The decoder's last hidden state, then the output layer and the loss: what
+        # transformers' *ForCausalLM forward does (soft-capping included), as a region of its
+        # own that compile_scope 'block' compiles (workers/compiling.py).
         base = getattr(self.inner, self.inner.base_model_prefix)
         hidden = base(input_ids=idx, use_cache=False).last_hidden_state
+        return self.head_loss(hidden, targets)
+
+    def head_loss(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         output = self.inner.get_output_embeddings()
         return fused.output_loss(hidden, output, targets, self.kernels, self.softcap)
 
@@ -142,8 +150,13 @@ def _has_dropout(config) -> bool:
     return any(isinstance(v, int | float) and v > 0 for v in rates)
 
 
+def logit_scales(config) -> list[str]:
+    """The config fields by which this model scales its logits beyond soft-capping."""
+    return [name for name in _LOGIT_SCALES if getattr(config, name, None) not in (None, 1, 1.0)]
+
+
 def _check_fusable(config, kernels: Kernels) -> None:
-    scaled = [name for name in _LOGIT_SCALES if getattr(config, name, None) not in (None, 1, 1.0)]
+    scaled = logit_scales(config)
     if scaled:
         raise UnsupportedConfig(
             f"kernels {kernels.value!r} fuse the output layer into the loss, and this model "

@@ -128,4 +128,9 @@ class Llama(nn.Module):
         x = self.tok_embeddings(idx)
         for layer in self.layers:
             x = layer(x, rope)
+        return self.head_loss(x, targets)
+
+    def head_loss(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The final norm, the output layer and the loss: a region compile_scope 'block'
+        compiles on its own (workers/compiling.py)."""
         return fused.output_loss(self.norm(x), self.output, targets, self.kernels)

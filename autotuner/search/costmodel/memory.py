@@ -55,7 +55,6 @@ from autotuner.spec import (
     Attention,
     Checkpointing,
     CompileMode,
-    CompileScope,
     Kernels,
     Knobs,
     ModelFamily,
@@ -159,9 +158,9 @@ def estimate(
     tokens = knobs.micro_batch_size * model.seq_len
     acts_b, scores_b = _activation_bytes_per_token(model, knobs, on_cuda)
     compiled = knobs.compile_mode != CompileMode.NONE
-    # Under block scope only the blocks are compiled (nearly all the activations); the output
-    # layer and the loss run eagerly, so their path keeps the eager footprint.
-    loss_compiled = compiled and knobs.compile_scope == CompileScope.MODEL
+    # Compiled, the loss never holds its fp32 logits whole, under either scope: block scope
+    # compiles the output layer with the loss as a region of its own (workers/compiling.py).
+    loss_compiled = compiled
     comps = {c: 0.0 for c in COMPONENTS}
     comps["static"] = static_b / GIB
     if not compiled:

@@ -293,7 +293,8 @@ def features(model: ModelSpec, knobs: Knobs, hw: _Hardware, num_gpus: int) -> np
         x["loss_fused"] = _fused_loss_s(model, knobs, vocab, micro_tokens, hw)
     else:
         loss_bytes = vocab * 4.0 * 6  # fp32 logits: upcast, log-softmax, its gradient, read back
-        loss_term = "elementwise_eager" if block_scope or not compiled else "elementwise_compiled"
+        # Block scope compiles the output layer with the loss as a region (workers/compiling.py).
+        loss_term = "elementwise_compiled" if compiled else "elementwise_eager"
         x[loss_term] += loss_bytes / hw.bytes_per_s
     if block_scope:
         seams = L * d * 4.0 * 4 / hw.bytes_per_s  # fp32 output and its gradient, each way

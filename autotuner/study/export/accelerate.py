@@ -64,7 +64,8 @@ def render(f: Facts) -> str:
         config["dynamo_config"]["dynamo_use_regional_compilation"] = True
         notes.append(
             "compile_scope=block: Accelerate's regional compilation compiles each repeated "
-            "block, and the rest of the model separately, where the trial ran the rest eagerly"
+            "block and the rest of the model separately, as the trial did (its rest: the "
+            "output layer with the loss)"
         )
     if f.kernels_label:
         notes.append(

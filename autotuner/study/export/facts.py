@@ -79,8 +79,8 @@ class Facts:
 
     @property
     def block_compile(self) -> bool:
-        """Each transformer block compiled on its own (compile_scope=block); the embedding,
-        final norm, output layer and loss ran eagerly."""
+        """Each transformer block compiled on its own (compile_scope=block), and the output
+        layer with the loss as one more region (with kernels none); the embedding ran eagerly."""
         return self.compile_mode is not None and self.knobs.compile_scope == CompileScope.BLOCK
 
     @property

@@ -64,6 +64,12 @@ def render(f: Facts) -> str:
             "compile_scope=block: TrainingArguments compiles the whole model (torch_compile) "
             "and has no per-block setting; compile each decoder layer before building the "
             f"Trainer: for layer in model.model.layers: layer.compile(mode={f.compile_mode!r})"
+            + (
+                "; the trial compiled the output layer with the loss too (override "
+                "Trainer.compute_loss with a torch.compile'd cross-entropy over the logits)"
+                if f.kernels == Kernels.NONE
+                else ""
+            )
         )
     elif f.compile_mode:
         kwargs["torch_compile"] = True

@@ -9,7 +9,7 @@ applies as it is.
 
 from __future__ import annotations
 
-from autotuner.spec import Checkpointing, Precision
+from autotuner.spec import Checkpointing, Kernels, Precision
 from autotuner.study.export.code import COMM_HOOK_IMPORT, COMM_HOOKS, call_kwargs
 from autotuner.study.export.facts import Facts
 
@@ -74,6 +74,8 @@ def render(f: Facts) -> str:
     model_side = []
     if f.block_compile:
         model_side.append(f"block.compile(mode={f.compile_mode!r}) for each transformer block")
+        if f.kernels == Kernels.NONE:
+            model_side.append("torch.compile of the loss over the logits (training_step)")
     elif f.compile_mode:
         model_side.append(f"torch.compile(mode={f.compile_mode!r})")
     if f.kernels_label:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotuner.spec import Checkpointing, Precision
+from autotuner.spec import Checkpointing, Kernels, Precision
 from autotuner.study.export.facts import Facts
 
 _FLOAT8_CONVERTER = "quantize.linear.float8"
@@ -50,8 +50,9 @@ def render(f: Facts) -> str:
             "torchao.optim.AdamW8bit in your optimizer builder (--format pytorch has the call)"
         )
     # torchtitan's "model" component compiles each transformer block on its own (regional
-    # compilation), "loss" the loss function: block scope ran the loss eagerly.
-    components = ["model"] if f.block_compile else ["model", "loss"]
+    # compilation), "loss" the loss function: block scope compiled the unfused loss as a region
+    # of its own, and ran a fused kernels' loss eagerly.
+    components = ["model"] if f.block_compile and f.kernels != Kernels.NONE else ["model", "loss"]
     sections["compile"] = {"enable": f.compile_mode is not None, "components": components}
     if f.block_compile:
         notes.append("compile_scope=block: torchtitan compiles each block on its own already")
