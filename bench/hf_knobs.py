@@ -6,6 +6,9 @@
 - `kernels`: kernels `none`, `fused-ce` and `liger` on each model, eager (kernels compose with
   any compile: the tests show it; eager keeps the arms cheap), at the micro-batch `none` runs
   and then doubled while it fits: peak memory and tokens/s at the micro-batch each allows.
+- `modes`: kernels `none` and `cce` with compiled blocks under the compile modes other than
+  `default` (`reduce-overhead`: CUDA graphs; `max-autotune-no-cudagraphs`: autotuned kernels):
+  whether each composes, its tokens/s, peak and compile time.
 - `fused-loss`: kernels `none`, `fused-ce` (Liger) and `cce` (cut-cross-entropy) on each model at
   one micro-batch, eager, with compiled blocks and under a whole-model compile: tokens/s, peak
   memory, compile time and what the compile did (graph breaks, in the trial's notes). The cce
@@ -16,6 +19,7 @@
     python3 bench/hf_knobs.py regional examples/hf/llama-3.2-1b.yaml ... --out $OUT/regional.json
     python3 bench/hf_knobs.py kernels examples/hf/llama-3.2-1b.yaml ... --out $OUT/kernels.json
     python3 bench/hf_knobs.py fused-loss examples/hf/llama-3.2-1b.yaml --out $OUT/loss.json
+    python3 bench/hf_knobs.py modes examples/hf/llama-3.2-1b.yaml --out $OUT/modes.json
 
 The JSON is written after every trial, so a call that runs out of time keeps what it measured;
 `--budget-s` skips the arms that would start after it. A table is printed last.
@@ -99,6 +103,14 @@ def kernels(models: list[str], rec: Recorder, micro_batch: int, doublings: int) 
                 if r is None or r.status != TrialStatus.OK:
                     break
                 mb *= 2
+
+
+def modes(models: list[str], rec: Recorder, micro_batch: int) -> None:
+    for path in models:
+        for mode in ("reduce-overhead", "max-autotune-no-cudagraphs"):
+            for value in ("none", "cce"):
+                arm = {"micro_batch_size": micro_batch, "kernels": value}
+                rec.run(path, {**arm, "compile_mode": mode, "compile_scope": "block"}, "modes")
 
 
 # fused-loss's arms, most informative first, so that a spent budget drops the least.
@@ -204,13 +216,13 @@ def _table(rows: list[dict[str, Any]]) -> None:
             continue
         arm = " ".join(
             f"{k}={row[k]}"
-            for k in ("micro_batch_size", "compile_scope", "kernels")
+            for k in ("micro_batch_size", "compile_mode", "compile_scope", "kernels")
             if row.get(k) is not None
         )
         tps = f"{row['tokens_per_s']:,.0f}" if row["tokens_per_s"] else "-"
         comp = f"{row['compile_s']:.1f}" if row["compile_s"] is not None else "-"
         peak = f"{row['peak_mem_gib']:.1f}" if row["peak_mem_gib"] is not None else "-"
-        print(f"{row['model']:<22}{arm:<34}{tps:>10}{comp:>10}{peak:>10}  {row['status']}")
+        print(f"{row['model']:<22}{arm:<60}{tps:>10}{comp:>10}{peak:>10}  {row['status']}")
         breaks = [n for n in row.get("notes") or [] if "graph break" in n]
         if breaks:
             print(f"{'':<22}{'; '.join(breaks)[:300]}")
@@ -218,7 +230,7 @@ def _table(rows: list[dict[str, Any]]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=["regional", "kernels", "fused-loss"])
+    parser.add_argument("what", choices=["regional", "kernels", "fused-loss", "modes"])
     parser.add_argument("models", nargs="+", help="model spec files (examples/hf/*.yaml)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--micro-batch", type=int, default=4)
@@ -228,6 +240,8 @@ def main() -> None:
     rec = Recorder(args.out, args.budget_s)
     if args.what == "regional":
         regional(args.models, rec, args.micro_batch)
+    elif args.what == "modes":
+        modes(args.models, rec, args.micro_batch)
     elif args.what == "fused-loss":
         fused_loss(args.models, rec, args.micro_batch)
     else:
