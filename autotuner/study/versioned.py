@@ -125,7 +125,7 @@ class VersionedObjects:
         where = (str(s.get_bind().engine.url), study.id)
         kept = self._kept(where, start, same)
         with kept.lock:
-            if kept.version == study.trials_version:
+            if kept.known and kept.version == study.trials_version:
                 return cast(T, kept.value)
             value = compute(cast(S, kept.state))
             if trials_version(s, study.id) != study.trials_version:
@@ -134,9 +134,8 @@ class VersionedObjects:
                 if self._studies.get(where) is not kept:
                     return value  # dropped meanwhile: its state is no longer kept
                 # The value it replaces, if it is all there is (get): dropped as a study is.
-                stateless = kept.state is None and kept.version is not None
-                dropped: list[Any] = [kept.value] if stateless else []
-                kept.version, kept.value = study.trials_version, value
+                dropped: list[Any] = [kept.value] if kept.state is None and kept.known else []
+                kept.known, kept.version, kept.value = True, study.trials_version, value
                 dropped += self._dropped
                 self._dropped = []
                 while len(self._studies) > self.size:
@@ -166,6 +165,7 @@ class _Kept:
     def __init__(self, state: Any, same: Any) -> None:
         self.state, self.same = state, same
         self.lock = threading.Lock()  # held while a value is computed
+        self.known = False  # whether `value` is of `version`: none computed yet
         self.version: int | None = None
         self.value: Any = None
 
