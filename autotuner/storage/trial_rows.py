@@ -164,12 +164,12 @@ def end_of_study_rows(session: Session, study_id: str, *, low: int = 0) -> list[
     return as_trials(rows)
 
 
-def ended_rows(session: Session, study_id: str, low: int, limit: int) -> list[Trial]:
-    """The trials numbered `low` or above that have ended, up to the first one still running,
-    at most `limit` of them, by number, with the JSON the evidence reads (as
+def ended_rows(session: Session, study_id: str, low: int, high: int, limit: int) -> list[Trial]:
+    """The trials numbered from `low` to below `high` (the first one still running: they have
+    ended), at most `limit` of them, by number, with the JSON the evidence reads (as
     `end_of_study_rows`): what the evidence's replay is fed as a study goes on
-    (study/end_kept.py). A range of the (study, number) index; three statements."""
-    high = unfinished_from(session, study_id)
+    (study/end_kept.py, through storage/ended_feed.py). A range of the (study, number) index;
+    two statements."""
     rows = read(
         session,
         select(*_SELECTED)

@@ -34,6 +34,7 @@ from autotuner.search.evidence_replay import Replay
 from autotuner.search.objective import Objective
 from autotuner.search.policy import SearchPolicy
 from autotuner.storage import trial_rows
+from autotuner.storage.ended_feed import EndedFeed
 from autotuner.storage.models import Trial
 from autotuner.storage.session import Database
 from autotuner.study.gc_pause import gc_paused
@@ -61,7 +62,8 @@ class KeptForEnd:
         self.db, self.study_id = db, study_id
         self.policy: SearchPolicy | None = None
         self.replay: Replay | None = None
-        self.rows: list[Trial] = []  # every trial numbered below replay.next, by number
+        self.ended = EndedFeed(study_id)  # what the replay was fed: the trials below its low
+        self.rows: list[Trial] = []  # every trial numbered below ended.low, by number
         self.keyed: Keyed = []  # of those, keyed_candidates(stopped_early_too=True)
         # Of those, the ones not over_memory at the policy's options, grouped by config in the
         # order of each config's first trial (as rank_groups groups them).
@@ -74,7 +76,11 @@ class KeptForEnd:
             self._let_go()
             self.policy, self.replay = policy, policy.replay()
         with self.db.read() as s:
-            rows = trial_rows.ended_rows(s, self.study_id, self.replay.next, limit)
+            rows, _ = self.ended.take(
+                s,
+                lambda low, high: trial_rows.ended_rows(s, self.study_id, low, high, limit),
+                _number,
+            )
         with gc_paused():
             self.replay.feed(rows)
             keyed = keyed_candidates(rows, stopped_early_too=True)
@@ -89,8 +95,7 @@ class KeptForEnd:
         return [*self.rows, *self._rest(s)]
 
     def _rest(self, s: Session) -> list[Trial]:
-        low = self.replay.next if self.replay is not None else 0
-        return trial_rows.end_of_study_rows(s, self.study_id, low=low)
+        return trial_rows.end_of_study_rows(s, self.study_id, low=self.ended.low)
 
     def recommend(
         self, s: Session, live: LiveBest, objective: Objective, options: StudyOptions
@@ -123,6 +128,11 @@ class KeptForEnd:
 
     def _let_go(self) -> None:
         self.policy, self.replay, self.rows, self.keyed, self.fitting = None, None, [], [], {}
+        self.ended = EndedFeed(self.study_id)
+
+
+def _number(t: Trial) -> int:
+    return t.number
 
 
 def _group(groups: dict[str, ConfigMeasurements], keyed: Keyed, options: StudyOptions) -> None:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from autotuner.storage.models import Study
 
 T = TypeVar("T")
+S = TypeVar("S")
 KEPT = 1024  # entries per process: a few hundred studies' views, a few kB each
 
 
@@ -69,54 +70,115 @@ class VersionedCache:
 
 
 class VersionedObjects:
-    """One value per (database, study, trials version), the least recently used dropped past
-    `size`. Not copied: big values (a study's measured configs and their rows)
-    are read-only, shared by the requests that use them.
+    """One value per (database, study) at one trials version, the least recently used study
+    dropped past `size`. Not copied: big values (a study's measured configs and their rows,
+    its charts) are read-only, shared by the requests that use them.
 
-    Kept out of the cyclic collector's reach: a 50,000-trial study's value is a few hundred
-    thousand objects that the collector tracks, and each full collection walked them all
-    (250 ms, in whatever request it fell: the 200-study list's p99 of 80 to 220 ms). So a
+    A value may be derived from a state kept across the study's versions (`follow`): what a
+    study's ended trials give does not change as more trials end, so a new version reads and
+    folds in only the trials since (the dashboard's charts: dashboard/charts_kept.py). One
+    caller per study computes at a time; another waits for its answer rather than compute
+    the same beside it.
+
+    Kept out of the cyclic collector's reach: a 50,000-trial study's value or state is a few
+    hundred thousand objects that the collector tracks, and each full collection walked them
+    all (250 ms, in whatever request it fell: the 200-study list's p99 of 80 to 220 ms). So a
     value kept is frozen (`gc.freeze`) with what else lives then, after a collection (no
-    garbage is frozen); an entry dropped unfreezes them first, so that its cycles, if any,
-    are collected there and not kept for good."""
+    garbage is frozen); a study dropped unfreezes them first, so that its cycles, if any, are
+    collected there and not kept for good."""
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._values: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._studies: OrderedDict[tuple[str, str], _Kept] = OrderedDict()
+        # Studies let go (another `same`) since the last value kept: unfrozen at the next.
+        self._dropped: list[_Kept] = []
         self._lock = threading.Lock()
 
     def get(self, s: Session, study: Study, compute: Callable[[], T]) -> T:
         """The study's value at the version read with its row; `compute()` reads in `s` where
-        it is not known. Kept only if the version is the same after it (on Postgres each
-        statement sees what has committed before it: a trial written between the study's row
-        and compute's reads would otherwise be kept under the version before it)."""
+        it is not known. The value it replaces is dropped (unfrozen, its cycles collected)."""
+        return self.follow(s, study, _stateless, lambda _: compute())
+
+    def follow(
+        self,
+        s: Session,
+        study: Study,
+        start: Callable[[], S],
+        compute: Callable[[S], T],
+        same: Any = None,
+    ) -> T:
+        """The study's value at the version read with its row; where it is not known,
+        `compute(state)` reads it in `s` from the study's state: kept across its versions,
+        made by `start()` for a study new here or kept with another `same`. compute may
+        advance the state in place with what stays true at every later version (trials that
+        have ended: storage/ended_feed.py). The value is kept only if the version is the
+        same after compute (on Postgres each statement sees what has committed before it: a
+        trial written between the study's row and compute's reads would otherwise be kept
+        under the version before it).
+
+        Where a state is kept, the value a new version replaces is let go by reference
+        counting alone, frozen: it is what the state gives at one version (plain data for a
+        response, no cycles), its bulk lives on in the state, and unfreezing to collect it
+        would walk every frozen object (the service's, the other studies') at each version."""
         from autotuner.storage.trial_rows import trials_version
 
-        key = (str(s.get_bind().engine.url), study.id, study.trials_version)
-        with self._lock:
-            if key in self._values:
-                self._values.move_to_end(key)
-                return cast(T, self._values[key])
-        value = compute()
-        if trials_version(s, study.id) == study.trials_version:
-            dropped = []
+        where = (str(s.get_bind().engine.url), study.id)
+        kept = self._kept(where, start, same)
+        with kept.lock:
+            if kept.known and kept.version == study.trials_version:
+                return cast(T, kept.value)
+            value = compute(cast(S, kept.state))
+            if trials_version(s, study.id) != study.trials_version:
+                return value
             with self._lock:
-                self._values[key] = value
-                while len(self._values) > self.size:
-                    dropped.append(self._values.popitem(last=False))
-            _keep_frozen(dropped)
+                if self._studies.get(where) is not kept:
+                    return value  # dropped meanwhile: its state is no longer kept
+                # The value it replaces, if it is all there is (get): dropped as a study is.
+                dropped: list[Any] = [kept.value] if kept.state is None and kept.known else []
+                kept.known, kept.version, kept.value = True, study.trials_version, value
+                dropped += self._dropped
+                self._dropped = []
+                while len(self._studies) > self.size:
+                    dropped.append(self._studies.popitem(last=False)[1])
+        _keep_frozen(dropped)
         return value
+
+    def _kept(self, where: tuple[str, str], start: Callable[[], Any], same: Any) -> _Kept:
+        with self._lock:
+            kept = self._studies.get(where)
+            if kept is None or kept.same != same:
+                if kept is not None:
+                    self._dropped.append(kept)
+                kept = self._studies[where] = _Kept(start(), same)
+            self._studies.move_to_end(where)
+            return kept
 
     def clear(self) -> None:
         with self._lock:
-            self._values.clear()
+            self._studies.clear()
+            self._dropped.clear()
+
+
+class _Kept:
+    """A study's entry: its state (None for `get`), the version its value is of."""
+
+    def __init__(self, state: Any, same: Any) -> None:
+        self.state, self.same = state, same
+        self.lock = threading.Lock()  # held while a value is computed
+        self.known = False  # whether `value` is of `version`: none computed yet
+        self.version: int | None = None
+        self.value: Any = None
+
+
+def _stateless() -> None:
+    return None
 
 
 def _keep_frozen(dropped: list[Any]) -> None:
     """Freeze what lives now (the value just kept among it) out of the collector's reach,
-    after a full collection; with `dropped` entries, first unfreeze, so that the collection
-    frees their cycles. Its cost (one full collection) is paid where a value is computed
-    (seconds at 50,000 trials), not in the reads that follow."""
+    after a collection of what is not frozen yet; with `dropped` entries, first unfreeze, so
+    that the collection (then a full one, of every object) frees their cycles. Its cost is
+    paid where a value is computed, not in the reads that follow."""
     import gc
 
     if dropped:

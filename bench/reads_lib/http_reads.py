@@ -60,7 +60,10 @@ def measure_http(
     started = time.perf_counter()
     page = client.get(f"/studies/{big}?format=json").json()
     # The service's first read of the study's page computes what later ones are served from
-    # (its kept charts: dashboard/charts_kept.py): reported beside the page's row.
+    # (its kept charts: dashboard/charts_kept.py): reported beside the page's row. Every read
+    # below comes after it, the lists too: what the service keeps for a study viewed must not
+    # cost the other reads (its objects, walked by each full collection, once did: 120 to 190 ms;
+    # bench/list_after_page.py times those collections).
     first_ms = (time.perf_counter() - started) * 1000
     total, charts_at = page["study"]["trials_total"], page["charts_at"]
     running = min(t["number"] for t in page["trials"] if t["state"] == "running")

@@ -10,7 +10,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from autotuner.dashboard.charts import KeptCharts, chart_data, ended_line
-from autotuner.dashboard.charts_kept import study_charts
+from autotuner.dashboard.charts_kept import KEPT_STUDIES, forget, study_charts
 from autotuner.options import StudyOptions
 from autotuner.search.objective import Objective
 from autotuner.storage.session import Database
@@ -121,3 +121,63 @@ def test_kept_charts_folded_in_any_parts_equal_the_full_computation() -> None:
                 < (got["pareto"]["measured"])
             )
     assert thinned  # the grid's part was compared too
+
+
+def _charts_now(db: Database, study_id: str) -> dict[str, Any]:
+    with db.read() as s:
+        study, _ = trial_reads.find_study(s, study_id)
+        return study_charts(s, study, list(trial_reads.knob_domains(study)))
+
+
+def test_kept_charts_are_out_of_the_collectors_reach_until_dropped(pg_url: str) -> None:
+    """A study's kept charts (80 MiB of objects at 50,000 trials) are frozen out of the cyclic
+    collector with the charts computed from them, so that no full collection walks them in
+    another request (the 200-study list's tail); a new version's trials folded in are frozen
+    too; once the study is dropped (past KEPT_STUDIES others viewed), they are freed."""
+    import gc
+    import weakref
+
+    db = Database(pg_url)
+    rng = random.Random(11)
+    big = seed_study(db, trials=200, name="big", rng=rng, running=1)
+    others = [seed_study(db, trials=5, name=f"other-{i}", rng=rng) for i in range(KEPT_STUDIES)]
+    lease = StudyLease(db, big, "test", ttl_s=600, heartbeat_interval_s=5, on_event=_quiet)
+    lease.take()
+    writer = TrialWriter(db, big, random.Random(12), lease.owner)
+
+    def alive() -> list[KeptCharts]:
+        return [o for o in gc.get_objects() if isinstance(o, KeptCharts)]
+
+    gc.unfreeze()
+    forget()
+    gc.collect()
+    assert not alive()
+    try:
+        charts = _charts_now(db, big)
+        tracked = {id(o) for o in gc.get_objects()}
+        assert gc.get_freeze_count() > 0
+        assert not alive()  # the folded trials: frozen, not walked
+        shown = [charts, charts["progress"], charts["strips"], charts["pareto"]]
+        assert not any(id(o) in tracked for o in shown)
+        gc.unfreeze()
+        (kept,) = alive()  # there, and only frozen
+        gc.freeze()
+
+        writer.finish_one()  # a new version: its ended trials folded into the same state
+        again = _charts_now(db, big)
+        assert again is not charts and again["progress"] != charts["progress"]
+        tracked = {id(o) for o in gc.get_objects()}
+        assert id(kept) not in tracked and id(kept.points[-1]) not in tracked
+        assert id(again) not in tracked
+
+        gone = weakref.ref(kept)
+        del kept, charts, again
+        assert gone() is not None  # still kept
+        for other in others:  # the big study is the least recently viewed: dropped
+            _charts_now(db, other)
+        assert gone() is None  # freed there, not left frozen for good
+        gc.unfreeze()
+        assert len(alive()) == KEPT_STUDIES  # the others'
+    finally:
+        forget()
+        gc.unfreeze()

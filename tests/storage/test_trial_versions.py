@@ -132,6 +132,77 @@ def test_kept_big_values_are_out_of_the_collectors_reach_until_dropped(
         gc.unfreeze()
 
 
+def test_a_followed_state_is_carried_across_versions_and_freed_with_its_study(
+    db: Database, make_study: Callable[..., Study]
+) -> None:
+    """VersionedObjects.follow (the dashboard's kept charts): a new version computes from the
+    state kept for the study, which stays frozen; the value it replaces is let go without a
+    full collection; another `same`, or the study dropped, starts over and frees the state's
+    cycles. get's value, replaced at a new version, has its cycles freed there too."""
+    import gc
+    import weakref
+
+    from autotuner.study.versioned import VersionedObjects
+
+    class State:
+        def __init__(self) -> None:
+            self.me = self  # a cycle: only the collector frees it
+            self.seen: list[int | None] = []
+
+    def compute(state: State) -> list[Any]:
+        state.seen.append(study.trials_version)
+        return [state, list(state.seen)]
+
+    def write_trial() -> None:
+        with db.session() as s:
+            TrialRepo(s).create_running(first.id, params={"mb": 1}, config={})
+
+    kept = VersionedObjects(size=1)
+    first, second = make_study(), make_study(name="second")
+    try:
+        with db.read() as s:
+            study = StudyRepo(s).require(first.id)
+            state, seen = kept.follow(s, study, State, compute)
+            assert kept.follow(s, study, State, compute)[1] is seen  # not computed again
+        assert seen == [study.trials_version]
+        garbage = State()  # frozen cyclic garbage: freed only by a collection of everything
+        gc.freeze()
+        frozen = weakref.ref(garbage)
+        del garbage
+        write_trial()
+        with db.read() as s:
+            study = StudyRepo(s).require(first.id)
+            again, seen = kept.follow(s, study, State, compute)
+        assert again is state and len(seen) == 2  # from the kept state
+        assert id(state) not in {id(o) for o in gc.get_objects()}  # still frozen
+        assert frozen() is not None  # nothing unfrozen: no collection of everything
+        gone = weakref.ref(state)
+        del state, again
+        with db.read() as s:  # another `same`: a fresh state; the first one's cycle freed
+            study = StudyRepo(s).require(first.id)
+            fresh, seen = kept.follow(s, study, State, compute, same="other")
+        assert gone() is None and fresh.seen == seen == [study.trials_version]
+        assert frozen() is None
+        gone = weakref.ref(fresh)
+        del fresh
+        with db.read() as s:  # another study: the first one dropped
+            kept.follow(s, StudyRepo(s).require(second.id), State, compute)
+        assert gone() is None
+
+        with db.read() as s:  # get: the value is all there is, freed when replaced
+            study = StudyRepo(s).require(first.id)
+            value = kept.get(s, study, State)
+        gone = weakref.ref(value)
+        del value
+        write_trial()
+        with db.read() as s:
+            study = StudyRepo(s).require(first.id)
+            kept.get(s, study, State)
+        assert gone() is None
+    finally:
+        gc.unfreeze()
+
+
 def test_a_trial_the_cancel_stopped_counts_as_cancelled_not_failed(
     db: Database, make_study: Callable[..., Study]
 ) -> None:

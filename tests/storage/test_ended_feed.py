@@ -1,0 +1,54 @@
+"""storage/ended_feed.py: a reader's place in a study's ended trials (the dashboard's kept charts
+and the end of a study's kept rows both read through it); on both backends."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from autotuner.storage import Database, Study, TrialRepo, TrialState
+from autotuner.storage.ended_feed import EndedFeed
+from autotuner.storage.trial_rows import ended_rows
+from tests.storage.test_repository import _result
+
+
+def _number(t: Any) -> int:
+    return int(t.number)
+
+
+def test_the_feed_hands_out_each_ended_trial_once_and_stops_at_the_first_running(
+    db: Database, make_study: Callable[..., Study]
+) -> None:
+    study = make_study()
+    with db.session() as s:
+        repo = TrialRepo(s)
+        trials = [repo.create_running(study.id, params={"mb": n}, config={}) for n in range(5)]
+        for t in (trials[0], trials[1], trials[3]):
+            repo.finish(t, TrialState.COMPLETE, result=_result(), objective_value=1000.0)
+    feed = EndedFeed(study.id)
+
+    def every(s: Any) -> Callable[[int, int], list[Any]]:
+        """The charts' kind of read: every trial from `low`, the running ones too."""
+        return lambda low, _high: [t for t in TrialRepo(s).list(study.id) if t.number >= low]
+
+    def ended(s: Any, limit: int) -> Callable[[int, int], list[Any]]:
+        """The end's kind: the ended ones alone, at most `limit`."""
+        return lambda low, high: ended_rows(s, study.id, low, high, limit)
+
+    with db.read() as s:
+        taken, rest = feed.take(s, every(s), _number)
+    assert [t.number for t in taken] == [0, 1]  # 2 still runs: 3 waits behind it
+    assert [t.number for t in rest] == [2, 3, 4] and feed.low == 2
+    with db.read() as s:  # nothing ended since: nothing handed out again
+        assert feed.take(s, ended(s, 10), _number) == ([], [])
+    with db.session() as s:
+        repo = TrialRepo(s)
+        (running,) = [t for t in repo.list(study.id) if t.number == 2]
+        repo.finish(running, TrialState.FAILED, error_class="oom", error_message="oom")
+    with db.read() as s:
+        taken, rest = feed.take(s, ended(s, 1), _number)
+    assert [t.number for t in taken] == [2] and rest == [] and feed.low == 3
+    with db.read() as s:
+        taken, rest = feed.take(s, every(s), _number)
+    assert [t.number for t in taken] == [3] and [t.number for t in rest] == [4]
+    assert feed.low == 4  # 4 runs
