@@ -9,17 +9,23 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 from types import EllipsisType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from autotuner.options import StudyOptions
-from autotuner.search import headroom_check
-from autotuner.search.numerics import as_ended
-from autotuner.status import ENDED_STATUSES
-from autotuner.storage.models import Study, Trial, TrialState
+from autotuner.status import ENDED_STATUSES, TrialState
 from autotuner.storage.trial_list import SHOWN
 from autotuner.study.batch import of_trial
 from autotuner.study.columns import MEMORY_FIELDS, memory_record
 from autotuner.study.trial_list import list_view
+
+if TYPE_CHECKING:
+    from sqlalchemy import Row
+
+    from autotuner.options import StudyOptions
+    from autotuner.storage.models import Study, Trial
+
+    # A study as an ORM object or as a Core row of its columns (storage/reads.py): a view
+    # reads the same attributes of both.
+    StudyRow = Study | Row[Any]
 
 
 def _iso(value: Any) -> str | None:
@@ -66,7 +72,7 @@ class TrialSummary:
         return self.total - self.counts.get(TrialState.RUNNING.value, 0)
 
 
-def _minutes_used(study: Study) -> float | None:
+def _minutes_used(study: StudyRow) -> float | None:
     """Minutes from the study's start to its end (or to now while it runs); None before it
     started. Against max_minutes, what `--minutes` has spent."""
     if study.started_at is None:
@@ -81,7 +87,7 @@ def _minutes_used(study: Study) -> float | None:
 
 
 def study_view(
-    study: Study,
+    study: StudyRow,
     summary: TrialSummary,
     *,
     space_name: str | None,
@@ -132,7 +138,7 @@ def study_view(
 
 
 def best_view(
-    study: Study,
+    study: StudyRow,
     summary: TrialSummary,
     recommendation: dict[str, Any] | None,
     *,
@@ -160,6 +166,10 @@ def _as_of_status(status: str, rec: dict[str, Any] | None) -> dict[str, Any] | N
     recorded before)."""
     if rec is None or status not in ENDED_STATUSES:
         return rec
+    # Imported here: only a best view of an ended study reads the checks' words.
+    from autotuner.search import headroom_check
+    from autotuner.search.numerics import as_ended
+
     out = dict(rec)
     if rec.get("numerics"):
         out["numerics"] = as_ended(rec["numerics"])
