@@ -252,6 +252,16 @@ class Database:
             yield session
 
     @contextmanager
+    def session_on(self, connection: Connection) -> Iterator[Session]:
+        """ORM objects in the transaction of `connection` (one of `reading`'s): a read that
+        began on the tables and needs whole studies or trials goes on, on one connection."""
+        from sqlalchemy.orm import Session
+
+        self._sessionmakers()  # the trials-version hook, as every session has it
+        with Session(bind=connection, expire_on_commit=False) as session:
+            yield session
+
+    @contextmanager
     def reading(self) -> Iterator[Connection]:
         """`read` on a Core connection: one transaction that only reads, for the reads of
         storage/reads.py (rows of the tables, no ORM objects, no ORM imported)."""

@@ -384,25 +384,26 @@ def get_best(db: Database, ref: str, *, headroom: float | None = None) -> dict[s
     headroom instead of the study's (nothing stored: `rejudged` in the answer says so)."""
     from autotuner.study.views import best_view
 
-    if headroom is None:
-        with db.reading() as c:
+    with db.reading() as c:
+        if headroom is None:
             study, summary = find_study_row(c, ref)
             rec = study.recommendation
             if rec is not None or not summary.counts.get(TrialState.COMPLETE.value):
                 # As stored (`stored_recommendation` has nothing to compute): Core rows alone.
                 tight = tight_fastest(c, study, rec, None)
                 return best_view(study, summary, rec, tight_fastest=tight)
-    # A re-judge, or a recommendation computed from every trial: through the ORM.
-    with db.read() as s:
-        study, summary = find_study(s, ref)
-        options = study.options
-        if headroom is None:
-            rec = stored_recommendation(s, study, summary)
-        else:
-            options = _with_headroom(study.options, headroom)
-            rec = _rejudged(s, study, options)
-        tight = tight_fastest(s, study, rec, options)
-        return best_view(study, summary, rec, tight_fastest=tight)
+        # A re-judge, or a recommendation computed from every trial: on ORM objects, in the
+        # same transaction.
+        with db.session_on(c) as s:
+            study, summary = find_study(s, ref)
+            options = study.options
+            if headroom is None:
+                rec = stored_recommendation(s, study, summary)
+            else:
+                options = _with_headroom(study.options, headroom)
+                rec = _rejudged(s, study, options)
+            tight = tight_fastest(s, study, rec, options)
+            return best_view(study, summary, rec, tight_fastest=tight)
 
 
 def _with_headroom(options: StudyOptions, headroom: float) -> StudyOptions:
