@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any
 
+from autotuner.search.ended_checks import headroom_as_ended, numerics_as_ended
 from autotuner.status import ENDED_STATUSES, TrialState
 from autotuner.storage.trial_list import SHOWN
 from autotuner.study.batch import of_trial
@@ -166,15 +167,11 @@ def _as_of_status(status: str, rec: dict[str, Any] | None) -> dict[str, Any] | N
     recorded before)."""
     if rec is None or status not in ENDED_STATUSES:
         return rec
-    # Imported here: only a best view of an ended study reads the checks' words.
-    from autotuner.search import headroom_check
-    from autotuner.search.numerics import as_ended
-
     out = dict(rec)
     if rec.get("numerics"):
-        out["numerics"] = as_ended(rec["numerics"])
+        out["numerics"] = numerics_as_ended(rec["numerics"])
     if rec.get("headroom"):
-        out["headroom"] = headroom_check.as_ended(rec["headroom"])
+        out["headroom"] = headroom_as_ended(rec["headroom"])
     return out
 
 
