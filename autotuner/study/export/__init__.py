@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from autotuner.inputs import UserError
+from autotuner.errors import UserError
 from autotuner.study.export import accelerate, env, hf, lightning, pytorch, torchtitan
 from autotuner.study.export.facts import Facts, facts_from
 
