@@ -80,7 +80,7 @@ def _minutes_used(study: StudyRow) -> float | None:
         return None
     end = study.finished_at or dt.datetime.now(dt.UTC)
     start = study.started_at
-    # SQLite hands back naive datetimes; they are UTC (storage/models.py stores UTC).
+    # SQLite hands back naive datetimes; they are UTC (storage/tables.py stores UTC).
     start, end = (x if x.tzinfo else x.replace(tzinfo=dt.UTC) for x in (start, end))
     # Waits for the cluster or the GPUs are not spent (study/pause.py).
     used = (end - start).total_seconds() - (study.paused_s or 0.0)
