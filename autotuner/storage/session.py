@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -160,6 +159,8 @@ def _enable_wal(cursor: Any) -> None:
     than waiting on the busy timeout when several processes open a new file together (seen in
     CI with four concurrent migrations): retry for a while instead.
     """
+    import sqlite3  # here: a Postgres process never loads the SQLite driver
+
     deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
     while True:
         try:
