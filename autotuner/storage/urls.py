@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import platformdirs
 from sqlalchemy import exc
 from sqlalchemy.engine import URL, make_url
 
@@ -24,8 +25,6 @@ def resolve_database_url(cli_value: str | None) -> str:
     for value in (cli_value, os.environ.get(ENV_VAR)):
         if value and value.strip():
             return normalize_url(value.strip())
-    import platformdirs  # here: a given URL (every read with --db) needs no data folder
-
     folder = Path(platformdirs.user_data_dir("autotuner"))
     folder.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{folder / 'autotuner.db'}"
