@@ -35,7 +35,6 @@ from sqlalchemy import (
     false,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
 
 from autotuner.purpose import Purpose
 from autotuner.status import StudyStatus, TrialState
@@ -44,9 +43,23 @@ from autotuner.types import utcnow
 if TYPE_CHECKING:
     from autotuner.options import StudyOptions
 
+
+class Jsonb(TypeDecorator[Any]):
+    """Postgres's JSONB, its dialect imported when a Postgres engine first uses the type: a
+    process on SQLite (the embedded default) never loads it (a twentieth of a cold read)."""
+
+    impl = JSON
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> Any:
+        from sqlalchemy.dialects.postgresql import JSONB
+
+        return dialect.type_descriptor(JSONB(none_as_null=True))
+
+
 # JSONB on Postgres (indexable, compact), plain JSON on SQLite. none_as_null: a Python None is
 # stored as SQL NULL (so `result IS NULL` means "no result"), not as the JSON literal `null`.
-JsonType = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+JsonType = JSON(none_as_null=True).with_variant(Jsonb(none_as_null=True), "postgresql")
 
 # Named constraints, so later migrations can drop or alter them (SQLite batch mode needs names).
 NAMING_CONVENTION = {
