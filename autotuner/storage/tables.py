@@ -269,15 +269,8 @@ trials = Table(
     # A study's trials by state, with what its counts and best value read (migration 0011):
     # the summary (study/operations.summaries) reads this index, not the rows.
     Index("ix_trials_summary", "study_id", "state", "purpose", "retry_of", "objective_value"),
-    # The running trials alone (a handful, however long the history): the service's
-    # discovery finds the ended studies a dead coordinator left with one (migration 0006;
-    # by ix_trials_study_state it probed every study: 70 ms a round at 50,000 studies).
-    Index(
-        "ix_trials_running",
-        "study_id",
-        postgresql_where=text("state = 'running'"),
-        sqlite_where=text("state = 'running'"),
-    ),
+    # ix_trials_running, the partial index of the running trials, is declared in models.py:
+    # its dialect options load both dialects, which a read (of one database) does without.
 )
 
 # A running coordinator (`autotuner serve`) by its lease owner id (migration 0009): see
