@@ -1,7 +1,7 @@
 """A study's options: one typed model at the API edge, in the database and inside the search.
 
 The request validates it (`StudyRequest.options`), the `studies.options` column stores and loads
-it (`storage.models.OptionsJson`), and the objective, the policy and the seeder read its fields.
+it (`storage.tables.OptionsJson`), and the objective, the policy and the seeder read its fields.
 Every default lives here, once.
 """
 

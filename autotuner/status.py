@@ -1,5 +1,6 @@
-"""A study's statuses, in a module of their own so that the CLI can tell an ended study
-without importing SQLAlchemy (`autotuner.storage.models` re-exports them for the tables)."""
+"""A study's statuses and a trial's states, in a module of their own so that the CLI can tell
+an ended study, and a read count its trials, without importing SQLAlchemy
+(`autotuner.storage.models` re-exports them for the tables)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,19 @@ class StudyStatus(StrEnum):
     # Stopped by its user (Ctrl-C or SIGTERM of `tune`) or a service's drain: its running
     # trials were cancelled and marked so; nothing runs it until `autotuner resume` asks.
     INTERRUPTED = "interrupted"
+
+
+class TrialState(StrEnum):
+    RUNNING = "running"  # dispatched; heartbeat_at moves while it runs
+    COMPLETE = "complete"  # measured
+    INFEASIBLE = "infeasible"  # a config failure (oom, unsupported, compile_error, numerics)
+    FAILED = "failed"  # an infra failure (timeout, crash, infra); may be retried once
+    LOST = "lost"  # its coordinator died or its heartbeat stopped; retried once
+    PRUNED = "pruned"  # never launched: rules or the cost model ruled it out
+
+    @property
+    def finished(self) -> bool:
+        return self != TrialState.RUNNING
 
 
 # A study in one of these is over: no coordinator takes it again.

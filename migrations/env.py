@@ -21,6 +21,7 @@ from autotuner.storage.session import (
     configure_sqlite,
     resolve_database_url,
 )
+from autotuner.storage.tables import Jsonb
 
 # Any fixed 64-bit number, the same in every process: pg_advisory_xact_lock(key) makes a second
 # migrator wait until the first has committed, then it finds the schema at head and does nothing.
@@ -42,6 +43,10 @@ def _render_item(type_: str, obj: Any, autogen_context: Any) -> str | Literal[Fa
     # Keep generated revisions free of application imports: UtcDateTime is timestamptz.
     if type_ == "type" and isinstance(obj, UtcDateTime):
         return "sa.DateTime(timezone=True)"
+    # Jsonb is Postgres's JSONB, its dialect imported on first use (storage/tables.py).
+    if type_ == "type" and isinstance(obj, Jsonb):
+        autogen_context.imports.add("from sqlalchemy.dialects import postgresql")
+        return "postgresql.JSONB(none_as_null=True)"
     return False
 
 

@@ -236,7 +236,7 @@ def friendly_errors(fn: F) -> F:
 
 
 def _user_facing(exc: Exception) -> bool:
-    from autotuner.inputs import UserError
+    from autotuner.errors import UserError
 
     if isinstance(exc, UserError):
         return True

@@ -14,6 +14,8 @@ from typing import Any
 
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
+from autotuner.cli.plain_values import runtime_param
+
 # By the option's parameter name.
 VALUE_NAMES = {
     "budget": "N",
@@ -68,7 +70,8 @@ def name_values(params: list[Any]) -> list[Any]:
         if isinstance(param, TyperOption) and param.metavar is None:
             param.metavar = "" if param.is_flag else VALUE_NAMES.get(param.name or "")
             # Typer builds its own parameters: the help's display is changed on each (its
-            # class), its parsing and checks are Typer's own.
+            # class), its parsing is Typer's own and its checks are Typer's but for a plain
+            # value (cli/plain_values.py).
             param.__class__ = _UnrangedOption
         elif isinstance(param, TyperArgument) and param.metavar is None:
             param.metavar = (param.name or "").upper()
@@ -84,12 +87,18 @@ class _UnrangedOption(TyperOption):
     def _get_number_range_help_str(self) -> str | None:
         return None
 
+    def get_runtime_param(self) -> Any:
+        return runtime_param(self)
+
 
 class _UntypedArgument(TyperArgument):
     """An argument named in capitals, without `<str>` beside it (what options do too)."""
 
     def display_type_rich(self, ctx: Any) -> str | None:
         return None
+
+    def get_runtime_param(self) -> Any:
+        return runtime_param(self)
 
 
 class HelpNamedCommand(TyperCommand):

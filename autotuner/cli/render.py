@@ -41,20 +41,18 @@ def best_table(view: dict[str, Any]) -> RenderableType:
     """The recommended config with its evidence, or a line saying there is none yet."""
     from rich.text import Text
 
-    # Imported here: its models (and the spec's) take a fifth of a cold `status`, which
-    # never draws a recommendation.
-    from autotuner.study.recommendation import Recommendation
-
     if view["best"] is None:
         study, status = safe(view["study"]), safe(view["status"])
         return Text(f"study {study} ({status}): {no_recommendation_note(view)}")
-    # The type study/recommend.py builds and the API serves, read back from its JSON.
-    rec = Recommendation.model_validate(view["best"])
+    # The JSON of study/recommendation.py's `Recommendation` (what study/recommend.py builds
+    # and the API serves), read as it is: validating it again took pydantic and the model, a
+    # tenth of a cold `best`. Its optional entries may be absent (`get`).
+    rec = view["best"]
     unfinished = unfinished_note(view)
     title = f"Recommended config: study {safe(view['study'])} ({safe(view['status'])})"
     if unfinished:
         title = f"Best so far (not a recommendation): study {safe(view['study'])}"
-    rejudged = rec.rejudged
+    rejudged = rec.get("rejudged")
     if rejudged:
         title = f"Re-judged at a {rejudged['headroom']:.1%} headroom: study {safe(view['study'])}"
     table = Table(title=title, show_header=False)
@@ -62,55 +60,56 @@ def best_table(view: dict[str, Any]) -> RenderableType:
     table.add_column()
     if rejudged:
         table.add_row("re-judged", safe(rejudged["text"]))
-    for k, v in rec.knobs.items():
-        if k in rec.params:
+    for k, v in rec["knobs"].items():
+        if k in rec["params"]:
             table.add_row(safe(k), safe(v))
     spread = ""
     if spread_text(view["best"]) == SINGLE_REPEAT:  # no spread measured: none to print
         spread = "  (1 timed repeat: no spread measured)"
-    elif rec.tokens_per_s_min is not None and rec.tokens_per_s_max is not None:
-        spread = f"  (repeats {rec.tokens_per_s_min:,.0f} .. {rec.tokens_per_s_max:,.0f})"
-    table.add_row("tokens/s", f"{rec.tokens_per_s:,.0f}{spread}")
-    on_gpu = (rec.fingerprint or {}).get("device_type") == "cuda"
-    if rec.tokens_per_s_per_gpu and on_gpu:  # a CPU trial has no GPU to divide by
-        table.add_row("tokens/s per GPU", f"{rec.tokens_per_s_per_gpu:,.0f}")
-    table.add_row("MFU", f"{rec.mfu:.1%}" if rec.mfu is not None else "n/a (no peak)")
-    if (clock := rec.gpu_clock) and clock.get("text"):
+    elif rec["tokens_per_s_min"] is not None and rec["tokens_per_s_max"] is not None:
+        spread = f"  (repeats {rec['tokens_per_s_min']:,.0f} .. {rec['tokens_per_s_max']:,.0f})"
+    table.add_row("tokens/s", f"{rec['tokens_per_s']:,.0f}{spread}")
+    on_gpu = (rec["fingerprint"] or {}).get("device_type") == "cuda"
+    if rec["tokens_per_s_per_gpu"] and on_gpu:  # a CPU trial has no GPU to divide by
+        table.add_row("tokens/s per GPU", f"{rec['tokens_per_s_per_gpu']:,.0f}")
+    table.add_row("MFU", f"{rec['mfu']:.1%}" if rec["mfu"] is not None else "n/a (no peak)")
+    if (clock := rec.get("gpu_clock")) and clock.get("text"):
         table.add_row("GPU clock", safe(clock["text"]))
-    if rec.headroom:
-        for label, text in memory_rows(rec.headroom):
+    if memory := rec.get("headroom"):
+        for label, text in memory_rows(memory):
             table.add_row(label, safe(text))
-    elif rec.peak_mem_gib is not None:
-        table.add_row("peak memory", f"{rec.peak_mem_gib:.2f} GiB")
-    if (batch := rec.global_batch) and batch.get("text"):
+    elif rec["peak_mem_gib"] is not None:
+        table.add_row("peak memory", f"{rec['peak_mem_gib']:.2f} GiB")
+    if (batch := rec.get("global_batch")) and batch.get("text"):
         table.add_row("global batch", safe(batch["text"]))
-    if (compiled := rec.compile) and compiled.get("text"):
+    if (compiled := rec.get("compile")) and compiled.get("text"):
         table.add_row("compile time", safe(compiled["text"]) + " (not in throughput)")
-    elif rec.compile_s:  # a recommendation stored before the compile entry
-        table.add_row("compile time", f"{rec.compile_s:.1f} s (not in throughput)")
-    if (runner := rec.runner_up) is not None:
-        verdict = "a tie (within noise)" if runner.tie else "beyond noise"
-        margin = runner.margin_rel
+    elif rec["compile_s"]:  # a recommendation stored before the compile entry
+        table.add_row("compile time", f"{rec['compile_s']:.1f} s (not in throughput)")
+    if (runner := rec["runner_up"]) is not None:
+        verdict = "a tie (within noise)" if runner["tie"] else "beyond noise"
+        margin = runner["margin_rel"]
         # Negative where a tie was settled for the reference numerics (the numerics row).
         ahead = (
-            f"{margin:+.1%} over trial #{runner.trial_number}"
+            f"{margin:+.1%} over trial #{runner['trial_number']}"
             if margin >= 0
-            else f"trial #{runner.trial_number} {-margin / (1 + margin):.1%} faster"
+            else f"trial #{runner['trial_number']} {-margin / (1 + margin):.1%} faster"
         )
-        table.add_row("margin", f"{ahead}, noise ±{runner.noise_rel:.1%}: {verdict}")
-    if (expert := rec.vs_expert_default) and expert.get("text"):
+        table.add_row("margin", f"{ahead}, noise ±{runner['noise_rel']:.1%}: {verdict}")
+    if (expert := rec.get("vs_expert_default")) and expert.get("text"):
         table.add_row("vs default", safe(expert["text"]))
-    if rec.numerics:
+    if numerics := rec.get("numerics"):
         # It quotes a failed parity trial's error message: text from the worker.
-        table.add_row("numerics", safe(rec.numerics["text"]))
-    if rec.stopped:  # why the search ended: converged, budget, time kept for the checks
-        table.add_row("search", safe(rec.stopped))
-    if rec.input_pipeline:
-        style = "bold yellow" if rec.input_pipeline["bottleneck"] else ""
-        table.add_row("input pipeline", Text(safe(rec.input_pipeline["text"]), style=style))
+        table.add_row("numerics", safe(numerics["text"]))
+    # Why the search ended: converged, budget, time kept for the checks.
+    if stopped := rec.get("stopped"):
+        table.add_row("search", safe(stopped))
+    if pipeline := rec.get("input_pipeline"):
+        style = "bold yellow" if pipeline["bottleneck"] else ""
+        table.add_row("input pipeline", Text(safe(pipeline["text"]), style=style))
     # A trial number, not a count of launched trials: pruned proposals take numbers too.
     table.add_row(
-        "trial", f"#{rec.trial_number} ({view['total_trials']} recorded, pruned included)"
+        "trial", f"#{rec['trial_number']} ({view['total_trials']} recorded, pruned included)"
     )
     if unfinished:
         table.add_row("[bold yellow]caution[/]", safe(unfinished))

@@ -15,7 +15,7 @@ trial reads only the trials before it, so feeding it in parts computes exactly w
 over every trial does. At 50,000 trials that pass is seconds of per-config Python (a memory
 estimate, throughput features, a Knobs validated), too long for the end of a study.
 
-Each trial is read from its columns (storage/models.py: the metrics, peaks, memory limit,
+Each trial is read from its columns (storage/tables.py: the metrics, peaks, memory limit,
 failure class) where its result JSON was not loaded, and its knobs rebuilt from its params
 where its config was not; the result is read for out-of-memory trials, whose lower bound
 (required_mem_gib) is only in the JSON: the caller loads those (storage/trial_rows.py). A

@@ -21,9 +21,10 @@ GPU run runs out of: the peak is reported beside the headroom, never enforced.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from autotuner.options import StudyOptions
+if TYPE_CHECKING:
+    from autotuner.options import StudyOptions
 
 # The CUDA context and kernel images: outside the allocator's peak. Here, not in the cost
 # model (costmodel/calibration.py imports it): every trial list judges memory with it, and

@@ -30,6 +30,7 @@ from typing import Any, Literal, TypeVar
 from autotuner.options import StudyOptions
 from autotuner.purpose import Purpose
 from autotuner.search import numerics
+from autotuner.search.ended_checks import headroom_as_ended as as_ended  # noqa: F401  (its callers' name)
 from autotuner.search.headroom import KIND_WORDS, enforced, free_rel, margin, need_gib, violation
 from autotuner.search.headroom_words import (
     NOT_CHECKED_ENDED as NOT_CHECKED_ENDED,
@@ -147,16 +148,6 @@ def next_check(ranked: Sequence[C], trials: Sequence[Trial], options: StudyOptio
     if i is None or alive[i].key in checks or len(checks) >= MAX_CHECKED:
         return None
     return alive[i]
-
-
-def as_ended(entry: dict[str, Any]) -> dict[str, Any]:
-    """The `headroom` entry once the study has ended: a check still to come never runs (its
-    budget was spent, or the check would have ended past the time budget: `stopped` says)."""
-    text = entry.get("text", "")
-    if entry.get("check") is not None or not (NOT_CHECKED_YET in text or NOT_CHECKED_ENDED in text):
-        return entry
-    text = text.replace(NOT_CHECKED_YET, NOT_CHECKED_ENDED)  # stored so before the flag too
-    return {**entry, "text": text, "ended_unchecked": True}  # as numerics.as_ended marks it
 
 
 def headroom_entry(

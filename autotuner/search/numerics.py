@@ -44,6 +44,8 @@ from typing import Any, Literal, Protocol
 
 from autotuner.executors.base import Target
 from autotuner.purpose import Purpose
+from autotuner.search.ended_checks import CHANGING_VALUES as CHANGING_VALUES
+from autotuner.search.ended_checks import numerics_as_ended as as_ended  # noqa: F401  (its callers' name)
 from autotuner.search.rules import incompatibility
 from autotuner.search.space import SearchSpace
 from autotuner.spec import (
@@ -65,16 +67,10 @@ TAIL_SHARE = 0.2  # the last 20% of the steps are compared
 TOLERANCE_REL = 0.02  # mean |candidate - reference| over the tail / reference loss there
 MAX_CHECKED = 2  # candidates checked per study: the winner, then the runner-up
 PARITY_RESERVE = 2  # trials the end-of-study reserve keeps for one check
-# Precisions whose numerics differ from the reference (bf16, else fp32). fp32 is never one:
-# it is at least as precise as either reference.
-CHANGES_NUMERICS = frozenset(
-    {Precision.FP16, Precision.TF32, Precision.FP8_TENSORWISE, Precision.FP8_ROWWISE}
-)
+# Precisions whose numerics differ from the reference (bf16, else fp32): ended_checks.py's.
+CHANGES_NUMERICS = frozenset(Precision(value) for value in CHANGING_VALUES)
 
 State = Literal["pending", "passed", "failed", "unchecked"]
-
-
-CHANGING_VALUES = frozenset(p.value for p in CHANGES_NUMERICS)
 
 
 def numerics_name(knobs: Knobs) -> str:
@@ -473,21 +469,3 @@ def headroom_plan(
     if planned[1] == Purpose.PARITY:
         return "with parity"
     return "reference first" if room is None or room >= 2 else "alone"
-
-
-def as_ended(entry: dict[str, Any]) -> dict[str, Any]:
-    """The `numerics` entry once the study has ended: a numerics-changing winner whose parity
-    check never started did not get one, though its live text says the check is still to come
-    (a 10-minute Llama 3B study on the H200 ended so: its budget was spent before the check)."""
-    never_started = entry.get("checked") is False and not entry.get("parity_trials")
-    # Entries stored before `changes_numerics` was written: by their precision.
-    changing = entry.get("changes_numerics", entry.get("precision") in CHANGING_VALUES)
-    if not (never_started and changing) or entry.get("ended_unchecked"):
-        return entry
-    name = entry.get("name") or entry["precision"]
-    text = (
-        f"{name} changes numerics and was not checked: the study ended before its "
-        "parity check against the reference precision ran; compare its loss with bf16's (or "
-        "fp32's) before training with it"
-    )
-    return {**entry, "text": text, "ended_unchecked": True}

@@ -20,10 +20,13 @@ and is never recommended; so is one that leaves less than the headroom free
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
-from autotuner.options import StudyOptions
 from autotuner.search import headroom
-from autotuner.spec import TrialResult
+
+if TYPE_CHECKING:
+    from autotuner.options import StudyOptions
+    from autotuner.spec import TrialResult
 
 
 class Objective(StrEnum):

@@ -12,13 +12,14 @@ BEGIN (see session.configure_sqlite), which serialises them.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import CursorResult, func, select
-from sqlalchemy.orm import Session
-from sqlalchemy.orm.attributes import set_committed_value
 
 from autotuner.types import utcnow
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
 
 _LIST_HINT = "run `autotuner status` to list studies"
 
@@ -57,6 +58,8 @@ def _fits(field: str, value: str | None, limit: int, remedy: str) -> None:
 
 def _set(obj: Any, **values: Any) -> None:
     """Mirror values already written by an UPDATE onto a loaded object, without marking it dirty."""
+    from sqlalchemy.orm.attributes import set_committed_value
+
     for key, value in values.items():
         set_committed_value(obj, key, value)
 

@@ -3,7 +3,9 @@
 `resolve_database_url` picks the URL (`--db` > `AUTOTUNER_DATABASE_URL` > an SQLite file in the
 user data folder). `Database` wraps a cached engine: `with db.session() as s:` is one
 transaction that commits on success and rolls back on error; `with db.read() as s:` is one that
-only reads (on SQLite it does not take the write lock, so readers never wait for writers).
+only reads (on SQLite it does not take the write lock, so readers never wait for writers);
+`with db.reading() as c:` is the same on a Core connection, for reads of the tables alone
+(storage/reads.py), which import no ORM.
 `upgrade_database` runs Alembic; migrations are the only way the schema is created.
 The URL handling lives in urls.py and the migration helpers in migrate.py; both are re-exported
 here, where the CLI, migrations/env.py and the tests import them from.
@@ -13,18 +15,16 @@ from __future__ import annotations
 
 import json
 import math
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from sqlalchemy import Engine, create_engine, event, exc, text
+from sqlalchemy import Connection, Engine, create_engine, event, exc, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
 from autotuner.storage.migrate import SCHEMA_REVISION
@@ -38,6 +38,9 @@ from autotuner.storage.urls import URL_FORMS as URL_FORMS
 from autotuner.storage.urls import UnsupportedDatabaseUrl as UnsupportedDatabaseUrl
 from autotuner.storage.urls import redact_unparsed as redact_unparsed
 from autotuner.storage.urls import resolve_database_url as resolve_database_url
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
 
 PG_CONNECT_TIMEOUT_S = 5
 # A statement that runs longer than this is cancelled (a bug or a lock held by a hung client,
@@ -156,6 +159,8 @@ def _enable_wal(cursor: Any) -> None:
     than waiting on the busy timeout when several processes open a new file together (seen in
     CI with four concurrent migrations): retry for a while instead.
     """
+    import sqlite3  # here: a Postgres process never loads the SQLite driver
+
     deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
     while True:
         try:
@@ -195,11 +200,26 @@ class Database:
     def __init__(self, url: str) -> None:
         self.url = normalize_url(url)
         self.engine = get_engine(self.url)
-        # expire_on_commit=False: objects stay readable after their transaction ends.
-        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
-        self._readers = sessionmaker(
-            self.engine.execution_options(**{READ_ONLY: True}), expire_on_commit=False
-        )
+        self._makers: tuple[sessionmaker[Session], sessionmaker[Session]] | None = None
+
+    def _sessionmakers(self) -> tuple[sessionmaker[Session], sessionmaker[Session]]:
+        """(writers, readers), made on first use: the ORM is imported by a process that
+        opens a session, not by one whose reads use the tables alone (`reading`)."""
+        if self._makers is None:
+            from sqlalchemy.orm import sessionmaker
+
+            # Every session counts its trial writes in the study's trials version (the
+            # module's flush hook, registered on import).
+            from autotuner.storage import trial_versions  # noqa: F401
+
+            # expire_on_commit=False: objects stay readable after their transaction ends.
+            self._makers = (
+                sessionmaker(self.engine, expire_on_commit=False),
+                sessionmaker(
+                    self.engine.execution_options(**{READ_ONLY: True}), expire_on_commit=False
+                ),
+            )
+        return self._makers
 
     @classmethod
     def open(cls, url: str, *, migrate: bool = True) -> Database:
@@ -217,7 +237,7 @@ class Database:
     @contextmanager
     def session(self) -> Iterator[Session]:
         """One transaction: commits when the block ends, rolls back if it raises."""
-        with self._sessions() as session, session.begin():
+        with self._sessionmakers()[0]() as session, session.begin():
             yield session
 
     @contextmanager
@@ -227,10 +247,31 @@ class Database:
         On SQLite it does not take the write lock; on Postgres it is READ ONLY."""
         # Closing (not rolling back) ends the transaction without expiring what was read:
         # the objects stay readable after the block, as with session().
-        with self._readers() as session:
+        with self._sessionmakers()[1]() as session:
             if not self.is_sqlite:
                 session.execute(text("SET TRANSACTION READ ONLY"))
             yield session
+
+    @contextmanager
+    def session_on(self, connection: Connection) -> Iterator[Session]:
+        """ORM objects in the transaction of `connection` (one of `reading`'s): a read that
+        began on the tables and needs whole studies or trials goes on, on one connection."""
+        from sqlalchemy.orm import Session
+
+        self._sessionmakers()  # the trials-version hook, as every session has it
+        with Session(bind=connection, expire_on_commit=False) as session:
+            yield session
+
+    @contextmanager
+    def reading(self) -> Iterator[Connection]:
+        """`read` on a Core connection: one transaction that only reads, for the reads of
+        storage/reads.py (rows of the tables, no ORM objects, no ORM imported)."""
+        # The transaction begins with the first statement and is rolled back when the
+        # connection goes back to the pool.
+        with self.engine.execution_options(**{READ_ONLY: True}).connect() as connection:
+            if not self.is_sqlite:
+                connection.execute(text("SET TRANSACTION READ ONLY"))
+            yield connection
 
     def check(self) -> None:
         """Connect once; raise DatabaseUnavailable with a remedy if that fails."""

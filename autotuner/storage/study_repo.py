@@ -14,9 +14,8 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.util import identity_key
 
 from autotuner.options import StudyOptions
+from autotuner.storage import reads
 from autotuner.storage.common import (
-    _LIST_HINT,
-    StudyNotFound,
     _fits,
     _rowcount,
     _set,
@@ -24,8 +23,6 @@ from autotuner.storage.common import (
 )
 from autotuner.storage.models import Study, StudyStatus
 from autotuner.types import utcnow
-
-_MIN_PREFIX = 4  # like git: shorter abbreviations are too likely to be ambiguous
 
 
 class StudyRepo:
@@ -84,36 +81,13 @@ class StudyRepo:
 
     def require(self, study_id: str) -> Study:
         """Like get, but raises StudyNotFound with what to do instead of returning None."""
-        found, candidates = self._lookup(study_id)
-        if found is not None:
-            return found
-        if len(candidates) > 1:
-            shown = ", ".join(s.id for s in candidates[:5])
-            raise StudyNotFound(
-                f"study prefix {study_id!r} is ambiguous ({shown}"
-                f"{', ...' if len(candidates) > 5 else ''}); give more characters of the id"
-            )
-        raise StudyNotFound(f"no study with id, id prefix or name {study_id!r}; {_LIST_HINT}")
+        return reads.require_study(self._run, study_id, Study)
 
     def _lookup(self, key: str) -> tuple[Study | None, builtins.list[Study]]:
-        key = key.strip()
-        if not key:
-            return None, []
-        exact = self.session.get(Study, key)
-        if exact is not None:
-            return exact, [exact]
-        named = self.newest_named(key)
-        if named is not None:
-            return named, [named]
-        prefix = key if key.startswith("st-") else f"st-{key}"
-        if len(prefix) - len("st-") < _MIN_PREFIX:
-            return None, []
-        candidates = list(
-            self.session.scalars(
-                select(Study).where(Study.id.startswith(prefix, autoescape=True)).limit(6)
-            )
-        )
-        return (candidates[0] if len(candidates) == 1 else None), candidates
+        return reads.find_study(self._run, key, Study)
+
+    def _run(self, query: Any) -> builtins.list[Study]:
+        return list(self.session.scalars(query))
 
     def newest_named(self, name: str) -> Study | None:
         """The newest study with exactly this name (a name may repeat: `tune` reuses its
@@ -259,4 +233,4 @@ class StudyRepo:
 
 
 def _newest_first() -> tuple[Any, ...]:
-    return (Study.created_at.desc(), Study.id.desc())
+    return reads.newest_first()

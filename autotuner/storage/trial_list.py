@@ -1,7 +1,7 @@
 """What the trial lists read: pages of a study's trials, a sorted and filtered table's rows and
 count, the charts' columns of every trial; one statement each, whatever the study's size.
 study/trial_list.py turns the rows into views, study/trial_reads.py makes the reads. Runs
-inside the caller's transaction (see common.py).
+inside the caller's transaction (see common.py), on a session or a Core connection (`s`).
 
 A page of 500 trials read as ORM objects spent more time building them (identity map, instance
 state, a decoded `params` dict per row) than Postgres spent finding the rows; so lists select
@@ -16,10 +16,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Row, Text, cast, func, select
-from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
-from autotuner.storage.models import MEASUREMENT_COLUMNS, Trial
+from autotuner.storage.tables import MEASUREMENT_COLUMNS, trials
+
+# The table's columns by name (the ORM's t.x): a list reads them on a Core connection
+# (Database.reading(), no ORM imported) or on a session alike.
+t = trials.c
 
 # What a list reads of a trial, in the order study/trial_list.list_view unpacks it: the view's
 # own columns, then the memory record's (whether it is tight), then `params` as JSON text.
@@ -45,26 +48,24 @@ SHOWN = (
     "memory_limit_gib",
 )
 # The JSON text: JSONB's output on Postgres, the stored text on SQLite.
-PARAMS_JSON = cast(Trial.params, Text).label("params_json")
-COLUMNS = (*(getattr(Trial, name) for name in SHOWN), PARAMS_JSON)
+PARAMS_JSON = cast(t.params, Text).label("params_json")
+COLUMNS = (*(getattr(t, name) for name in SHOWN), PARAMS_JSON)
 
 
-def list_rows(
-    s: Session, study_id: str, *, after: int | None, limit: int | None
-) -> Sequence[Row[Any]]:
+def list_rows(s: Any, study_id: str, *, after: int | None, limit: int | None) -> Sequence[Row[Any]]:
     """A study's trials in number order, keyset-paged (numbered above `after`, at most
     `limit`): one statement over the (study_id, number) index, `COLUMNS` only."""
-    query = select(*COLUMNS).where(Trial.study_id == study_id)
+    query = select(*COLUMNS).where(t.study_id == study_id)
     if after is not None:
-        query = query.where(Trial.number > after)
-    query = query.order_by(Trial.number)
+        query = query.where(t.number > after)
+    query = query.order_by(t.number)
     if limit is not None:
         query = query.limit(limit)
     return s.execute(query).all()
 
 
 def query_rows(
-    s: Session,
+    s: Any,
     study_id: str,
     *,
     conditions: Sequence[ColumnElement[bool]],
@@ -76,7 +77,7 @@ def query_rows(
     of them from `offset` (a table's query: study/trial_query.py gives both)."""
     query = (
         select(*COLUMNS)
-        .where(Trial.study_id == study_id, *conditions)
+        .where(t.study_id == study_id, *conditions)
         .order_by(*order_by)
         .offset(offset)
     )
@@ -85,22 +86,22 @@ def query_rows(
     return s.execute(query).all()
 
 
-def query_count(s: Session, study_id: str, *, conditions: Sequence[ColumnElement[bool]]) -> int:
+def query_count(s: Any, study_id: str, *, conditions: Sequence[ColumnElement[bool]]) -> int:
     """How many of the study's trials meet `conditions` (a table's pages in all)."""
-    count = select(func.count()).select_from(Trial).where(Trial.study_id == study_id, *conditions)
+    count = select(func.count()).select_from(trials).where(t.study_id == study_id, *conditions)
     return s.scalar(count) or 0
 
 
 def chart_rows(
-    s: Session, study_id: str, names: Sequence[str], knobs: Sequence[str], low: int = 0
+    s: Any, study_id: str, names: Sequence[str], knobs: Sequence[str], low: int = 0
 ) -> Sequence[Row[*tuple[Any, ...]]]:
     """Every trial of the study numbered `low` or above, in number order: its columns `names`,
     then each of `knobs`' value as text, taken out of the params in SQL (no JSON record
     decoded). A range of the (study, number) index."""
-    values = [Trial.params[k].as_string() for k in knobs]
+    values = [t.params[k].as_string() for k in knobs]
     query = (
-        select(*(getattr(Trial, name) for name in names), *values)
-        .where(Trial.study_id == study_id, Trial.number >= low)
-        .order_by(Trial.number)
+        select(*(getattr(t, name) for name in names), *values)
+        .where(t.study_id == study_id, t.number >= low)
+        .order_by(t.number)
     )
     return s.execute(query).all()

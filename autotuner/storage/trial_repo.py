@@ -12,12 +12,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from sqlalchemy import Select, case, func, select, true, update
+from sqlalchemy import Select, func, select, true, update
 from sqlalchemy.orm import Session
 
-from autotuner.purpose import END_CHECKS, Purpose
+from autotuner.purpose import Purpose
 from autotuner.spec import Fingerprint
 from autotuner.status import ENDED_STATUSES
+from autotuner.storage import reads
 from autotuner.storage.common import (
     _LIST_HINT,
     LeaseLost,
@@ -233,16 +234,7 @@ class TrialRepo:
 
     def best(self, study_id: str) -> Trial | None:
         """The complete trial with the highest objective value (the earliest on a tie)."""
-        return self.session.scalars(
-            select(Trial)
-            .where(
-                Trial.study_id == study_id,
-                Trial.state == TrialState.COMPLETE.value,
-                Trial.objective_value.is_not(None),
-            )
-            .order_by(Trial.objective_value.desc(), Trial.number)
-            .limit(1)
-        ).first()
+        return self.session.scalars(reads.best_trial_query(study_id, Trial)).first()
 
     def mark_lost(
         self, study_id: str, *, heartbeat_older_than: dt.datetime, reason: str = "lost"
@@ -313,42 +305,6 @@ class TrialRepo:
             reason = "cancelled" if status == StudyStatus.CANCELLED.value else "lost"
             out += self.mark_lost(ended_id, heartbeat_older_than=far, reason=reason)
         return out
-
-    def summary_rows(self, study_ids: Sequence[str]) -> builtins.list[tuple[Any, ...]]:
-        """Per study and state: (study_id, state, trials, first tries (not retries), the best
-        objective value of a complete measurement (not an end check)). One grouped statement
-        over `ix_trials_summary`, however many trials (no row is read)."""
-        if not study_ids:
-            return []
-        measured = case(
-            (
-                (Trial.state == TrialState.COMPLETE.value) & Trial.purpose.not_in(END_CHECKS),
-                Trial.objective_value,
-            )
-        )
-        first_tries = func.sum(case((Trial.retry_of.is_(None), 1), else_=0))
-        rows = self.session.execute(
-            select(Trial.study_id, Trial.state, func.count(), first_tries, func.max(measured))
-            .where(Trial.study_id.in_(list(study_ids)))
-            .group_by(Trial.study_id, Trial.state)
-        )
-        return [tuple(row) for row in rows]
-
-    def failed_with(self, study_ids: Sequence[str], prefix: str) -> dict[str, int]:
-        """Per study: its failed trials whose error message starts with `prefix` (those its
-        cancel stopped: study/labels.py's CANCELLED_MESSAGE). Reads the failed trials only."""
-        if not study_ids:
-            return {}
-        rows = self.session.execute(
-            select(Trial.study_id, func.count())
-            .where(
-                Trial.study_id.in_(list(study_ids)),
-                Trial.state == TrialState.FAILED.value,
-                Trial.error_message.startswith(prefix, autoescape=True),
-            )
-            .group_by(Trial.study_id)
-        )
-        return {study_id: n for study_id, n in rows}
 
     def count(self, study_id: str, *, states: Sequence[TrialState] | None = None) -> int:
         query = _in_states(

@@ -12,12 +12,16 @@ at that global batch.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from autotuner.options import StudyOptions
 from autotuner.purpose import END_CHECKS, Purpose
-from autotuner.storage.models import Trial, TrialState, global_batch_tokens
+from autotuner.status import TrialState
+from autotuner.storage.tables import global_batch_tokens
 from autotuner.study.columns import column_or_json
+
+if TYPE_CHECKING:
+    from autotuner.options import StudyOptions
+    from autotuner.storage.models import Trial
 
 __all__ = ["global_batch_entry", "global_batch_tokens", "of_trial"]
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from autotuner.storage import trial_rows
-from autotuner.storage.models import Trial
+if TYPE_CHECKING:
+    from autotuner.storage.models import Trial
 
 # The fields of a result that say how much memory it needed and of what (search/headroom.py).
 MEMORY_FIELDS = (
@@ -82,4 +82,6 @@ def load_json(trials: Sequence[Trial], names: Sequence[str] = ("config", "result
     """Read the JSON `names` of these trials where not in memory, in one statement (not one
     per row, as reading each attribute would): storage/trial_rows.load_json, for plain rows
     and ORM rows alike. Rows built in memory, in no session, are left as they are."""
+    from autotuner.storage import trial_rows
+
     trial_rows.load_json(trials, names)

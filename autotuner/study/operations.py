@@ -10,15 +10,14 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
 from autotuner.errors import UserError
-from autotuner.status import ENDED_STATUSES
-from autotuner.study.factory_access import FactoryAccess
+from autotuner.status import ENDED_STATUSES, StudyStatus, TrialState
 
 # What a submit needs (specs, spaces, YAML, the exports) is imported in the functions that
 # submit: the CLI's reads import this module on every call, and read none of it.
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from sqlalchemy.orm import Session
 
     from autotuner.executors.base import Target
@@ -28,12 +27,12 @@ if TYPE_CHECKING:
     from autotuner.storage.models import Study
     from autotuner.storage.session import Database
     from autotuner.study.data_access import DataAccess
+    from autotuner.study.factory_access import FactoryAccess
     from autotuner.study.request import StudyRequest
     from autotuner.study.study_query import StudyQuery
     from autotuner.study.views import TrialSummary
 
 
-NO_FACTORIES = FactoryAccess.nowhere()
 # The state `trial_counts` counts a failed trial its study's cancel stopped under (as the trial
 # tables label it: study/labels.py).
 CANCELLED = "cancelled"
@@ -79,6 +78,8 @@ def resolve_space(value: dict[str, Any] | str) -> SearchSpace:
 def _with_global_batch(space: SearchSpace, tokens: int, model: ModelSpec, gpus: int) -> SearchSpace:
     """The space with the request's global batch, checked: it must not also search or fix
     grad_accum, and some micro-batch of the space must divide it for this model."""
+    from pydantic import ValidationError
+
     from autotuner.inputs import describe_validation_error
     from autotuner.search.space import IntRange, SearchSpace, SpaceError
 
@@ -123,16 +124,20 @@ def validate_request(
     target: Target | None = None,
     *,
     data_access: DataAccess,
-    factory_access: FactoryAccess = NO_FACTORIES,
+    factory_access: FactoryAccess | None = None,
 ) -> tuple[ModelSpec, SearchSpace]:
     """Everything a study needs, checked before anything is written. `data_access` says
     which data paths may be read: any for the local CLI, the operator's directories for the
     service (a required argument, so no caller gets the permissive one by default);
     `factory_access` which model code may run (none unless the caller says)."""
+    from pydantic import ValidationError
+
     from autotuner.inputs import describe_validation_error
     from autotuner.search.space import SpaceError
+    from autotuner.study.factory_access import FactoryAccess
 
-    model = factory_access.check(resolve_model(req.model))
+    factories = factory_access if factory_access is not None else FactoryAccess.nowhere()
+    model = factories.check(resolve_model(req.model))
     space = resolve_space(req.space)
     if req.global_batch_tokens is not None:
         space = _with_global_batch(space, req.global_batch_tokens, model, req.gpus_per_trial)
@@ -176,7 +181,7 @@ def submit_study(
     target: Target | None = None,
     *,
     data_access: DataAccess,
-    factory_access: FactoryAccess = NO_FACTORIES,
+    factory_access: FactoryAccess | None = None,
 ) -> dict[str, Any]:
     """Validate and record a new queued study; a coordinator picks it up."""
     view, _ = submit_once(
@@ -191,7 +196,7 @@ def submit_once(
     target: Target | None = None,
     *,
     data_access: DataAccess,
-    factory_access: FactoryAccess = NO_FACTORIES,
+    factory_access: FactoryAccess | None = None,
     key: str | None,
 ) -> tuple[dict[str, Any], bool]:
     """`submit_study` with an idempotency key (study/submit_keys.py): (the study, True) when
@@ -261,18 +266,17 @@ def create_requested(
 # --------------------------------------------------------------------------- read
 
 
-def summaries(s: Session, study_ids: list[str]) -> dict[str, TrialSummary]:
+def summaries(s: Any, study_ids: list[str]) -> dict[str, TrialSummary]:
     """Each study's trial counts per state, launched trials and best value: one grouped
     statement, however many studies and trials (SQL aggregates; no trial row is loaded), and
-    one over the failed trials of those with any, for those its cancel stopped (`cancelled`)."""
-    from autotuner.storage.models import TrialState
-    from autotuner.storage.trial_repo import TrialRepo
+    one over the failed trials of those with any, for those its cancel stopped (`cancelled`).
+    `s`: a session or a Core connection (storage/reads.py)."""
+    from autotuner.storage import reads
     from autotuner.study.labels import CANCELLED_MESSAGE
     from autotuner.study.views import TrialSummary
 
-    repo = TrialRepo(s)
     out = {study_id: TrialSummary() for study_id in study_ids}
-    for study_id, state, n, first, best in repo.summary_rows(study_ids):
+    for study_id, state, n, first, best in reads.summary_rows(s, study_ids):
         summary = out[study_id]
         summary.counts[state] = n
         if state != TrialState.PRUNED.value:
@@ -280,7 +284,7 @@ def summaries(s: Session, study_ids: list[str]) -> dict[str, TrialSummary]:
         if best is not None and (summary.best_value is None or best > summary.best_value):
             summary.best_value = best
     failed = [i for i in study_ids if out[i].counts.get(TrialState.FAILED.value)]
-    for study_id, n in repo.failed_with(failed, CANCELLED_MESSAGE).items():
+    for study_id, n in reads.failed_with(s, failed, CANCELLED_MESSAGE).items():
         # Counted as the trial tables label them (labels.trial_label): a trial the study's
         # cancel stopped is `cancelled`, not a failure.
         counts = out[study_id].counts
@@ -291,15 +295,16 @@ def summaries(s: Session, study_ids: list[str]) -> dict[str, TrialSummary]:
     return out
 
 
-def study_summaries(s: Session, studies: list[Study]) -> dict[str, TrialSummary]:
-    """`summaries` of these studies as read with their rows. In a read-only transaction they
-    come from the per-version cache (study/versioned.py) where this process derived them at
-    the same trials version; a transaction that writes reads them fresh (its own writes are
-    not committed: nothing of them may be kept)."""
+def study_summaries(s: Any, studies: Sequence[Any]) -> dict[str, TrialSummary]:
+    """`summaries` of these studies (ORM objects or Core rows: their `id` and
+    `trials_version`) as read with their rows. In a read-only transaction they come from the
+    per-version cache (study/versioned.py) where this process derived them at the same trials
+    version; a transaction that writes reads them fresh (its own writes are not committed:
+    nothing of them may be kept)."""
     from autotuner.storage.session import READ_ONLY
-    from autotuner.study.versioned import SUMMARIES
+    from autotuner.study.versioned import SUMMARIES, bind_of
 
-    if not s.get_bind().get_execution_options().get(READ_ONLY):
+    if not bind_of(s).get_execution_options().get(READ_ONLY):
         return summaries(s, [st.id for st in studies])
     return SUMMARIES.get_many(s, studies, lambda ids: summaries(s, ids))
 
@@ -315,19 +320,21 @@ def list_studies(
     however many studies (the summaries are one grouped query, not a query per study), reading
     only the columns the list shows. `query`: the list's filters (study/study_query.py),
     applied in the first statement."""
-    from autotuner.storage.models import StudyStatus
-    from autotuner.storage.study_list import study_page
-    from autotuner.study import study_query
+    from autotuner.storage import reads
     from autotuner.study.views import study_view
 
     if status is not None and status not in {s.value for s in StudyStatus}:
         raise UserError(
             f"status {status!r}: choose one of {', '.join(s.value for s in StudyStatus)}"
         )
-    conditions = study_query.conditions(query) if query is not None else []
-    with db.read() as s:
-        rows = study_page(s, limit=limit, status=status, conditions=conditions)
-        sums = study_summaries(s, [study for study, _, _ in rows])
+    conditions = []
+    if query is not None:  # the dashboard's filters (their module imports the spec)
+        from autotuner.study import study_query
+
+        conditions = study_query.conditions(query)
+    with db.reading() as c:
+        rows = reads.study_page(c, limit=limit, status=status, conditions=conditions)
+        sums = study_summaries(c, [study for study, _, _ in rows])
         return [
             study_view(st, sums[st.id], space_name=name, recommended_value=value)
             for st, name, value in rows
@@ -335,25 +342,33 @@ def list_studies(
 
 
 def find_study(s: Session, ref: str) -> tuple[Study, TrialSummary]:
+    """The study `ref` names, as an ORM object, and its summary."""
     from autotuner.storage.study_repo import StudyRepo
 
     study = StudyRepo(s).require(ref)
     return study, study_summaries(s, [study])[study.id]
 
 
+def find_study_row(c: Any, ref: str) -> tuple[Any, TrialSummary]:
+    """`find_study` as a Core row of the study's columns but its options (storage/reads.py),
+    on a connection: what a study view and a stored best read, no ORM imported."""
+    from autotuner.storage import reads
+
+    study = reads.require_study(reads.rows_of(c), ref)
+    return study, study_summaries(c, [study])[study.id]
+
+
 def get_study(db: Database, ref: str) -> dict[str, Any]:
     from autotuner.study.views import study_view
 
-    with db.read() as s:
-        study, summary = find_study(s, ref)
+    with db.reading() as c:
+        study, summary = find_study_row(c, ref)
         return study_view(study, summary, space_name=study.space.get("name"))
 
 
 def stored_recommendation(s: Session, study: Study, summary: TrialSummary) -> dict[str, Any] | None:
     """The stored recommendation. A study last written before recommendations were stored
     live (a running one, right after the upgrade) has none yet: computed once here."""
-    from autotuner.storage.models import TrialState
-
     rec = study.recommendation
     if rec is None and summary.counts.get(TrialState.COMPLETE.value):
         # Imported here: a read of a stored recommendation loads no search code.
@@ -369,19 +384,31 @@ def get_best(db: Database, ref: str, *, headroom: float | None = None) -> dict[s
     headroom instead of the study's (nothing stored: `rejudged` in the answer says so)."""
     from autotuner.study.views import best_view
 
-    with db.read() as s:
-        study, summary = find_study(s, ref)
-        options = study.options
+    with db.reading() as c:
         if headroom is None:
-            rec = stored_recommendation(s, study, summary)
-        else:
-            options = _with_headroom(study.options, headroom)
-            rec = _rejudged(s, study, options)
-        tight = tight_fastest(s, study, rec, options)
-        return best_view(study, summary, rec, tight_fastest=tight)
+            study, summary = find_study_row(c, ref)
+            rec = study.recommendation
+            if rec is not None or not summary.counts.get(TrialState.COMPLETE.value):
+                # As stored (`stored_recommendation` has nothing to compute): Core rows alone.
+                tight = tight_fastest(c, study, rec, None)
+                return best_view(study, summary, rec, tight_fastest=tight)
+        # A re-judge, or a recommendation computed from every trial: on ORM objects, in the
+        # same transaction.
+        with db.session_on(c) as s:
+            study, summary = find_study(s, ref)
+            options = study.options
+            if headroom is None:
+                rec = stored_recommendation(s, study, summary)
+            else:
+                options = _with_headroom(study.options, headroom)
+                rec = _rejudged(s, study, options)
+            tight = tight_fastest(s, study, rec, options)
+            return best_view(study, summary, rec, tight_fastest=tight)
 
 
 def _with_headroom(options: StudyOptions, headroom: float) -> StudyOptions:
+    from pydantic import ValidationError
+
     from autotuner.options import StudyOptions
 
     try:
@@ -415,22 +442,30 @@ def _rejudged(s: Session, study: Study, options: StudyOptions) -> dict[str, Any]
 
 
 def tight_fastest(
-    s: Session, study: Study, rec: dict[str, Any] | None, options: StudyOptions
+    s: Any, study: Any, rec: dict[str, Any] | None, options: StudyOptions | None
 ) -> dict[str, Any] | None:
     """An ended study that recommends nothing although trials measured (every one left less
     memory free than its headroom: Llama 8B on one H200, 9.7% free of the 10% kept): its
     fastest measured trial, the memory it left free, and the headroom that would accept it,
-    so that `best` can say which lower --headroom would accept it (`best --headroom`)."""
-    from autotuner.storage.trial_repo import TrialRepo
+    so that `best` can say which lower --headroom would accept it (`best --headroom`).
+    `s`: a session or a Core connection; `options`: None for the study's own (read here,
+    where needed)."""
+    from types import SimpleNamespace
+
+    from autotuner.storage import reads
     from autotuner.study.columns import memory_record
     from autotuner.study.trial_list import memory_judgement
 
     if rec is not None or study.status not in ENDED_STATUSES:
         return None
-    fastest = TrialRepo(s).best(study.id)
-    record = memory_record(fastest) if fastest is not None else None
+    row = reads.best_trial(s, study.id)
+    # Its columns by name, as a Trial's (memory_record reads the result where it is loaded).
+    fastest = SimpleNamespace(**row._mapping) if row is not None else None
+    record = memory_record(fastest) if fastest is not None else None  # type: ignore[arg-type]
     if fastest is None or record is None:
         return None
+    if options is None:
+        options = reads.study_options(s, study.id)
     free, tight = memory_judgement(fastest.state, record, options)
     if not tight or free is None or free <= 0:
         return None

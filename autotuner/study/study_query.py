@@ -4,7 +4,7 @@ The dashboard's list filters on the server, in the same SQL statement that reads
 studies (no extra statement, however many filters), so a filtered view is a URL that can be
 bookmarked. `parse_study_query` checks the query parameters (a bad value is an `InvalidQuery`
 that lists the allowed ones, as the trials table's filters do) and `conditions` turns them
-into the conditions storage.study_list's page select adds.
+into the conditions storage.reads.study_page's select adds.
 """
 
 from __future__ import annotations
@@ -16,8 +16,11 @@ from sqlalchemy import or_
 from sqlalchemy.sql.elements import ColumnElement
 
 from autotuner.spec import ModelFamily
-from autotuner.storage.models import Study, StudyStatus
+from autotuner.status import StudyStatus
+from autotuner.storage.tables import studies
 from autotuner.study.trial_query import InvalidQuery
+
+Study = studies.c  # the columns the conditions are on (the page's select is Core)
 
 STATUSES = tuple(s.value for s in StudyStatus)
 FAMILIES = tuple(f.value for f in ModelFamily)
@@ -84,7 +87,7 @@ def parse_study_query(
 
 
 def conditions(q: StudyQuery) -> list[ColumnElement[bool]]:
-    """The filters of `q` as conditions on Study, for storage.study_list.study_page."""
+    """The filters of `q` as conditions on the studies, for storage.reads.study_page."""
     out: list[ColumnElement[bool]] = []
     if q.statuses:
         out.append(Study.status.in_(q.statuses))

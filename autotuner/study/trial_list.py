@@ -10,17 +10,20 @@ row) cost more than the rest of the row.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from sqlalchemy import Row
 
-from autotuner.options import StudyOptions
 from autotuner.purpose import Purpose
 from autotuner.search import headroom
-from autotuner.storage.models import TrialState
+from autotuner.status import TrialState
 from autotuner.storage.trial_list import SHOWN
 from autotuner.study.columns import MemoryRecord
+
+if TYPE_CHECKING:
+    from sqlalchemy import Row
+
+    from autotuner.options import StudyOptions
 
 _COMPLETE = TrialState.COMPLETE.value
 # The purposes whose runs measure no throughput: the numerics check's parity runs.

@@ -27,9 +27,9 @@ def list_trials(
     from autotuner.storage.trial_list import list_rows
     from autotuner.study import trial_list
 
-    with db.read() as s:
-        study_id, options = _study_options(s, ref)
-        rows = list_rows(s, study_id, after=after, limit=limit)
+    with db.reading() as c:
+        study_id, options = _study_options(c, ref)
+        rows = list_rows(c, study_id, after=after, limit=limit)
     return trial_list.views(rows, options)
 
 
@@ -40,9 +40,9 @@ def trial_page_json(
     from autotuner.storage.trial_list import list_rows
     from autotuner.study import trial_list
 
-    with db.read() as s:
-        study_id, options = _study_options(s, ref)
-        rows = list_rows(s, study_id, after=after, limit=limit)
+    with db.reading() as c:
+        study_id, options = _study_options(c, ref)
+        rows = list_rows(c, study_id, after=after, limit=limit)
     return trial_list.page_json(rows, options)
 
 
@@ -62,19 +62,21 @@ def trial_page(
     from autotuner.study import trial_list
 
     size = PAGE_SIZE if limit is None else limit
-    with db.read() as s:
-        study_id, options = _study_options(s, ref)
-        rows = list_rows(s, study_id, after=after, limit=size + 1)
+    with db.reading() as c:
+        study_id, options = _study_options(c, ref)
+        rows = list_rows(c, study_id, after=after, limit=size + 1)
     more = len(rows) > size
     rows = rows[:size]
     return trial_list.page_json(rows, options), rows[-1][0] if more else None
 
 
-def _study_options(s: Session, ref: str) -> tuple[str, StudyOptions]:
-    """The study `ref` names: its id and options, all a trial list needs of it."""
-    from autotuner.storage.study_repo import StudyRepo
+def _study_options(c: Any, ref: str) -> tuple[str, StudyOptions]:
+    """The study `ref` names: its id and options, all a trial list needs of it (on a Core
+    connection: storage/reads.py)."""
+    from autotuner.storage import reads
 
-    study = StudyRepo(s).require(ref)
+    columns = reads.studies.c
+    study = reads.require_study(reads.rows_of(c), ref, (columns.id, columns.options))
     return study.id, study.options
 
 

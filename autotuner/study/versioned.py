@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection, Row
     from sqlalchemy.orm import Session
 
     from autotuner.storage.models import Study
@@ -24,6 +25,12 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 S = TypeVar("S")
 KEPT = 1024  # entries per process: a few hundred studies' views, a few kB each
+
+
+def bind_of(s: Any) -> Any:
+    """What a session runs on (its engine or connection), or a Core connection itself: its
+    `engine` and `get_execution_options()` are what a cached read is keyed and judged on."""
+    return s.get_bind() if hasattr(s, "get_bind") else s
 
 
 class VersionedCache:
@@ -38,14 +45,14 @@ class VersionedCache:
 
     def get_many(
         self,
-        s: Session,
-        studies: Sequence[Study],
+        s: Session | Connection,
+        studies: Sequence[Study | Row[Any]],
         compute: Callable[[list[str]], dict[str, T]],
         *extra: Any,
     ) -> dict[str, T]:
         """Each study's value at its version (the one read with its row): the cached ones,
         and `compute(ids)` for those not known at that version, in one call."""
-        where = str(s.get_bind().engine.url)
+        where = str(bind_of(s).engine.url)
         keys = {st.id: (where, st.id, st.trials_version, *extra) for st in studies}
         out: dict[str, T] = {}
         with self._lock:

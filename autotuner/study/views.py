@@ -9,17 +9,24 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 from types import EllipsisType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from autotuner.options import StudyOptions
-from autotuner.search import headroom_check
-from autotuner.search.numerics import as_ended
-from autotuner.status import ENDED_STATUSES
-from autotuner.storage.models import Study, Trial, TrialState
+from autotuner.search.ended_checks import headroom_as_ended, numerics_as_ended
+from autotuner.status import ENDED_STATUSES, TrialState
 from autotuner.storage.trial_list import SHOWN
 from autotuner.study.batch import of_trial
 from autotuner.study.columns import MEMORY_FIELDS, memory_record
 from autotuner.study.trial_list import list_view
+
+if TYPE_CHECKING:
+    from sqlalchemy import Row
+
+    from autotuner.options import StudyOptions
+    from autotuner.storage.models import Study, Trial
+
+    # A study as an ORM object or as a Core row of its columns (storage/reads.py): a view
+    # reads the same attributes of both.
+    StudyRow = Study | Row[Any]
 
 
 def _iso(value: Any) -> str | None:
@@ -66,14 +73,14 @@ class TrialSummary:
         return self.total - self.counts.get(TrialState.RUNNING.value, 0)
 
 
-def _minutes_used(study: Study) -> float | None:
+def _minutes_used(study: StudyRow) -> float | None:
     """Minutes from the study's start to its end (or to now while it runs); None before it
     started. Against max_minutes, what `--minutes` has spent."""
     if study.started_at is None:
         return None
     end = study.finished_at or dt.datetime.now(dt.UTC)
     start = study.started_at
-    # SQLite hands back naive datetimes; they are UTC (storage/models.py stores UTC).
+    # SQLite hands back naive datetimes; they are UTC (storage/tables.py stores UTC).
     start, end = (x if x.tzinfo else x.replace(tzinfo=dt.UTC) for x in (start, end))
     # Waits for the cluster or the GPUs are not spent (study/pause.py).
     used = (end - start).total_seconds() - (study.paused_s or 0.0)
@@ -81,7 +88,7 @@ def _minutes_used(study: Study) -> float | None:
 
 
 def study_view(
-    study: Study,
+    study: StudyRow,
     summary: TrialSummary,
     *,
     space_name: str | None,
@@ -132,7 +139,7 @@ def study_view(
 
 
 def best_view(
-    study: Study,
+    study: StudyRow,
     summary: TrialSummary,
     recommendation: dict[str, Any] | None,
     *,
@@ -162,9 +169,9 @@ def _as_of_status(status: str, rec: dict[str, Any] | None) -> dict[str, Any] | N
         return rec
     out = dict(rec)
     if rec.get("numerics"):
-        out["numerics"] = as_ended(rec["numerics"])
+        out["numerics"] = numerics_as_ended(rec["numerics"])
     if rec.get("headroom"):
-        out["headroom"] = headroom_check.as_ended(rec["headroom"])
+        out["headroom"] = headroom_as_ended(rec["headroom"])
     return out
 
 

@@ -128,7 +128,7 @@ def test_the_same_verbs_work_on_a_local_database(tmp_path: Path, space_file: Pat
 
 def test_cli_import_stays_light() -> None:
     code = (
-        "import sys, autotuner.cli; heavy = ('ray', 'torch', 'optuna', 'sqlalchemy', "
+        "import sys, autotuner.cli.commands; heavy = ('ray', 'torch', 'optuna', 'sqlalchemy', "
         "'fastapi', 'uvicorn', 'httpx'); "
         "print(sorted({m.split('.')[0] for m in sys.modules} & set(heavy)))"
     )

@@ -245,7 +245,7 @@ def test_control_plane_does_not_import_torch_nvml_or_workers() -> None:
     assert json.loads(out.stdout) == {}, f"heavy import: {out.stdout}"
 
 
-@pytest.mark.parametrize("module", ["autotuner.cli", "autotuner.api.app"])
+@pytest.mark.parametrize("module", ["autotuner.cli.commands", "autotuner.api.app"])
 def test_cli_and_service_do_not_import_ray_until_needed(module: str) -> None:
     code = f"import {module}, sys; print(len([m for m in sys.modules if m.startswith('ray')]))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

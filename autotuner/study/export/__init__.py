@@ -21,11 +21,13 @@ import json
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
-from autotuner.inputs import UserError
-from autotuner.study.export import accelerate, env, hf, lightning, pytorch, torchtitan
-from autotuner.study.export.facts import Facts, facts_from
+from autotuner.errors import UserError
+
+if TYPE_CHECKING:
+    from autotuner.study.export.facts import Facts
 
 
 @dataclass(frozen=True)
@@ -33,18 +35,28 @@ class Format:
     what: str  # one line, for --help, `best` and the dashboard
     media: str  # the API's response media type
     suffix: str  # the file suffix `export -o` suggests
-    render: Callable[[Facts], str] | None = None  # None: rendered here (record, torchrun)
+    # The module of this package that renders it (its `render(Facts)`), imported when it
+    # renders: `best` lists the formats without loading the trainers' knob tables and the spec.
+    # None: rendered here (record, torchrun).
+    module: str | None = None
+
+    @property
+    def render(self) -> Callable[[Facts], str] | None:
+        if self.module is None:
+            return None
+        render: Callable[[Facts], str] = import_module(f"{__name__}.{self.module}").render
+        return render
 
 
 FORMATS_TABLE: dict[str, Format] = {
     "json": Format("the recommendation as JSON", "application/json", "json"),
     "yaml": Format("the recommendation as YAML", "application/yaml", "yaml"),
-    "hf": Format("Hugging Face TrainingArguments kwargs", "text/x-python", "py", hf.render),
-    "lightning": Format("Lightning Trainer kwargs", "text/x-python", "py", lightning.render),
-    "torchtitan": Format("torchtitan TOML fragment", "application/toml", "toml", torchtitan.render),
-    "accelerate": Format("Accelerate config YAML", "application/yaml", "yaml", accelerate.render),
-    "pytorch": Format("plain PyTorch snippet", "text/x-python", "py", pytorch.render),
-    "env": Format("NCCL and allocator environment", "text/x-shellscript", "sh", env.render),
+    "hf": Format("Hugging Face TrainingArguments kwargs", "text/x-python", "py", "hf"),
+    "lightning": Format("Lightning Trainer kwargs", "text/x-python", "py", "lightning"),
+    "torchtitan": Format("torchtitan TOML fragment", "application/toml", "toml", "torchtitan"),
+    "accelerate": Format("Accelerate config YAML", "application/yaml", "yaml", "accelerate"),
+    "pytorch": Format("plain PyTorch snippet", "text/x-python", "py", "pytorch"),
+    "env": Format("NCCL and allocator environment", "text/x-shellscript", "sh", "env"),
     "torchrun": Format("script re-running the trial", "text/x-shellscript", "sh"),
 }
 FORMATS = tuple(FORMATS_TABLE)
@@ -55,7 +67,7 @@ def export_commands(study_id: str) -> list[tuple[str, str]]:
     return [
         (f"autotuner export {study_id} -f {name}", fmt.what)
         for name, fmt in FORMATS_TABLE.items()
-        if fmt.render is not None
+        if fmt.module is not None
     ]
 
 
@@ -76,6 +88,8 @@ def render(
         raise UserError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
     renderer = FORMATS_TABLE[fmt].render
     if renderer is not None:
+        from autotuner.study.export.facts import facts_from
+
         return renderer(facts_from(rec, study_id=study_id, config=config, partial=partial))
     if fmt == "torchrun":
         caution = [f"# CAUTION: {partial}"] if partial else []
