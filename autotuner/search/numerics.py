@@ -38,7 +38,7 @@ trial lost or failed for infra reasons runs once more, as a new row).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -51,9 +51,12 @@ from autotuner.search.space import SearchSpace
 from autotuner.spec import (
     Attention,
     Checkpointing,
+    CompileMode,
+    CompileScope,
     FailureClass,
     Kernels,
     Knobs,
+    ModelFamily,
     ModelSpec,
     Optimizer,
     Precision,
@@ -171,13 +174,29 @@ def with_recompute(reference: Knobs) -> Knobs:
     return reference.model_copy(update={"checkpointing": Checkpointing.FULL})
 
 
-def warm_reference(reference: Knobs, compiled: Sequence[Knobs]) -> Knobs:
+def cold_reference(reference: Knobs, model: ModelSpec | None) -> Knobs:
+    """A reference that no compiled graph serves compiles cold: per block (compile_scope
+    block), which traces one block whatever the depth and compiles the output layer with the
+    loss as a region of its own, the same arithmetic as the whole-model graph (7-9 s against
+    29-54 s for 1-3B Hugging Face models on the H200, bench/results/hf_knobs_h200). Not for a
+    factory model, whose blocks may not be a list of like modules (workers/compiling.py)."""
+    whole = reference.compile_mode != CompileMode.NONE and reference.compile_scope == (
+        CompileScope.MODEL
+    )
+    if not whole or model is None or model.family == ModelFamily.FACTORY:
+        return reference
+    return reference.model_copy(update={"compile_scope": CompileScope.BLOCK})
+
+
+def warm_reference(
+    reference: Knobs, compiled: Sequence[Knobs], cold: Callable[[Knobs], Knobs] = lambda k: k
+) -> Knobs:
     """`reference` with the attention kernel and compile mode of a config the study already
     ran (`compiled`, earliest first) that differs from it in nothing else but its optimizer
-    (not compiled with the model); `reference` itself where none does, or where its own graph
-    was compiled."""
+    (not compiled with the model); `reference` itself where its own graph was compiled, and
+    `cold(reference)` where nothing alike was."""
     if reference.attention not in NEUTRAL_ATTENTION:
-        return reference
+        return cold(reference)
     neutral = {"attention", "compile_mode", "compile_scope", "grad_accum", "optimizer"}
     fields = set(Knobs.model_fields) - neutral
     want = reference.model_dump(include=fields)
@@ -186,8 +205,10 @@ def warm_reference(reference: Knobs, compiled: Sequence[Knobs]) -> Knobs:
         for k in compiled
         if k.attention in NEUTRAL_ATTENTION and k.model_dump(include=fields) == want
     ]
+    if not matches:
+        return cold(reference)
     same = (reference.attention, reference.compile_mode, reference.compile_scope)
-    if not matches or any((k.attention, k.compile_mode, k.compile_scope) == same for k in matches):
+    if any((k.attention, k.compile_mode, k.compile_scope) == same for k in matches):
         return reference
     first = matches[0]
     return reference.model_copy(
@@ -296,7 +317,8 @@ def reference_label(ref: Trial) -> str:
 
 
 def _borrowed(reference: Trial) -> str:
-    """What the reference took from a graph the study had compiled (warm_reference), said."""
+    """What the reference took from a graph the study had compiled (warm_reference), or that
+    it compiled per block (cold_reference), said."""
     ran = Knobs.model_validate(reference.config.get("knobs", {}))
     params = reference.params or {}
     parts = []
@@ -304,7 +326,10 @@ def _borrowed(reference: Trial) -> str:
         parts.append(f"{ran.attention.value} attention")
     if "compile_mode" in params and params["compile_mode"] != ran.compile_mode.value:
         parts.append(f"compile mode {ran.compile_mode.value}")
-    if params.get("compile_scope", "model") != ran.compile_scope.value:
+    scope = params.get("compile_scope", "model") != ran.compile_scope.value
+    if not parts and scope:
+        return "; the reference compiled per block (the same arithmetic, a cheaper compile)"
+    if scope:
         parts.append(f"compile scope {ran.compile_scope.value}")
     if not parts:
         return ""

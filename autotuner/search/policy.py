@@ -42,6 +42,7 @@ from autotuner.search.evidence_replay import Replay
 from autotuner.search.feedback import Feedback
 from autotuner.search.micro_batch_up import MicroBatchUp, leaders
 from autotuner.search.numerics import (
+    cold_reference,
     parity_reference_knobs,
     space_changes_numerics,
     warm_reference,
@@ -427,7 +428,7 @@ class SearchPolicy:
             one = ref.model_copy(update={"grad_accum": 1})
             if not self.cost.predict(one, self.limit_gib).surely_fits(REFERENCE_FIT_Z):
                 ref = with_recompute(ref)
-        return warm_reference(ref, self._compiled)
+        return warm_reference(ref, self._compiled, lambda k: cold_reference(k, self.model))
 
     def _as_run(self, purpose: str, params: dict[str, Any]) -> dict[str, Any]:
         """The params a check runs: the numerics check's reference runs the candidate's knobs

@@ -19,6 +19,7 @@ from autotuner.search.numerics import (
     PARITY_STEPS,
     TOLERANCE_REL,
     as_ended,
+    cold_reference,
     compare_curves,
     space_changes_numerics,
     warm_reference,
@@ -309,6 +310,29 @@ def test_the_check_needs_a_numerics_changing_precision_the_target_runs() -> None
     fused = parse_space({"name": "s", "knobs": {"kernels": ["none", "fused-ce", "liger"]}})
     assert space_changes_numerics(fused, H200)
     assert not space_changes_numerics(fused, Target("cpu", 0))  # Liger's kernels: CUDA only
+
+
+def test_a_reference_no_compiled_graph_serves_compiles_per_block() -> None:
+    """The fp8 winner at bf16 is a graph nobody compiled: its reference compiles cold, per
+    block (one block traced whatever the depth, the output region compiled as in the whole
+    graph: the same arithmetic), not the whole model. Eager, already per block, or a factory
+    model (its blocks may be no list of like modules): as it is. A graph the study compiled
+    is still borrowed first."""
+    llama = ModelSpec.resolve({"preset": "llama-1b"})
+    winner = Knobs(precision="fp8-tensorwise", attention="cudnn", compile_mode="default")
+    reference = winner.model_copy(update={"precision": Precision.BF16})
+    cold = lambda k: cold_reference(k, llama)  # noqa: E731
+    assert warm_reference(reference, [], cold).compile_scope == CompileScope.BLOCK
+    assert warm_reference(reference, [], cold).model_dump(
+        exclude={"compile_scope"}
+    ) == reference.model_dump(exclude={"compile_scope"})
+    expert = reference.model_copy(update={"attention": Attention.FLASH})
+    assert warm_reference(reference, [expert], cold) == expert  # warm: borrowed whole
+    assert warm_reference(reference, [reference], cold) == reference  # its own graph, warm
+    eager = reference.model_copy(update={"compile_mode": CompileMode.NONE})
+    assert cold_reference(eager, llama) == eager
+    factory = llama.model_copy(update={"family": "factory", "factory": "m.py:build"})
+    assert cold_reference(reference, factory) == reference
 
 
 def test_the_reference_borrows_a_compiled_graphs_kernel_and_compile_mode() -> None:
