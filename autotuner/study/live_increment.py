@@ -195,6 +195,10 @@ def apply(known: Known, t: Trial, options: StudyOptions) -> bool:
         return False  # a config kept out so far: it may rank now
     if old is not None and not _quiet_group(known, old):
         return False
+    if old is not None and t.number < old.trials[-1].number:
+        # It ended after a later-numbered trial of its config (both ran at once): the full
+        # computation groups by number, and the config's first trial names it on the front.
+        return False
     group = ConfigMeasurements(key, [*(old.trials if old else ()), t])
     if not _after(group, known.floor):
         return False

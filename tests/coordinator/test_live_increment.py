@@ -191,6 +191,34 @@ def test_trials_that_end_while_earlier_ones_run_are_in_the_kept_recommendation(
     assert live.full_computations < trials // 2, live.full_computations
 
 
+def test_a_config_whose_trials_end_out_of_number_order_is_named_by_its_first(
+    sqlite_url: str,
+) -> None:
+    """Two trials of one new config run at once and the later-numbered ends first: the full
+    computation names the config (on the Pareto front) by its lower-numbered trial."""
+    db = Database(sqlite_url)
+    rng = random.Random(103)
+    stream = Stream(db, rng)
+    live = LiveBest(db)
+    options = StudyOptions()
+    stream.one("new", Purpose.EXPERT_DEFAULT)
+    for _ in range(25):
+        stream.one("new")
+    live.store(stream.study_id, Objective.TOKENS_PER_S, options)
+    on_front = 0
+    for _ in range(40):
+        params = _propose(stream.space, rng)
+        first = stream.start("new", params=params)
+        stream.start("new", params=params)()
+        live.store(stream.study_id, Objective.TOKENS_PER_S, options)
+        first()
+        kept = live.store(stream.study_id, Objective.TOKENS_PER_S, options)
+        full = live_best(db, stream.study_id, Objective.TOKENS_PER_S, options)
+        assert json.dumps(kept, sort_keys=True) == json.dumps(full, sort_keys=True)
+        on_front += any(p["params"] == params for p in full["pareto"])
+    assert on_front  # the case above was reached: such a config on the front
+
+
 def test_a_top_config_measured_again_lower_moves_the_choice(sqlite_url: str) -> None:
     """The runner-up measured again far below: its median, the runner-up's entry and maybe
     which config is the runner-up change; computed in full, not kept."""
