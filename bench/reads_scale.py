@@ -25,7 +25,8 @@ Writes bench/results/reads_scale_cpu.{json,md}; each database is dropped at the 
 API reads, as the full run does) seeds the big study, measures only those HTTP reads and prints
 their rows (with `--small 0`: no small studies), writing nothing; `--only cli`, the CLI's reads
 alone; `--only page` times the study page in Chromium too; `--only end`, only the end of the
-study (the coordinator's step, no service).
+study (the coordinator's step, no service); `--only live`, only the live recommendation stored
+after each of 20 finished trials (the coordinator's step, no service).
 """
 
 from __future__ import annotations
@@ -108,6 +109,10 @@ def run_one(args: argparse.Namespace, trials: int) -> dict[str, Any]:
         if args.only == {"end"}:  # the coordinator's step alone: no service
             print(f"[{trials}] the end of the study ...", flush=True)
             return {"trials": trials, "seed": seeded, "coordinator": measure_end_of_study(url, big)}
+        if args.only == {"live"}:  # the coordinator's step after each finished trial alone
+            print(f"[{trials}] the live recommendation ...", flush=True)
+            live = measure_live_best(url, big, 20)
+            return {"trials": trials, "seed": seeded, "coordinator": live}
         with running_service(url) as base:
             print(f"[{trials}] reads over HTTP ...", flush=True)
             if args.only == {"cli"}:
@@ -145,12 +150,12 @@ def run_one(args: argparse.Namespace, trials: int) -> dict[str, Any]:
 
 def _kinds(value: str) -> set[str]:
     kinds = {k.strip() for k in value.split(",") if k.strip()}
-    known = {*READ_KINDS.values(), "cli", "end"}
-    alone = kinds & {"cli", "end"}
+    known = {*READ_KINDS.values(), "cli", "end", "live"}
+    alone = kinds & {"cli", "end", "live"}
     if not kinds or not kinds <= known or (alone and len(kinds) > 1):
         raise argparse.ArgumentTypeError(
-            f"{value!r}: read kinds of {', '.join(sorted(known))}, comma-separated (cli and end "
-            "alone)"
+            f"{value!r}: read kinds of {', '.join(sorted(known))}, comma-separated (cli, end and "
+            "live alone)"
         )
     return kinds
 
@@ -171,7 +176,8 @@ def main() -> None:
         type=_kinds,
         help="only the HTTP reads of these kinds, comma-separated (rejudge: best?headroom=; "
         f"of {', '.join(sorted(set(READ_KINDS.values())))}), or the CLI's reads (cli), or the "
-        "end of the study (end), printed, nothing written",
+        "end of the study (end), or the live recommendation after a finished trial (live), "
+        "printed, nothing written",
     )
     args = parser.parse_args()
 

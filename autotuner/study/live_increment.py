@@ -6,8 +6,9 @@ config measured below the best ones. For such a trial only three things in the
 recommendation change, and each is kept here from the last full computation: the count of
 measured trials, the study's noise band (the median of every config's repeat spread: a sorted
 list, one insertion) and the Pareto front (the new point against the front alone). So
-`LiveBest.store` reads the trials that finished since its last read (a range of trial numbers,
-through the (study, number) index), and for each judges it against what it knows:
+`LiveBest.store` reads the trials that finished since its last read (storage/ended_feed.py: a
+range of trial numbers through the (study, number) index, those that ended while an earlier one
+still runs included), and for each judges it against what it knows:
 
 - not measured (failed, pruned) and no end check: the recommendation reads no such trial;
 - measured but kept out (less memory free than the headroom, stopped after its first repeats,
@@ -28,7 +29,7 @@ from __future__ import annotations
 import bisect
 import copy
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -41,6 +42,7 @@ from autotuner.search.objective import Objective
 from autotuner.search.pareto import pareto_sweep
 from autotuner.spec import canonical_params
 from autotuner.storage import trial_rows
+from autotuner.storage.ended_feed import EndedFeed
 from autotuner.storage.models import Trial, TrialState
 from autotuner.storage.session import Database
 from autotuner.storage.study_repo import StudyRepo
@@ -81,9 +83,8 @@ class Known:
     front: list[_Front]
     sizes: set[int]  # the global batches of the measured trials
     expert_tokens: int | None
-    low: int  # trials numbered from here may have finished since
+    ended: EndedFeed  # the trials folded in: the next to fold are those it takes
     options: StudyOptions  # what it was judged at
-    seen: set[int] = field(default_factory=set)  # of those, the ended ones read already
 
 
 def _median_sorted(values: list[float]) -> float:
@@ -111,7 +112,7 @@ def _floor(
 
 
 def know(
-    rows: list[Trial], rec: dict[str, Any] | None, options: StudyOptions, low: int
+    rows: list[Trial], rec: dict[str, Any] | None, options: StudyOptions, ended: EndedFeed
 ) -> Known | None:
     """What to keep of a full computation over `rows`; None where the next trial is to be
     computed in full anyway (no recommendation, checks past their bound, a small study)."""
@@ -150,7 +151,7 @@ def know(
         front=front,
         sizes={n for t in measured if (n := of_trial(t)) is not None},
         expert_tokens=expert.get("tokens"),
-        low=low,
+        ended=ended,
         options=options,
     )
 
@@ -193,6 +194,10 @@ def apply(known: Known, t: Trial, options: StudyOptions) -> bool:
     if old is None and key in known.keys:
         return False  # a config kept out so far: it may rank now
     if old is not None and not _quiet_group(known, old):
+        return False
+    if old is not None and t.number < old.trials[-1].number:
+        # It ended after a later-numbered trial of its config (both ran at once): the full
+        # computation groups by number, and the config's first trial names it on the front.
         return False
     group = ConfigMeasurements(key, [*(old.trials if old else ()), t])
     if not _after(group, known.floor):
@@ -316,20 +321,14 @@ class LiveBest:
     ) -> dict[str, Any] | None:
         """Fold the trials that ended since the last read into `known`; its recommendation,
         or None (and nothing kept) where one needs the full computation."""
-        # The bound first: a trial that finishes between the two reads is read next time.
-        low = trial_rows.unfinished_from(s, study_id)
-        rows = trial_rows.rows_from(s, study_id, known.low)
-        trial: Trial
-        for trial in rows:
-            if trial.number in known.seen:
-                continue
-            if trial.state == TrialState.RUNNING or not apply(known, trial, options):
-                self.known = None
-                return None
-            known.seen.add(trial.number)
-        if low > known.low:
-            known.seen = {n for n in known.seen if n >= low}
-            known.low = low
+        ended, running = known.ended.take(
+            s, lambda low, _high: trial_rows.rows_from(s, study_id, low), _number, _ended
+        )
+        # A running trial read is an end check (the only kind read before it ends), which
+        # the full computation reads in any state.
+        if running or not all(apply(known, t, options) for t in ended):
+            self.known = None
+            return None
         return known.rec
 
     def _full(
@@ -337,13 +336,24 @@ class LiveBest:
     ) -> dict[str, Any] | None:
         self.full_computations += 1
         with self.db.read() as s, gc_paused():
-            low = trial_rows.unfinished_from(s, study_id)
-            rows = trial_rows.recommendation_rows(s, study_id)
+            rows: list[Trial] = []
+
+            def every(_low: int, _high: int) -> list[Trial]:
+                rows.extend(trial_rows.recommendation_rows(s, study_id))
+                return rows
+
+            # The feed takes every ended trial read: the next fold reads from there.
+            ended = EndedFeed(study_id)
+            ended.take(s, every, _number, _ended)
             rec = recommend(rows, objective, options=options)
-            known = know(rows, copy.deepcopy(rec), options, low)
-            if known is not None:
-                known.seen = {
-                    t.number for t in rows if t.number >= low and t.state != TrialState.RUNNING
-                }
+            known = know(rows, copy.deepcopy(rec), options, ended)
         self.known = known
         return rec
+
+
+def _number(t: Trial) -> int:
+    return t.number
+
+
+def _ended(t: Trial) -> bool:
+    return t.state != TrialState.RUNNING
