@@ -147,7 +147,7 @@ class VersionedObjects:
                 self._dropped = []
                 while len(self._studies) > self.size:
                     dropped.append(self._studies.popitem(last=False)[1])
-        FREEZER.submit(dropped)
+        _keep_frozen(dropped)
         return value
 
     def _kept(self, where: tuple[str, str], start: Callable[[], Any], same: Any) -> _Kept:
@@ -182,9 +182,10 @@ def _stateless() -> None:
 
 
 def _keep_frozen(dropped: list[Any]) -> None:
-    """Freeze what lives now (the values kept among it) out of the collector's reach, after a
-    collection of what is not frozen yet; with `dropped` entries, first unfreeze, so that the
-    collection (then a full one, of every object) frees their cycles."""
+    """Freeze what lives now (the value just kept among it) out of the collector's reach,
+    after a collection of what is not frozen yet; with `dropped` entries, first unfreeze, so
+    that the collection (then a full one, of every object) frees their cycles. Its cost is
+    paid where a value is computed, not in the reads that follow."""
     import gc
 
     if dropped:
@@ -192,47 +193,6 @@ def _keep_frozen(dropped: list[Any]) -> None:
     dropped.clear()  # their last references: freed by reference counting or the collection
     gc.collect()
     gc.freeze()
-
-
-class _Freezer:
-    """Runs `_keep_frozen` on a thread of its own, after the request that kept a value has
-    answered: its collection took 0.23 s of a 10,000-trial study page's first view (the
-    charts just built are the objects it walks), a view with a 2 s target. One pass serves
-    every value kept since the last. `settle()` waits for the passes asked so far."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._dropped: list[Any] = []
-        self._asked = self._done = 0
-        self._thread: threading.Thread | None = None
-
-    def submit(self, dropped: list[Any]) -> None:
-        with self._cond:
-            self._dropped += dropped
-            self._asked += 1
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="gc-freeze", daemon=True)
-                self._thread.start()
-            self._cond.notify_all()
-
-    def settle(self, timeout_s: float = 60.0) -> bool:
-        """Whether every pass asked before this call has run (False: timed out)."""
-        with self._cond:
-            asked = self._asked
-            return self._cond.wait_for(lambda: self._done >= asked, timeout_s)
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                self._cond.wait_for(lambda: self._asked > self._done)
-                dropped, self._dropped, asked = self._dropped, [], self._asked
-            _keep_frozen(dropped)
-            with self._cond:
-                self._done = asked
-                self._cond.notify_all()
-
-
-FREEZER = _Freezer()
 
 
 # A summary's own copy: its counts dict (copy.deepcopy of 200 of them was a fifth of the

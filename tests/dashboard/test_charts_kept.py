@@ -124,14 +124,9 @@ def test_kept_charts_folded_in_any_parts_equal_the_full_computation() -> None:
 
 
 def _charts_now(db: Database, study_id: str) -> dict[str, Any]:
-    """The charts, once the freeze their keeping asked for has run (after the request)."""
-    from autotuner.study.versioned import FREEZER
-
     with db.read() as s:
         study, _ = trial_reads.find_study(s, study_id)
-        charts = study_charts(s, study, list(trial_reads.knob_domains(study)))
-    assert FREEZER.settle()
-    return charts
+        return study_charts(s, study, list(trial_reads.knob_domains(study)))
 
 
 def test_kept_charts_are_out_of_the_collectors_reach_until_dropped(pg_url: str) -> None:

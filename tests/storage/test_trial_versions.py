@@ -107,7 +107,7 @@ def test_kept_big_values_are_out_of_the_collectors_reach_until_dropped(
     import gc
     import weakref
 
-    from autotuner.study.versioned import FREEZER, VersionedObjects
+    from autotuner.study.versioned import VersionedObjects
 
     class Node:
         def __init__(self) -> None:
@@ -119,7 +119,6 @@ def test_kept_big_values_are_out_of_the_collectors_reach_until_dropped(
         with db.read() as s:
             study = StudyRepo(s).require(first.id)
             value = kept.get(s, study, lambda: [Node() for _ in range(3)])
-        assert FREEZER.settle()  # the freeze runs after the request that kept the value
         tracked = {id(o) for o in gc.get_objects()}
         assert not any(id(node) in tracked for node in value)  # frozen: not walked
         assert gc.get_freeze_count() > 0
@@ -128,7 +127,6 @@ def test_kept_big_values_are_out_of_the_collectors_reach_until_dropped(
         assert gone() is not None  # still kept
         with db.read() as s:  # another study: the first's value is dropped
             kept.get(s, StudyRepo(s).require(second.id), lambda: [Node()])
-        assert FREEZER.settle()
         assert gone() is None  # its cycle was collected, not left frozen for good
     finally:
         gc.unfreeze()
@@ -144,7 +142,7 @@ def test_a_followed_state_is_carried_across_versions_and_freed_with_its_study(
     import gc
     import weakref
 
-    from autotuner.study.versioned import FREEZER, VersionedObjects
+    from autotuner.study.versioned import VersionedObjects
 
     class State:
         def __init__(self) -> None:
@@ -166,7 +164,6 @@ def test_a_followed_state_is_carried_across_versions_and_freed_with_its_study(
             study = StudyRepo(s).require(first.id)
             state, seen = kept.follow(s, study, State, compute)
             assert kept.follow(s, study, State, compute)[1] is seen  # not computed again
-        assert FREEZER.settle()
         assert seen == [study.trials_version]
         garbage = State()  # frozen cyclic garbage: freed only by a collection of everything
         gc.freeze()
@@ -176,7 +173,6 @@ def test_a_followed_state_is_carried_across_versions_and_freed_with_its_study(
         with db.read() as s:
             study = StudyRepo(s).require(first.id)
             again, seen = kept.follow(s, study, State, compute)
-        assert FREEZER.settle()
         assert again is state and len(seen) == 2  # from the kept state
         assert id(state) not in {id(o) for o in gc.get_objects()}  # still frozen
         assert frozen() is not None  # nothing unfrozen: no collection of everything
@@ -185,27 +181,23 @@ def test_a_followed_state_is_carried_across_versions_and_freed_with_its_study(
         with db.read() as s:  # another `same`: a fresh state; the first one's cycle freed
             study = StudyRepo(s).require(first.id)
             fresh, seen = kept.follow(s, study, State, compute, same="other")
-        assert FREEZER.settle()
         assert gone() is None and fresh.seen == seen == [study.trials_version]
         assert frozen() is None
         gone = weakref.ref(fresh)
         del fresh
         with db.read() as s:  # another study: the first one dropped
             kept.follow(s, StudyRepo(s).require(second.id), State, compute)
-        assert FREEZER.settle()
         assert gone() is None
 
         with db.read() as s:  # get: the value is all there is, freed when replaced
             study = StudyRepo(s).require(first.id)
             value = kept.get(s, study, State)
-        assert FREEZER.settle()
         gone = weakref.ref(value)
         del value
         write_trial()
         with db.read() as s:
             study = StudyRepo(s).require(first.id)
             kept.get(s, study, State)
-        assert FREEZER.settle()
         assert gone() is None
     finally:
         gc.unfreeze()
