@@ -86,6 +86,8 @@ def best_table(view: dict[str, Any]) -> RenderableType:
         table.add_row("compile time", safe(compiled["text"]) + " (not in throughput)")
     elif rec["compile_s"]:  # a recommendation stored before the compile entry
         table.add_row("compile time", f"{rec['compile_s']:.1f} s (not in throughput)")
+    if compiled and compiled.get("regions"):  # a regional compile: what the trainer must do
+        table.add_row("compiled", safe(compiled["regions"]))
     if (runner := rec["runner_up"]) is not None:
         verdict = "a tie (within noise)" if runner["tie"] else "beyond noise"
         margin = runner["margin_rel"]

@@ -23,12 +23,32 @@ class _Measured(Protocol):  # measurements.ConfigMeasurements, without importing
     def trials(self) -> list[Any]: ...
 
 
+BLOCK_NOTE = "compile_scope block: "  # workers/compiling.py's note on a regional compile
+
+
 def compile_entry(best: _Measured) -> dict[str, Any] | None:
-    """{cold_s, cold_trial, warm_s, cache, text} for a compiled winner; None when it ran eager."""
+    """{cold_s, cold_trial, warm_s, cache, text} for a compiled winner; None when it ran eager.
+    A regional compile's `regions` says what was compiled on its own: the speed measured needs
+    the trainer to compile the same regions (the exports say how)."""
     runs = [(t.number, r) for t, r in zip(best.trials, best.results, strict=True)]
     compiled = [(n, r) for n, r in runs if r.compile_s is not None]
     if not compiled:
         return None
+    out = _entry(compiled)
+    note = next(
+        (n[len(BLOCK_NOTE) :] for _, r in compiled for n in r.notes if n.startswith(BLOCK_NOTE)),
+        None,
+    )
+    if note is not None:
+        regions = note.rsplit(" compiled (", 1)[0]  # "16 LlamaDecoderLayer blocks and ..."
+        out["regions"] = (
+            f"{regions}, each compiled on its own: your trainer must compile the same "
+            "regions for this speed (autotuner export shows how)"
+        )
+    return out
+
+
+def _entry(compiled: list[tuple[int, TrialResult]]) -> dict[str, Any]:
     cold = next(((n, r) for n, r in compiled if r.compile_cache == "cold"), None)
     warm = [r.compile_s for _, r in compiled if r.compile_cache == "warm" and r.compile_s]
     warm_s = statistics.median(warm) if warm else None

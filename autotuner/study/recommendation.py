@@ -84,7 +84,8 @@ class Recommendation(BaseModel):
     compile: dict[str, Any] | None = Field(
         None,
         description="The winner's compile time: cold (what a user's first run pays) and warm "
-        "from the study's cache where measured, text",
+        "from the study's cache where measured, text; `regions` for a regional compile: what "
+        "was compiled on its own, as the trainer must compile it for the speed measured",
     )
     fingerprint: dict[str, Any] | None = Field(description="The hardware it was measured on")
     completed_trials: int
