@@ -2,7 +2,7 @@
 
 The request validates it (`StudyRequest.options`), the `studies.options` column stores and loads
 it (`storage.tables.OptionsJson`), and the objective, the policy and the seeder read its fields.
-Every default lives here, once.
+Every default lives here, once (those read without the model: in option_defaults.py).
 """
 
 from __future__ import annotations
@@ -11,12 +11,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autotuner.option_defaults import DEFAULT_HEADROOM
+
 # 24, not 12: on the H200 replay stress test (best config removed) patience 12 stopped 30% of
 # runs before they reached the best; 24 stopped none and cost no extra trials to get there.
 DEFAULT_PATIENCE = 24
-# A real run also evaluates, checkpoints, fragments the allocator and sees other sequence
-# lengths; the config that just fitted a 10-second trial runs out of memory hours later.
-DEFAULT_HEADROOM = 0.10
 
 
 class StudyOptions(BaseModel):

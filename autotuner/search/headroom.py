@@ -21,10 +21,10 @@ GPU run runs out of: the peak is reported beside the headroom, never enforced.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from autotuner.options import StudyOptions
+from autotuner.option_defaults import DEFAULT_HEADROOM
 
 # The CUDA context and kernel images: outside the allocator's peak. Here, not in the cost
 # model (costmodel/calibration.py imports it): every trial list judges memory with it, and
@@ -56,6 +56,27 @@ class MemoryReport(Protocol):
 
     @property
     def memory_limit_gib(self) -> float | None: ...
+
+
+class HeadroomSetting(Protocol):
+    """What the rule reads of a study's options: the share of the memory kept free. A
+    `StudyOptions`, or `StoredHeadroom` where a read selects that one field."""
+
+    @property
+    def headroom(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class StoredHeadroom:
+    """A study's headroom as its stored options hold it (storage/reads.py's `STORED_HEADROOM`:
+    the options keep only what differs from the defaults, so None is the default): what a trial
+    list judges its rows by, without validating the whole options into their model."""
+
+    headroom: float
+
+    @classmethod
+    def of(cls, stored: float | None) -> StoredHeadroom:
+        return cls(DEFAULT_HEADROOM if stored is None else stored)
 
 
 def usable_gib(limit_gib: float | None, headroom: float) -> float | None:
@@ -95,7 +116,7 @@ def on_gpu_memory(result: MemoryReport) -> bool:
     return result.memory_kind == "cuda" and bool(result.memory_limit_gib)
 
 
-def enforced(result: MemoryReport, options: StudyOptions) -> bool:
+def enforced(result: MemoryReport, options: HeadroomSetting) -> bool:
     """Whether the headroom applies to this result: a GPU's memory with a known limit."""
     return options.headroom > 0 and on_gpu_memory(result)
 
@@ -105,7 +126,7 @@ def over_usable(need: float, usable: float) -> float:
     return need / usable - 1.0
 
 
-def violation(result: MemoryReport, options: StudyOptions) -> float:
+def violation(result: MemoryReport, options: HeadroomSetting) -> float:
     """How far the peak is over the usable memory (need / usable - 1); 0 within it, and 0
     wherever the headroom is not enforced."""
     need = need_gib(result)
@@ -120,7 +141,7 @@ def free_rel(need: float | None, limit: float | None) -> float | None:
     return None if need is None or not limit else 1.0 - need / limit
 
 
-def margin(results: Sequence[MemoryReport], options: StudyOptions) -> dict[str, Any]:
+def margin(results: Sequence[MemoryReport], options: HeadroomSetting) -> dict[str, Any]:
     """Peak, limit and headroom side by side for a config's measurements (the largest peak
     counts): the recommendation's `headroom` entry, without its end check."""
     needs = [(n, r) for r in results if (n := need_gib(r)) is not None]

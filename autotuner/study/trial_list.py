@@ -23,7 +23,7 @@ from autotuner.study.columns import MemoryRecord
 if TYPE_CHECKING:
     from sqlalchemy import Row
 
-    from autotuner.options import StudyOptions
+    from autotuner.search.headroom import HeadroomSetting
 
 _COMPLETE = TrialState.COMPLETE.value
 # The purposes whose runs measure no throughput: the numerics check's parity runs.
@@ -31,7 +31,7 @@ NOT_MEASUREMENTS = frozenset({Purpose.PARITY, Purpose.PARITY_REFERENCE})
 
 
 def memory_judgement(
-    state: str, record: MemoryRecord, options: StudyOptions | None
+    state: str, record: MemoryRecord, options: HeadroomSetting | None
 ) -> tuple[float | None, bool]:
     """(the share of the GPU's memory the trial left free, whether it is `tight`: a complete
     trial that left less than the study's headroom free, which keeps it from being
@@ -47,7 +47,9 @@ def memory_judgement(
     return free_rel, tight
 
 
-def list_view(values: Sequence[Any], options: StudyOptions | None, params: Any) -> dict[str, Any]:
+def list_view(
+    values: Sequence[Any], options: HeadroomSetting | None, params: Any
+) -> dict[str, Any]:
     """The list view of a trial from its `SHOWN` values (a row of storage.trial_list's
     `COLUMNS`, or a trial's attributes), with `params` as given. With its study's `options`,
     whether it is `tight` (less than the memory headroom free: search/headroom.py), which keeps
@@ -125,12 +127,12 @@ def list_view(values: Sequence[Any], options: StudyOptions | None, params: Any) 
     }
 
 
-def views(rows: Sequence[Row[Any]], options: StudyOptions | None) -> list[dict[str, Any]]:
+def views(rows: Sequence[Row[Any]], options: HeadroomSetting | None) -> list[dict[str, Any]]:
     """The rows' list views."""
     return [list_view(row, options, orjson.loads(row[-1])) for row in rows]
 
 
-def page_json(rows: Sequence[Row[Any]], options: StudyOptions | None) -> bytes:
+def page_json(rows: Sequence[Row[Any]], options: HeadroomSetting | None) -> bytes:
     """The rows' list views as one JSON array, encoded once by orjson (a page of 500: 0.4 ms;
     FastAPI's response-model encoding of each item cost 3x the query)."""
     return orjson.dumps(views(rows, options))

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from autotuner.options import StudyOptions
+    from autotuner.search.headroom import StoredHeadroom
     from autotuner.storage.models import Study
     from autotuner.storage.session import Database
 
@@ -70,14 +71,14 @@ def trial_page(
     return trial_list.page_json(rows, options), rows[-1][0] if more else None
 
 
-def _study_options(c: Any, ref: str) -> tuple[str, StudyOptions]:
-    """The study `ref` names: its id and options, all a trial list needs of it (on a Core
+def _study_options(c: Any, ref: str) -> tuple[str, StoredHeadroom]:
+    """The study `ref` names: its id and headroom, all a trial list needs of it (on a Core
     connection: storage/reads.py)."""
+    from autotuner.search.headroom import StoredHeadroom
     from autotuner.storage import reads
 
-    columns = reads.studies.c
-    study = reads.require_study(reads.rows_of(c), ref, (columns.id, columns.options))
-    return study.id, study.options
+    study = reads.require_study(reads.rows_of(c), ref, (reads.studies.c.id, reads.STORED_HEADROOM))
+    return study.id, StoredHeadroom.of(study.headroom)
 
 
 def knob_domains(study: Study) -> dict[str, Any]:

@@ -132,6 +132,23 @@ def test_a_config_with_2_percent_to_spare_is_tight_and_the_margin_is_shown(
     views = [trial_view(t, options=options) for t in trials]
     table = _render(trials_table({"id": "s", "status": "completed"}, views))
     assert "tight: leaves 2.0% of the GPU memory free" in table, table
+    # The default headroom (not stored in the options JSON): judged so by the trial list too.
+    assert _listed(sqlite_url, trials[0].study_id) == _judged(trials, options)
+
+
+def _listed(sqlite_url: str, study_id: str) -> dict[int, tuple[bool, float | None]]:
+    """Each trial's (tight, memory left free) as a trial list says it: by the study's headroom
+    alone, read out of its stored options (storage/reads.py: no options model)."""
+    from autotuner.study.trial_reads import list_trials
+
+    listed = list_trials(Database(sqlite_url), study_id)
+    return {v["number"]: (v["tight"], v["memory_free_rel"]) for v in listed}
+
+
+def _judged(trials: list[Trial], options: StudyOptions) -> dict[int, tuple[bool, float | None]]:
+    """The same judged with the study's options model (views.trial_view)."""
+    views = (trial_view(t, options=options) for t in trials)
+    return {v["number"]: (v["tight"], v["memory_free_rel"]) for v in views}
 
 
 def test_a_winner_whose_eval_and_checkpoint_break_the_headroom_is_passed_over(
@@ -251,6 +268,11 @@ def test_a_study_whose_every_measured_trial_is_tight_says_what_to_do(sqlite_url:
     for headroom, is_tight in ((0.6, True), (tight["headroom_accepting"], False)):
         _, judged = memory_judgement("complete", record, StudyOptions(headroom=headroom))
         assert judged is is_tight, headroom
+    # The stored 60% headroom: the trial list's judgement is the options model's.
+    with db.read() as s:
+        every = TrialRepo(s).list(study_id)
+    listed = _listed(sqlite_url, study_id)
+    assert listed == _judged(every, StudyOptions(headroom=0.6)) and listed[fastest.number][0]
     # The service's answer carries it too (BestView), for `best --server` and the API.
     from fastapi.testclient import TestClient
 

@@ -1,7 +1,8 @@
-"""A cold read of a local database (`status`, `best`, the list) imports neither the ORM, the
-models nor pydantic: they were most of its time (issue 42: a read under 0.5 s). The reads run on
-the Core tables (storage/reads.py), the flags are taken without Typer's pydantic adapters
-(cli/plain_values.py), and `best` draws the recommendation from its JSON."""
+"""A cold read of a local database (`status`, `best`, `trials`, the list) imports neither the
+ORM, the models nor pydantic: they were most of its time (issue 42: a read under 0.5 s). The
+reads run on the Core tables (storage/reads.py), the flags are taken without Typer's pydantic
+adapters (cli/plain_values.py), `best` draws the recommendation from its JSON, and `trials`
+judges its rows by the study's stored headroom alone (no options model)."""
 
 from __future__ import annotations
 
@@ -65,7 +66,9 @@ def ended(sqlite_url: str) -> tuple[str, str]:
     return sqlite_url, study.id
 
 
-@pytest.mark.parametrize("verb", [["status", "ended"], ["status"], ["best", "ended"]])
+@pytest.mark.parametrize(
+    "verb", [["status", "ended"], ["status"], ["best", "ended"], ["trials", "ended"]]
+)
 def test_a_read_imports_no_orm_and_no_pydantic(ended: tuple[str, str], verb: list[str]) -> None:
     url, study_id = ended
     out, imported = _imported(*verb, "--db", url)

@@ -33,6 +33,7 @@ LAYERS: dict[str, int] = {
     "autotuner.inputs": 0,
     "autotuner.datafiles": 0,
     "autotuner.options": 0,
+    "autotuner.option_defaults": 0,
     "autotuner.numbers": 0,
     "autotuner.status": 0,
     "autotuner.types": 0,
