@@ -49,6 +49,9 @@ class Backend(Protocol):
         self, ref: str, after: int | None = None, limit: int | None = None
     ) -> list[dict[str, Any]]: ...
     def trial(self, ref: str, number: int) -> dict[str, Any]: ...
+    def last_trials(
+        self, ref: str, last: int | None
+    ) -> tuple[dict[str, Any], int, list[dict[str, Any]]]: ...
     def best(self, ref: str, headroom: float | None = None) -> dict[str, Any]: ...
     def cancel(self, ref: str) -> dict[str, Any]: ...
     def export(self, ref: str, fmt: str, allow_partial: bool = False) -> str: ...
@@ -147,6 +150,16 @@ class ServiceClient:
 
     def trial(self, ref: str, number: int) -> dict[str, Any]:
         return self._call("GET", f"/api/studies/{self._id(ref)}/trials/{number}").json()
+
+    def last_trials(
+        self, ref: str, last: int | None
+    ) -> tuple[dict[str, Any], int, list[dict[str, Any]]]:
+        """The study's view, its number of trials and its `last` newest trials (None: all)."""
+        from autotuner.study.trial_list import after_last
+
+        view = self.study(ref)
+        total = sum(view.get("trial_counts", {}).values())
+        return view, total, self.trials(view["id"], after=after_last(total, last))
 
     def best(self, ref: str, headroom: float | None = None) -> dict[str, Any]:
         params = {} if headroom is None else {"headroom": headroom}
@@ -270,6 +283,13 @@ class LocalClient:
         from autotuner.study import trial_reads
 
         return trial_reads.get_trial(self._readable, ref, number)
+
+    def last_trials(
+        self, ref: str, last: int | None
+    ) -> tuple[dict[str, Any], int, list[dict[str, Any]]]:
+        from autotuner.study import trial_reads
+
+        return trial_reads.last_trials(self._readable, ref, last)
 
     def best(self, ref: str, headroom: float | None = None) -> dict[str, Any]:
         from autotuner.study import operations as studies

@@ -172,17 +172,12 @@ def trials(
     short_lived()
     if last is None:
         last = JSON_LAST if as_json else TABLE_LAST
-    source = backend(server, db)
-    view = source.study(study)
-    total = sum(view.get("trial_counts", {}).values())
-    # Trial numbers are 0..total-1 with no gap: the last N are those above total - N - 1.
-    after = None if show_all or total <= last else total - last - 1
-    views = source.trials(view["id"], after=after)
+    view, total, views = backend(server, db).last_trials(study, None if show_all else last)
     if as_json:
         print_json(views)
         return
     out.print(trials_table(view, views))
-    if after is not None:
+    if not show_all and total > last:
         err.print(
             f"the last {len(views)} of {total} trials; --all for every one, --last N for more",
             style="dim",

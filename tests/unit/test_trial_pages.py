@@ -41,6 +41,12 @@ def test_trials_page_by_number(sqlite_url: str) -> None:
     assert [t["number"] for t in page] == [3, 4, 5]
     assert [t["number"] for t in trial_reads.list_trials(db, study_id, after=5)] == [6]
     assert trial_reads.list_trials(db, study_id, after=6) == []  # polling: nothing new yet
+    # What `autotuner trials` reads, in one transaction: the study, its count, the newest.
+    study, total, newest = trial_reads.last_trials(db, study_id, 3)
+    assert study["id"] == study_id and total == 7 and [t["number"] for t in newest] == [4, 5, 6]
+    assert newest == trial_reads.list_trials(db, study_id, after=3)
+    assert len(trial_reads.last_trials(db, study_id, None)[2]) == 7
+    assert len(trial_reads.last_trials(db, study_id, 7)[2]) == 7
 
 
 def test_the_cli_shows_the_most_recent_trials(tmp_path: Path) -> None:
