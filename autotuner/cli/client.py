@@ -155,7 +155,7 @@ class ServiceClient:
         self, ref: str, last: int | None
     ) -> tuple[dict[str, Any], int, list[dict[str, Any]]]:
         """The study's view, its number of trials and its `last` newest trials (None: all)."""
-        from autotuner.study.trial_list import after_last
+        from autotuner.study.newest import after_last
 
         view = self.study(ref)
         total = sum(view.get("trial_counts", {}).values())

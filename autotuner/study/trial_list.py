@@ -30,12 +30,6 @@ _COMPLETE = TrialState.COMPLETE.value
 NOT_MEASUREMENTS = frozenset({Purpose.PARITY, Purpose.PARITY_REFERENCE})
 
 
-def after_last(total: int, last: int | None) -> int | None:
-    """The `after` that pages to the `last` newest of a study's `total` trials (None: every
-    one): trial numbers are 0..total-1 with no gap, so those numbered above total - last - 1."""
-    return None if last is None or total <= last else total - last - 1
-
-
 def memory_judgement(
     state: str, record: MemoryRecord, options: HeadroomSetting | None
 ) -> tuple[float | None, bool]:

@@ -45,6 +45,7 @@ def last_trials(
     from autotuner.storage import reads
     from autotuner.storage.trial_list import list_rows, query_count
     from autotuner.study import trial_list
+    from autotuner.study.newest import after_last
 
     columns = reads.studies.c
     with db.reading() as c:
@@ -52,7 +53,7 @@ def last_trials(
             reads.rows_of(c), ref, (columns.id, columns.status, reads.STORED_HEADROOM)
         )
         total = query_count(c, study.id, conditions=())
-        rows = list_rows(c, study.id, after=trial_list.after_last(total, last), limit=None)
+        rows = list_rows(c, study.id, after=after_last(total, last), limit=None)
     views = trial_list.views(rows, StoredHeadroom.of(study.headroom))
     return {"id": study.id, "status": study.status}, total, views
 
