@@ -37,7 +37,7 @@ from collections import deque
 import torch
 import torch.nn as nn
 
-from autotuner.spec import CompileMode, CompileScope, Kernels, Knobs
+from autotuner.spec import BLOCK_COMPILE_NOTE, CompileMode, CompileScope, Kernels, Knobs
 from workers.errors import UnsupportedConfig
 
 
@@ -76,7 +76,7 @@ def compile_model(
     for block in blocks:
         block.compile(mode=mode.value)
     kind = type(blocks[0]).__name__
-    note = f"compile_scope block: {len(blocks)} {kind} blocks"
+    note = f"{BLOCK_COMPILE_NOTE}{len(blocks)} {kind} blocks"
     if _compiles_head(model):
         # An instance attribute in front of the method: the model's forward calls the compiled
         # region, and its parameters and their names stay the model's.
@@ -91,9 +91,8 @@ def _compiles_head(model: nn.Module) -> bool:
     throughput on three Hugging Face models (bench/results/hf_knobs_h200): the fp32 logits over a
     128k-256k vocabulary that a compiled loss never materialises. The fused kernels' losses stay
     eager: dynamo cannot trace Liger's, and traces cut-cross-entropy's only in pieces."""
-    return callable(getattr(model, "head_loss", None)) and getattr(model, "kernels", None) in (
-        Kernels.NONE,
-        Kernels.NONE.value,
+    return callable(getattr(model, "head_loss", None)) and getattr(model, "kernels", None) == (
+        Kernels.NONE  # a StrEnum: equal to the plain string a model may hold
     )
 
 

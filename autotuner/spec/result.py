@@ -126,6 +126,11 @@ class Telemetry(_Record):
     series: TelemetrySeries | None = None
 
 
+# The note a trial compiled per block carries (workers/compiling.py writes it), which the
+# recommendation reads for the regions a trainer must compile (study/compile_time.py).
+BLOCK_COMPILE_NOTE = "compile_scope block: "
+
+
 class TrialResult(_Record):
     """What one trial measured, or how it failed."""
 

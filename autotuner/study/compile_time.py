@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Protocol
 
-from autotuner.spec import TrialResult
+from autotuner.spec import BLOCK_COMPILE_NOTE, TrialResult
 
 
 class _Measured(Protocol):  # measurements.ConfigMeasurements, without importing it
@@ -21,9 +21,6 @@ class _Measured(Protocol):  # measurements.ConfigMeasurements, without importing
 
     @property
     def trials(self) -> list[Any]: ...
-
-
-BLOCK_NOTE = "compile_scope block: "  # workers/compiling.py's note on a regional compile
 
 
 def compile_entry(best: _Measured) -> dict[str, Any] | None:
@@ -36,7 +33,12 @@ def compile_entry(best: _Measured) -> dict[str, Any] | None:
         return None
     out = _entry(compiled)
     note = next(
-        (n[len(BLOCK_NOTE) :] for _, r in compiled for n in r.notes if n.startswith(BLOCK_NOTE)),
+        (
+            n.removeprefix(BLOCK_COMPILE_NOTE)
+            for _, r in compiled
+            for n in r.notes
+            if n.startswith(BLOCK_COMPILE_NOTE)
+        ),
         None,
     )
     if note is not None:
