@@ -68,6 +68,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(mark)
 
 
+@pytest.fixture(autouse=True)
+def _collector_back_on() -> Iterator[None]:
+    """A read verb run in-process (CliRunner) turns the cyclic collector off for good, as its
+    own process would until exit (cli.common.short_lived): turn it back on for the next test."""
+    yield
+    import gc
+
+    gc.enable()
+
+
 PG_ENV = "AUTOTUNER_TEST_PG"
 PG_DEFAULT = "postgresql+psycopg://postgres@127.0.0.1:5432"
 
