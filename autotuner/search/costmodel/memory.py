@@ -15,7 +15,7 @@ product). This module adds the peak-memory estimate that predicts OOM, as a sum 
 |                        | compiled float8 less again (its own component, calibrated apart)        |
 | scores                 | the T x T attention matrices the math backend materialises (fp32)       |
 | logits(_compiled)      | the fp32 loss path over the vocab: upcast, log-softmax, its gradient    |
-|                        | (compiled: only under whole-model compile; block scope runs it eagerly) |
+|                        | (compiled under either scope: block scope compiles the output region)   |
 | logits_fused           | Liger's fused linear cross-entropy (kernels fused-ce, liger): one chunk |
 |                        | of logits, the output layer's input gradient and its weight gradient    |
 | logits_cce             | cut-cross-entropy's loss (kernels cce): no logits at all; the per-row   |
