@@ -37,7 +37,7 @@ from collections import deque
 import torch
 import torch.nn as nn
 
-from autotuner.spec import BLOCK_COMPILE_NOTE, CompileMode, CompileScope, Kernels, Knobs
+from autotuner.spec import CompileMode, CompileScope, Kernels, Knobs
 from workers.errors import UnsupportedConfig
 
 
@@ -58,8 +58,8 @@ def compile_model(
     model: nn.Module, mode: CompileMode, scope: CompileScope
 ) -> tuple[nn.Module, str | None]:
     """The module to call, `model` compiled as the knobs say (itself with compiled blocks for
-    scope `block`; a compiled wrapper sharing its parameters for scope `model`), and a note for
-    the result saying what was compiled."""
+    scope `block`; a compiled wrapper sharing its parameters for scope `model`), and for scope
+    `block` the regions compiled one by one (the result's `compiled_regions`)."""
     if mode == CompileMode.NONE:
         return model, None
     if hasattr(torch._dynamo.config, "skip_fwd_side_effects_in_bwd_under_checkpoint"):
@@ -75,21 +75,26 @@ def compile_model(
         )
     for block in blocks:
         block.compile(mode=mode.value)
-    kind = type(blocks[0]).__name__
-    note = f"{BLOCK_COMPILE_NOTE}{len(blocks)} {kind} blocks"
+    regions = f"{len(blocks)} {type(blocks[0]).__name__} blocks"
     if _compiles_head(model):
         # An instance attribute in front of the method: the model's forward calls the compiled
         # region, and its parameters and their names stay the model's.
         model.head_loss = torch.compile(model.head_loss, mode=mode.value)
-        note += " and the output layer with its loss"
-    return model, f"{note} compiled ({mode.value})"
+        regions += " and the output layer with its loss"
+    return model, regions
+
+
+def regions_note(regions: str, mode: CompileMode) -> str:
+    """The trial's note for a per-block compile (what the trials table shows)."""
+    return f"compile_scope block: {regions} compiled ({mode.value})"
 
 
 def _compiles_head(model: nn.Module) -> bool:
     """Whether scope `block` compiles the model's output region (`head_loss`: its final norm,
     output layer and loss) too. Left eager, that region cost 5-9% of the whole-model compile's
     throughput on three Hugging Face models (bench/results/hf_knobs_h200): the fp32 logits over a
-    128k-256k vocabulary that a compiled loss never materialises. The fused kernels' losses stay
+    128k-256k vocabulary that a compiled loss never materialises. Compiled, 0.6-1.0%
+    (bench/results/hf_knobs_h100). The fused kernels' losses stay
     eager: dynamo cannot trace Liger's, and traces cut-cross-entropy's only in pieces."""
     return callable(getattr(model, "head_loss", None)) and getattr(model, "kernels", None) == (
         Kernels.NONE  # a StrEnum: equal to the plain string a model may hold

@@ -29,6 +29,7 @@ from autotuner.spec import (  # noqa: E402
     ALLOC_CONF_VAR,
     ALLOCATOR_SETTINGS,
     CompileMode,
+    CompileScope,
     DataSource,
     Device,
     FailureClass,
@@ -177,7 +178,7 @@ def build_step(config: TrialConfig, device, info: dict[str, Any], group=None):
     import torch
 
     from workers import faults, precision, support
-    from workers.compiling import compile_model
+    from workers.compiling import compile_model, regions_note
     from workers.data import make_batches
     from workers.models import build_model
     from workers.models.factory import FactoryLM
@@ -229,20 +230,20 @@ def build_step(config: TrialConfig, device, info: dict[str, Any], group=None):
     if group is not None:
         group.agree(failure)
 
+    def compiled(module: torch.nn.Module, scope: CompileScope = k.compile_scope) -> Any:
+        runnable, regions = compile_model(module, k.compile_mode, scope)
+        if regions is not None:  # per block: what the trainer must compile the same way
+            info["compiled_regions"] = regions
+            info["notes"].append(regions_note(regions, k.compile_mode))
+        return runnable
+
     grad_sync = None
     if group is None:
         # The optimizer holds the original parameters; the compiled wrapper shares them.
         optimizer = build_optimizer(model, k.optimizer)
-        runnable, compiled = compile_model(model, k.compile_mode, k.compile_scope)
-        if compiled:
-            info["notes"].append(compiled)
+        runnable = compiled(model)
     else:
-        runnable, grad_sync = distributed.parallelize(
-            model,
-            config,
-            group,
-            lambda module, scope=k.compile_scope: compile_model(module, k.compile_mode, scope)[0],
-        )
+        runnable, grad_sync = distributed.parallelize(model, config, group, compiled)
         # After the wrapper: FSDP2 replaced the parameters by this rank's shards.
         optimizer = build_optimizer(model, k.optimizer)
     part.mark("optimizer")

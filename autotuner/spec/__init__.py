@@ -40,7 +40,6 @@ from autotuner.spec.knobs import (
 from autotuner.spec.measure import DataFile, DataSource, Device, MeasureSettings
 from autotuner.spec.model import FACTORY_SIZE_ARGS, ModelFamily, ModelSpec
 from autotuner.spec.result import (
-    BLOCK_COMPILE_NOTE,
     CONFIG_FAILURES,
     FailureClass,
     Fingerprint,
@@ -63,7 +62,6 @@ from autotuner.spec.support_rules import (
 __all__ = [
     "ALLOCATOR_SETTINGS",
     "ALLOC_CONF_VAR",
-    "BLOCK_COMPILE_NOTE",
     "CONFIG_FAILURES",
     "FACTORY_SIZE_ARGS",
     "LEGACY_KNOBS",

@@ -126,11 +126,6 @@ class Telemetry(_Record):
     series: TelemetrySeries | None = None
 
 
-# The note a trial compiled per block carries (workers/compiling.py writes it), which the
-# recommendation reads for the regions a trainer must compile (study/compile_time.py).
-BLOCK_COMPILE_NOTE = "compile_scope block: "
-
-
 class TrialResult(_Record):
     """What one trial measured, or how it failed."""
 
@@ -227,6 +222,10 @@ class TrialResult(_Record):
     num_ranks: int | None = None
     parallel: str | None = None
     failed_rank: int | None = None
+    # compile_scope block: the regions compiled one by one ("16 LlamaDecoderLayer blocks and the
+    # output layer with its loss"), which a trainer must compile the same way for the speed
+    # measured (the recommendation says so: study/compile_time.py).
+    compiled_regions: str | None = None
     notes: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")

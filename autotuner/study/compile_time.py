@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Protocol
 
-from autotuner.spec import BLOCK_COMPILE_NOTE, TrialResult
+from autotuner.spec import TrialResult
 
 
 class _Measured(Protocol):  # measurements.ConfigMeasurements, without importing it
@@ -32,17 +32,8 @@ def compile_entry(best: _Measured) -> dict[str, Any] | None:
     if not compiled:
         return None
     out = _entry(compiled)
-    note = next(
-        (
-            n.removeprefix(BLOCK_COMPILE_NOTE)
-            for _, r in compiled
-            for n in r.notes
-            if n.startswith(BLOCK_COMPILE_NOTE)
-        ),
-        None,
-    )
-    if note is not None:
-        regions = note.rsplit(" compiled (", 1)[0]  # "16 LlamaDecoderLayer blocks and ..."
+    regions = next((r.compiled_regions for _, r in compiled if r.compiled_regions), None)
+    if regions is not None:
         out["regions"] = (
             f"{regions}, each compiled on its own: your trainer must compile the same "
             "regions for this speed (autotuner export shows how)"

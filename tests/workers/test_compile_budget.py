@@ -69,6 +69,15 @@ def test_a_compile_within_its_budget_measures() -> None:
 @pytest.mark.slow  # a whole CPU compile
 def test_in_process_there_is_no_budget_to_end_the_process() -> None:
     """Only a trial process has a result file for the watchdog to write; a caller of
-    run_trial in its own process keeps running (the timeout of a launcher still applies)."""
-    result = run_trial(_compiled(0.01))
+    run_trial in its own process keeps running (the timeout of a launcher still applies).
+    Compiled per block, the same compile also shows the result naming the regions it compiled
+    one by one, which the recommendation tells the user's trainer to compile the same way."""
+    config = _compiled(0.01)
+    config = config.model_copy(
+        update={"knobs": config.knobs.model_copy(update={"compile_scope": "block"})}
+    )
+    result = run_trial(config)
     assert result is not None and result.status == TrialStatus.OK, result
+    regions = f"{config.model.n_layer} Block blocks and the output layer with its loss"
+    assert result.compiled_regions == regions
+    assert f"compile_scope block: {regions} compiled (default)" in result.notes

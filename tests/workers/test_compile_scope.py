@@ -51,16 +51,13 @@ def _compiled(fn) -> bool:
 
 def test_block_scope_compiles_each_block_and_the_output_region_in_place():
     model = build_model(ModelSpec.resolve({"preset": "llama-tiny"}), Knobs(attention="math"))
-    runnable, note = compile_model(model, CompileMode.DEFAULT, CompileScope.BLOCK)
+    runnable, regions = compile_model(model, CompileMode.DEFAULT, CompileScope.BLOCK)
     assert runnable is model
     assert all(layer._compiled_call_impl is not None for layer in model.layers)
     assert model._compiled_call_impl is None and model.output._compiled_call_impl is None
     # The final norm, output layer and loss: one region of their own, the parameters the model's.
     assert _compiled(model.head_loss) and "head_loss" not in dict(model.named_modules())
-    assert note == (
-        f"compile_scope block: {len(model.layers)} Block blocks and the output layer with its "
-        "loss compiled (default)"
-    )
+    assert regions == f"{len(model.layers)} Block blocks and the output layer with its loss"
 
 
 def test_block_scope_leaves_a_fused_kernels_loss_eager():
@@ -68,15 +65,15 @@ def test_block_scope_leaves_a_fused_kernels_loss_eager():
     fused kernels only the blocks are compiled (building the model needs no kernel)."""
     model = build_model(ModelSpec.resolve({"preset": "llama-tiny"}), Knobs(attention="math"))
     model.kernels = Kernels.CCE
-    _, note = compile_model(model, CompileMode.DEFAULT, CompileScope.BLOCK)
+    _, regions = compile_model(model, CompileMode.DEFAULT, CompileScope.BLOCK)
     assert not _compiled(model.head_loss)
-    assert note == f"compile_scope block: {len(model.layers)} Block blocks compiled (default)"
+    assert regions == f"{len(model.layers)} Block blocks"
 
 
 def test_model_scope_wraps_the_whole_model_and_no_compile_leaves_it_alone():
     model = build_model(ModelSpec.resolve({"preset": "tiny"}), Knobs(attention="math"))
-    wrapped, note = compile_model(model, CompileMode.DEFAULT, CompileScope.MODEL)
-    assert isinstance(wrapped, torch._dynamo.eval_frame.OptimizedModule) and note is None
+    wrapped, regions = compile_model(model, CompileMode.DEFAULT, CompileScope.MODEL)
+    assert isinstance(wrapped, torch._dynamo.eval_frame.OptimizedModule) and regions is None
     assert wrapped._orig_mod is model
     assert compile_model(model, CompileMode.NONE, CompileScope.BLOCK) == (model, None)
 

@@ -130,9 +130,10 @@ PRIOR_MULTIPLIER = {
     "elementwise_compiled": 0.6,
     # Not yet fitted on a GPU: their physics at the memory-bound terms' efficiency, with the
     # prior's width. Block scope's seams (its output region compiled too) cost 0.6-1.0% of
-    # a step on three HF models on the H100 (bench/results/hf_knobs_h100). Liger's kernels make one pass over their bytes where eager ops make
-    # several (eager's 1.5 already counts the extra passes), and are opaque to inductor, which
-    # would have fused them into the neighbouring matmuls' epilogues (compiled's 0.6).
+    # a step on three HF models on the H100 (bench/results/hf_knobs_h100). Liger's kernels
+    # make one pass over their bytes where eager ops make several (eager's 1.5 already counts
+    # the extra passes), and are opaque to inductor, which would have fused them into the
+    # neighbouring matmuls' epilogues (compiled's 0.6).
     "scope_block": 1.5,
     "loss_fused": 1.5,
     # Not yet fitted: Triton matmuls with on-chip reductions and locked accumulation of the
