@@ -395,7 +395,8 @@ def studies_table(views: list[dict[str, Any]], one: bool = False) -> Table:
     bests = [_best_cell(v) for v in views]
     table.add_column("best", justify="right", no_wrap=True, min_width=max([4, *map(len, bests)]))
     for v, best in zip(views, bests, strict=True):
-        counts = "\n".join(f"{n} {k}" for k, n in sorted(v["trial_counts"].items()))
+        # One line per state: safe() makes line breaks spaces, so each line is made safe alone.
+        counts = "\n".join(f"{n} {safe(k)}" for k, n in sorted(v["trial_counts"].items()))
         created = safe((v["created_at"] or "")[:16].replace("T", " "))
         # A study that waits for its cluster or GPUs says why under its name (study/pause.py).
         name = safe(v["name"])
@@ -405,7 +406,7 @@ def studies_table(views: list[dict[str, Any]], one: bool = False) -> Table:
             Text.assemble(safe(v["id"]), "\n", (created, "dim")),
             name,
             safe(v["status"]),
-            Text.assemble(safe(counts) or "-", "\n", (budget_used(v), "dim")),
+            Text.assemble(counts or "-", "\n", (budget_used(v), "dim")),
             best,
         )
     return table

@@ -215,3 +215,34 @@ def test_trials_mark_single_repeats_and_what_a_re_run_was_for() -> None:
     assert "#2 re-measurement: a top config again in a fresh process" in text, text
     assert "#3 headroom check: the winner again with an evaluation pass" in text, text
     assert "1.0%" in text  # a real spread is still shown: (25,300 - 24,800) / 2 / 25,000
+
+
+def test_the_studies_list_puts_each_trial_state_on_its_own_line_at_80_columns() -> None:
+    """The counts column is never cut, so a study's states on one line took the width a
+    long study name needed: at 80 columns the name folded two characters a line."""
+    from rich.console import Console
+
+    from autotuner.cli.render import studies_table
+
+    view = {
+        "id": "st-e7c48c2b",
+        "name": "landscape-qwen2.5-1.5b-instruct-0",
+        "status": "completed",
+        "created_at": "2026-12-07T09:19:00",
+        "trial_counts": {"complete": 4, "infeasible": 8, "pruned": 26},
+        "trials_launched": 12,
+        "minutes_used": 8.0,
+        "max_minutes": 8,
+        "recommended_value": 48_699.0,
+        "best_trial_number": 18,
+    }
+    console = Console(width=80, record=True)
+    console.print(studies_table([view]))
+    lines = console.export_text().splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    for state in ("4 complete", "8 infeasible", "26 pruned"):
+        line = next(line for line in lines if state in line)
+        assert not any(
+            other in line for other in ("complete", "infeasible", "pruned") if other not in state
+        ), line
+    assert any("landscape-qw" in line for line in lines), lines  # the name keeps its width
