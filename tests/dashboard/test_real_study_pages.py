@@ -33,6 +33,7 @@ from tests.dashboard.test_views_browser import strip_label_overlaps
 # Real studies on one H200 (its README says how): GPT-2 124M, 33 trials, 13 out of memory;
 # Llama 8B, every trial out of memory or not run.
 H200_SESSION = Path(__file__).resolve().parents[2] / "bench/results/h200_session_20261203"
+LANDSCAPES = H200_SESSION.parent / "landscape_recording"
 
 
 @pytest.fixture
@@ -284,4 +285,37 @@ def test_the_card_says_why_the_end_checks_did_not_run(sqlite_url: str) -> None:
             assert "past the time budget (the headroom check" in search, search
             memory = b.eval("document.getElementById('best-memory').textContent")
             assert memory.endswith("the study ended before its check ran"), memory
+            assert b.errors == [], b.errors
+
+
+@pytest.mark.browser
+def test_the_card_says_which_regions_the_trainer_must_compile(tmp_path: Path) -> None:
+    """Qwen2.5-1.5B's landscape on one H100 (2026-12-07): its best config compiled each decoder
+    layer and the output layer with its loss on its own. The card gives the cold compile and
+    the regions, in the words `best` prints: a trainer that compiles the whole model instead
+    does not get the speed measured."""
+    copy = tmp_path / "qwen.db"
+    shutil.copyfile(LANDSCAPES / "qwen2.5-1.5b-instruct.db", copy)
+    url = f"sqlite:///{copy}"
+    upgrade_database(url)
+    db = Database(url)
+    study_id = operations.list_studies(db)[0]["id"]
+    regions = "28 Qwen2DecoderLayer blocks and the output layer with its loss"
+    with db.session() as s:
+        study = s.get(Study, study_id)
+        assert study is not None
+        trials = TrialRepo(s).list(study_id)
+        for t in trials:  # recorded before the result had its field: the note said it
+            if t.result and f"compile_scope block: {regions} compiled (default)" in t.result.get(
+                "notes", []
+            ):
+                t.result = {**t.result, "compiled_regions": regions}
+        study.recommendation = {**study.recommendation, **recommend(trials, Objective.TOKENS_PER_S)}
+    for base in _serve(make_app(db)):
+        with Browser(width=1400, height=900) as b:
+            b.open(f"{base}/studies/{study_id}", ready="document.body.dataset.tableView")
+            compile_text = b.eval("document.getElementById('best-compile').textContent")
+            assert compile_text == "Compile time: 14.4 s cold (trial #18) (not in throughput)"
+            compiled = b.eval("document.getElementById('best-compiled').textContent")
+            assert compiled.startswith(f"Compiled: {regions}, each compiled on its own: your")
             assert b.errors == [], b.errors

@@ -113,6 +113,11 @@
     if (b.gpu_clock && b.gpu_clock.text) box.append(node("p", { id: "best-clock" }, "GPU clock: " + b.gpu_clock.text));
     if (hr.text) box.append(node("p", { id: "best-memory" }, "Memory: " + hr.text));
     if (b.global_batch && b.global_batch.text) box.append(node("p", { id: "best-batch" }, "Global batch: " + b.global_batch.text));
+    // The first run's compile, and for a per-block compile the regions the user's trainer must
+    // compile the same way to get the speed measured (`best` prints both).
+    const compiled = b.compile || {};
+    if (compiled.text) box.append(node("p", { id: "best-compile" }, "Compile time: " + compiled.text + " (not in throughput)"));
+    if (compiled.regions) box.append(node("p", { id: "best-compiled" }, "Compiled: " + compiled.regions));
     if (b.input_pipeline && b.input_pipeline.text) box.append(node("p", {}, "Input pipeline: " + b.input_pipeline.text));
     if (b.numerics && b.numerics.text) box.append(node("p", {}, "Numerics: " + b.numerics.text));
     if (b.scaling && b.scaling.text) box.append(node("p", {}, "Scaling: " + b.scaling.text));
