@@ -98,6 +98,8 @@ def best_table(view: dict[str, Any]) -> RenderableType:
             else f"trial #{runner['trial_number']} {-margin / (1 + margin):.1%} faster"
         )
         table.add_row("margin", f"{ahead}, noise ±{runner['noise_rel']:.1%}: {verdict}")
+    if (fresh := rec.get("fresh_run")) and fresh.get("text"):
+        table.add_row("fresh run", safe(fresh["text"]))
     if (expert := rec.get("vs_expert_default")) and expert.get("text"):
         table.add_row("vs default", safe(expert["text"]))
     if numerics := rec.get("numerics"):

@@ -36,6 +36,7 @@ from autotuner.storage.models import Trial, TrialState
 from autotuner.study.batch import global_batch_entry
 from autotuner.study.columns import load_json, memory_record
 from autotuner.study.compile_time import compile_entry
+from autotuner.study.fresh_run import fresh_run_entry
 from autotuner.study.gpu_clock import gpu_clock_entry
 from autotuner.study.input_pipeline import input_pipeline_entry
 from autotuner.study.measurements import (
@@ -157,6 +158,8 @@ def _recommendation(
     if (scaling := scaling_efficiency(trials, best)) is not None:
         optional["scaling"] = scaling
     expert = fit.expert_default()
+    if (fresh := fresh_run_entry(best, room, fit.noise_rel())) is not None:
+        optional["fresh_run"] = fresh  # the winner timed again by its headroom check
     if (pipeline := input_pipeline_entry(best, ranked, expert)) is not None:
         optional["input_pipeline"] = pipeline  # loader or file data: is the GPU waiting for it?
     rec = Recommendation(

@@ -109,6 +109,12 @@ class Recommendation(BaseModel):
         "whose check has not passed, with that check's state: not run, pending or unchecked; "
         "text)",
     )
+    fresh_run: dict[str, Any] | None = Field(
+        None,
+        description="The winner timed again in a fresh process by its headroom check, not "
+        "pooled (trial_number, tokens_per_s, diff_rel against the recommended figure, "
+        "within_noise, text)",
+    )
     input_pipeline: dict[str, Any] | None = Field(
         None,
         description="Studies on loader or file data: whether the winner waits for its batches "

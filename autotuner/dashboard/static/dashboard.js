@@ -109,6 +109,7 @@
       box.append(node("p", { id: "best-margin" }, `Margin over trial #${r.trial_number}: +${(100 * r.margin_rel).toFixed(1)}%, noise ±${(100 * r.noise_rel).toFixed(1)}%: `,
         node("b", {}, r.tie ? "a tie (within noise)" : "beyond noise")));
     }
+    if (b.fresh_run && b.fresh_run.text) box.append(node("p", { id: "best-fresh-run" }, "Fresh run: " + b.fresh_run.text));
     if (b.vs_expert_default && b.vs_expert_default.text) box.append(node("p", { id: "best-vs-default" }, "Against the expert default: " + b.vs_expert_default.text));
     if (b.gpu_clock && b.gpu_clock.text) box.append(node("p", { id: "best-clock" }, "GPU clock: " + b.gpu_clock.text));
     if (hr.text) box.append(node("p", { id: "best-memory" }, "Memory: " + hr.text));
