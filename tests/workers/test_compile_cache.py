@@ -20,13 +20,26 @@ from workers.launch import run_trial_process
 
 from .conftest import make_config, start_preload_server
 
+# The smallest model a trial trains (tests/workers/tiny_lm.py: an embedding and the output layer,
+# 4 C++ kernels to build where a one-layer GPT-2 has 12): what this test asserts is which graphs
+# a trial finds in its study's cache, and what it reports of them, whatever the graphs hold.
+TINY_LM = ModelSpec.resolve(
+    {
+        "factory": "tests.workers.tiny_lm:build",
+        "n_layer": 1,
+        "d_model": 64,
+        "n_head": 4,
+        "vocab_size": 512,
+        "seq_len": 64,
+    }
+)
+
 
 def _compiled(study_id: str, number: int, grad_accum: int = 2, **measure):
-    config = make_config(
-        model={"n_layer": 1}, compile_mode="default", attention="flash", grad_accum=grad_accum
-    )
+    config = make_config(compile_mode="default", grad_accum=grad_accum)
     return config.model_copy(
         update={
+            "model": TINY_LM,
             "study_id": study_id,
             "trial_number": number,
             "measure": config.measure.model_copy(update=measure),
@@ -44,15 +57,21 @@ def _store(db: Database, study_id: str, purpose: str, result: TrialResult) -> in
         return row.number
 
 
-@pytest.mark.slow  # two cold compiles and four warm: a minute or more on a loaded CPU
+@pytest.mark.slow  # two cold compiles and four warm: ~30 s alone, a minute on a loaded CPU
 def test_a_study_compiles_once_and_the_recommendation_reports_the_cold_compile(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sqlite_url: str
 ) -> None:
     """One study's trials in forked trial processes: the first compiles cold, a second of
     the same config finds every graph, another study does not share them, a half-built kernel
     library is rebuilt, and the winner's numerics check runs find the measured config's graphs
-    (one test: every cold compile of the tiny model is ~40 s of a loaded CPU)."""
+    (one test: every cold compile is ~10 s of a loaded CPU)."""
     monkeypatch.setenv(compile_cache.ROOT_ENV, str(tmp_path / "cache"))
+    # Inductor takes the CPU's vector ISA from the CPU's flags instead of probing each ISA with a
+    # program of its own: four C++ builds in every empty cache (each study's first trial, ~6 s
+    # one after another here) and a child process loading each build in every compiling trial,
+    # ~20 s of this test that none of its asserts is about. A TORCH* variable: read at torch's
+    # import, by the trials' pre-imported worker started below (keyed by it) and its forks.
+    monkeypatch.setenv("TORCHINDUCTOR_VEC_ISA_OK", "1")
     # Forked from the pre-imported worker, which imported torch._dynamo and inductor's config
     # before any study's cache directory was known: the cache is still the trial's own.
     start_preload_server()

@@ -140,16 +140,32 @@ def test_ddp_comm_hooks_run(compression, no_orphans):
     _assert_ok(result, 2, "ddp", tokens_per_step=2 * 64)
 
 
+# A Llama whose every matrix is d_model x d_model (no GQA, d_ff = d_model, vocab = d_model): each
+# rank's shards are all (64, 128), 8192 values, over torchao's 4096-value floor for 8-bit moments,
+# and its norms (64,) keep fp32 moments. torchao compiles its step once per shard shape: two
+# compiles per rank, where the tiny GPT-2's shards (8 shapes, 4 of them 8-bit) took eight.
+SQUARE_LLAMA = dict(d_model=128, n_head=4, n_kv_head=4, d_ff=128, vocab_size=128)
+
+
 @pytest.mark.slow  # torchao's 8-bit step compiles in each rank
-def test_fsdp2_steps_8bit_moments_on_its_shards(no_orphans):
+def test_fsdp2_steps_8bit_moments_on_its_shards(ranks_server, no_orphans):
     """torchao's AdamW8bit keeps its 8-bit moments per DTensor shard: Llama 8B's other route
     to headroom, beside FSDP2 itself, and the two together."""
     pytest.importorskip("torchao.optim")
-    # torchao compiles its 8-bit step on each rank: 69 s alone on this 2-core machine, past
-    # RANKS_FAST's 120 s limit with the suite's 3 workers beside it (2026-12-06). The limit
-    # is a safety net here, not what the test asserts.
+    # torchao compiles its 8-bit step on each rank: ~30 s alone on this 2-core machine, more
+    # with the suite's 3 workers beside it (past RANKS_FAST's 120 s limit with eight compiles,
+    # 2026-12-06). The limit is a safety net here, not what the test asserts. The ranks fork
+    # from the module's ranks' server: started fresh, both would import torch beside the server
+    # their launcher starts.
     measure = RANKS_FAST.model_copy(update={"timeout_s": 360})
-    config = _config(2, parallel="fsdp2", optimizer="adamw-8bit", measure=measure)
+    config = _config(
+        2,
+        parallel="fsdp2",
+        optimizer="adamw-8bit",
+        measure=measure,
+        preset="llama-tiny",
+        model=SQUARE_LLAMA,
+    )
     _assert_ok(run_trial_process(config), 2, "fsdp2", tokens_per_step=2 * 64)
 
 

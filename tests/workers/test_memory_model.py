@@ -3,7 +3,7 @@
 Where activations are small beside the parameters (Llama 8B at micro-batch 1 on one H200), the
 peak is not at the start of backward but at the optimizer step: every gradient exists, and the
 foreach AdamW holds one fp32 temporary per parameter. The model said nothing of either and
-predicted the same peak for both optimizers. Here a 86M-parameter model with ~25 MB of
+predicted the same peak for both optimizers. Here a 86M-parameter model with ~6 MB of
 activations runs one trial per optimizer in its own process (the peak is the process's RSS)."""
 
 from __future__ import annotations
@@ -11,11 +11,17 @@ from __future__ import annotations
 import pytest
 
 from autotuner.search.costmodel import memory
-from tests.workers.conftest import fast, make_config
+from tests.workers.conftest import fast, make_config, start_preload_server
 from workers.launch import run_trial_process
 
 # Wide and shallow, a short sequence: parameters dominate, as for a big model at micro-batch 1.
-WIDE = dict(d_model=1536, n_layer=3, n_head=12, n_kv_head=12, vocab_size=512, seq_len=64)
+# The sequence sets only the step's compute (the parameters, their gradients and the optimizer's
+# state are what the asserts weigh): 16 tokens keep the activations at ~6 MB.
+WIDE = dict(d_model=1536, n_layer=3, n_head=12, n_kv_head=12, vocab_size=512, seq_len=16)
+# The fewest steps a trial runs: the first (its optimizer step allocates the moments; every
+# step reaches the same peak, all gradients and the foreach temporaries alive), one warm-up step
+# and two timed ones (the loss must fall between them).
+FEWEST_STEPS = dict(repeats=2, steps_per_repeat=1, warmup_min_steps=1, warmup_max_steps=1)
 
 
 def _measured_and_estimate(optimizer: str) -> tuple[float, memory.MemoryEstimate, int]:
@@ -26,7 +32,7 @@ def _measured_and_estimate(optimizer: str) -> tuple[float, memory.MemoryEstimate
         micro_batch_size=1,
         compile_mode="none",
         optimizer=optimizer,
-        measure=fast(repeats=2, min_repeat_s=0.1),
+        measure=fast(**FEWEST_STEPS),
     )
     result = run_trial_process(config)
     assert result.status == "ok", result.error_message
@@ -37,6 +43,10 @@ def _measured_and_estimate(optimizer: str) -> tuple[float, memory.MemoryEstimate
 
 @pytest.mark.slow  # two trials of an 86M-parameter model
 def test_the_optimizer_steps_peak_is_modelled() -> None:
+    # Both trials forked from the pre-imported worker: one torch import (a fresh first trial
+    # imported beside the worker its launcher started), and the same RSS before either trial
+    # (a fresh process's own imports put ~60 MB more under its peak: a fifth of the gap below).
+    start_preload_server()
     fused, fused_est, n = _measured_and_estimate("adamw-fused")
     foreach, foreach_est, _ = _measured_and_estimate("adamw-foreach")
     params = 4.0 * n / memory.GIB  # one fp32 copy of the parameters
