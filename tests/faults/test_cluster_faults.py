@@ -316,7 +316,7 @@ def test_a_killed_head_is_reported_waited_out_and_a_restarted_head_rejoined(
 
 
 def test_a_service_whose_raylet_stays_dead_exits_75_and_the_next_one_finishes(
-    head: Callable[[], object], pg_url: str, tmp_path: Path
+    head: Callable[[], object], pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`serve --exit-after-raylet-lost 5` (docker-compose.yml passes 120): the raylet on its
     host is killed and nothing starts it again. A serve reconnects only through a raylet on
@@ -372,6 +372,8 @@ def test_a_service_whose_raylet_stays_dead_exits_75_and_the_next_one_finishes(
         # The operator's supervisor restarts Ray and the service: a new cluster, same address.
         node.kill_all_processes(check_alive=False, allow_graceful=False, wait=True)
         cluster.head_node = None  # type: ignore[attr-defined]
+        # No trial of the new cluster is killed: 1 s each, not 4 (its node reads it at start).
+        monkeypatch.setenv(FAKE_TRIAL_S_ENV, "1")
         head()
         second = service(cluster.address, "second.log")  # type: ignore[attr-defined]
         second.start()  # refused for 60 s had the first kept its claim on the id

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.power_cap_probe import main
+from bench.power_cap_probe import SEARCH, main
 
 CPU_KNOBS = {
     "precision": "fp32",
@@ -19,7 +19,14 @@ CPU_KNOBS = {
 
 
 @pytest.mark.slow  # real trials in fresh processes, one per arm
-def test_the_arms_run_as_trials_and_are_compared_with_the_search_trial(tmp_path: Path) -> None:
+def test_the_arms_run_as_trials_and_are_compared_with_the_search_trial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What the arms measure does not matter here, only that each runs as a trial with its
+    # change: a search trial's three repeats, 0.25 s each (cpu-demo's, not 1 s), on one thread
+    # (two threads' steps ran up to 30x slower while other processes shared the 2 cores).
+    monkeypatch.setitem(SEARCH, "min_repeat_s", 0.25)
+    monkeypatch.setitem(SEARCH, "cpu_threads", 1)
     out = tmp_path / "probe.json"
     argv = ["--preset", "tiny", "--device", "cpu", "--rounds", "1", "--out", str(out)]
     argv += ["--arms", "synthetic,after-parity", "--knobs", json.dumps(CPU_KNOBS)]

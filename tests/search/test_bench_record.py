@@ -1,6 +1,6 @@
 """bench/record_landscape.py on the CPU: two recording sessions into one database, each a real
-`tune` (local Ray, tiny model) that runs nothing but grid points, in orders of their own, each
-measured in full; the recording assembles into a landscape the replay reads."""
+`tune` (on a local Ray cluster, tiny model) that runs nothing but grid points, in orders of their
+own, each measured in full; the recording assembles into a landscape the replay reads."""
 
 from __future__ import annotations
 
@@ -21,13 +21,22 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 def test_two_sessions_record_different_grid_points_in_full(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import ray
+    from ray.cluster_utils import Cluster
+
     db = tmp_path / "tiny.db"
     monkeypatch.setenv("COLUMNS", "100")
-    for _ in range(2):
-        assert (
-            record(["examples/tiny.yaml", "--space", "cpu-demo", "--trials", "3", "--db", str(db)])
-            == 0
-        )
+    # One Ray cluster on this machine for both sessions, each `tune` its driver ($RAY_ADDRESS):
+    # not a cluster of each one's own, started and stopped twice (seconds each on 2 cores).
+    ray.shutdown()  # this process is no driver: only the sessions are
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 0})
+    monkeypatch.setenv("RAY_ADDRESS", cluster.address)
+    try:
+        for _ in range(2):
+            argv = ["examples/tiny.yaml", "--space", "cpu-demo", "--trials", "3", "--db", str(db)]
+            assert record(argv) == 0
+    finally:
+        cluster.shutdown()
     with sqlite3.connect(db) as conn:
         studies = conn.execute("SELECT id, name, seed FROM studies ORDER BY created_at").fetchall()
         rows = conn.execute(
