@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from sqlalchemy import text
 
 from tests.direct_db import direct_connection
@@ -58,11 +59,12 @@ def _interrupt(proc: subprocess.Popen[str], db: str, sig: signal.Signals) -> tup
 
 def test_sigint_and_sigterm_interrupt_tune_and_resume_finishes_it(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'r.db'}"
-    # Each signal below goes once a trial is `running`: the first of its process's run, whose
-    # row says so from its dispatch on, through a fresh interpreter's start (torch's import:
-    # seconds), so a signal seldom falls between two trials. cpu-demo's own short repeats keep
-    # the last run's trials short.
-    tune = _start("tune", "examples/tiny.yaml", "--space", "cpu-demo", "--trials", "3", "--db", db)
+    # cpu-demo with longer repeats: a trial lasts seconds, so a signal seldom falls between two.
+    space = tmp_path / "space.yaml"
+    spec = yaml.safe_load((REPO / "search_spaces" / "cpu-demo.yaml").read_text())
+    spec["measure"]["min_repeat_s"] = 1.0
+    space.write_text(yaml.safe_dump(spec))
+    tune = _start("tune", "examples/tiny.yaml", "--space", str(space), "--trials", "3", "--db", db)
     _, err = _interrupt(tune, db, signal.SIGINT)
     ((study_id, status, message),) = _rows(db, "SELECT id, status, error_message FROM studies")
     assert status == "interrupted" and message == "interrupted by SIGINT"

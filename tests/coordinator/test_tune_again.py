@@ -9,19 +9,23 @@ import signal
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.coordinator.test_interrupt_resume import _interrupt, _rows, _start
+from tests.coordinator.test_interrupt_resume import REPO, _interrupt, _rows, _start
 
 pytestmark = [pytest.mark.ray, pytest.mark.trials, pytest.mark.slow]
 
 
 def test_tune_again_resumes_its_interrupted_study_or_names_what_changed(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 't.db'}"
-    # The signal meets the run's first trial, seconds long with its fresh interpreter's start
-    # (test_interrupt_resume.py says why); cpu-demo's own short repeats keep the rest short.
+    # cpu-demo with longer repeats: a trial lasts seconds, so the signal meets one running.
+    space = tmp_path / "space.yaml"
+    settings = yaml.safe_load((REPO / "search_spaces" / "cpu-demo.yaml").read_text())
+    settings["measure"]["min_repeat_s"] = 1.0
+    space.write_text(yaml.safe_dump(settings))
     spec = tmp_path / "model.yaml"
     spec.write_text("preset: tiny\n")
-    args = ("tune", str(spec), "--space", "cpu-demo", "--trials", "3", "--db", db)
+    args = ("tune", str(spec), "--space", str(space), "--trials", "3", "--db", db)
     _, said = _interrupt(_start(*args), db, signal.SIGINT)
     ((study_id,),) = _rows(db, "SELECT id FROM studies")
     assert "(or the same tune command again)" in said
