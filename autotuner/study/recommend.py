@@ -158,7 +158,8 @@ def _recommendation(
     if (scaling := scaling_efficiency(trials, best)) is not None:
         optional["scaling"] = scaling
     expert = fit.expert_default()
-    if (fresh := fresh_run_entry(best, room, fit.noise_rel())) is not None:
+    noise = fit.noise_rel()
+    if (fresh := fresh_run_entry(best, room, noise)) is not None:
         optional["fresh_run"] = fresh  # the winner timed again by its headroom check
     if (pipeline := input_pipeline_entry(best, ranked, expert)) is not None:
         optional["input_pipeline"] = pipeline  # loader or file data: is the GPU waiting for it?
@@ -185,7 +186,7 @@ def _recommendation(
         completed_trials=fit.completed_trials(),
         measurements=len(best.trials),
         measured_trials=[t.number for t in best.trials],
-        noise_rel=round(fit.noise_rel(), 4),
+        noise_rel=round(noise, 4),
         runner_up=_runner_up(best, groups[1]) if len(groups) > 1 else None,
         numerics=numerics_entry(
             eligible,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -158,14 +158,32 @@ def test_a_measured_trial_without_compile_time_reads_eager(
 
 
 def _committed(tmp_path: Path, name: str, session: Path = H200_SESSION) -> tuple[Database, str]:
-    """A copy of a committed H200 study's database (SQLite writes beside a database it opens),
+    """A copy of a committed GPU study's database (SQLite writes beside a database it opens),
     brought to the current schema, and its study's id."""
-    copy = tmp_path / f"{name}.db"
-    shutil.copyfile(session / f"tune-{name}.db", copy)
+    return _copied(tmp_path, session / f"tune-{name}.db")
+
+
+def _copied(tmp_path: Path, committed: Path) -> tuple[Database, str]:
+    copy = tmp_path / committed.name
+    shutil.copyfile(committed, copy)
     url = f"sqlite:///{copy}"
     upgrade_database(url)
     db = Database(url)
     return db, operations.list_studies(db)[0]["id"]
+
+
+def _rejudged(db: Database, study_id: str, mend: Callable[[list], None] | None = None) -> dict:
+    """The study's recommendation as this code computes it at the study's end, over its trials
+    (after `mend` brought them to what the worker records now), stored; the one stored before."""
+    with db.session() as s:
+        study = s.get(Study, study_id)
+        assert study is not None
+        before = dict(study.recommendation)
+        trials = TrialRepo(s).list(study_id)
+        if mend is not None:
+            mend(trials)
+        study.recommendation = {**before, **recommend(trials, Objective.TOKENS_PER_S)}
+    return before
 
 
 @pytest.mark.browser
@@ -253,12 +271,7 @@ def test_the_card_says_the_winner_was_timed_at_the_power_cap(tmp_path: Path) -> 
     """Llama 3B on one H200 (2026-12-04, seventh session): every trial ran at the board's power
     cap. The card gives the winner's mean SM clock and the cap, in the words `best` prints."""
     db, study_id = _committed(tmp_path, "llama-3b", H200_SESSION.parent / "h200_session_20261204g")
-    with db.session() as s:
-        study = s.get(Study, study_id)
-        assert study is not None and "gpu_clock" not in study.recommendation  # stored before
-        trials = TrialRepo(s).list(study_id)
-        # The recommendation as this code computes it at the study's end.
-        study.recommendation = {**study.recommendation, **recommend(trials, Objective.TOKENS_PER_S)}
+    assert "gpu_clock" not in _rejudged(db, study_id)  # stored before
     for base in _serve(make_app(db)):
         with Browser(width=1400, height=900) as b:
             b.open(f"{base}/studies/{study_id}", ready="document.body.dataset.tableView")
@@ -294,23 +307,16 @@ def test_the_card_says_which_regions_the_trainer_must_compile(tmp_path: Path) ->
     layer and the output layer with its loss on its own. The card gives the cold compile and
     the regions, in the words `best` prints: a trainer that compiles the whole model instead
     does not get the speed measured."""
-    copy = tmp_path / "qwen.db"
-    shutil.copyfile(LANDSCAPES / "qwen2.5-1.5b-instruct.db", copy)
-    url = f"sqlite:///{copy}"
-    upgrade_database(url)
-    db = Database(url)
-    study_id = operations.list_studies(db)[0]["id"]
+    db, study_id = _copied(tmp_path, LANDSCAPES / "qwen2.5-1.5b-instruct.db")
     regions = "28 Qwen2DecoderLayer blocks and the output layer with its loss"
-    with db.session() as s:
-        study = s.get(Study, study_id)
-        assert study is not None
-        trials = TrialRepo(s).list(study_id)
-        for t in trials:  # recorded before the result had its field: the note said it
-            if t.result and f"compile_scope block: {regions} compiled (default)" in t.result.get(
-                "notes", []
-            ):
+    note = f"compile_scope block: {regions} compiled (default)"
+
+    def with_the_field(trials: list) -> None:  # recorded before the result had it: the note
+        for t in trials:
+            if t.result and note in t.result.get("notes", []):
                 t.result = {**t.result, "compiled_regions": regions}
-        study.recommendation = {**study.recommendation, **recommend(trials, Objective.TOKENS_PER_S)}
+
+    _rejudged(db, study_id, with_the_field)
     for base in _serve(make_app(db)):
         with Browser(width=1400, height=900) as b:
             b.open(f"{base}/studies/{study_id}", ready="document.body.dataset.tableView")
@@ -328,17 +334,10 @@ def test_the_card_gives_the_winners_fresh_run_beside_the_recommended_figure(
     """Qwen2.5-1.5B's 10-minute tune on one H100 (2026-12-07): the winner's headroom check
     timed it again in a fresh process, 1.1% above the figure recommended and beyond the noise
     band; the card says so, in `best`'s words."""
-    copy = tmp_path / "qwen-tune.db"
-    shutil.copyfile(H200_SESSION.parent / "hf_tune_h100_qwen2.5/tune-qwen2.5-1.5b.db", copy)
-    url = f"sqlite:///{copy}"
-    upgrade_database(url)
-    db = Database(url)
-    study_id = operations.list_studies(db)[0]["id"]
-    with db.session() as s:
-        study = s.get(Study, study_id)
-        assert study is not None and "fresh_run" not in study.recommendation  # stored before
-        trials = TrialRepo(s).list(study_id)
-        study.recommendation = {**study.recommendation, **recommend(trials, Objective.TOKENS_PER_S)}
+    db, study_id = _committed(
+        tmp_path, "qwen2.5-1.5b", H200_SESSION.parent / "hf_tune_h100_qwen2.5"
+    )
+    assert "fresh_run" not in _rejudged(db, study_id)  # stored before
     for base in _serve(make_app(db)):
         with Browser(width=1400, height=900) as b:
             b.open(f"{base}/studies/{study_id}", ready="document.body.dataset.tableView")
