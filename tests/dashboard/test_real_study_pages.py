@@ -186,6 +186,17 @@ def _rejudged(db: Database, study_id: str, mend: Callable[[list], None] | None =
     return before
 
 
+def _card_texts(db: Database, study_id: str, *ids: str) -> list[str]:
+    """The text of each of the study page's elements `ids`, as Chromium draws the page (no page
+    error allowed)."""
+    for base in _serve(make_app(db)):
+        with Browser(width=1400, height=900) as b:
+            b.open(f"{base}/studies/{study_id}", ready="document.body.dataset.tableView")
+            texts = [b.eval(f"document.getElementById('{i}').textContent") for i in ids]
+            assert b.errors == [], b.errors
+    return texts
+
+
 @pytest.mark.browser
 def test_the_real_studys_strip_labels_stay_apart(tmp_path: Path) -> None:
     db, study_id = _committed(tmp_path, "gpt2-failures")
@@ -272,13 +283,9 @@ def test_the_card_says_the_winner_was_timed_at_the_power_cap(tmp_path: Path) -> 
     cap. The card gives the winner's mean SM clock and the cap, in the words `best` prints."""
     db, study_id = _committed(tmp_path, "llama-3b", H200_SESSION.parent / "h200_session_20261204g")
     assert "gpu_clock" not in _rejudged(db, study_id)  # stored before
-    for base in _serve(make_app(db)):
-        with Browser(width=1400, height=900) as b:
-            b.open(f"{base}/studies/{study_id}", ready="document.body.dataset.tableView")
-            text = b.eval("document.getElementById('best-clock').textContent")
-            assert text.startswith("GPU clock: 1,553 MHz mean of 1,980 max, held at the power cap")
-            assert "(691 W, SwPowerCap)" in text, text
-            assert b.errors == [], b.errors
+    (text,) = _card_texts(db, study_id, "best-clock")
+    assert text.startswith("GPU clock: 1,553 MHz mean of 1,980 max, held at the power cap")
+    assert "(691 W, SwPowerCap)" in text, text
 
 
 @pytest.mark.browser
@@ -317,14 +324,9 @@ def test_the_card_says_which_regions_the_trainer_must_compile(tmp_path: Path) ->
                 t.result = {**t.result, "compiled_regions": regions}
 
     _rejudged(db, study_id, with_the_field)
-    for base in _serve(make_app(db)):
-        with Browser(width=1400, height=900) as b:
-            b.open(f"{base}/studies/{study_id}", ready="document.body.dataset.tableView")
-            compile_text = b.eval("document.getElementById('best-compile').textContent")
-            assert compile_text == "Compile time: 14.4 s cold (trial #18) (not in throughput)"
-            compiled = b.eval("document.getElementById('best-compiled').textContent")
-            assert compiled.startswith(f"Compiled: {regions}, each compiled on its own: your")
-            assert b.errors == [], b.errors
+    compile_text, compiled = _card_texts(db, study_id, "best-compile", "best-compiled")
+    assert compile_text == "Compile time: 14.4 s cold (trial #18) (not in throughput)"
+    assert compiled.startswith(f"Compiled: {regions}, each compiled on its own: your")
 
 
 @pytest.mark.browser
@@ -338,10 +340,6 @@ def test_the_card_gives_the_winners_fresh_run_beside_the_recommended_figure(
         tmp_path, "qwen2.5-1.5b", H200_SESSION.parent / "hf_tune_h100_qwen2.5"
     )
     assert "fresh_run" not in _rejudged(db, study_id)  # stored before
-    for base in _serve(make_app(db)):
-        with Browser(width=1400, height=900) as b:
-            b.open(f"{base}/studies/{study_id}", ready="document.body.dataset.tableView")
-            text = b.eval("document.getElementById('best-fresh-run').textContent")
-            assert text.startswith("Fresh run: 50,059 tokens/s in its headroom check (trial #7")
-            assert "+1.1% from the 49,519 recommended, beyond the noise band" in text, text
-            assert b.errors == [], b.errors
+    (text,) = _card_texts(db, study_id, "best-fresh-run")
+    assert text.startswith("Fresh run: 50,059 tokens/s in its headroom check (trial #7")
+    assert "+1.1% from the 49,519 recommended, beyond the noise band" in text, text
