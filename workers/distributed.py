@@ -31,7 +31,14 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from autotuner.spec import CompileScope, Knobs, RuleKind, TrialConfig, parallel_verdicts
+from autotuner.spec import (
+    CompileMode,
+    CompileScope,
+    Knobs,
+    RuleKind,
+    TrialConfig,
+    parallel_verdicts,
+)
 from workers.errors import PeerFailed, UnsupportedConfig
 from workers.process import LIMIT_ENV
 
@@ -176,9 +183,14 @@ class Group:
 
 
 def parallelize(
-    model: nn.Module, config: TrialConfig, group: Group, compile_fn: Callable
+    model: nn.Module,
+    config: TrialConfig,
+    group: Group,
+    compile_fn: Callable,
+    compiled_regions: Callable[[str], None],
 ) -> tuple[nn.Module, Callable[[bool], contextlib.AbstractContextManager]]:
-    """Wrap the built model by the `parallel` knob (compiling as it goes).
+    """Wrap the built model by the `parallel` knob (compiling as it goes; `compiled_regions`
+    is told the regions where FSDP2 compiles per block whatever the scope).
 
     Returns (the module to call, grad_sync): `with grad_sync(last_micro_step):` around each
     micro-step's forward and backward skips the gradient collectives on all but the last.
@@ -186,7 +198,7 @@ def parallelize(
     k = config.knobs
     if k.parallel == "ddp":
         return _ddp(model, k, group, compile_fn)
-    return _fsdp2(model, config, compile_fn)
+    return _fsdp2(model, config, compile_fn, compiled_regions)
 
 
 def _ddp(model, k: Knobs, group: Group, compile_fn):
@@ -228,7 +240,7 @@ def _register_hook(ddp, compression: str) -> None:
         ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
 
 
-def _fsdp2(model, config: TrialConfig, compile_fn):
+def _fsdp2(model, config: TrialConfig, compile_fn, compiled_regions: Callable[[str], None]):
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     k = config.knobs
@@ -241,12 +253,17 @@ def _fsdp2(model, config: TrialConfig, compile_fn):
     reshard = k.parallel == "fsdp2"
     blocks = _blocks(model, config.model.n_layer)
     if blocks is not None:
+        kind = type(blocks[0]).__name__
         for i in range(len(blocks)):
             # torchtitan's order: compile each block, then shard it. Dynamo does not trace
             # FSDP2's hooks, so per-block graphs are what a whole-model compile would get too:
             # under FSDP2 every compile is per block, whatever compile_scope says.
             blocks[i] = compile_fn(blocks[i], scope=CompileScope.MODEL)
             fully_shard(blocks[i], mp_policy=mp, reshard_after_forward=reshard)
+        if k.compile_mode != CompileMode.NONE:
+            # What the trainer must compile the same way to run at the measured speed: the
+            # blocks, each its own graph (the output layer stays eager under the root's shard).
+            compiled_regions(f"{len(blocks)} {kind} blocks, each sharded by FSDP2")
     # The root holds what is left: embeddings, the final norm and the (tied) output layer.
     fully_shard(model, mp_policy=mp, reshard_after_forward=reshard)
 

@@ -230,11 +230,15 @@ def build_step(config: TrialConfig, device, info: dict[str, Any], group=None):
     if group is not None:
         group.agree(failure)
 
+    def compiled_regions(regions: str) -> None:
+        # Per block: what the trainer must compile the same way.
+        info["compiled_regions"] = regions
+        info["notes"].append(regions_note(regions, k.compile_mode))
+
     def compiled(module: torch.nn.Module, scope: CompileScope = k.compile_scope) -> Any:
         runnable, regions = compile_model(module, k.compile_mode, scope)
-        if regions is not None:  # per block: what the trainer must compile the same way
-            info["compiled_regions"] = regions
-            info["notes"].append(regions_note(regions, k.compile_mode))
+        if regions is not None:
+            compiled_regions(regions)
         return runnable
 
     grad_sync = None
@@ -243,7 +247,9 @@ def build_step(config: TrialConfig, device, info: dict[str, Any], group=None):
         optimizer = build_optimizer(model, k.optimizer)
         runnable = compiled(model)
     else:
-        runnable, grad_sync = distributed.parallelize(model, config, group, compiled)
+        runnable, grad_sync = distributed.parallelize(
+            model, config, group, compiled, compiled_regions
+        )
         # After the wrapper: FSDP2 replaced the parameters by this rank's shards.
         optimizer = build_optimizer(model, k.optimizer)
     part.mark("optimizer")

@@ -169,6 +169,18 @@ def test_fsdp2_steps_8bit_moments_on_its_shards(ranks_server, no_orphans):
     _assert_ok(run_trial_process(config), 2, "fsdp2", tokens_per_step=2 * 64)
 
 
+@pytest.mark.slow  # each rank compiles its blocks
+def test_fsdp2_names_the_blocks_it_compiles_whatever_the_scope(ranks_server, no_orphans):
+    # FSDP2 compiles each block before sharding it, so the trainer must compile per block to
+    # run at the measured speed: the result says so, as a per-block compile on one GPU does.
+    config = _config(2, parallel="fsdp2", compile_mode="default", compile_scope="model")
+    result = run_trial_process(config)
+    _assert_ok(result, 2, "fsdp2", tokens_per_step=2 * 64)
+    n_layer = config.model.n_layer
+    assert result.compiled_regions == f"{n_layer} Block blocks, each sharded by FSDP2"
+    assert f"compile_scope block: {result.compiled_regions} compiled (default)" in result.notes
+
+
 def test_fsdp2_reduces_in_bf16(no_orphans):
     config = _config(2, parallel="fsdp2", precision="bf16", fsdp_reduce_dtype="bf16")
     _assert_ok(run_trial_process(config), 2, "fsdp2", tokens_per_step=2 * 64)
