@@ -94,6 +94,12 @@ class StudyOptions(BaseModel):
         "best so far (search/early_stop.py; off: every trial measured in full, as a recorded "
         "landscape needs).",
     )
+    headroom_check: bool = Field(
+        default=True,
+        description="Re-run the winner with an evaluation pass and a checkpoint save before "
+        "recommending it, where a headroom is kept (off: recording a landscape, where the "
+        "headroom only screens out configs sure to break it).",
+    )
     numerics_check: bool = Field(
         default=True,
         description="Check a numerics-changing winner's loss against the reference precision "

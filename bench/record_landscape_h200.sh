@@ -5,6 +5,7 @@
 # bench/results/landscape_recording/MODEL.db.
 #   bash bench/record_landscape_h200.sh MODEL GLOBAL_BATCH MINUTES   # carry .whl
 #   SPACE=bench/spaces/X.yaml bash bench/record_landscape_h200.sh ...  # another space's configs
+#   HEADROOM=0 bash bench/record_landscape_h200.sh ...  # run configs sure to break the headroom
 #   SPACE=bench/spaces/hf-landscape.yaml bash bench/record_landscape_h200.sh \
 #       examples/hf/llama-3.2-1b.yaml 65536 8   # a model spec file: recorded as llama-3.2-1b.db
 # An `hf` spec needs the second wheelhouse installed first (bench/wheelhouse_hf.sh, carried as
@@ -25,6 +26,7 @@ db=$OUT/$name.db
 if [ -f "$committed" ] && [ ! -f "$db" ]; then cp "$committed" "$db"; fi
 space_args=()
 if [ -n "${SPACE:-}" ]; then space_args=(--space "$SPACE"); fi
+if [ -n "${HEADROOM:-}" ]; then space_args+=(--headroom "$HEADROOM"); fi
 python3 bench/record_landscape.py "$model" --global-batch "$global_batch" --minutes "$minutes" \
   "${space_args[@]}" --db "$db" 2>&1 | tee -a "$OUT/record-$name.log"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.csv"

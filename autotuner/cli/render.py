@@ -172,7 +172,7 @@ def memory_rows(hr: dict[str, Any]) -> list[tuple[str, str]]:
             rows.append(("headroom", f"{head:.0%} kept: {spare:.1f} GiB to spare"))
         else:
             rows.append(("headroom", f"{head:.0%} not kept: tight by {-spare:.1f} GiB"))
-    from autotuner.search.headroom_words import NOT_CHECKED_YET, passed_over_text
+    from autotuner.search.headroom_words import NOT_CHECKED_OFF, NOT_CHECKED_YET, passed_over_text
 
     check = hr.get("check")
     if check:
@@ -182,6 +182,8 @@ def memory_rows(hr: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("headroom check", "not run: the study ended before it"))
     elif NOT_CHECKED_YET in (hr.get("text") or ""):
         rows.append(("headroom check", "not run yet (at the end of the search)"))
+    elif NOT_CHECKED_OFF in (hr.get("text") or ""):
+        rows.append(("headroom check", "off (headroom_check=false)"))
 
     rows += [("passed over", line) for line in passed_over_text(hr.get("passed_over") or [])]
     return rows

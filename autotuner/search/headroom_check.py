@@ -35,6 +35,7 @@ from autotuner.search.headroom import KIND_WORDS, enforced, free_rel, margin, ne
 from autotuner.search.headroom_words import (
     NOT_CHECKED_ENDED as NOT_CHECKED_ENDED,
 )
+from autotuner.search.headroom_words import NOT_CHECKED_OFF
 from autotuner.search.headroom_words import NOT_CHECKED_YET as NOT_CHECKED_YET
 from autotuner.search.headroom_words import passed_over_text as passed_over_text
 from autotuner.search.numerics import Candidate, last_row
@@ -140,7 +141,7 @@ def surviving(ranked: Sequence[C], checks: dict[str, Check]) -> list[C]:
 def next_check(ranked: Sequence[C], trials: Sequence[Trial], options: StudyOptions) -> C | None:
     """The config to check next: the one the recommendation would pick (numerics included),
     when it has no check yet and fewer than MAX_CHECKED were started; else None."""
-    if options.headroom <= 0:
+    if options.headroom <= 0 or not options.headroom_check:
         return None
     checks = checks_of(ranked, trials, options)
     alive = surviving(ranked, checks)
@@ -165,6 +166,6 @@ def headroom_entry(
     if check is not None:
         text += f"; checked: {check.text}"
     elif options.headroom > 0:
-        text += f"; {NOT_CHECKED_YET}"
+        text += f"; {NOT_CHECKED_YET if options.headroom_check else NOT_CHECKED_OFF}"
     out["text"] = "; ".join([*passed_over_text(passed_over), text])
     return out

@@ -7,6 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 NOT_CHECKED_YET = "not checked yet with an evaluation pass and a checkpoint save"
+NOT_CHECKED_OFF = (
+    "not checked with an evaluation pass and a checkpoint save: the study turned the check off "
+    "(headroom_check=false)"
+)
 NOT_CHECKED_ENDED = (
     "not checked with an evaluation pass and a checkpoint save: the study ended before its "
     "check ran"

@@ -112,7 +112,7 @@ class SearchPolicy:
             rounds=options.remeasure_rounds,
             reference=gpus_per_trial > 1,
             parity=options.numerics_check and space_changes_numerics(space, target),
-            headroom=options.headroom > 0,
+            headroom=options.headroom > 0 and options.headroom_check,
         )
         self.feedback = Feedback(cost=self.cost, options=options, knobs=self.knobs)
         # What each config's trial took: the end checks' time (end_time.py).

@@ -39,6 +39,7 @@ def test_two_sessions_record_different_grid_points_in_full(
         cluster.shutdown()
     with sqlite3.connect(db) as conn:
         studies = conn.execute("SELECT id, name, seed FROM studies ORDER BY created_at").fetchall()
+        options = [json.loads(o) for (o,) in conn.execute("SELECT options FROM studies")]
         rows = conn.execute(
             "SELECT study_id, state, purpose, params, result FROM trials"
         ).fetchall()
@@ -46,6 +47,9 @@ def test_two_sessions_record_different_grid_points_in_full(
         ("landscape-tiny-0", 0),
         ("landscape-tiny-1", 1),
     ]
+    # The tune's headroom kept to screen with (the default: not stored), never checked.
+    for stored in options:
+        assert stored["headroom_check"] is False and "headroom" not in stored, stored
     ran = {sid: [] for sid, _, _ in studies}
     for sid, state, purpose, params, result in rows:
         if state == "pruned":

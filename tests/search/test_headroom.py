@@ -178,6 +178,20 @@ def test_no_headroom_asked_recommends_the_fastest_and_runs_no_check(sqlite_url: 
     assert rec["headroom"]["check"] is None and "no headroom asked" in rec["headroom"]["text"]
 
 
+def test_a_recording_keeps_the_headroom_without_its_check(sqlite_url: str) -> None:
+    """A landscape recording (bench/record_landscape.py) keeps the headroom to judge and screen
+    configs, and spends no GPU time re-running its best: the headroom check is off."""
+    trials, rec, executor, _ = run_study(sqlite_url, headroom_check=False)
+    assert rec["params"] == {"micro_batch_size": 8}  # mb 16 is tight all the same
+    assert not executor.checks and not [t for t in trials if t.purpose == "headroom"]
+    hr = rec["headroom"]
+    assert hr["check"] is None and "the study turned the check off" in hr["text"], hr["text"]
+    text = _render(
+        best_table({"best": rec, "study": "s", "status": "completed", "total_trials": 9})
+    )
+    assert "off (headroom_check=false)" in text, text
+
+
 def test_the_screen_skips_only_configs_confidently_over_the_headroom() -> None:
     model = ModelSpec.resolve({"preset": "gpt2-124m"})
     knobs = Knobs(micro_batch_size=32, attention="efficient")
