@@ -11,6 +11,8 @@ trial with its config and measured peak) and prints, for each: the estimate's er
 underestimate against it.
 
     python bench/memory_prior.py bench/results/landscape_*_h200.json
+    python bench/memory_prior.py bench/results/landscape_hf_llama_3.2_1b_h100.json \
+        --model examples/hf/llama-3.2-1b.yaml
 """
 
 from __future__ import annotations
@@ -32,11 +34,11 @@ from autotuner.spec import Knobs, TrialStatus  # noqa: E402
 from bench.replay_lib.universe import landscape_model  # noqa: E402
 
 
-def errors(path: Path) -> list[dict[str, Any]]:
+def errors(path: Path, model_name: str | None = None) -> list[dict[str, Any]]:
     """One row per measured entry: the estimate's relative error against the peak the cost
     model fits (CostModel.observe), and the prior's relative sd."""
     landscape = Landscape.load(path)
-    model = landscape_model(landscape, None)  # every entry at the preset's full depth
+    model = landscape_model(landscape, model_name)  # every entry at the preset's full depth
     prior = Calibration(on_cuda=True)
     names = set(Knobs.knob_names())
     out = []
@@ -64,11 +66,14 @@ def errors(path: Path) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("landscapes", nargs="+", type=Path)
+    ap.add_argument(
+        "--model", help="model preset or spec file (default: the one each landscape names)"
+    )
     args = ap.parse_args(argv)
     print("| landscape | measured | median abs error | worst under | worst over | prior sd |")
     print("| --- | ---: | ---: | --- | --- | --- |")
     for path in args.landscapes:
-        rows = errors(path)
+        rows = errors(path, args.model)
         if not rows:
             continue
         under = min(rows, key=lambda r: r["error"])

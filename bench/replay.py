@@ -262,7 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
     ap.add_argument("--budget", type=int, default=None, help="trials per run (default: universe)")
-    ap.add_argument("--model", default=None, help="model preset (default: the landscape's)")
+    ap.add_argument(
+        "--model", default=None, help="model preset or spec file (default: the landscape's)"
+    )
     ap.add_argument("--out", default=None, help="write replay_*.json/.md here")
     ap.add_argument("--drop-best", type=int, default=0, help="remove the N best configs first")
     ap.add_argument("--note", action="append", default=[], help="a note for the report")

@@ -60,9 +60,14 @@ def landscape_model(landscape: Landscape, model: str | None) -> ModelSpec:
         name = next((p.get("model") for p, _ in landscape.entries if p.get("model")), None)
     if isinstance(name, dict):
         return ModelSpec.resolve(name)
+    if name is not None and name.endswith((".yaml", ".yml", ".json")):
+        from autotuner.inputs import load_model_spec  # a model spec file (an `hf` config's)
+
+        return load_model_spec(name)
     if name not in MODEL_PRESETS:
         raise SystemExit(
-            f"the landscape does not name a model preset ({name!r}); pass --model PRESET"
+            f"the landscape does not name a model preset ({name!r}); pass --model PRESET or "
+            "--model SPEC.yaml"
         )
     return ModelSpec.resolve({"preset": name})
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from pytest import approx
 
 from autotuner.flops import flops_per_token, param_count
@@ -260,3 +261,19 @@ def test_8bit_adamw_moments_free_6_bytes_a_parameter_less_one_matrix_in_the_step
     step = eight.components["optimizer_step"] - fused.components["optimizer_step"]
     assert step == approx(8.0 * 128256 * 4096 / GIB, rel=0.01)  # 3.9 GiB
     assert fused.allocated_gib - eight.allocated_gib > 40
+
+
+def test_the_memory_prior_reads_a_landscape_of_a_model_spec_file() -> None:
+    """bench/memory_prior.py on a Hugging Face model's landscape, which names no preset: the
+    spec file builds the model its estimates are for (the H100 Llama-3.2-1B landscape measured
+    15 configs; its 128,256-token vocabulary is what the estimate's logits are sized by)."""
+    from pathlib import Path
+
+    from bench.memory_prior import errors
+
+    root = Path(__file__).resolve().parents[2]
+    landscape = root / "bench/results/landscape_hf_llama_3.2_1b_h100.json"
+    rows = errors(landscape, str(root / "examples/hf/llama-3.2-1b.yaml"))
+    assert len(rows) == 15 and all(r["peak_gib"] > 0 for r in rows)
+    with pytest.raises(SystemExit, match=r"--model SPEC\.yaml"):
+        errors(landscape)
