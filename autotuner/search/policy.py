@@ -172,6 +172,8 @@ class SearchPolicy:
                 memory=self.cost,
                 screen=screen or self.screen,
                 costs=self.costs,
+                # As the screen: a GPU's memory only (on the CPU the peak is reported, not held).
+                headroom=self.options.headroom if self.on_cuda else 0.0,
                 seed=seed,
                 candidates=candidates,
             )

@@ -195,9 +195,11 @@ SPACE = parse_space(
 )
 
 
-def _proposer(screen=lambda params, knobs: None) -> tuple[Proposer, ThroughputModel]:
+def _proposer(
+    screen=lambda params, knobs: None, *, limit_gib: float = H200.memory_gib, headroom: float = 0.0
+) -> tuple[Proposer, ThroughputModel]:
     tm = ThroughputModel(GPT2, H200, 1)
-    memory = CostModel(GPT2, num_gpus=1, on_cuda=True, limit_gib=H200.memory_gib)
+    memory = CostModel(GPT2, num_gpus=1, on_cuda=True, limit_gib=limit_gib)
     return Proposer(
         space=SPACE,
         model=GPT2,
@@ -206,7 +208,24 @@ def _proposer(screen=lambda params, knobs: None) -> tuple[Proposer, ThroughputMo
         memory=memory,
         screen=screen,
         costs=TrialCosts(),
+        headroom=headroom,
     ), tm
+
+
+def test_a_candidate_is_worth_its_chance_to_keep_the_headroom_not_only_to_fit() -> None:
+    """A config that fits but breaks the headroom is never recommended: its expected
+    improvement is weighed by the chance it keeps the headroom free."""
+    knobs = SPACE.knobs_for(
+        {"micro_batch_size": 16, "precision": "bf16", "compile_mode": "default"}, GPT2, 1
+    )
+    need = CostModel(GPT2, num_gpus=1, on_cuda=True, limit_gib=None).predict(knobs).need_gib
+    limit = need / 0.95  # predicted to need 95% of the memory
+    chances = {}
+    for headroom in (0.0, 0.1):
+        proposer, _ = _proposer(limit_gib=limit, headroom=headroom)
+        proposer._add({"micro_batch_size": 16, "precision": "bf16", "compile_mode": "default"})
+        (chances[headroom],) = proposer._fit_probability(list(proposer._pool.values()))
+    assert chances[0.0] > 0.5 > chances[0.1] > 0.0, chances
 
 
 def test_the_proposer_waits_for_an_incumbent_then_skips_measured_and_screened() -> None:
