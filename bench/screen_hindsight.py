@@ -1,0 +1,117 @@
+"""What the search's screen would have kept from running, in hindsight, at another headroom.
+
+Replays each study of a database through a fresh search policy: every trial that ran is
+screened first, with the cost model calibrated on the trials before it (as the study's own
+policy saw them), then learned from. A trial the screen would now prune is listed with what it
+spent and how it ended. The question it answers: how much of a recording's GPU time went to
+configs the cost model was sure could not keep a headroom (a landscape recording ran at
+headroom 0 until it kept the tune's 10%: bench/record_landscape.py), and whether any of them
+would have been worth it (measured, inside the headroom).
+
+    python bench/screen_hindsight.py bench/results/landscape_recording/qwen2.5-1.5b-instruct.db \
+        --headroom 0.1
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from autotuner.executors.base import Target  # noqa: E402
+from autotuner.search.headroom import need_gib, usable_gib  # noqa: E402
+from autotuner.search.objective import Objective  # noqa: E402
+from autotuner.search.policy import SearchPolicy  # noqa: E402
+from autotuner.search.space import parse_space  # noqa: E402
+from autotuner.spec import Fingerprint, ModelSpec, TrialResult  # noqa: E402
+from autotuner.storage.migrate import upgrade_database  # noqa: E402
+from autotuner.storage.models import TrialState  # noqa: E402
+from autotuner.storage.session import Database  # noqa: E402
+from autotuner.storage.study_repo import StudyRepo  # noqa: E402
+from autotuner.storage.trial_repo import TrialRepo  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A trial that ran and that the screen would now prune."""
+
+    study: str
+    number: int
+    outcome: str  # "out of memory", "tight", "inside the headroom", or the failure class
+    wall_s: float
+    why: str
+
+
+def hindsight(db_url: str, headroom: float) -> tuple[list[Kept], float]:
+    """The trials the screen would now keep from running, and every trial's seconds in all
+    (`db_url` at this code's schema: `main` reads a copy brought up to it)."""
+    db = Database(db_url)
+    kept: list[Kept] = []
+    total_s = 0.0
+    with db.read() as s:
+        studies = StudyRepo(s).list()
+        rows = {st.id: TrialRepo(s).list(st.id) for st in studies}
+    for study in studies:
+        trials = [t for t in rows[study.id] if t.state != TrialState.PRUNED and t.result]
+        results = [TrialResult.model_validate(t.result) for t in trials]
+        fingerprint = next((r.fingerprint for r in results if r.fingerprint), None)
+        if fingerprint is None:
+            continue  # nothing ran on a known device
+        options = study.options.model_copy(update={"headroom": headroom})
+        policy = SearchPolicy(
+            space=parse_space(study.space),
+            model=ModelSpec.model_validate(study.model_spec),
+            target=Target.from_fingerprint(Fingerprint.model_validate(fingerprint)),
+            gpus_per_trial=study.gpus_per_trial,
+            objective=Objective(study.objective),
+            options=options,
+        )
+        for trial, result in zip(trials, results, strict=True):
+            total_s += result.wall_s or 0.0
+            prune = policy.screen(trial.params, trial.knobs)
+            if prune is not None:
+                kept.append(
+                    Kept(study.name, trial.number, _outcome(result, headroom), result.wall_s or 0.0,
+                         prune.message)
+                )  # fmt: skip
+            policy.observe_row(trial)
+    return kept, total_s
+
+
+def _outcome(result: TrialResult, headroom: float) -> str:
+    if result.failure_class is not None:
+        return "out of memory" if result.failure_class == "oom" else result.failure_class.value
+    need, usable = need_gib(result), usable_gib(result.memory_limit_gib, headroom)
+    if need is not None and usable is not None and need > usable:
+        return "tight"
+    return "inside the headroom"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("db", type=Path, help="a study database (SQLite file)")
+    ap.add_argument("--headroom", type=float, default=0.1, help="default: %(default)s")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / args.db.name  # a committed recording stays as it was recorded
+        shutil.copyfile(args.db, copy)
+        upgrade_database(f"sqlite:///{copy}")
+        kept, total_s = hindsight(f"sqlite:///{copy}", args.headroom)
+    print(f"{args.db}: at a {args.headroom:.0%} headroom the screen would keep {len(kept)} "
+          f"trial(s) from running, {sum(k.wall_s for k in kept):.0f} of {total_s:.0f} s")  # fmt: skip
+    for k in kept:
+        print(f"  {k.study} #{k.number}: {k.outcome}, {k.wall_s:.0f} s; {k.why}")
+    worth = [k for k in kept if k.outcome == "inside the headroom"]
+    if worth:
+        print(f"  of which {len(worth)} measured inside the headroom: lost to the screen")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
