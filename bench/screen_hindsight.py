@@ -76,10 +76,10 @@ def hindsight(db_url: str, headroom: float) -> tuple[list[Kept], float]:
             total_s += result.wall_s or 0.0
             prune = policy.screen(trial.params, trial.knobs)
             if prune is not None:
+                outcome = _outcome(result, headroom)
                 kept.append(
-                    Kept(study.name, trial.number, _outcome(result, headroom), result.wall_s or 0.0,
-                         prune.message)
-                )  # fmt: skip
+                    Kept(study.name, trial.number, outcome, result.wall_s or 0.0, prune.message)
+                )
             policy.observe_row(trial)
     return kept, total_s
 
@@ -103,8 +103,11 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copyfile(args.db, copy)
         upgrade_database(f"sqlite:///{copy}")
         kept, total_s = hindsight(f"sqlite:///{copy}", args.headroom)
-    print(f"{args.db}: at a {args.headroom:.0%} headroom the screen would keep {len(kept)} "
-          f"trial(s) from running, {sum(k.wall_s for k in kept):.0f} of {total_s:.0f} s")  # fmt: skip
+    spent = sum(k.wall_s for k in kept)
+    print(
+        f"{args.db}: at a {args.headroom:.0%} headroom the screen would keep {len(kept)} "
+        f"trial(s) from running, {spent:.0f} of {total_s:.0f} s"
+    )
     for k in kept:
         print(f"  {k.study} #{k.number}: {k.outcome}, {k.wall_s:.0f} s; {k.why}")
     worth = [k for k in kept if k.outcome == "inside the headroom"]
