@@ -74,7 +74,7 @@ def hindsight(db_url: str, headroom: float) -> tuple[list[Kept], float]:
         )
         for trial, result in zip(trials, results, strict=True):
             total_s += result.wall_s or 0.0
-            prune = policy.screen(trial.params, trial.knobs)
+            prune = policy.screen(trial.params, trial.knobs or policy.knobs(trial.params))
             if prune is not None:
                 outcome = _outcome(result, headroom)
                 kept.append(
