@@ -263,7 +263,7 @@ def _fsdp2(model, config: TrialConfig, compile_fn, compiled_regions: Callable[[s
         if k.compile_mode != CompileMode.NONE:
             # What the trainer must compile the same way to run at the measured speed: the
             # blocks, each its own graph (the output layer stays eager under the root's shard).
-            compiled_regions(f"{len(blocks)} {kind} blocks, each sharded by FSDP2")
+            compiled_regions(f"{len(blocks)} {kind} blocks (FSDP2 shards each)")
     # The root holds what is left: embeddings, the final norm and the (tied) output layer.
     fully_shard(model, mp_policy=mp, reshard_after_forward=reshard)
 

@@ -177,7 +177,7 @@ def test_fsdp2_names_the_blocks_it_compiles_whatever_the_scope(ranks_server, no_
     result = run_trial_process(config)
     _assert_ok(result, 2, "fsdp2", tokens_per_step=2 * 64)
     n_layer = config.model.n_layer
-    assert result.compiled_regions == f"{n_layer} Block blocks, each sharded by FSDP2"
+    assert result.compiled_regions == f"{n_layer} Block blocks (FSDP2 shards each)"
     assert f"compile_scope block: {result.compiled_regions} compiled (default)" in result.notes
 
 
