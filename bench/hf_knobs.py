@@ -6,9 +6,10 @@
 - `kernels`: kernels `none`, `fused-ce` and `liger` on each model, eager (kernels compose with
   any compile: the tests show it; eager keeps the arms cheap), at the micro-batch `none` runs
   and then doubled while it fits: peak memory and tokens/s at the micro-batch each allows.
-- `modes`: kernels `none` and `cce` with compiled blocks under the compile modes other than
-  `default` (`reduce-overhead`: CUDA graphs; `max-autotune-no-cudagraphs`: autotuned kernels):
-  whether each composes, its tokens/s, peak and compile time.
+- `modes`: kernels `none` and `cce` (`--kernels`: others, Liger's) with compiled blocks under
+  the compile modes other than `default` (`reduce-overhead`: CUDA graphs;
+  `max-autotune-no-cudagraphs`: autotuned kernels): whether each composes, its tokens/s, peak
+  and compile time.
 - `fused-loss`: kernels `none`, `fused-ce` (Liger) and `cce` (cut-cross-entropy) on each model at
   one micro-batch, eager, with compiled blocks and under a whole-model compile: tokens/s, peak
   memory, compile time and what the compile did (graph breaks, in the trial's notes). The cce
@@ -20,6 +21,7 @@
     python3 bench/hf_knobs.py kernels examples/hf/llama-3.2-1b.yaml ... --out $OUT/kernels.json
     python3 bench/hf_knobs.py fused-loss examples/hf/llama-3.2-1b.yaml --out $OUT/loss.json
     python3 bench/hf_knobs.py modes examples/hf/llama-3.2-1b.yaml --out $OUT/modes.json
+    python3 bench/hf_knobs.py modes examples/hf/llama-3.2-1b.yaml --kernels liger,fused-ce ...
 
 The JSON is written after every trial, so a call that runs out of time keeps what it measured;
 `--budget-s` skips the arms that would start after it. A table is printed last.
@@ -37,7 +39,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autotuner.inputs import load_model_spec
-from autotuner.spec import Knobs, MeasureSettings, TrialConfig, TrialStatus
+from autotuner.spec import Kernels, Knobs, MeasureSettings, TrialConfig, TrialStatus
 
 BASE = {"precision": "bf16", "attention": "flash", "vocab_pad_multiple": 64}
 MEASURE = MeasureSettings(repeats=3, min_repeat_s=1.0, timeout_s=900)
@@ -105,10 +107,10 @@ def kernels(models: list[str], rec: Recorder, micro_batch: int, doublings: int) 
                 mb *= 2
 
 
-def modes(models: list[str], rec: Recorder, micro_batch: int) -> None:
+def modes(models: list[str], rec: Recorder, micro_batch: int, kernels: list[str]) -> None:
     for path in models:
         for mode in ("reduce-overhead", "max-autotune-no-cudagraphs"):
-            for value in ("none", "cce"):
+            for value in kernels:
                 arm = {"micro_batch_size": micro_batch, "kernels": value}
                 rec.run(path, {**arm, "compile_mode": mode, "compile_scope": "block"}, "modes")
 
@@ -236,12 +238,20 @@ def main() -> None:
     parser.add_argument("--micro-batch", type=int, default=4)
     parser.add_argument("--doublings", type=int, default=2, help="kernels: micro-batch doublings")
     parser.add_argument("--budget-s", type=float, default=540.0)
+    parser.add_argument(
+        "--kernels",
+        default="none,cce",
+        help="modes: the kernels values each mode runs, comma-separated (default: %(default)s)",
+    )
     args = parser.parse_args()
     rec = Recorder(args.out, args.budget_s)
     if args.what == "regional":
         regional(args.models, rec, args.micro_batch)
     elif args.what == "modes":
-        modes(args.models, rec, args.micro_batch)
+        known = [k.value for k in Kernels]
+        if unknown := [k for k in args.kernels.split(",") if k not in known]:
+            parser.error(f"--kernels: unknown {', '.join(unknown)} (known: {', '.join(known)})")
+        modes(args.models, rec, args.micro_batch, args.kernels.split(","))
     elif args.what == "fused-loss":
         fused_loss(args.models, rec, args.micro_batch)
     else:
