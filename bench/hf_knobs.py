@@ -3,9 +3,10 @@
 - `regional`: compile_scope `model` against `block` (regional compilation) on each model: the
   compile time each takes (cold: every arm has its own compile cache) and the tokens/s each
   measures, at one micro-batch. Decides whether per-block compile is worth its throughput.
-- `kernels`: kernels `none`, `fused-ce` and `liger` on each model, eager (kernels compose with
-  any compile: the tests show it; eager keeps the arms cheap), at the micro-batch `none` runs
-  and then doubled while it fits: peak memory and tokens/s at the micro-batch each allows.
+- `kernels`: kernels `none`, `fused-ce` and `liger` (`--kernels`: others, cut-cross-entropy's
+  `cce`) on each model, eager (kernels compose with any compile: the tests show it; eager keeps
+  the arms cheap), at `--micro-batch` and then doubled while it fits: peak memory and tokens/s
+  at the micro-batch each allows.
 - `modes`: kernels `none` and `cce` (`--kernels`: others, Liger's) with compiled blocks under
   the compile modes other than `default` (`reduce-overhead`: CUDA graphs;
   `max-autotune-no-cudagraphs`: autotuned kernels): whether each composes, its tokens/s, peak
@@ -96,9 +97,11 @@ def regional(models: list[str], rec: Recorder, micro_batch: int) -> None:
             rec.run(path, {**arm, "compile_scope": scope}, f"regional-{Path(path).stem}-{scope}")
 
 
-def kernels(models: list[str], rec: Recorder, micro_batch: int, doublings: int) -> None:
+def kernels(
+    models: list[str], rec: Recorder, micro_batch: int, doublings: int, values: list[str]
+) -> None:
     for path in models:
-        for value in ("none", "fused-ce", "liger"):
+        for value in values:
             mb = micro_batch
             for _ in range(doublings + 1):
                 r = rec.run(path, {"micro_batch_size": mb, "kernels": value}, "kernels")
@@ -240,22 +243,24 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=540.0)
     parser.add_argument(
         "--kernels",
-        default="none,cce",
-        help="modes: the kernels values each mode runs, comma-separated (default: %(default)s)",
+        help="kernels, modes: the kernels values to run, comma-separated (default: none, "
+        "fused-ce and liger for kernels; none and cce for modes)",
     )
     args = parser.parse_args()
+    default = "none,cce" if args.what == "modes" else "none,fused-ce,liger"
+    values = (args.kernels or default).split(",")
+    known = [k.value for k in Kernels]
+    if unknown := [k for k in values if k not in known]:
+        parser.error(f"--kernels: unknown {', '.join(unknown)} (known: {', '.join(known)})")
     rec = Recorder(args.out, args.budget_s)
     if args.what == "regional":
         regional(args.models, rec, args.micro_batch)
     elif args.what == "modes":
-        known = [k.value for k in Kernels]
-        if unknown := [k for k in args.kernels.split(",") if k not in known]:
-            parser.error(f"--kernels: unknown {', '.join(unknown)} (known: {', '.join(known)})")
-        modes(args.models, rec, args.micro_batch, args.kernels.split(","))
+        modes(args.models, rec, args.micro_batch, values)
     elif args.what == "fused-loss":
         fused_loss(args.models, rec, args.micro_batch)
     else:
-        kernels(args.models, rec, args.micro_batch, args.doublings)
+        kernels(args.models, rec, args.micro_batch, args.doublings, values)
     _table(rec.rows)
 
 
