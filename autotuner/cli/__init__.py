@@ -18,6 +18,9 @@ def main() -> None:
     turn it off for good (common.short_lived)."""
     import gc
 
+    from autotuner.cli.signals import catch_ctrl_c
+
+    catch_ctrl_c()  # before the imports: a Ctrl-C during them is kept for the run
     gc.disable()
     from autotuner.cli.commands import app
 

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import signal
-from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
@@ -41,6 +38,7 @@ from autotuner.cli.common import (
     study_request,
 )
 from autotuner.cli.render import compact_params, show_best
+from autotuner.cli.signals import interruptible
 from autotuner.cli.tune_resume import interrupted_to_resume, say_resumed
 from autotuner.purpose import Purpose
 
@@ -206,7 +204,7 @@ def run_here(
     try:
         with interruptible() as stopped, progress:
             try:
-                runner.run()
+                runner.run(between_rounds=stopped.check)
             except WaitingForGpus as exc:
                 # A GPU study resumed where its GPUs are not: it stays interrupted, not
                 # waiting here for GPUs that this machine will never have.
@@ -246,36 +244,6 @@ def run_here(
             show_best(best, as_json)
         raise typer.Exit(1)
     show_best(best, as_json)
-
-
-class _Stopped:
-    """The signal that stopped the study (SIGINT unless SIGTERM came)."""
-
-    name = "SIGINT"
-    number = int(signal.SIGINT)
-
-
-@contextlib.contextmanager
-def interruptible() -> Iterator[_Stopped]:
-    """SIGTERM raises KeyboardInterrupt as Ctrl-C does (by default it ends the process with
-    nothing stored: the study stayed `running` for good); once the first arrives, both signals
-    are ignored until the block ends, so the interrupt is stored whole. Restored after."""
-    stopped = _Stopped()
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-
-    def stop(number: int, frame: Any) -> None:
-        for sig in previous:
-            signal.signal(sig, signal.SIG_IGN)
-        stopped.name, stopped.number = signal.Signals(number).name, number
-        raise KeyboardInterrupt
-
-    for sig in previous:
-        signal.signal(sig, stop)
-    try:
-        yield stopped
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 class _TuneProgress:

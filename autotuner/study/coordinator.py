@@ -200,9 +200,13 @@ class StudyRunner:
 
     # ------------------------------------------------------------------ loop
 
-    def run(self) -> None:
+    def run(self, between_rounds: Callable[[], None] | None = None) -> None:
+        """Run the study to its end. `between_rounds` is called before each round: it may
+        raise to stop the run (the CLI's Ctrl-C, cli/signals.py)."""
         self.start()
         while not self.done:
+            if between_rounds is not None:
+                between_rounds()
             self.step()
 
     def step(self) -> None:
