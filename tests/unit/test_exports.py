@@ -253,6 +253,9 @@ def test_hf_training_arguments(name: str, tmp_path: Path) -> None:
             "cross_entropy": False,
             "fused_linear_cross_entropy": True,
         }
+    if knobs.get("checkpointing", "none") != "none":  # the 4.x name, and the 5.x one to use
+        assert args.gradient_checkpointing
+        assert "names gradient_checkpointing(_kwargs) activation_checkpointing" in text
     if knobs.get("compile_scope") == "block":
         assert not args.torch_compile
         mode = knobs["compile_mode"]

@@ -102,6 +102,11 @@ def render(f: Facts) -> str:
     if f.checkpointing != Checkpointing.NONE:
         kwargs["gradient_checkpointing"] = True
         kwargs["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
+        # The 4.x name, which 5.x still takes (with a FutureWarning): the export's floor is 4.46.
+        notes.append(
+            "transformers 5.x names gradient_checkpointing(_kwargs) activation_checkpointing"
+            "(_kwargs) and drops the old names in 6.0: rename them there"
+        )
     if f.checkpointing == Checkpointing.SELECTIVE:
         notes.append(
             "checkpointing 'selective' (keep matmul/attention outputs, recompute the rest) has "
