@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from autotuner.executors.base import Target  # noqa: E402
+from autotuner.purpose import SEARCH_TRIALS  # noqa: E402
 from autotuner.search.headroom import need_gib, usable_gib  # noqa: E402
 from autotuner.search.objective import Objective  # noqa: E402
 from autotuner.search.policy import SearchPolicy  # noqa: E402
@@ -74,7 +75,10 @@ def hindsight(db_url: str, headroom: float) -> tuple[list[Kept], float]:
         )
         for trial, result in zip(trials, results, strict=True):
             total_s += result.wall_s or 0.0
-            prune = policy.screen(trial.params, trial.knobs or policy.knobs(trial.params))
+            # Only what the search proposed is screened: an end check re-runs a measured config.
+            screened = trial.purpose in SEARCH_TRIALS
+            knobs = trial.knobs or policy.knobs(trial.params)
+            prune = policy.screen(trial.params, knobs) if screened else None
             if prune is not None:
                 outcome = _outcome(result, headroom)
                 kept.append(
