@@ -41,6 +41,7 @@ def _dropped_in_a_weakref_callback(handler, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_a_ctrl_c_python_drops_is_still_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    previous = signal.getsignal(signal.SIGINT)  # a test worker's own may not be Python's
     signals.catch_ctrl_c()
     try:
         handler = signal.getsignal(signal.SIGINT)
@@ -49,7 +50,7 @@ def test_a_ctrl_c_python_drops_is_still_recorded(monkeypatch: pytest.MonkeyPatch
         with pytest.raises(KeyboardInterrupt):
             signals.STOP.check()
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, previous)
         signals.STOP.pending = False
 
 
