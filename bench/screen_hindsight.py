@@ -25,12 +25,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from autotuner.executors.base import Target  # noqa: E402
+from autotuner.option_defaults import DEFAULT_HEADROOM  # noqa: E402
 from autotuner.purpose import SEARCH_TRIALS  # noqa: E402
-from autotuner.search.headroom import need_gib, usable_gib  # noqa: E402
+from autotuner.search.headroom import StoredHeadroom, violation  # noqa: E402
 from autotuner.search.objective import Objective  # noqa: E402
 from autotuner.search.policy import SearchPolicy  # noqa: E402
 from autotuner.search.space import parse_space  # noqa: E402
-from autotuner.spec import Fingerprint, ModelSpec, TrialResult  # noqa: E402
+from autotuner.spec import FailureClass, Fingerprint, ModelSpec, TrialResult  # noqa: E402
 from autotuner.storage.migrate import upgrade_database  # noqa: E402
 from autotuner.storage.models import TrialState  # noqa: E402
 from autotuner.storage.session import Database  # noqa: E402
@@ -56,7 +57,7 @@ def hindsight(db_url: str, headroom: float) -> tuple[list[Kept], float]:
     kept: list[Kept] = []
     total_s = 0.0
     with db.read() as s:
-        studies = StudyRepo(s).list()
+        studies = StudyRepo(s).list(limit=10_000)  # a recording's sessions, all of them
         rows = {st.id: TrialRepo(s).list(st.id) for st in studies}
     for study in studies:
         trials = [t for t in rows[study.id] if t.state != TrialState.PRUNED and t.result]
@@ -89,18 +90,17 @@ def hindsight(db_url: str, headroom: float) -> tuple[list[Kept], float]:
 
 
 def _outcome(result: TrialResult, headroom: float) -> str:
+    if result.failure_class == FailureClass.OOM:
+        return "out of memory"
     if result.failure_class is not None:
-        return "out of memory" if result.failure_class == "oom" else result.failure_class.value
-    need, usable = need_gib(result), usable_gib(result.memory_limit_gib, headroom)
-    if need is not None and usable is not None and need > usable:
-        return "tight"
-    return "inside the headroom"
+        return result.failure_class.value
+    return "tight" if violation(result, StoredHeadroom(headroom)) > 0 else "inside the headroom"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("db", type=Path, help="a study database (SQLite file)")
-    ap.add_argument("--headroom", type=float, default=0.1, help="default: %(default)s")
+    ap.add_argument("--headroom", type=float, default=DEFAULT_HEADROOM, help="default: %(default)s")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / args.db.name  # a committed recording stays as it was recorded

@@ -60,8 +60,7 @@ def interruptible() -> Iterator[Stop]:
     def stop(number: int, frame: Any) -> None:
         for sig in previous:
             signal.signal(sig, signal.SIG_IGN)
-        STOP.record(number)
-        raise KeyboardInterrupt
+        _interrupt(number, frame)
 
     for sig in previous:
         signal.signal(sig, stop)

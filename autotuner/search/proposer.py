@@ -39,6 +39,7 @@ import numpy as np
 
 from autotuner.search.costmodel import CostModel
 from autotuner.search.costmodel.throughput import ThroughputModel
+from autotuner.search.headroom import usable_gib
 from autotuner.search.space import IntRange, SearchSpace
 from autotuner.search.trial_cost import TrialCosts
 from autotuner.spec import Knobs, ModelSpec, canonical_params
@@ -182,10 +183,9 @@ class Proposer:
         Qwen2.5-1.5B tune on the H100 ran micro-batch 8 under CUDA graphs predicted at
         78.4 +- 5.0 GiB of 79.2 (a 56% chance to fit, 8% to keep 10% free), and it ran out of
         memory (bench/results/hf_tune_h100_qwen2.5)."""
-        limit = self.memory.limit_gib
+        limit = usable_gib(self.memory.limit_gib, self.headroom)
         if not limit:
             return np.ones(len(cands))
-        limit *= 1.0 - self.headroom
         need, sd = self.memory.calibration.predict_many(
             np.array([c.memory for c in cands]), [c.knobs.allocator for c in cands]
         )
