@@ -8,7 +8,6 @@ from autotuner.cli.common import (
     RayAddressOption,
     ServerOption,
     StudyArg,
-    err,
     friendly_errors,
     open_db_for_writing,
     out,
@@ -46,16 +45,13 @@ def resume(
         return
     database = open_db_for_writing(db)
 
-    from autotuner.cli.tune import run_here
+    from autotuner.cli.tune import run_here, start_ray
     from autotuner.cli.tune_resume import say_resumed
-    from autotuner.executors.ray_executor import RayExecutor
     from autotuner.study.coordinator import default_owner
     from autotuner.study.resume import resume_study
 
     owner = default_owner()
-    if not as_json:
-        err.print("starting Ray...", style="dim")
-    executor = RayExecutor(ray_address)
+    executor = start_ray(ray_address, as_json)
     # Queued again with our lease taken in one transaction: a service sharing the database
     # cannot adopt it before this process runs it.
     view = resume_study(database, study, owner=owner)

@@ -38,7 +38,7 @@ from autotuner.cli.common import (
     study_request,
 )
 from autotuner.cli.render import compact_params, show_best
-from autotuner.cli.signals import interruptible
+from autotuner.cli.signals import STOP, interruptible
 from autotuner.cli.tune_resume import interrupted_to_resume, say_resumed
 from autotuner.purpose import Purpose
 
@@ -133,19 +133,16 @@ def tune(
 
     import os
 
-    from autotuner.executors.ray_executor import RayExecutor
     from autotuner.storage.study_repo import StudyRepo
     from autotuner.study.coordinator import default_owner
     from autotuner.study.factory_access import ENV_VAR as FACTORY_DIRS_ENV
     from autotuner.study.operations import create_requested
     from autotuner.study.resume import resume_study
 
-    if not as_json:
-        err.print("starting Ray...", style="dim")
     # A service's setting (its workers run only its checked factories): a Ray started here runs
     # the user's own model code, as `tune` validates it.
     os.environ.pop(FACTORY_DIRS_ENV, None)
-    executor = RayExecutor(ray_address)
+    executor = start_ray(ray_address, as_json)
     target = executor.target()
     if chosen is None:  # the default suits the hardware the trials will run on
         default = "single-gpu-quick" if target.device_type == "cuda" else "cpu-demo"
@@ -176,6 +173,27 @@ def tune(
             highlight=False,
         )
     run_here(database, study_id, executor, owner, request.max_trials, as_json)
+
+
+def start_ray(ray_address: str | None, as_json: bool) -> Any:
+    """The Ray executor `tune` and `resume` run their trials on (a local Ray started here unless
+    --ray-address). Ray takes seconds to start; a Ctrl-C meanwhile comes before any study is
+    created or changed, and is said so (exit 130) rather than left to end the process silently."""
+    from autotuner.executors.ray_executor import RayExecutor
+
+    if not as_json:
+        err.print("starting Ray...", style="dim")
+    executor = None
+    try:
+        executor = RayExecutor(ray_address)
+        STOP.check()  # one dropped where Python drops exceptions (signals.py)
+    except KeyboardInterrupt:
+        STOP.pending = False
+        if executor is not None:
+            executor.close()
+        err.print("interrupted while Ray was starting: no study was created or changed")
+        raise typer.Exit(130) from None
+    return executor
 
 
 def run_here(

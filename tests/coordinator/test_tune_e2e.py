@@ -231,3 +231,47 @@ def test_tune_refuses_more_gpus_than_the_machine_has(tmp_path: Path) -> None:
     assert "--gpus=4 but the cluster has no GPU" in lines[0] and "drop --gpus" in lines[0]
     with direct_connection(db) as connection:
         assert connection.exec_driver_sql("SELECT count(*) FROM studies").scalar_one() == 0
+
+
+def test_a_ctrl_c_while_ray_starts_says_no_study_was_created(tmp_path: Path) -> None:
+    """Ray takes seconds to start; a Ctrl-C then ended `tune` with exit 130 and not a word.
+    It says now that nothing was created (exit 130 still), and nothing is stored."""
+    import signal
+
+    from tests.direct_db import direct_connection
+
+    db = f"sqlite:///{tmp_path / 'c.db'}"
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "AUTOTUNER_SERVER")}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "autotuner.cli",
+            "tune",
+            "examples/tiny.yaml",
+            "--space",
+            "cpu-demo",
+            "--trials",
+            "2",
+            "--db",
+            db,
+        ],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=env,
+    )
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:  # the Ctrl-C comes once Ray has begun to start
+        seen.append(line)
+        if "starting Ray" in line:
+            proc.send_signal(signal.SIGINT)
+            break
+    _, rest = proc.communicate(timeout=120)
+    stderr = "".join(seen) + rest
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "interrupted while Ray was starting: no study was created or changed" in stderr
+    with direct_connection(db) as connection:
+        assert connection.exec_driver_sql("SELECT count(*) FROM studies").scalar_one() == 0
