@@ -2,13 +2,14 @@
 known for the model, and how much faster than the expert default is it?
 
 The best known is the fastest measured entry of the model's landscape at the tune's global
-batch (`bench/assemble_landscape.py` builds the landscape from every committed trial of the
+batch that keeps the tune's memory headroom (`--headroom`, the tune's default 10%: a config
+that leaves less free is never recommended, so it is no bar to reach) (`bench/assemble_landscape.py` builds the landscape from every committed trial of the
 model; assemble it again with the tune's database so its trials count too), or the tune's own
 recommendation if that is faster. Configs at another global batch are other training runs and
 are not compared (the tune holds one).
 
     python bench/tune_acceptance.py --best bench/results/DIR/best-llama-1b.json \
-        --landscape bench/results/landscape_llama_1b_h200.json [--within 0.03]
+        --landscape bench/results/landscape_llama_1b_h200.json [--within 0.03] [--headroom 0.1]
 
 Prints the comparison and exits 0 when the recommendation is within, 1 when it is not.
 """
@@ -17,10 +18,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from autotuner.option_defaults import DEFAULT_HEADROOM
+from autotuner.search.headroom import StoredHeadroom, violation
+
 WITHIN = 0.03
+MEMORY_FIELDS = (
+    "peak_mem_gib",
+    "peak_reserved_gib",
+    "peak_mem_with_eval_ckpt_gib",
+    "peak_reserved_with_eval_ckpt_gib",
+    "memory_kind",
+    "memory_limit_gib",
+)
 
 
 def _gb(entry: dict[str, Any]) -> int | None:
@@ -36,25 +52,43 @@ def _from_knobs(rec: dict[str, Any]) -> int:
     )
 
 
-def best_known(landscape: dict[str, Any], global_batch: int) -> dict[str, Any] | None:
-    """The landscape's fastest measured entry at `global_batch` (None: none measured there)."""
-    at = [
+def _measured_at(landscape: dict[str, Any], global_batch: int) -> list[dict[str, Any]]:
+    return [
         e
         for e in landscape["entries"]
         if _gb(e) == global_batch
         and e["result"].get("status") == "ok"
         and e["result"].get("tokens_per_s")
     ]
-    return max(at, key=lambda e: e["result"]["tokens_per_s"], default=None)
 
 
-def judge(best_view: dict[str, Any], landscape: dict[str, Any], within: float) -> dict[str, Any]:
+def tight(entry: dict[str, Any], headroom: float) -> bool:
+    """Whether the entry's measured peak breaks the headroom (as a study judges its trials)."""
+    memory = SimpleNamespace(**{f: entry["result"].get(f) for f in MEMORY_FIELDS})
+    return violation(memory, StoredHeadroom(headroom)) > 0
+
+
+def best_known(
+    landscape: dict[str, Any], global_batch: int, headroom: float = DEFAULT_HEADROOM
+) -> dict[str, Any] | None:
+    """The landscape's fastest measured entry at `global_batch` that keeps the headroom (None:
+    none measured there)."""
+    kept = [e for e in _measured_at(landscape, global_batch) if not tight(e, headroom)]
+    return max(kept, key=lambda e: e["result"]["tokens_per_s"], default=None)
+
+
+def judge(
+    best_view: dict[str, Any],
+    landscape: dict[str, Any],
+    within: float,
+    headroom: float = DEFAULT_HEADROOM,
+) -> dict[str, Any]:
     """The recommendation against the best known at its global batch, as a dict to print."""
     rec = best_view["best"]
     if rec is None:
         raise SystemExit(f"study {best_view['study']} recommends nothing: no measured trial")
     global_batch = (rec.get("global_batch") or {}).get("tokens") or _from_knobs(rec)
-    known = best_known(landscape, global_batch)
+    known = best_known(landscape, global_batch, headroom)
     ours = float(rec["tokens_per_s"])
     known_tps = float(known["result"]["tokens_per_s"]) if known else 0.0
     reference = max(ours, known_tps)
@@ -79,6 +113,10 @@ def judge(best_view: dict[str, Any], landscape: dict[str, Any], within: float) -
         "landscape_configs_at_this_batch": sum(
             1 for e in landscape["entries"] if _gb(e) == global_batch
         ),
+        "headroom": headroom,
+        "tight_excluded": sum(
+            1 for e in _measured_at(landscape, global_batch) if tight(e, headroom)
+        ),
     }
 
 
@@ -87,9 +125,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--best", type=Path, required=True, help="`autotuner best --json` output")
     ap.add_argument("--landscape", type=Path, required=True, help="the model's landscape JSON")
     ap.add_argument("--within", type=float, default=WITHIN, help="tolerance (default 0.03)")
+    ap.add_argument(
+        "--headroom",
+        type=float,
+        default=DEFAULT_HEADROOM,
+        help="the share of GPU memory the tune kept free: landscape configs that break it are "
+        f"not the bar (default {DEFAULT_HEADROOM:g}, the tune's; 0 counts every config)",
+    )
     args = ap.parse_args(argv)
     verdict = judge(
-        json.loads(args.best.read_text()), json.loads(args.landscape.read_text()), args.within
+        json.loads(args.best.read_text()),
+        json.loads(args.landscape.read_text()),
+        args.within,
+        args.headroom,
     )
     rec, known = verdict["recommended"], verdict["best_known"]
     print(f"study {verdict['study']}, global batch {verdict['global_batch']:,} tokens")
@@ -97,6 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     configs = verdict["landscape_configs_at_this_batch"]
     print(f"  best known   {known['tokens_per_s']:>10,.0f} tok/s  {known['params']}")
     print(f"               ({known['from']}; the landscape holds {configs} configs at this batch)")
+    if verdict["tight_excluded"]:
+        print(
+            f"               ({verdict['tight_excluded']} measured there leave less than "
+            f"{verdict['headroom']:.0%} of the memory free: not counted)"
+        )
     print(f"  vs default   {verdict['vs_expert_default'] or 'not measured'}")
     word = "PASS" if verdict["within"] else "FAIL"
     print(f"{word}: {verdict['ratio']:.1%} of the best known (within {args.within:.0%}: needed)")

@@ -70,3 +70,29 @@ def test_an_older_recommendation_is_judged_at_its_knobs_global_batch(capsys) -> 
     assert main(["--best", str(best), "--landscape", str(LANDSCAPE_1B)]) == 1
     out = capsys.readouterr().out
     assert "global batch 32,768 tokens" in out and "FAIL: 95.0%" in out
+
+
+def test_a_landscape_config_that_breaks_the_headroom_is_not_the_bar(
+    tmp_path: Path, capsys
+) -> None:
+    """Issue 39 judges a tune against its landscape's best *inside the headroom*: a faster
+    config whose peak leaves less than 10% of the memory free is never recommended, so a
+    recommendation is not failed for missing it; at --headroom 0 it counts."""
+    best = json.loads(BEST_1B.read_text())
+    ours = best["best"]["tokens_per_s"]
+    gb = best["best"]["global_batch"]["tokens"]
+    memory = {"memory_kind": "cuda", "memory_limit_gib": 100.0, "peak_mem_gib": 80.0}
+
+    def entry(tps: float, reserved_gib: float) -> dict:
+        result = {"status": "ok", "tokens_per_s": tps, "peak_reserved_gib": reserved_gib}
+        return {"params": {"global_batch_tokens": gb}, "result": {**memory, **result}}
+
+    # 95 + 0.6 GiB of CUDA context is over the 90 usable; 85 + 0.6 is inside.
+    landscape = {"entries": [entry(ours * 1.2, 95.0), entry(ours * 1.01, 85.0)]}
+    path = tmp_path / "landscape.json"
+    path.write_text(json.dumps(landscape))
+    assert main(["--best", str(BEST_1B), "--landscape", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "PASS: 99.0%" in out and "1 measured there leave less than 10%" in out
+    assert main(["--best", str(BEST_1B), "--landscape", str(path), "--headroom", "0"]) == 1
+    assert "FAIL: 83.3%" in capsys.readouterr().out
