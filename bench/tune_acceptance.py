@@ -3,10 +3,11 @@ known for the model, and how much faster than the expert default is it?
 
 The best known is the fastest measured entry of the model's landscape at the tune's global
 batch that keeps the tune's memory headroom (`--headroom`, the tune's default 10%: a config
-that leaves less free is never recommended, so it is no bar to reach) (`bench/assemble_landscape.py` builds the landscape from every committed trial of the
-model; assemble it again with the tune's database so its trials count too), or the tune's own
-recommendation if that is faster. Configs at another global batch are other training runs and
-are not compared (the tune holds one).
+that leaves less free is never recommended, so it is no bar to reach), or the tune's own
+recommendation if that is faster. `bench/assemble_landscape.py` builds the landscape from
+every committed trial of the model; assemble it again with the tune's database so its trials
+count too. Configs at another global batch are other training runs and are not compared (the
+tune holds one).
 
     python bench/tune_acceptance.py --best bench/results/DIR/best-llama-1b.json \
         --landscape bench/results/landscape_llama_1b_h200.json [--within 0.03] [--headroom 0.1]
