@@ -72,9 +72,7 @@ def test_an_older_recommendation_is_judged_at_its_knobs_global_batch(capsys) -> 
     assert "global batch 32,768 tokens" in out and "FAIL: 95.0%" in out
 
 
-def test_a_landscape_config_that_breaks_the_headroom_is_not_the_bar(
-    tmp_path: Path, capsys
-) -> None:
+def test_a_landscape_config_that_breaks_the_headroom_is_not_the_bar(tmp_path: Path, capsys) -> None:
     """Issue 39 judges a tune against its landscape's best *inside the headroom*: a faster
     config whose peak leaves less than 10% of the memory free is never recommended, so a
     recommendation is not failed for missing it; at --headroom 0 it counts."""
