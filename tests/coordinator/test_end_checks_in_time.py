@@ -134,8 +134,12 @@ def test_without_a_numerics_change_the_search_keeps_its_time(sqlite_url: str) ->
     assert len(headroom) == 1 and headroom[0].state == TrialState.COMPLETE
     end = _utc(study.started_at) + dt.timedelta(minutes=0.25, seconds=0.5)
     assert max(_utc(t.finished_at) for t in trials if t.finished_at) <= end
+    # The search ends either to leave time for the end checks, which then name the headroom
+    # check alone, or (on a loaded machine, trials a little slower) when its next proposal and
+    # the end checks no longer fit: either way no numerics check was counted.
     said = [e.message or "" for e in events if e.kind == "search_over"]
-    assert len(said) == 1 and "the headroom check" in said[0] and "numerics" not in said[0]
+    assert len(said) == 1 and "numerics" not in said[0], said
+    assert "the headroom check" in said[0] or said[0].startswith("not launched for time"), said
 
 
 def _utc(when: dt.datetime | None) -> dt.datetime:
