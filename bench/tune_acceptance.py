@@ -28,16 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autotuner.option_defaults import DEFAULT_HEADROOM
 from autotuner.search.headroom import StoredHeadroom, violation
+from autotuner.study.columns import MEMORY_FIELDS
 
 WITHIN = 0.03
-MEMORY_FIELDS = (
-    "peak_mem_gib",
-    "peak_reserved_gib",
-    "peak_mem_with_eval_ckpt_gib",
-    "peak_reserved_with_eval_ckpt_gib",
-    "memory_kind",
-    "memory_limit_gib",
-)
 
 
 def _gb(entry: dict[str, Any]) -> int | None:
