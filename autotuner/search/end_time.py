@@ -265,6 +265,11 @@ def needed_s(checks: list[DueCheck]) -> float:
     return MARGIN * sum(c.expected_s for c in checks)
 
 
+# How a stop for the end checks says so; a re-measurement cut after the search stopped so
+# says "the same" rather than describing the checks again (`remeasure_cut`).
+FOR_THE_END_CHECKS = "to leave time for the end checks"
+
+
 def search_stop(
     time: TimeLeft, checks: list[DueCheck], walls: TrialWalls, *, reserves_share: bool
 ) -> str | None:
@@ -274,7 +279,7 @@ def search_stop(
         keep_s = needed_s(checks)
         if time.remaining_s < keep_s + trial_s:
             return (
-                f"search stopped at {time.at()} to leave time for the end checks "
+                f"search stopped at {time.at()} {FOR_THE_END_CHECKS} "
                 f"({describe(checks)}; {duration(keep_s)} with a {MARGIN:.1f}x margin, from "
                 f"the measured walls of the configs they re-run, compile included), as a "
                 f"search trial takes {duration(trial_s)}"
@@ -304,20 +309,32 @@ def checks_cut(time: TimeLeft, checks: list[DueCheck]) -> str | None:
 
 
 def remeasure_cut(
-    time: TimeLeft, rerun: DueCheck, checks: list[DueCheck], done: int, planned: int
+    time: TimeLeft,
+    rerun: DueCheck,
+    checks: list[DueCheck],
+    done: int,
+    planned: int,
+    *,
+    checks_said: bool = False,
 ) -> str | None:
     """Why the next re-measurement must not run (it, and the end checks after it, would not
-    fit in the time left), or None to run it."""
+    fit in the time left), or None to run it. `checks_said`: the search's stop already
+    described the end checks (the recommendation's `stopped` reads both, one after the other)."""
     keep_s = needed_s(checks)
     if time.remaining_s >= rerun.expected_s + keep_s:
         return None
+    stopped = f"re-measurement stopped after {done} of {planned} at {time.at()}"
     if not checks:
         return (
-            f"re-measurement stopped after {done} of {planned} at {time.at()}: the next "
-            f"takes {duration(rerun.expected_s)}, with {duration(time.remaining_s)} left"
+            f"{stopped}: the next takes {duration(rerun.expected_s)}, with "
+            f"{duration(time.remaining_s)} left"
+        )
+    if checks_said:
+        return (
+            f"{stopped} for the same end checks: the next takes {duration(rerun.expected_s)}, "
+            f"with {duration(time.remaining_s)} left"
         )
     return (
-        f"re-measurement stopped after {done} of {planned} at {time.at()} to leave time for "
-        f"the end checks ({describe(checks)}; {duration(keep_s)} with a {MARGIN:.1f}x "
-        f"margin); the next re-measurement takes {duration(rerun.expected_s)}"
+        f"{stopped} {FOR_THE_END_CHECKS} ({describe(checks)}; {duration(keep_s)} with a "
+        f"{MARGIN:.1f}x margin); the next re-measurement takes {duration(rerun.expected_s)}"
     )

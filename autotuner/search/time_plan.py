@@ -12,6 +12,7 @@ from typing import Any
 from autotuner.purpose import Purpose
 from autotuner.search.end_time import (
     FLOOR_S,
+    FOR_THE_END_CHECKS,
     DueCheck,
     TimeLeft,
     TrialWalls,
@@ -126,8 +127,14 @@ class TimePlan:
             return planned
         rerun = self.walls.due([(Purpose.REMEASURE, planned[0])])[0]
         total = len(self.remeasure.plan(self.progress.values, max_trials))
+        said = self.time_stop is not None and FOR_THE_END_CHECKS in self.time_stop
         why = remeasure_cut(
-            time, rerun, self._checks_kept(max_trials, time), self.progress.remeasured, total
+            time,
+            rerun,
+            self._checks_kept(max_trials, time),
+            self.progress.remeasured,
+            total,
+            checks_said=said,
         )
         if why is None:
             return planned

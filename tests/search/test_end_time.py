@@ -83,6 +83,14 @@ def test_a_remeasurement_runs_only_if_the_checks_still_fit_after_it() -> None:
     assert remeasure_cut(TimeLeft(0, 100.0 + MARGIN * 100.0), rerun, checks, 1, 4) is None
     why = remeasure_cut(TimeLeft(1, 100.0 + MARGIN * 100.0), rerun, checks, 1, 4)
     assert why is not None and why.startswith("re-measurement stopped after 1 of 4")
+    assert "the headroom check 100 s" in why
+    # After a search stopped for the same checks (which it described), the cut says only what
+    # it adds: the recommendation's `stopped` reads both, and read the checks twice.
+    after = remeasure_cut(
+        TimeLeft(1, 100.0 + MARGIN * 100.0), rerun, checks, 1, 4, checks_said=True
+    )
+    assert after is not None and "for the same end checks: the next takes 100 s" in after
+    assert "headroom" not in after
     # With no check due, the re-measurement itself must still end inside the budget (one
     # started with 1 s left ran past it).
     assert remeasure_cut(TimeLeft(380, 480), rerun, [], 1, 4) is None
