@@ -41,9 +41,9 @@ COMPILE_FACTOR = {
 # Qwen2.5-1.5B 2.3x (131.5 against 57.5). A block: 1.2-2.0x (Qwen2.5-1.5B 17 s against 14,
 # Llama-3.2-1B 21 against 11, under reduce-overhead 20 against 16), as a block compile is
 # largely what any compile costs whatever its graph. Cold compiles only, H100, from the
-# committed Hugging Face tunes and landscape recordings. At 2.4 for both, block compiles divided
-# down to a bf16 whole model's put Qwen's fp8 whole-model compile at 90 s: it ran past its
-# 128 s budget.
+# committed Hugging Face tunes and landscape recordings. One factor for both scopes misjudges
+# a whole model's fp8 compile scaled from block compiles by a fifth or more
+# (bench/results/trial_cost_fp8_scope_cpu/).
 FP8_COMPILE_FACTOR = {CompileScope.MODEL: 2.4, CompileScope.BLOCK: 1.5}
 EAGER_TO_COMPILE = 2.0  # a first compile / the non-compile time, before any was measured
 # A block-scope compile in blocks' worth of the whole model's: the one block's forward and
