@@ -23,6 +23,7 @@
     python3 bench/hf_knobs.py fused-loss examples/hf/llama-3.2-1b.yaml --out $OUT/loss.json
     python3 bench/hf_knobs.py modes examples/hf/llama-3.2-1b.yaml --out $OUT/modes.json
     python3 bench/hf_knobs.py modes examples/hf/llama-3.2-1b.yaml --kernels liger,fused-ce ...
+    python3 bench/hf_knobs.py modes ... --modes max-autotune-no-cudagraphs   # one mode only
 
 The JSON is written after every trial, so a call that runs out of time keeps what it measured;
 `--budget-s` skips the arms that would start after it. A table is printed last.
@@ -40,7 +41,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autotuner.inputs import load_model_spec
-from autotuner.spec import Kernels, Knobs, MeasureSettings, TrialConfig, TrialStatus
+from autotuner.spec import (
+    CompileMode,
+    Kernels,
+    Knobs,
+    MeasureSettings,
+    TrialConfig,
+    TrialStatus,
+)
 
 BASE = {"precision": "bf16", "attention": "flash", "vocab_pad_multiple": 64}
 MEASURE = MeasureSettings(repeats=3, min_repeat_s=1.0, timeout_s=900)
@@ -110,9 +118,14 @@ def kernels(
                 mb *= 2
 
 
-def modes(models: list[str], rec: Recorder, micro_batch: int, kernels: list[str]) -> None:
+MODES = ("reduce-overhead", "max-autotune-no-cudagraphs")
+
+
+def modes(
+    models: list[str], rec: Recorder, micro_batch: int, kernels: list[str], modes: list[str]
+) -> None:
     for path in models:
-        for mode in ("reduce-overhead", "max-autotune-no-cudagraphs"):
+        for mode in modes:
             for value in kernels:
                 arm = {"micro_batch_size": micro_batch, "kernels": value}
                 rec.run(path, {**arm, "compile_mode": mode, "compile_scope": "block"}, "modes")
@@ -246,17 +259,26 @@ def main() -> None:
         help="kernels, modes: the kernels values to run, comma-separated (default: none, "
         "fused-ce and liger for kernels; none and cce for modes)",
     )
+    parser.add_argument(
+        "--modes",
+        default=",".join(MODES),
+        help="modes: the compile modes to run, comma-separated (default: %(default)s)",
+    )
     args = parser.parse_args()
     default = "none,cce" if args.what == "modes" else "none,fused-ce,liger"
     values = (args.kernels or default).split(",")
     known = [k.value for k in Kernels]
     if unknown := [k for k in values if k not in known]:
         parser.error(f"--kernels: unknown {', '.join(unknown)} (known: {', '.join(known)})")
+    chosen_modes = args.modes.split(",")
+    known_modes = [m.value for m in CompileMode if m != CompileMode.NONE]
+    if unknown := [m for m in chosen_modes if m not in known_modes]:
+        parser.error(f"--modes: unknown {', '.join(unknown)} (known: {', '.join(known_modes)})")
     rec = Recorder(args.out, args.budget_s)
     if args.what == "regional":
         regional(args.models, rec, args.micro_batch)
     elif args.what == "modes":
-        modes(args.models, rec, args.micro_batch, values)
+        modes(args.models, rec, args.micro_batch, values, chosen_modes)
     elif args.what == "fused-loss":
         fused_loss(args.models, rec, args.micro_batch)
     else:
