@@ -122,10 +122,10 @@ MODES = ("reduce-overhead", "max-autotune-no-cudagraphs")
 
 
 def modes(
-    models: list[str], rec: Recorder, micro_batch: int, kernels: list[str], modes: list[str]
+    models: list[str], rec: Recorder, micro_batch: int, kernels: list[str], compile_modes: list[str]
 ) -> None:
     for path in models:
-        for mode in modes:
+        for mode in compile_modes:
             for value in kernels:
                 arm = {"micro_batch_size": micro_batch, "kernels": value}
                 rec.run(path, {**arm, "compile_mode": mode, "compile_scope": "block"}, "modes")

@@ -24,32 +24,35 @@ from autotuner.spec import TrialConfig, TrialResult
 
 
 def rows(db: Path) -> list[dict]:
+    """One row per search trial, each study of the database replayed on its own (a landscape
+    recording holds one study a session)."""
     connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     found = connection.execute(
-        "SELECT number, purpose, config, result FROM trials ORDER BY number"
+        "SELECT study_id, number, purpose, config, result FROM trials ORDER BY study_id, number"
     ).fetchall()
-    costs: TrialCosts | None = None
+    costs: dict[str, TrialCosts] = {}
     out = []
-    for number, purpose, config, result in found:
+    for study, number, purpose, config, result in found:
         if purpose not in SEARCH_TRIALS:
             continue
         cfg = TrialConfig.model_validate_json(config)
-        costs = costs or TrialCosts(cfg.model.n_layer)
+        study_costs = costs.setdefault(study, TrialCosts(cfg.model.n_layer))
         knobs = cfg.knobs
         r = TrialResult.model_validate_json(result) if result else None
         out.append(
             {
+                "study": study,
                 "trial": number,
                 "kind": f"{knobs.compile_mode.value} {knobs.compile_scope.value} "
                 f"{knobs.precision.value}",
-                "expected_s": costs.expected_s(knobs),
+                "expected_s": study_costs.expected_s(knobs),
                 "wall_s": r.wall_s if r else None,
                 "compile_s": r.compile_s if r else None,
                 "cache": r.compile_cache if r else None,
             }
         )
         if r is not None:
-            costs.observe(knobs, r)
+            study_costs.observe(knobs, r)
     return out
 
 
@@ -57,8 +60,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("db", type=Path, help="a study's SQLite database (a tune's)")
     args = parser.parse_args()
-    print(f"{'#':>3}  {'kind':<42}{'expected s':>11}{'wall s':>9}{'compile s':>10}  cache")
+    header = f"{'#':>3}  {'kind':<42}{'expected s':>11}{'wall s':>9}{'compile s':>10}  cache"
+    study = None
     for row in rows(args.db):
+        if row["study"] != study:
+            study = row["study"]
+            print(f"study {study}\n{header}")
         wall = f"{row['wall_s']:.1f}" if row["wall_s"] else "-"
         comp = f"{row['compile_s']:.1f}" if row["compile_s"] else "-"
         print(

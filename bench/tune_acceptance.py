@@ -21,14 +21,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autotuner.option_defaults import DEFAULT_HEADROOM
 from autotuner.search.headroom import StoredHeadroom, violation
-from autotuner.study.columns import MEMORY_FIELDS
+from autotuner.spec import TrialResult
 
 WITHIN = 0.03
 
@@ -58,8 +57,8 @@ def _measured_at(landscape: dict[str, Any], global_batch: int) -> list[dict[str,
 
 def tight(entry: dict[str, Any], headroom: float) -> bool:
     """Whether the entry's measured peak breaks the headroom (as a study judges its trials)."""
-    memory = SimpleNamespace(**{f: entry["result"].get(f) for f in MEMORY_FIELDS})
-    return violation(memory, StoredHeadroom(headroom)) > 0
+    result = TrialResult.model_validate(entry["result"])
+    return violation(result, StoredHeadroom(headroom)) > 0
 
 
 def best_known(
