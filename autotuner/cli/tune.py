@@ -179,12 +179,12 @@ def start_ray(ray_address: str | None, as_json: bool) -> Any:
     """The Ray executor `tune` and `resume` run their trials on (a local Ray started here unless
     --ray-address). Ray takes seconds to start; a Ctrl-C meanwhile comes before any study is
     created or changed, and is said so (exit 130) rather than left to end the process silently."""
-    from autotuner.executors.ray_executor import RayExecutor
-
-    if not as_json:
-        err.print("starting Ray...", style="dim")
     executor = None
-    try:
+    try:  # the line said, the import and the start: a Ctrl-C anywhere in them is answered
+        if not as_json:
+            err.print("starting Ray...", style="dim")
+        from autotuner.executors.ray_executor import RayExecutor
+
         executor = RayExecutor(ray_address)
         STOP.check()  # one dropped where Python drops exceptions (signals.py)
     except KeyboardInterrupt:
