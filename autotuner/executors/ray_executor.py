@@ -31,8 +31,9 @@ shows now (a GPU study waits for GPUs in the coordinator, study/pause.py).
 The connection itself is watched (`health`, once a second at most): the GCS must answer on its
 port and the node this driver submits through (its raylet) must be alive. When either fails,
 every trial in flight is reported lost (`Completed.lost`) and the connection is dropped
-(`ray.shutdown()`): a driver left connected to a dead GCS exits the whole process after 60 s
-("Failed to connect to GCS"), and one whose GCS comes back as a new cluster aborts
+(`ray.shutdown()`, in a thread of its own, so that /healthz says why at once): a driver left
+connected to a dead GCS exits the whole process after 60 s ("Failed to connect to GCS"),
+and one whose GCS comes back as a new cluster aborts
 (`WrongClusterID`). Once the GCS answers again, the executor connects anew (`ray.init` at the
 same address; a local cluster of its own is started again). Measured on Ray 2.60 with a test
 cluster: the shutdown takes ~5 s with the GCS gone, and the process outlives the 60 s.
@@ -48,6 +49,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,6 +143,7 @@ class RayExecutor:
             ray.init(**self._init)
         self._connected()
         self._down: str | None = None  # why the cluster cannot run trials (None: it can)
+        self._letting_go: threading.Thread | None = None  # a dropped connection's shutdown
         self._health_at = -float("inf")
         self._lost: list[Completed] = []  # trials a dropped connection took, to report
         self._task = ray.remote(max_calls=0, max_retries=0)(_run_trial_task)
@@ -316,6 +319,7 @@ class RayExecutor:
         own_local = self._init is not None and self._init["address"] == "local"
         if not own_local and (self._raylet_gone(now) or not _port_open(self._gcs_address)):
             return self._down
+        self._let_go()
         try:
             self._ray.init(**(self._init or {"address": self._gcs_address}))
             self._connected()
@@ -388,7 +392,20 @@ class RayExecutor:
             self._lost.append(Completed(handle, failure, lost=True))
         self._running.clear()
         self._probe = None
-        self._disconnect()
+        # `ray.shutdown()` takes ~5 s with the GCS gone (longer on a loaded host) and the
+        # coordinator says the cluster is down (/healthz 503) only once its round ends: the
+        # connection is let go in a thread of its own. Nothing calls Ray until it is made
+        # again, which waits for that thread (`_let_go`).
+        self._letting_go = threading.Thread(
+            target=self._disconnect, name="autotuner-ray-shutdown", daemon=True
+        )
+        self._letting_go.start()
+
+    def _let_go(self) -> None:
+        """Wait for a dropped connection's shutdown to end (before connecting or closing)."""
+        if self._letting_go is not None:
+            self._letting_go.join()
+            self._letting_go = None
 
     def _disconnect(self) -> None:
         try:
@@ -398,6 +415,7 @@ class RayExecutor:
 
     def close(self) -> None:
         """Disconnect; a local cluster this executor started goes down with its processes."""
+        self._let_go()
         if self._started_ray and self._ray.is_initialized():
             self._ray.shutdown()
         self._started_ray = False

@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -157,6 +158,39 @@ def test_a_gpu_study_waits_for_its_gpus_and_its_lost_trial_costs_nothing(
     assert len([t for t in trials if t.retry_of is None]) == 3  # the re-run cost no budget
 
 
+def test_the_check_that_finds_the_gcs_dead_says_so_before_the_connection_is_let_go(
+    head: Callable[[], object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ray.shutdown()` takes ~5 s with the GCS gone, and the coordinator says why the
+    cluster is down (/healthz 503) only when its round ends: shut down inside the round,
+    /healthz said 200 for those seconds, past 20 s once on a loaded CI host. Here the
+    shutdown is held until the test lets it go: the check that finds the GCS dead returns why
+    while it is held, and closing the executor waits for it."""
+    import ray
+
+    real_shutdown = ray.shutdown
+    release, ended = threading.Event(), threading.Event()
+
+    def held_shutdown(*args: Any, **kwargs: Any) -> None:
+        release.wait(30)
+        real_shutdown(*args, **kwargs)
+        ended.set()
+
+    cluster = head()
+    executor = fake_ray_executor(cluster.address)  # type: ignore[attr-defined]
+    assert executor.health() is None
+    monkeypatch.setattr(ray, "shutdown", held_shutdown)
+    cluster.head_node.kill_gcs_server()  # type: ignore[attr-defined]
+    why = wait_for(executor.health, 10, "the health check to find the GCS dead")
+    assert "GCS" in why and "does not answer" in why, why
+    assert not release.is_set() and not ended.is_set()  # said before the shutdown ended
+    assert executor.health() == why  # and said again while the shutdown goes on
+    release.set()
+    executor.close()
+    assert ended.is_set(), "close did not wait for the dropped connection's shutdown"
+    assert not ray.is_initialized()
+
+
 class Orphan:
     """A process this one started but is not the parent of: its parent is pid 1 (or the
     nearest subreaper), as a service's is under systemd or tini. What `Service` uses of a
@@ -286,12 +320,18 @@ def test_a_killed_head_is_reported_waited_out_and_a_restarted_head_rejoined(
         else:
             node.kill_raylet()
 
+        last_answer: list[str] = []
+
         def unhealthy() -> bool:
             answer = get("/healthz")
+            last_answer[:] = [f"{answer.status_code} {answer.text}"]
             error = answer.json()["coordinator"]["last_error"] or ""
             return answer.status_code == 503 and said in error
 
-        wait_for(unhealthy, 20, "healthz to say 503 and why")
+        try:
+            wait_for(unhealthy, 20, "healthz to say 503 and why")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{last_answer}\n{service.log(30)}") from None
         wait_for(lambda: trials()[0]["state"] == "lost", 30, "#0 to be lost")
         wait_for(lambda: said in (study()["waiting"] or ""), 20, "the study to say it waits")
         assert study()["status"] == "running"
