@@ -265,25 +265,28 @@ def needed_s(checks: list[DueCheck]) -> float:
     return MARGIN * sum(c.expected_s for c in checks)
 
 
-# How a stop for the end checks says so; a re-measurement cut after the search stopped so
-# says "the same" rather than describing the checks again (`remeasure_cut`).
+# The words of a stop for the end checks: the search's and a re-measurement's read alike.
 FOR_THE_END_CHECKS = "to leave time for the end checks"
 
 
-def search_stop(
-    time: TimeLeft, checks: list[DueCheck], walls: TrialWalls, *, reserves_share: bool
-) -> str | None:
-    """Why the search must stop now to leave time for the end of the study, or None."""
-    if checks:
-        trial_s = walls.search_trial_s()
-        keep_s = needed_s(checks)
-        if time.remaining_s < keep_s + trial_s:
-            return (
-                f"search stopped at {time.at()} {FOR_THE_END_CHECKS} "
-                f"({describe(checks)}; {duration(keep_s)} with a {MARGIN:.1f}x margin, from "
-                f"the measured walls of the configs they re-run, compile included), as a "
-                f"search trial takes {duration(trial_s)}"
-            )
+def checks_stop(time: TimeLeft, checks: list[DueCheck], walls: TrialWalls) -> str | None:
+    """Why the search must stop now to leave the end checks their time, or None."""
+    if not checks:
+        return None
+    trial_s = walls.search_trial_s()
+    keep_s = needed_s(checks)
+    if time.remaining_s >= keep_s + trial_s:
+        return None
+    return (
+        f"search stopped at {time.at()} {FOR_THE_END_CHECKS} "
+        f"({describe(checks)}; {duration(keep_s)} with a {MARGIN:.1f}x margin, from "
+        f"the measured walls of the configs they re-run, compile included), as a "
+        f"search trial takes {duration(trial_s)}"
+    )
+
+
+def share_stop(time: TimeLeft, *, reserves_share: bool) -> str | None:
+    """Why the search must stop now to leave the re-measurements their share, or None."""
     if reserves_share and time.share >= SEARCH_TIME_SHARE:
         return (
             f"search stopped at {time.at()} ({SEARCH_TIME_SHARE:.0%} of the time budget): the "

@@ -12,15 +12,15 @@ from typing import Any
 from autotuner.purpose import Purpose
 from autotuner.search.end_time import (
     FLOOR_S,
-    FOR_THE_END_CHECKS,
     DueCheck,
     TimeLeft,
     TrialWalls,
     checks_cut,
+    checks_stop,
     duration,
     needed_s,
     remeasure_cut,
-    search_stop,
+    share_stop,
 )
 from autotuner.search.numerics import changes_numerics
 from autotuner.search.progress import Progress
@@ -53,6 +53,7 @@ class TimePlan:
         # Why the search or the re-measurements stopped for the end checks, once they did (the
         # study's events, `stopped`).
         self.time_stop: str | None = None
+        self._stopped_for_checks = False  # time_stop describes the end checks
         self.checks_note: str | None = None  # why the end checks did not start (end_time.py)
         self._end_checks_decided = False
         self.remeasure_note: str | None = None
@@ -69,10 +70,10 @@ class TimePlan:
             return True
         if time is None:
             return False
-        due = self._checks_kept(max_trials, time)
-        self.time_stop = search_stop(
-            time, due, self.walls, reserves_share=self.remeasure.reserves_time
-        )
+        self.time_stop = checks_stop(time, self._checks_kept(max_trials, time), self.walls)
+        self._stopped_for_checks = self.time_stop is not None
+        if self.time_stop is None:
+            self.time_stop = share_stop(time, reserves_share=self.remeasure.reserves_time)
         return self.time_stop is not None
 
     def too_late(self, knobs: Knobs, max_trials: int | None, time: TimeLeft | None) -> str | None:
@@ -127,14 +128,13 @@ class TimePlan:
             return planned
         rerun = self.walls.due([(Purpose.REMEASURE, planned[0])])[0]
         total = len(self.remeasure.plan(self.progress.values, max_trials))
-        said = self.time_stop is not None and FOR_THE_END_CHECKS in self.time_stop
         why = remeasure_cut(
             time,
             rerun,
             self._checks_kept(max_trials, time),
             self.progress.remeasured,
             total,
-            checks_said=said,
+            checks_said=self._stopped_for_checks,
         )
         if why is None:
             return planned

@@ -129,6 +129,8 @@ def test_a_10_minute_llama_3b_study_replays_as_it_ran_on_the_h200() -> None:
         assert run["recommended_within_3pct"], run
         assert "search stopped at 4.0 min" in run["stopped"], run["stopped"]
         assert "re-measurement stopped after 0" in run["stopped"], run["stopped"]
+        # Said once: the re-measurement stop points back at the checks the search named.
+        assert "min of 10.0 min for the same end checks: the next takes" in run["stopped"]
         assert 7.0 < run["minutes"] <= 10.0, run
     assert doc["strategies"]["ours"]["time_budget"]["within_3pct"] == 2
 

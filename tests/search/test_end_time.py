@@ -22,8 +22,9 @@ from autotuner.search.end_time import (
     TimeLeft,
     TrialWalls,
     checks_cut,
+    checks_stop,
     remeasure_cut,
-    search_stop,
+    share_stop,
 )
 from autotuner.search.numerics import PARITY_STEPS
 from autotuner.search.objective import Objective
@@ -66,15 +67,16 @@ def test_the_search_stops_when_the_time_left_is_the_checks_and_one_trial() -> No
     checks = walls.due([("headroom", FP8), ("parity-ref", FP8), ("parity", FP8)])
     assert [c.expected_s for c in checks] == [100.0, 132.0, 132.0]
     keep = MARGIN * 364.0 + 80.0  # the checks, then a search trial launched now
-    assert search_stop(TimeLeft(900 - keep - 1, 900), checks, walls, reserves_share=True) is None
-    why = search_stop(TimeLeft(900 - keep + 1, 900), checks, walls, reserves_share=True)
+    assert checks_stop(TimeLeft(900 - keep - 1, 900), checks, walls) is None
+    why = checks_stop(TimeLeft(900 - keep + 1, 900), checks, walls)
     assert why is not None and why.startswith("search stopped at 6.4 min of 15.0 min")
     assert "the headroom check 100 s, the numerics check's reference 2.2 min" in why
     # Nothing due: the search runs to the share of the budget kept for re-measuring.
-    assert search_stop(TimeLeft(400, 480), [], walls, reserves_share=True) is None
-    late = search_stop(TimeLeft(480 * SEARCH_TIME_SHARE, 480), [], walls, reserves_share=True)
+    assert checks_stop(TimeLeft(400, 480), [], walls) is None
+    assert share_stop(TimeLeft(400, 480), reserves_share=True) is None
+    late = share_stop(TimeLeft(480 * SEARCH_TIME_SHARE, 480), reserves_share=True)
     assert late is not None and "re-measuring the top candidates" in late
-    assert search_stop(TimeLeft(470, 480), [], walls, reserves_share=False) is None
+    assert share_stop(TimeLeft(470, 480), reserves_share=False) is None
 
 
 def test_a_remeasurement_runs_only_if_the_checks_still_fit_after_it() -> None:
