@@ -51,6 +51,14 @@ from autotuner.spec import (
 )
 
 BASE = {"precision": "bf16", "attention": "flash", "vocab_pad_multiple": 64}
+
+
+def base_knobs(spec: Any) -> dict[str, Any]:
+    """BASE for this model: flex where it caps its attention logits (Gemma 2), which flash
+    cannot (autotuner/spec/support_rules.py)."""
+    return {**BASE, "attention": "flex"} if spec.attention_softcap else dict(BASE)
+
+
 MEASURE = MeasureSettings(repeats=3, min_repeat_s=1.0, timeout_s=900)
 
 
@@ -88,7 +96,7 @@ class Recorder:
         from workers.launch import run_trial_process
 
         spec = load_model_spec(path)
-        knobs = Knobs(**{**BASE, **arm})
+        knobs = Knobs(**{**base_knobs(spec), **arm})
         config = TrialConfig(model=spec, knobs=knobs, measure=MEASURE, study_id=study)
         r = run_trial_process(config, timeout_s=MEASURE.timeout_s)
         row = _row(Path(path).stem, arm, r)
@@ -168,7 +176,7 @@ def loss_parity(path: str, micro_batch: int) -> dict[str, Any]:
     from workers.models import build_model
 
     spec = load_model_spec(path)
-    knobs = Knobs(**{**BASE, "micro_batch_size": micro_batch})
+    knobs = Knobs(**{**base_knobs(spec), "micro_batch_size": micro_batch})
     torch.manual_seed(0)
     with torch.device("cuda"):
         model = build_model(spec, knobs)

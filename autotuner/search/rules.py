@@ -58,6 +58,22 @@ def builtin_verdict(
     return next(support_verdicts(knobs, hardware, model=model, num_gpus=num_gpus), None)
 
 
+def decided_verdict(
+    knobs: Knobs,
+    target: Target,
+    model: ModelSpec | None,
+    num_gpus: int | None,
+    decided: set[str],
+) -> Verdict | None:
+    """The first built-in verdict on these knobs that the `decided` knobs bring about alone:
+    every knob it blames is decided (or it blames none). One that blames a knob still to be
+    chosen says nothing about the choices so far (the expert default's, made one knob at a
+    time with the others at a placeholder: search/seeding.py)."""
+    hardware = Hardware(target.device_type, target.compute_capability, target.device_name)
+    verdicts = support_verdicts(knobs, hardware, model=model, num_gpus=num_gpus)
+    return next((v for v in verdicts if set(v.knobs) <= decided), None)
+
+
 # --------------------------------------------------------------------------- learned rules
 
 # The fallback granularity when a worker does not name the cause: kernel availability depends

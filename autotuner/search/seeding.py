@@ -42,15 +42,14 @@ from typing import TYPE_CHECKING, Any
 
 from autotuner.search.domains import domain_values, first_value, in_domain, sorted_sizes
 from autotuner.search.headroom import usable_gib
-from autotuner.search.rules import incompatibility
+from autotuner.search.rules import decided_verdict
 from autotuner.search.seed_history import earlier_winners
 from autotuner.search.space import IntRange
-from autotuner.spec import Optimizer, canonical_params
+from autotuner.spec import Knobs, Optimizer, canonical_params
 from autotuner.storage.session import Database
 
 if TYPE_CHECKING:
     from autotuner.search.context import SearchContext
-    from autotuner.spec import Knobs
 
     # The policy's screen: why not to launch these params (None: launch them).
     Screen = Callable[[dict[str, Any], Knobs], object | None]
@@ -250,7 +249,9 @@ class Seeder:
             if name == "micro_batch_size" and name not in self.space.defaults:
                 continue
             params[name] = self.space.defaults.get(name, first_value(domain))
-            if name in self.space.defaults or name not in EXPERT or isinstance(domain, IntRange):
+            if name in self.space.defaults and (self._allowed(params) or name not in EXPERT):
+                continue  # a default wins where the rules let it run (not flash for Gemma 2)
+            if name not in EXPERT or isinstance(domain, IntRange):
                 continue
             allowed = [v for v in EXPERT[name] if in_domain(domain, v)]
             for value in allowed:
@@ -407,12 +408,18 @@ class Seeder:
         return speed(self.knobs(alt)) >= FIRST_IF_FASTER * speed(self.knobs(expert))
 
     def _allowed(self, partial: dict[str, Any]) -> bool:
+        """Whether the knobs chosen so far (`partial`) can run: a built-in rule counts only
+        where every knob it blames is chosen, as the rest stand at a placeholder (their first
+        value). Judged on the whole placeholder config, Gemma 2's bf16 was refused for the
+        placeholder flash attention (which cannot cap its attention logits), and every later
+        knob then took its last value."""
         domains = self.space.knobs
         filled = {k: partial.get(k, first_value(d)) for k, d in domains.items()}
         if "micro_batch_size" in domains and "micro_batch_size" not in partial:
             filled["micro_batch_size"] = domain_values(domains["micro_batch_size"])[0]
         knobs = self.knobs(filled)
-        if incompatibility(knobs, self.target, self.model, self.gpus) is not None:
+        decided = set(partial) | (set(Knobs.knob_names()) - set(domains))  # fixed: decided
+        if decided_verdict(knobs, self.target, self.model, self.gpus, decided) is not None:
             return False
         return self.space.violated_rule(knobs) is None
 

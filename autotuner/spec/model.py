@@ -196,6 +196,14 @@ class ModelSpec(_Record):
         return self.n_head * self.head_dim
 
     @property
+    def attention_softcap(self) -> float | None:
+        """The cap a Hugging Face model puts on its attention logits (Gemma 2's
+        attn_logit_softcapping: cap * tanh(score / cap)), or None: only attention backends
+        that take a score function can run such a model (autotuner/spec/support_rules.py)."""
+        cap = (self.hf_config or {}).get("attn_logit_softcapping")
+        return float(cap) if cap else None
+
+    @property
     def is_moe(self) -> bool:
         return self.n_experts is not None
 

@@ -303,8 +303,24 @@ def _kernels(knobs: Knobs) -> Iterator[Verdict]:
         )
 
 
+# The attention backends that can cap the logits: a score function (flex) or explicit matmuls
+# (math); SDPA's fused kernels take neither (workers/models/attention.py).
+SOFTCAP_ATTENTION = (Attention.FLEX, Attention.MATH)
+
+
 def _model(knobs: Knobs, model: ModelSpec | None) -> Iterator[Verdict]:
-    if model is None or knobs.kernels == Kernels.NONE:
+    if model is None:
+        return
+    cap = model.attention_softcap
+    if cap is not None and knobs.attention not in SOFTCAP_ATTENTION:
+        yield _cannot(
+            f"attention={knobs.attention.value} cannot cap attention logits, and this model caps "
+            f"them (attn_logit_softcapping {cap:g}: SDPA's fused kernels take no score "
+            "function, so they would train another model); use attention=flex (transformers' "
+            "flex_attention does the same) or math",
+            {"attention": knobs.attention.value},
+        )
+    if knobs.kernels == Kernels.NONE:
         return
     kernels = {"kernels": knobs.kernels.value}
     if model.family == ModelFamily.FACTORY:

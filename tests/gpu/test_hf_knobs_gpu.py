@@ -267,3 +267,67 @@ def test_knob_combinations_measure_on_a_hugging_face_model(knobs):
     assert r.status == TrialStatus.OK, f"{knobs}: {r.failure_class}: {r.error_message}"
     assert r.loss_last < r.loss_first
     print(knobs, f"{r.tokens_per_s:,.0f} tok/s, peak {r.peak_mem_gib:.1f} GiB", r.notes)
+
+
+# Gemma 2's attention (8 heads of 256, grouped 2:1, logits capped at 50, a 4096-token window
+# wider than the sequence), 2 layers and a small vocabulary: the cap's kernels in seconds.
+HF_GEMMA2 = {
+    "hf_config": {
+        "model_type": "gemma2",
+        "num_hidden_layers": 2,
+        "hidden_size": 2304,
+        "intermediate_size": 9216,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "query_pre_attn_scalar": 256,
+        "attn_logit_softcapping": 50.0,
+        "final_logit_softcapping": 30.0,
+        "sliding_window": 4096,
+        "vocab_size": 32000,
+        "max_position_embeddings": 8192,
+    },
+    "seq_len": 2048,
+}
+
+
+def test_flex_caps_gemma2s_attention_logits_in_its_fused_kernel_as_eager_attention_does():
+    """Gemma 2 caps its attention logits: flex applies the cap as a score function inside
+    FlexAttention's fused Triton kernel (no scores materialised), and its loss is that of
+    transformers' eager attention on the same weights (bf16 tolerance)."""
+    from workers.models import build_model
+
+    spec = ModelSpec.resolve(HF_GEMMA2)
+    with torch.device("cuda"):
+        model = build_model(spec, Knobs(attention="flex"))
+    names = _kernel_names(model, spec)
+    print("flex", sorted(n for n in names if "flex" in n or "triton" in n)[:8])
+    assert any("flex" in n or "triton_tem" in n for n in names), sorted(names)
+    assert not any("flash" in n or "fmha" in n or "cudnn" in n for n in names)
+    x = torch.randint(0, spec.vocab_size, (2, spec.seq_len), device="cuda")
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        ours = model(x, x).float()
+        model.inner.set_attn_implementation("eager")
+        theirs = model(x, x).float()
+    print(f"loss flex {ours.item():.5f}, eager {theirs.item():.5f}")
+    torch.testing.assert_close(ours, theirs, rtol=2e-2, atol=2e-2)
+
+
+def test_gemma2_trials_run_flex_compiled_and_refuse_flash_naming_the_cap():
+    model = ModelSpec.resolve(HF_GEMMA2)
+    flex = TrialConfig(
+        model=model,
+        knobs=Knobs(
+            micro_batch_size=2, attention="flex", compile_mode="default", compile_scope="block"
+        ),
+        measure=MEASURE,
+    )
+    r = run_trial_process(flex, timeout_s=600)
+    assert r.status == TrialStatus.OK, f"{r.failure_class}: {r.error_message}"
+    assert r.loss_last < r.loss_first
+    print(f"flex compiled blocks: {r.tokens_per_s:,.0f} tok/s, peak {r.peak_mem_gib:.1f} GiB")
+    flash = flex.model_copy(update={"knobs": flex.knobs.model_copy(update={"attention": "flash"})})
+    r = run_trial_process(flash, timeout_s=300)
+    assert r.failure_class == FailureClass.UNSUPPORTED, (r.failure_class, r.error_message)
+    assert "attn_logit_softcapping 50" in (r.error_message or "")
+    assert r.unsupported_knobs == {"attention": "flash"}

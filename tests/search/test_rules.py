@@ -11,6 +11,7 @@ from autotuner.executors.base import Target
 from autotuner.executors.replay import Landscape
 from autotuner.inputs import load_model_spec
 from autotuner.search.rules import LearnedRules, incompatibility
+from autotuner.search.space import load_space
 from autotuner.spec import (
     CompileMode,
     CompileScope,
@@ -21,7 +22,7 @@ from autotuner.spec import (
     TrialResult,
 )
 from autotuner.storage.models import TrialState
-from tests.search.conftest import GPT2, H200, KNOBS, gpt2_landscape, gpt2_space
+from tests.search.conftest import GPT2, H200, KNOBS, gpt2_landscape, gpt2_space, make_policy
 
 A100 = Target("cuda", 1, "NVIDIA A100-SXM4-80GB", (8, 0), 80.0)
 V100 = Target("cuda", 1, "Tesla V100", (7, 0), 32.0)
@@ -73,7 +74,27 @@ def test_flash_is_judged_on_the_configs_head_width() -> None:
     attention takes it. Read as d_model / n_head (288) it was ruled out for every config."""
     gemma = load_model_spec(EXAMPLES / "gemma-2-2b.yaml")
     assert gemma.head_dim == 256
+    assert gemma.hf_config is not None
+    uncapped = {**gemma.hf_config, "attn_logit_softcapping": None}  # flash's other rule, below
+    gemma = gemma.model_copy(update={"hf_config": uncapped})
     assert _why(H200, model=gemma, precision="bf16", attention="flash") == ""
+
+
+def test_a_model_that_caps_its_attention_logits_runs_flex_or_math_and_the_expert_takes_flex() -> (
+    None
+):
+    """Gemma 2 caps its attention logits (attn_logit_softcapping 50): SDPA's fused kernels
+    cannot, and run there it would train another model (transformers refuses SDPA for it).
+    FlexAttention takes the cap as a score function: the expert default's kernel."""
+    gemma = load_model_spec(EXAMPLES / "gemma-2-2b.yaml")
+    for attention in ("flash", "cudnn", "efficient"):
+        why = _why(H200, model=gemma, precision="bf16", attention=attention)
+        assert f"attention={attention} cannot cap" in why, why
+        assert "attn_logit_softcapping 50" in why and "use attention=flex" in why
+    for attention in ("flex", "math"):
+        assert _why(H200, model=gemma, precision="bf16", attention=attention) == ""
+    policy = make_policy(load_space("single-gpu"), model=gemma, target=H200)
+    assert policy.expert_params()["attention"] == "flex"
 
 
 def _hf(model_type: str) -> ModelSpec:

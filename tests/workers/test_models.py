@@ -144,6 +144,68 @@ def test_the_hf_output_region_computes_the_loss_transformers_forward_does(
     torch.testing.assert_close(model(x, x), want)
 
 
+GEMMA2 = {
+    **HF_SPEC["hf_config"],
+    "model_type": "gemma2",
+    "head_dim": 16,
+    "query_pre_attn_scalar": 16,
+    # A cap small enough to change the logits of a random model (Gemma 2 2B's is 50).
+    "attn_logit_softcapping": 0.5,
+    "sliding_window": 64,
+}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers")
+@pytest.mark.parametrize("attention", ["math", "flex"])
+def test_a_model_that_caps_its_attention_logits_trains_as_transformers_eager_attention_does(
+    attention,
+):
+    """Gemma 2 caps its attention logits (cap * tanh(score / cap)): the attention hook must
+    apply the cap, or the trial measures another model. The loss (and with math the
+    gradients; FlexAttention has no backward on the CPU) is that of the same weights run
+    through transformers' own eager attention."""
+    spec = ModelSpec.resolve({"hf_config": GEMMA2, "seq_len": 16})
+    assert spec.attention_softcap == 0.5
+    model = build_model(spec, Knobs(attention=attention))
+    for layer in model.inner.model.layers:  # logits of a trained model's size, past the cap
+        for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj):
+            proj.weight.data.mul_(20)
+    x = torch.randint(0, 500, (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.set_grad_enabled(attention == "math"):
+        loss = model(x, x)
+        if attention == "math":
+            loss.backward()
+        ours = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        model.zero_grad()
+        model.inner.set_attn_implementation("eager")
+        want = model(x, x)
+        if attention == "math":
+            want.backward()
+    torch.testing.assert_close(loss, want)
+    theirs = [p.grad for p in model.parameters() if p.grad is not None]
+    assert len(ours) == len(theirs) == (len(list(model.parameters())) if attention == "math" else 0)
+    for got, expected in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+    # The cap mattered: without it the same weights give another loss.
+    uncapped = {**GEMMA2, "attn_logit_softcapping": None}
+    plain = build_model(
+        ModelSpec.resolve({"hf_config": uncapped, "seq_len": 16}), Knobs(attention="math")
+    )
+    plain.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        assert abs(plain(x, x).item() - want.item()) > 1e-3  # the parity above: ~1e-6
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers")
+def test_a_model_whose_window_is_shorter_than_the_sequence_is_refused_whatever_the_knobs():
+    """The hook runs causal attention over the whole sequence: a sliding window shorter than
+    it would be ignored, another model trained. Refused with the remedy, no knob blamed."""
+    spec = ModelSpec.resolve({"hf_config": {**GEMMA2, "sliding_window": 8}, "seq_len": 16})
+    with pytest.raises(UnsupportedConfig, match=r"sliding window.*use seq_len <= 8") as refused:
+        build_model(spec, Knobs(attention="flex"))
+    assert refused.value.knobs == {}
+
+
 @pytest.mark.parametrize(
     "preset, dropout, replays",
     [("llama-tiny", 0.0, False), ("tiny", 0.0, False), ("tiny", 0.2, True)],

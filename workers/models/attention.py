@@ -3,6 +3,12 @@
 SDPA backends are pinned with `torch.nn.attention.sdpa_kernel`, so a trial that asks for `flash`
 really runs flash (or fails up front, see workers/support.py) instead of silently falling back
 to another kernel. `flex` runs FlexAttention with a causal block mask.
+
+A model that caps its attention logits (`softcap`: Gemma 2's attn_logit_softcapping, applied as
+cap * tanh(score / cap) before the softmax) runs only where the cap is applied: `flex` as a
+score function (as transformers' flex_attention does), `math` as explicit matmuls (as its eager
+attention does). SDPA takes no score function, so its fused kernels cannot: the support table
+refuses them for such a model (autotuner/spec/support_rules.py), and `attend` raises if asked.
 """
 
 from __future__ import annotations
@@ -29,14 +35,25 @@ def _causal(b, h, q_idx, kv_idx):
 # module global are what torch.compile traces through without a graph break (a functools.cache
 # wrapper would break the graph in every layer).
 _BLOCK_MASKS: dict[tuple[int, str], object] = {}
+_SCORE_MODS: dict[float, object] = {}  # FlexAttention score functions, by logit cap
 _FLEX_COMPILED = None
 
 
-def prepare(backend: Attention, seq_len: int, device) -> None:
-    """Build what `attend` needs for this backend, outside any compiled region."""
+def _capped(cap: float):
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return cap * torch.tanh(score / cap)
+
+    return score_mod
+
+
+def prepare(backend: Attention, seq_len: int, device, softcap: float | None = None) -> None:
+    """Build what `attend` needs for this backend, outside any compiled region. One score
+    function per cap: a new function object each call would recompile the flex kernel."""
     global _FLEX_COMPILED
     if backend != Attention.FLEX:
         return
+    if softcap is not None and softcap not in _SCORE_MODS:
+        _SCORE_MODS[softcap] = _capped(softcap)
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     device = torch.device(device)
@@ -59,21 +76,48 @@ def attend(
     v: torch.Tensor,
     backend: Attention,
     scale: float | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Causal self-attention over (batch, heads, seq, head_dim) tensors with the given backend.
 
     k and v must already have as many heads as q (grouped-query models expand them first).
-    `scale` defaults to 1/sqrt(head_dim).
+    `scale` defaults to 1/sqrt(head_dim); `softcap` caps the scaled logits (see above).
     """
     if backend == Attention.FLEX:
         from torch.nn.attention.flex_attention import flex_attention
 
         mask = _BLOCK_MASKS[(q.shape[-2], str(q.device))]
+        score_mod = None if softcap is None else _SCORE_MODS[softcap]
         # Inside a compiled model the plain op is traced and fused with the rest; eager models
         # call the separately compiled kernel.
         kernel = _FLEX_COMPILED
         if torch.compiler.is_compiling() or kernel is None or not q.is_cuda:
             kernel = flex_attention
-        return kernel(q, k, v, block_mask=mask, scale=scale)
+        return kernel(q, k, v, score_mod=score_mod, block_mask=mask, scale=scale)
+    if softcap is not None:
+        if backend != Attention.MATH:
+            from workers.errors import UnsupportedConfig
+
+            raise UnsupportedConfig(
+                f"attention {backend.value!r} cannot cap attention logits (softcap {softcap:g}): "
+                "SDPA's fused kernels take no score function; use 'flex' or 'math'",
+                {"attention": backend.value},
+            )
+        return _capped_math(q, k, v, scale, softcap)
     with sdpa_kernel(SDPA_BACKENDS[backend]):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+
+
+def _capped_math(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None, cap: float
+) -> torch.Tensor:
+    """Causal attention with capped logits as explicit matmuls, the scores materialised and
+    the softmax taken in fp32: transformers' eager attention for such models (Gemma 2)."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+    scores = cap * torch.tanh(scores / cap)
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    future = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device).triu(n_k - n_q + 1)
+    scores = scores.masked_fill(future, float("-inf"))
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    return torch.matmul(weights, v)

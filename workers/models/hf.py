@@ -27,13 +27,17 @@ ATTN_NAME = "autotuner"
 def _register(backend: Attention) -> None:
     from transformers import AttentionInterface
 
-    def attention_forward(module, query, key, value, attention_mask, scaling=None, **kwargs):
+    def attention_forward(
+        module, query, key, value, attention_mask, scaling=None, softcap=None, **kwargs
+    ):
         # We train on full, unpadded sequences: the causal mask is the whole mask, so HF's mask
-        # tensor is not needed (and not built, see the mask registration below).
+        # tensor is not needed (and not built, see the mask registration below). A sliding
+        # window wider than the sequence masks nothing more, and a narrower one or attention
+        # dropout is refused when the model is built (`_attention_refusal`).
         n_rep = query.shape[1] // key.shape[1]
         if n_rep > 1:  # grouped-query attention: expand kv heads as workers/models/llama.py does
             key, value = key.repeat_interleave(n_rep, dim=1), value.repeat_interleave(n_rep, dim=1)
-        out = attend(query, key, value, backend, scale=scaling)
+        out = attend(query, key, value, backend, scale=scaling, softcap=softcap)
         return out.transpose(1, 2).contiguous(), None
 
     AttentionInterface.register(ATTN_NAME, attention_forward)
@@ -48,6 +52,26 @@ def _register(backend: Attention) -> None:
 # Config fields that scale the logits in ways the fused loss does not know: such a model keeps
 # its own output layer and loss (kernels 'none').
 _LOGIT_SCALES = ("logit_scale", "logits_scaling", "output_multiplier_scale")
+
+
+def _attention_refusal(config, seq_len: int) -> str | None:
+    """Why the attention hook cannot run this model as transformers would, or None. The hook
+    runs causal attention over the whole sequence (with the logit cap where the model has one:
+    `attend`), so it refuses what would make it train another model."""
+    window = getattr(config, "sliding_window", None)
+    if window is not None and window < seq_len:
+        return (
+            f"{config.model_type} attends within a {window}-token sliding window, and the "
+            f"autotuner's attention runs full causal attention over seq_len {seq_len}: use "
+            f"seq_len <= {window}, where the window masks nothing"
+        )
+    dropout = getattr(config, "attention_dropout", 0.0) or 0.0
+    if dropout > 0:
+        return (
+            f"hf_config's attention_dropout is {dropout:g}, and the autotuner's attention runs "
+            "none: set attention_dropout to 0 in hf_config (pretraining runs without it)"
+        )
+    return None
 
 
 class HFCausalLM(nn.Module):
@@ -109,6 +133,9 @@ def build_hf(
             f"{model_type!r}: {exc}",
             {},
         ) from exc
+    refusal = _attention_refusal(config, spec.seq_len)
+    if refusal is not None:
+        raise UnsupportedConfig(refusal, {})  # {}: the model's, whatever the knobs
     # Padded rows are extra embedding/output rows; the data never uses them as targets.
     config.vocab_size = padded_vocab
     config.use_cache = False
