@@ -204,6 +204,18 @@ class ModelSpec(_Record):
         return float(cap) if cap else None
 
     @property
+    def attention_window(self) -> int | None:
+        """How many tokens back a Hugging Face model's sliding-window layers attend (Gemma's
+        local layers, Mistral 7B v0.1), where that is shorter than seq_len, else None: only
+        attention backends that take a mask can run such a model. Qwen2's window applies
+        only with use_sliding_window (transformers reads it so)."""
+        cfg = self.hf_config or {}
+        window = cfg.get("sliding_window")
+        if not isinstance(window, int) or cfg.get("use_sliding_window") is False:
+            return None
+        return window if window < self.seq_len else None
+
+    @property
     def is_moe(self) -> bool:
         return self.n_experts is not None
 

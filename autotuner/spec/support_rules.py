@@ -303,16 +303,25 @@ def _kernels(knobs: Knobs) -> Iterator[Verdict]:
         )
 
 
-# The attention backends that can cap the logits: a score function (flex) or explicit matmuls
-# (math); SDPA's fused kernels take neither (workers/models/attention.py).
-SOFTCAP_ATTENTION = (Attention.FLEX, Attention.MATH)
+# The attention backends that can cap the logits or keep a sliding window: a score function and
+# a block mask (flex) or explicit matmuls (math); SDPA's fused kernels take neither
+# (workers/models/attention.py).
+SCORE_MOD_ATTENTION = (Attention.FLEX, Attention.MATH)
 
 
 def _model(knobs: Knobs, model: ModelSpec | None) -> Iterator[Verdict]:
     if model is None:
         return
-    cap = model.attention_softcap
-    if cap is not None and knobs.attention not in SOFTCAP_ATTENTION:
+    cap, window = model.attention_softcap, model.attention_window
+    if window is not None and knobs.attention not in SCORE_MOD_ATTENTION:
+        yield _cannot(
+            f"attention={knobs.attention.value} cannot keep a sliding window, and this model's "
+            f"local layers attend {window} tokens back, fewer than seq_len {model.seq_len} "
+            "(SDPA's fused kernels would attend further, another model); use attention=flex "
+            f"(a block mask, as transformers' flex_attention) or math, or seq_len <= {window}",
+            {"attention": knobs.attention.value},
+        )
+    elif cap is not None and knobs.attention not in SCORE_MOD_ATTENTION:
         yield _cannot(
             f"attention={knobs.attention.value} cannot cap attention logits, and this model caps "
             f"them (attn_logit_softcapping {cap:g}: SDPA's fused kernels take no score "

@@ -291,13 +291,16 @@ HF_GEMMA2 = {
 }
 
 
-def test_flex_caps_gemma2s_attention_logits_in_its_fused_kernel_as_eager_attention_does():
-    """Gemma 2 caps its attention logits: flex applies the cap as a score function inside
+@pytest.mark.parametrize("window", [4096, 512], ids=["capped", "capped-and-windowed"])
+def test_flex_caps_gemma2s_attention_logits_in_its_fused_kernel_as_eager_attention_does(window):
+    """Gemma 2 caps its attention logits (and Gemma 3's local layers see 512 tokens back):
+    flex applies the cap as a score function and the window as a block mask inside
     FlexAttention's fused Triton kernel (no scores materialised), and its loss is that of
     transformers' eager attention on the same weights (bf16 tolerance)."""
     from workers.models import build_model
 
-    spec = ModelSpec.resolve(HF_GEMMA2)
+    config = {**HF_GEMMA2["hf_config"], "sliding_window": window}
+    spec = ModelSpec.resolve({**HF_GEMMA2, "hf_config": config})
     with torch.device("cuda"):
         model = build_model(spec, Knobs(attention="flex"))
     names = _kernel_names(model, spec)

@@ -97,6 +97,26 @@ def test_a_model_that_caps_its_attention_logits_runs_flex_or_math_and_the_expert
     assert policy.expert_params()["attention"] == "flex"
 
 
+def test_a_sliding_window_shorter_than_the_sequence_runs_flex_or_math() -> None:
+    """Gemma 3's local layers attend 512 tokens back: at seq_len 4096 the fused SDPA kernels
+    would attend further (another model). Gemma 2's 4096 at 4096 limits nothing, and Qwen2's
+    window applies only with use_sliding_window."""
+    local = {"sliding_window": 512, "attn_logit_softcapping": None}
+    gemma = load_model_spec(EXAMPLES / "gemma-2-2b.yaml")
+    assert gemma.attention_window is None  # 4096 at seq_len 4096
+    assert gemma.hf_config is not None
+    windowed = gemma.model_copy(update={"hf_config": {**gemma.hf_config, **local}})
+    assert windowed.attention_window == 512
+    why = _why(H200, model=windowed, precision="bf16", attention="flash")
+    assert "cannot keep a sliding window" in why and "512 tokens back" in why, why
+    assert "use attention=flex" in why and "seq_len <= 512" in why
+    assert _why(H200, model=windowed, precision="bf16", attention="flex") == ""
+    qwen = load_model_spec(EXAMPLES / "qwen2.5-1.5b-instruct.yaml")
+    assert qwen.hf_config is not None
+    off = {**qwen.hf_config, "sliding_window": 512, "use_sliding_window": False}
+    assert qwen.model_copy(update={"hf_config": off}).attention_window is None
+
+
 def _hf(model_type: str) -> ModelSpec:
     config = {
         "model_type": model_type,

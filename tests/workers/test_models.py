@@ -157,15 +157,18 @@ GEMMA2 = {
 
 @pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers")
 @pytest.mark.parametrize("attention", ["math", "flex"])
-def test_a_model_that_caps_its_attention_logits_trains_as_transformers_eager_attention_does(
-    attention,
+@pytest.mark.parametrize("window", [64, 6], ids=["capped", "capped-and-windowed"])
+def test_capped_and_windowed_attention_trains_as_transformers_eager_attention_does(
+    attention, window
 ):
-    """Gemma 2 caps its attention logits (cap * tanh(score / cap)): the attention hook must
-    apply the cap, or the trial measures another model. The loss (and with math the
+    """Gemma 2 caps its attention logits (cap * tanh(score / cap)) and alternates layers that
+    see the whole causal past with layers that see `sliding_window` tokens back: the attention
+    hook must apply both, or the trial measures another model. The loss (and with math the
     gradients; FlexAttention has no backward on the CPU) is that of the same weights run
-    through transformers' own eager attention."""
-    spec = ModelSpec.resolve({"hf_config": GEMMA2, "seq_len": 16})
+    through transformers' own eager attention, which builds the masks itself."""
+    spec = ModelSpec.resolve({"hf_config": {**GEMMA2, "sliding_window": window}, "seq_len": 16})
     assert spec.attention_softcap == 0.5
+    assert spec.attention_window == (window if window < 16 else None)
     model = build_model(spec, Knobs(attention=attention))
     for layer in model.inner.model.layers:  # logits of a trained model's size, past the cap
         for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj):
@@ -186,22 +189,23 @@ def test_a_model_that_caps_its_attention_logits_trains_as_transformers_eager_att
     assert len(ours) == len(theirs) == (len(list(model.parameters())) if attention == "math" else 0)
     for got, expected in zip(ours, theirs, strict=True):
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
-    # The cap mattered: without it the same weights give another loss.
-    uncapped = {**GEMMA2, "attn_logit_softcapping": None}
-    plain = build_model(
-        ModelSpec.resolve({"hf_config": uncapped, "seq_len": 16}), Knobs(attention="math")
-    )
-    plain.load_state_dict(model.state_dict())
-    with torch.no_grad():
-        assert abs(plain(x, x).item() - want.item()) > 1e-3  # the parity above: ~1e-6
+    # The cap and the window mattered: without them the same weights give another loss.
+    plain = {**GEMMA2, "attn_logit_softcapping": None}
+    for other in (plain, {**GEMMA2, "sliding_window": 64}) if window < 16 else (plain,):
+        model_b = build_model(
+            ModelSpec.resolve({"hf_config": other, "seq_len": 16}), Knobs(attention="math")
+        )
+        model_b.load_state_dict(model.state_dict())
+        with torch.no_grad():
+            assert abs(model_b(x, x).item() - want.item()) > 1e-3  # the parity above: ~1e-6
 
 
 @pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers")
-def test_a_model_whose_window_is_shorter_than_the_sequence_is_refused_whatever_the_knobs():
-    """The hook runs causal attention over the whole sequence: a sliding window shorter than
-    it would be ignored, another model trained. Refused with the remedy, no knob blamed."""
-    spec = ModelSpec.resolve({"hf_config": {**GEMMA2, "sliding_window": 8}, "seq_len": 16})
-    with pytest.raises(UnsupportedConfig, match=r"sliding window.*use seq_len <= 8") as refused:
+def test_attention_dropout_is_refused_whatever_the_knobs():
+    """The hook drops nothing out: a model that drops attention weights would train as
+    another. Refused with the remedy, no knob blamed."""
+    spec = ModelSpec.resolve({"hf_config": {**GEMMA2, "attention_dropout": 0.1}, "seq_len": 16})
+    with pytest.raises(UnsupportedConfig, match="set attention_dropout to 0") as refused:
         build_model(spec, Knobs(attention="flex"))
     assert refused.value.knobs == {}
 

@@ -28,7 +28,8 @@ def build_model(spec: ModelSpec, knobs: Knobs) -> nn.Module:
 
     from workers.models.attention import prepare
 
-    prepare(knobs.attention, spec.seq_len, torch.get_default_device(), spec.attention_softcap)
+    device = torch.get_default_device()
+    prepare(knobs.attention, spec.seq_len, device, spec.attention_softcap, spec.attention_window)
     kwargs = dict(
         padded_vocab=padded_vocab_size(spec.vocab_size, knobs.vocab_pad_multiple),
         attention=knobs.attention,

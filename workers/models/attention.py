@@ -5,10 +5,13 @@ really runs flash (or fails up front, see workers/support.py) instead of silentl
 to another kernel. `flex` runs FlexAttention with a causal block mask.
 
 A model that caps its attention logits (`softcap`: Gemma 2's attn_logit_softcapping, applied as
-cap * tanh(score / cap) before the softmax) runs only where the cap is applied: `flex` as a
-score function (as transformers' flex_attention does), `math` as explicit matmuls (as its eager
-attention does). SDPA takes no score function, so its fused kernels cannot: the support table
-refuses them for such a model (autotuner/spec/support_rules.py), and `attend` raises if asked.
+cap * tanh(score / cap) before the softmax) or attends within a sliding window shorter than the
+sequence (`window`: each query sees itself and the window - 1 keys before it, as transformers'
+sliding-window mask) runs only where that is applied: `flex` as a score function and a block
+mask (as transformers' flex_attention does), `math` as explicit matmuls (as its eager
+attention does). SDPA takes neither a score function nor a window, so its fused kernels
+cannot: the support table refuses them for such a model (autotuner/spec/support_rules.py),
+and `attend` raises if asked.
 """
 
 from __future__ import annotations
@@ -31,10 +34,17 @@ def _causal(b, h, q_idx, kv_idx):
     return q_idx >= kv_idx
 
 
+def _windowed(window: int):
+    def mask_mod(b, h, q_idx, kv_idx):
+        return (q_idx >= kv_idx) & (kv_idx > q_idx - window)
+
+    return mask_mod
+
+
 # FlexAttention state, built eagerly by `prepare` when the model is built: a plain dict and a
 # module global are what torch.compile traces through without a graph break (a functools.cache
 # wrapper would break the graph in every layer).
-_BLOCK_MASKS: dict[tuple[int, str], object] = {}
+_BLOCK_MASKS: dict[tuple[int, str, int | None], object] = {}  # (seq, device, window)
 _SCORE_MODS: dict[float, object] = {}  # FlexAttention score functions, by logit cap
 _FLEX_COMPILED = None
 
@@ -46,9 +56,16 @@ def _capped(cap: float):
     return score_mod
 
 
-def prepare(backend: Attention, seq_len: int, device, softcap: float | None = None) -> None:
-    """Build what `attend` needs for this backend, outside any compiled region. One score
-    function per cap: a new function object each call would recompile the flex kernel."""
+def prepare(
+    backend: Attention,
+    seq_len: int,
+    device,
+    softcap: float | None = None,
+    window: int | None = None,
+) -> None:
+    """Build what `attend` needs for this backend, outside any compiled region: the causal
+    block mask, and the windowed one where the model has a window shorter than the sequence.
+    One score function per cap: a new function object each call would recompile the kernel."""
     global _FLEX_COMPILED
     if backend != Attention.FLEX:
         return
@@ -57,11 +74,18 @@ def prepare(backend: Attention, seq_len: int, device, softcap: float | None = No
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     device = torch.device(device)
-    key = (seq_len, str(device))
-    if key not in _BLOCK_MASKS:
-        _BLOCK_MASKS[key] = create_block_mask(
-            _causal, B=None, H=None, Q_LEN=seq_len, KV_LEN=seq_len, device=str(device)
-        )
+    windows = [None] + ([window] if window is not None and window < seq_len else [])
+    for w in windows:
+        key = (seq_len, str(device), w)
+        if key not in _BLOCK_MASKS:
+            _BLOCK_MASKS[key] = create_block_mask(
+                _causal if w is None else _windowed(w),
+                B=None,
+                H=None,
+                Q_LEN=seq_len,
+                KV_LEN=seq_len,
+                device=str(device),
+            )
     if device.type == "cuda" and _FLEX_COMPILED is None:
         # Eager FlexAttention is a slow reference implementation that materialises the scores;
         # its fused kernel only exists through torch.compile. torchtitan compiles it on its own
@@ -77,16 +101,20 @@ def attend(
     backend: Attention,
     scale: float | None = None,
     softcap: float | None = None,
+    window: int | None = None,
 ) -> torch.Tensor:
     """Causal self-attention over (batch, heads, seq, head_dim) tensors with the given backend.
 
     k and v must already have as many heads as q (grouped-query models expand them first).
-    `scale` defaults to 1/sqrt(head_dim); `softcap` caps the scaled logits (see above).
+    `scale` defaults to 1/sqrt(head_dim); `softcap` caps the scaled logits and `window` limits
+    how far back a query sees (see above; a window as long as the sequence limits nothing).
     """
+    if window is not None and window >= k.shape[-2]:
+        window = None
     if backend == Attention.FLEX:
         from torch.nn.attention.flex_attention import flex_attention
 
-        mask = _BLOCK_MASKS[(q.shape[-2], str(q.device))]
+        mask = _BLOCK_MASKS[(q.shape[-2], str(q.device), window)]
         score_mod = None if softcap is None else _SCORE_MODS[softcap]
         # Inside a compiled model the plain op is traced and fused with the rest; eager models
         # call the separately compiled kernel.
@@ -94,30 +122,41 @@ def attend(
         if torch.compiler.is_compiling() or kernel is None or not q.is_cuda:
             kernel = flex_attention
         return kernel(q, k, v, score_mod=score_mod, block_mask=mask, scale=scale)
-    if softcap is not None:
+    if softcap is not None or window is not None:
         if backend != Attention.MATH:
             from workers.errors import UnsupportedConfig
 
+            what = "cap attention logits" if softcap is not None else "attend within a window"
             raise UnsupportedConfig(
-                f"attention {backend.value!r} cannot cap attention logits (softcap {softcap:g}): "
-                "SDPA's fused kernels take no score function; use 'flex' or 'math'",
+                f"attention {backend.value!r} cannot {what} (softcap {softcap}, window "
+                f"{window}): SDPA's fused kernels take neither; use 'flex' or 'math'",
                 {"attention": backend.value},
             )
-        return _capped_math(q, k, v, scale, softcap)
+        return _explicit_math(q, k, v, scale, softcap, window)
     with sdpa_kernel(SDPA_BACKENDS[backend]):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
 
 
-def _capped_math(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None, cap: float
+def _explicit_math(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float | None,
+    cap: float | None,
+    window: int | None,
 ) -> torch.Tensor:
-    """Causal attention with capped logits as explicit matmuls, the scores materialised and
-    the softmax taken in fp32: transformers' eager attention for such models (Gemma 2)."""
+    """Causal attention with capped logits or a window as explicit matmuls, the scores
+    materialised and the softmax taken in fp32: transformers' eager attention for such models
+    (Gemma 2)."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     scores = torch.matmul(q, k.transpose(-2, -1)) * scale
-    scores = cap * torch.tanh(scores / cap)
+    if cap is not None:
+        scores = cap * torch.tanh(scores / cap)
     n_q, n_k = q.shape[-2], k.shape[-2]
-    future = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device).triu(n_k - n_q + 1)
-    scores = scores.masked_fill(future, float("-inf"))
+    ones = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device)
+    hidden = ones.triu(n_k - n_q + 1)  # the future
+    if window is not None:
+        hidden |= ones.tril(n_k - n_q - window)  # further back than the window
+    scores = scores.masked_fill(hidden, float("-inf"))
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
     return torch.matmul(weights, v)

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from autotuner.spec import Attention, Checkpointing, Kernels, ModelSpec
 from workers.errors import UnsupportedConfig, missing_package
 from workers.models import kernels as fused
-from workers.models.attention import attend
+from workers.models.attention import attend, prepare
 from workers.models.checkpointing import checkpoint_blocks
 
 ATTN_NAME = "autotuner"
@@ -28,16 +28,26 @@ def _register(backend: Attention) -> None:
     from transformers import AttentionInterface
 
     def attention_forward(
-        module, query, key, value, attention_mask, scaling=None, softcap=None, **kwargs
+        module,
+        query,
+        key,
+        value,
+        attention_mask,
+        scaling=None,
+        softcap=None,
+        sliding_window=None,
+        **kwargs,
     ):
-        # We train on full, unpadded sequences: the causal mask is the whole mask, so HF's mask
-        # tensor is not needed (and not built, see the mask registration below). A sliding
-        # window wider than the sequence masks nothing more, and a narrower one or attention
-        # dropout is refused when the model is built (`_attention_refusal`).
+        # We train on full, unpadded sequences: the causal mask (within the layer's sliding
+        # window, if it has one) is the whole mask, so HF's mask tensor is not needed (and not
+        # built, see the mask registration below). Attention dropout is refused when the model
+        # is built (`_attention_refusal`).
         n_rep = query.shape[1] // key.shape[1]
         if n_rep > 1:  # grouped-query attention: expand kv heads as workers/models/llama.py does
             key, value = key.repeat_interleave(n_rep, dim=1), value.repeat_interleave(n_rep, dim=1)
-        out = attend(query, key, value, backend, scale=scaling, softcap=softcap)
+        out = attend(
+            query, key, value, backend, scale=scaling, softcap=softcap, window=sliding_window
+        )
         return out.transpose(1, 2).contiguous(), None
 
     AttentionInterface.register(ATTN_NAME, attention_forward)
@@ -54,17 +64,10 @@ def _register(backend: Attention) -> None:
 _LOGIT_SCALES = ("logit_scale", "logits_scaling", "output_multiplier_scale")
 
 
-def _attention_refusal(config, seq_len: int) -> str | None:
+def _attention_refusal(config) -> str | None:
     """Why the attention hook cannot run this model as transformers would, or None. The hook
-    runs causal attention over the whole sequence (with the logit cap where the model has one:
-    `attend`), so it refuses what would make it train another model."""
-    window = getattr(config, "sliding_window", None)
-    if window is not None and window < seq_len:
-        return (
-            f"{config.model_type} attends within a {window}-token sliding window, and the "
-            f"autotuner's attention runs full causal attention over seq_len {seq_len}: use "
-            f"seq_len <= {window}, where the window masks nothing"
-        )
+    runs causal attention (with the logit cap and the sliding window where the model has them:
+    `attend`) and no dropout, so it refuses a model that drops attention weights out."""
     dropout = getattr(config, "attention_dropout", 0.0) or 0.0
     if dropout > 0:
         return (
@@ -133,9 +136,13 @@ def build_hf(
             f"{model_type!r}: {exc}",
             {},
         ) from exc
-    refusal = _attention_refusal(config, spec.seq_len)
+    refusal = _attention_refusal(config)
     if refusal is not None:
         raise UnsupportedConfig(refusal, {})  # {}: the model's, whatever the knobs
+    # The window as transformers reads it (Qwen2's is None unless use_sliding_window): the
+    # flex block mask for it, where it is shorter than the sequence.
+    window = getattr(config, "sliding_window", None)
+    prepare(attention, spec.seq_len, torch.get_default_device(), spec.attention_softcap, window)
     # Padded rows are extra embedding/output rows; the data never uses them as targets.
     config.vocab_size = padded_vocab
     config.use_cache = False
