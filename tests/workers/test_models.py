@@ -300,3 +300,19 @@ def test_cce_is_refused_for_an_output_layer_with_a_bias_before_any_kernel_is_nee
     assert refused.value.knobs == {"kernels": "cce"}
     assert build_model(ModelSpec.resolve(phi), Knobs(attention="math", kernels="fused-ce"))
     assert build_model(ModelSpec.resolve(HF_SPEC), Knobs(attention="math", kernels="cce"))
+
+
+def test_selective_checkpointing_keeps_flex_attentions_output_as_it_keeps_sdpas():
+    """FlexAttention is a higher-order op, not an aten op: the selective policy must name it,
+    or a selective block re-runs flex's forward in backward (full checkpointing's trade for
+    the attention). The policy asked as a block's forward asks it (FlexAttention has no
+    backward on the CPU, so no block runs it here under grad)."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    from workers.models.checkpointing import _policy
+
+    keep = CheckpointPolicy.MUST_SAVE
+    assert _policy(None, torch._higher_order_ops.flex_attention) == keep
+    assert _policy(None, torch.ops.aten._scaled_dot_product_flash_attention.default) == keep
+    assert _policy(None, torch.ops.aten.mm.default) == keep
+    assert _policy(None, torch.ops.aten.silu.default) == CheckpointPolicy.PREFER_RECOMPUTE

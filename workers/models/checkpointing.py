@@ -39,7 +39,14 @@ def _saved_ops() -> frozenset:
         "_scaled_dot_product_cudnn_attention",
     ]
     # Some ops exist only in some builds/versions; keep the ones this torch has.
-    return frozenset(getattr(aten, n).default for n in names if hasattr(aten, n))
+    ops = {getattr(aten, n).default for n in names if hasattr(aten, n)}
+    # FlexAttention is a higher-order op, seen by the policy as itself (as torchtitan saves it):
+    # without it a selective block re-ran flex's forward kernel in backward, which is full
+    # checkpointing's trade for the attention, not selective's.
+    flex = getattr(torch._higher_order_ops, "flex_attention", None)
+    if flex is not None:
+        ops.add(flex)
+    return frozenset(ops)
 
 
 def _policy(ctx, op, *args, **kwargs):
