@@ -216,6 +216,14 @@ class ModelSpec(_Record):
         return window if window < self.seq_len else None
 
     @property
+    def attention_dropout(self) -> float:
+        """The attention dropout a Hugging Face model's config sets (its name differs by
+        model: GPT-2's attn_pdrop is 0.1 by default), which FlexAttention cannot apply."""
+        cfg = self.hf_config or {}
+        names = ("attention_dropout", "attn_pdrop", "attention_probs_dropout_prob")
+        return float(next((cfg[n] for n in names if cfg.get(n) is not None), 0.0))
+
+    @property
     def is_moe(self) -> bool:
         return self.n_experts is not None
 

@@ -321,6 +321,13 @@ def _model(knobs: Knobs, model: ModelSpec | None) -> Iterator[Verdict]:
             f"(a block mask, as transformers' flex_attention) or math, or seq_len <= {window}",
             {"attention": knobs.attention.value},
         )
+    elif model.attention_dropout and knobs.attention == Attention.FLEX:
+        yield _cannot(
+            f"attention=flex drops nothing out, and this model's attention dropout is "
+            f"{model.attention_dropout:g} (GPT-2's attn_pdrop is 0.1 unless set): use an SDPA "
+            "attention or math, or set it to 0 in hf_config",
+            {"attention": knobs.attention.value},
+        )
     elif cap is not None and knobs.attention not in SCORE_MOD_ATTENTION:
         yield _cannot(
             f"attention={knobs.attention.value} cannot cap attention logits, and this model caps "

@@ -117,6 +117,17 @@ def test_a_sliding_window_shorter_than_the_sequence_runs_flex_or_math() -> None:
     assert qwen.model_copy(update={"hf_config": off}).attention_window is None
 
 
+def test_attention_dropout_rules_out_flex_only() -> None:
+    dropped = _hf("gpt2").model_copy(
+        update={"hf_config": {"model_type": "gpt2", "attn_pdrop": 0.1}}
+    )
+    assert dropped.attention_dropout == 0.1
+    why = _why(H200, model=dropped, precision="bf16", attention="flex")
+    assert "attention=flex drops nothing out" in why and "0.1" in why, why
+    for attention in ("flash", "math"):
+        assert _why(H200, model=dropped, precision="bf16", attention=attention) == ""
+
+
 def _hf(model_type: str) -> ModelSpec:
     config = {
         "model_type": model_type,

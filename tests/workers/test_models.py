@@ -189,24 +189,87 @@ def test_capped_and_windowed_attention_trains_as_transformers_eager_attention_do
     assert len(ours) == len(theirs) == (len(list(model.parameters())) if attention == "math" else 0)
     for got, expected in zip(ours, theirs, strict=True):
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
-    # The cap and the window mattered: without them the same weights give another loss.
+    # The cap and the window mattered: without either, the same weights give other hidden
+    # states (by far more than the parity's tolerance).
     plain = {**GEMMA2, "attn_logit_softcapping": None}
-    for other in (plain, {**GEMMA2, "sliding_window": 64}) if window < 16 else (plain,):
-        model_b = build_model(
-            ModelSpec.resolve({"hf_config": other, "seq_len": 16}), Knobs(attention="math")
-        )
-        model_b.load_state_dict(model.state_dict())
-        with torch.no_grad():
-            assert abs(model_b(x, x).item() - want.item()) > 1e-3  # the parity above: ~1e-6
+    with torch.no_grad():
+        capped = model.inner.model(input_ids=x).last_hidden_state
+        for other in (plain, {**GEMMA2, "sliding_window": 64}) if window < 16 else (plain,):
+            model_b = build_model(
+                ModelSpec.resolve({"hf_config": other, "seq_len": 16}), Knobs(attention="math")
+            )
+            model_b.load_state_dict(model.state_dict())
+            hidden = model_b.inner.model(input_ids=x).last_hidden_state
+            assert (hidden - capped).abs().max() > 1e-2
+
+
+GPT2_HF = {
+    "model_type": "gpt2",
+    "n_layer": 2,
+    "n_embd": 64,
+    "n_head": 4,
+    "vocab_size": 500,
+    "n_positions": 64,
+    "resid_pdrop": 0.0,
+    "embd_pdrop": 0.0,
+}
 
 
 @pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers")
-def test_attention_dropout_is_refused_whatever_the_knobs():
-    """The hook drops nothing out: a model that drops attention weights would train as
-    another. Refused with the remedy, no knob blamed."""
-    spec = ModelSpec.resolve({"hf_config": {**GEMMA2, "attention_dropout": 0.1}, "seq_len": 16})
-    with pytest.raises(UnsupportedConfig, match="set attention_dropout to 0") as refused:
+def test_attention_dropout_runs_where_the_kernel_has_it_and_flex_refuses_it():
+    """GPT-2 drops attention weights out (attn_pdrop, 0.1 unless set), which transformers passes
+    to the attention call in training: the hook applies it (two seeds, two losses; none
+    without it). FlexAttention has no dropout: refused at build blaming the knob, as the
+    rules refuse it before any trial."""
+    x = torch.randint(0, 500, (2, 16), generator=torch.Generator().manual_seed(0))
+
+    def losses(config: dict) -> list[float]:
+        spec = ModelSpec.resolve({"hf_config": config, "seq_len": 16})
+        torch.manual_seed(0)
+        model = build_model(spec, Knobs(attention="math"))
+        model.train()
+        out = []
+        for seed in (1, 2):
+            torch.manual_seed(seed)
+            with torch.no_grad():
+                out.append(model(x, x).item())
+        return out
+
+    dropped = losses({**GPT2_HF, "attn_pdrop": 0.5})
+    assert dropped[0] != dropped[1]
+    kept = losses({**GPT2_HF, "attn_pdrop": 0.0})
+    assert kept[0] == kept[1]
+    spec = ModelSpec.resolve({"hf_config": {**GPT2_HF, "attn_pdrop": 0.5}, "seq_len": 16})
+    assert spec.attention_dropout == 0.5
+    with pytest.raises(UnsupportedConfig, match="'flex' drops nothing out") as refused:
         build_model(spec, Knobs(attention="flex"))
+    assert refused.value.knobs == {"attention": "flex"}
+
+
+GPT_OSS = {
+    "model_type": "gpt_oss",
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "intermediate_size": 64,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+    "vocab_size": 500,
+    "sliding_window": 8,
+    "max_position_embeddings": 64,
+}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers")
+def test_an_attention_the_hook_cannot_apply_is_refused_naming_what_whatever_the_knobs():
+    """gpt-oss adds learned sink logits to every attention's softmax (`s_aux`), which `attend`
+    does not apply: its trials would measure another model, so the model is refused at
+    build, no knob blamed (the study stops at its first trial)."""
+    spec = ModelSpec.resolve({"hf_config": GPT_OSS, "seq_len": 16})
+    with pytest.raises(UnsupportedConfig, match="learned attention sinks") as refused:
+        build_model(spec, Knobs(attention="math"))
     assert refused.value.knobs == {}
 
 

@@ -11,7 +11,9 @@ sliding-window mask) runs only where that is applied: `flex` as a score function
 mask (as transformers' flex_attention does), `math` as explicit matmuls (as its eager
 attention does). SDPA takes neither a score function nor a window, so its fused kernels
 cannot: the support table refuses them for such a model (autotuner/spec/support_rules.py),
-and `attend` raises if asked.
+and `attend` raises if asked. Attention dropout (`dropout_p`, what a Hugging Face model in
+training passes) runs in SDPA's kernels and the explicit matmuls; FlexAttention has none, so
+`flex` refuses it.
 """
 
 from __future__ import annotations
@@ -102,17 +104,28 @@ def attend(
     scale: float | None = None,
     softcap: float | None = None,
     window: int | None = None,
+    dropout_p: float = 0.0,
 ) -> torch.Tensor:
     """Causal self-attention over (batch, heads, seq, head_dim) tensors with the given backend.
 
     k and v must already have as many heads as q (grouped-query models expand them first).
     `scale` defaults to 1/sqrt(head_dim); `softcap` caps the scaled logits and `window` limits
-    how far back a query sees (see above; a window as long as the sequence limits nothing).
+    how far back a query sees (see above; a window as long as the sequence limits nothing);
+    `dropout_p` drops attention weights out.
     """
     if window is not None and window >= k.shape[-2]:
         window = None
     if backend == Attention.FLEX:
         from torch.nn.attention.flex_attention import flex_attention
+
+        if dropout_p:
+            from workers.errors import UnsupportedConfig
+
+            raise UnsupportedConfig(
+                f"attention 'flex' drops nothing out, and this model's attention dropout is "
+                f"{dropout_p:g}: use an SDPA backend or 'math'",
+                {"attention": backend.value},
+            )
 
         mask = _BLOCK_MASKS[(q.shape[-2], str(q.device), window)]
         score_mod = None if softcap is None else _SCORE_MODS[softcap]
@@ -132,9 +145,11 @@ def attend(
                 f"{window}): SDPA's fused kernels take neither; use 'flex' or 'math'",
                 {"attention": backend.value},
             )
-        return _explicit_math(q, k, v, scale, softcap, window)
+        return _explicit_math(q, k, v, scale, softcap, window, dropout_p)
     with sdpa_kernel(SDPA_BACKENDS[backend]):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+        return F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, scale=scale, dropout_p=dropout_p
+        )
 
 
 def _explicit_math(
@@ -144,6 +159,7 @@ def _explicit_math(
     scale: float | None,
     cap: float | None,
     window: int | None,
+    dropout_p: float = 0.0,
 ) -> torch.Tensor:
     """Causal attention with capped logits or a window as explicit matmuls, the scores
     materialised and the softmax taken in fp32: transformers' eager attention for such models
@@ -159,4 +175,5 @@ def _explicit_math(
         hidden |= ones.tril(n_k - n_q - window)  # further back than the window
     scores = scores.masked_fill(hidden, float("-inf"))
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    weights = F.dropout(weights, p=dropout_p) if dropout_p else weights
     return torch.matmul(weights, v)

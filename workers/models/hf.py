@@ -11,6 +11,8 @@ it could run).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -22,6 +24,16 @@ from workers.models.attention import attend, prepare
 from workers.models.checkpointing import checkpoint_blocks
 
 ATTN_NAME = "autotuner"
+
+
+# What the hook records instead of attending while `_probe_attention` runs (None otherwise).
+_PROBE: list[dict[str, Any]] | None = None
+# Attention-call arguments that would make the hook train another model: refused at build.
+_NOT_APPLIED = {
+    "s_aux": "learned attention sinks",
+    "sinks": "learned attention sinks",
+    "position_bias": "a position bias added to the scores",
+}
 
 
 def _register(backend: Attention) -> None:
@@ -36,17 +48,32 @@ def _register(backend: Attention) -> None:
         scaling=None,
         softcap=None,
         sliding_window=None,
+        dropout=0.0,
         **kwargs,
     ):
+        if _PROBE is not None:  # what this layer asks of attention, not the attention itself
+            seen = {k: kwargs[k] for k in (*_NOT_APPLIED, "is_causal") if k in kwargs}
+            _PROBE.append(
+                {"softcap": softcap, "sliding_window": sliding_window, "dropout": dropout, **seen}
+            )
+            b, h, t = query.shape[:3]
+            return query.new_zeros(b, t, h, value.shape[-1]), None
         # We train on full, unpadded sequences: the causal mask (within the layer's sliding
         # window, if it has one) is the whole mask, so HF's mask tensor is not needed (and not
-        # built, see the mask registration below). Attention dropout is refused when the model
-        # is built (`_attention_refusal`).
+        # built, see the mask registration below). What else a call may ask for was seen when
+        # the model was built (`_probe_attention`).
         n_rep = query.shape[1] // key.shape[1]
         if n_rep > 1:  # grouped-query attention: expand kv heads as workers/models/llama.py does
             key, value = key.repeat_interleave(n_rep, dim=1), value.repeat_interleave(n_rep, dim=1)
         out = attend(
-            query, key, value, backend, scale=scaling, softcap=softcap, window=sliding_window
+            query,
+            key,
+            value,
+            backend,
+            scale=scaling,
+            softcap=softcap,
+            window=sliding_window,
+            dropout_p=dropout,
         )
         return out.transpose(1, 2).contiguous(), None
 
@@ -59,22 +86,78 @@ def _register(backend: Attention) -> None:
         pass
 
 
+def _probe_attention(inner: nn.Module) -> list[dict[str, Any]]:
+    """What each attention call of a training forward asks for (its cap, window, dropout, and
+    anything the hook cannot apply), from a two-token forward in which the hook only records:
+    transformers decides these per layer, and its config fields for them differ by model."""
+    global _PROBE
+    device = next(inner.parameters()).device
+    was_training, _PROBE = inner.training, []
+    try:
+        inner.train()  # dropout is passed only in training
+        with torch.no_grad():
+            inner(input_ids=torch.zeros(1, 2, dtype=torch.long, device=device), use_cache=False)
+        return _PROBE
+    finally:
+        _PROBE = None
+        inner.train(was_training)
+
+
+def _attention_refusal(calls: list[dict[str, Any]], model_type: str) -> str | None:
+    """Why the hook cannot run this model's attention as transformers would, or None: no call
+    came through it (the knob would change nothing), or a call asks for what `attend` does not
+    apply (the model would train as another)."""
+    if not calls:
+        return (
+            f"{model_type}'s attention never called the autotuner's attention hook, so the "
+            "attention knob would change nothing: this architecture is not supported"
+        )
+    for call in calls:
+        for name, what in _NOT_APPLIED.items():
+            if call.get(name) is not None:
+                return (
+                    f"{model_type}'s attention uses {what} ({name}), which the autotuner's "
+                    "attention does not apply: this architecture is not supported yet"
+                )
+        if call.get("is_causal") is False:
+            return (
+                f"{model_type}'s attention is not causal, and the autotuner trains causal "
+                "language models: this architecture is not supported"
+            )
+    return None
+
+
+def _check_attention(
+    calls: list[dict[str, Any]], attention: Attention, model_type: str, seq_len: int
+) -> tuple[float | None, set[int]]:
+    """The logit cap and the sliding windows shorter than `seq_len` the calls ask for, once the
+    `attention` knob is known to apply them (the same verdicts as the support table's, from
+    what transformers passes rather than from config fields)."""
+    refusal = _attention_refusal(calls, model_type)
+    if refusal is not None:
+        raise UnsupportedConfig(refusal, {})  # {}: the model's, whatever the knobs
+    caps = {c["softcap"] for c in calls if c["softcap"] is not None}
+    windows = {w for c in calls if (w := c["sliding_window"]) is not None and w < seq_len}
+    dropout = max((c["dropout"] or 0.0) for c in calls)
+    if (caps or windows) and attention not in (Attention.FLEX, Attention.MATH):
+        what = "caps its attention logits" if caps else f"keeps {min(windows)}-token windows"
+        raise UnsupportedConfig(
+            f"attention {attention.value!r}: {model_type} {what}, which SDPA's fused kernels "
+            "cannot; use 'flex' or 'math'",
+            {"attention": attention.value},
+        )
+    if dropout and attention == Attention.FLEX:
+        raise UnsupportedConfig(
+            f"attention 'flex' drops nothing out, and {model_type}'s attention dropout is "
+            f"{dropout:g}: use an SDPA backend or 'math'",
+            {"attention": attention.value},
+        )
+    return (max(caps) if caps else None), windows
+
+
 # Config fields that scale the logits in ways the fused loss does not know: such a model keeps
 # its own output layer and loss (kernels 'none').
 _LOGIT_SCALES = ("logit_scale", "logits_scaling", "output_multiplier_scale")
-
-
-def _attention_refusal(config) -> str | None:
-    """Why the attention hook cannot run this model as transformers would, or None. The hook
-    runs causal attention (with the logit cap and the sliding window where the model has them:
-    `attend`) and no dropout, so it refuses a model that drops attention weights out."""
-    dropout = getattr(config, "attention_dropout", 0.0) or 0.0
-    if dropout > 0:
-        return (
-            f"hf_config's attention_dropout is {dropout:g}, and the autotuner's attention runs "
-            "none: set attention_dropout to 0 in hf_config (pretraining runs without it)"
-        )
-    return None
 
 
 class HFCausalLM(nn.Module):
@@ -136,13 +219,15 @@ def build_hf(
             f"{model_type!r}: {exc}",
             {},
         ) from exc
-    refusal = _attention_refusal(config)
-    if refusal is not None:
-        raise UnsupportedConfig(refusal, {})  # {}: the model's, whatever the knobs
-    # The window as transformers reads it (Qwen2's is None unless use_sliding_window): the
-    # flex block mask for it, where it is shorter than the sequence.
-    window = getattr(config, "sliding_window", None)
-    prepare(attention, spec.seq_len, torch.get_default_device(), spec.attention_softcap, window)
+    chunk = getattr(config, "attention_chunk_size", None)
+    if chunk is not None and chunk < spec.seq_len:
+        # Llama 4's local layers attend within chunks through the mask, which the hook does not
+        # build: no call would say so.
+        raise UnsupportedConfig(
+            f"{model_type} attends within {chunk}-token chunks, which the autotuner's attention "
+            f"does not apply: use seq_len <= {chunk}",
+            {},
+        )
     # Padded rows are extra embedding/output rows; the data never uses them as targets.
     config.vocab_size = padded_vocab
     config.use_cache = False
@@ -153,6 +238,9 @@ def build_hf(
         _patch_liger(model_type)
     inner = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=ATTN_NAME)
     inner = inner.float()
+    cap, windows = _check_attention(_probe_attention(inner), attention, model_type, spec.seq_len)
+    for window in windows or {None}:  # flex's block masks and score function for what it asks
+        prepare(attention, spec.seq_len, torch.get_default_device(), cap, window)
     head = inner.get_output_embeddings()
     if kernels == Kernels.CCE and getattr(head, "bias", None) is not None:
         # cut-cross-entropy 25.1.1 takes the classifier's weight only (Liger's takes a bias).
