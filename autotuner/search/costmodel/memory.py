@@ -309,8 +309,29 @@ def _activation_bytes_per_token(
         # SDPA math upcasts half inputs and keeps the fp32 softmax (n_head x T per token per
         # layer); the score matrix of the layer being computed is alive on top of it.
         layers_kept = 1 if knobs.checkpointing == Checkpointing.FULL else L
-        scores = model.n_head * model.seq_len * 4.0 * (layers_kept + 1)
+        per_score = 4.0
+        if knobs.attention == Attention.MATH and (
+            model.attention_softcap or model.attention_window
+        ):
+            per_score = explicit_math_score_bytes(model, half)
+        scores = model.n_head * model.seq_len * per_score * (layers_kept + 1)
     return acts, scores
+
+
+def explicit_math_score_bytes(model: ModelSpec, half: bool) -> float:
+    """Bytes backward keeps per attention score where `math` attention runs as explicit
+    matmuls (a model with a logit cap or a window shorter than the sequence:
+    workers/models/attention.py): the fp32 softmax, its copy in a half compute dtype, tanh's
+    output where the logits are capped, the dropout's mask and output where there is dropout.
+    Twice SDPA math's 4 for Gemma 2 in bf16. Measured with saved-tensor hooks on the CPU
+    (tests/search/test_memory_explicit_attention.py; the mask, shared by the heads and the
+    batch, left out)."""
+    kept = 4.0 + (2.0 if half else 0.0)
+    if model.attention_softcap is not None:
+        kept += 2.0 if half else 4.0
+    if model.attention_dropout:
+        kept += 2.0 if half else 8.0
+    return kept
 
 
 def _liger_swiglu_recomputes(model: ModelSpec, knobs: Knobs) -> bool:
