@@ -177,6 +177,13 @@ class Proposer:
             self.memory.estimate(knobs).vector(),
         )
 
+    def headroom_chance(self, params: Params) -> float | None:
+        """The probability these params keep the memory headroom, as the proposer weighs
+        them (None: no valid config)."""
+        self._add(params)
+        cand = self._pool.get(canonical_params(params))
+        return None if cand is None else float(self._fit_probability([cand])[0])
+
     def _fit_probability(self, cands: list[_Candidate]) -> np.ndarray:
         """The probability each candidate keeps the memory headroom: its improvement is worth
         nothing otherwise, as a tight config is never recommended. Against the whole limit, a

@@ -223,8 +223,8 @@ def test_a_candidate_is_worth_its_chance_to_keep_the_headroom_not_only_to_fit() 
     chances = {}
     for headroom in (0.0, 0.1):
         proposer, _ = _proposer(limit_gib=limit, headroom=headroom)
-        proposer._add({"micro_batch_size": 16, "precision": "bf16", "compile_mode": "default"})
-        (chances[headroom],) = proposer._fit_probability(list(proposer._pool.values()))
+        params = {"micro_batch_size": 16, "precision": "bf16", "compile_mode": "default"}
+        chances[headroom] = proposer.headroom_chance(params)
     assert chances[0.0] > 0.5 > chances[0.1] > 0.0, chances
 
 
