@@ -4,8 +4,11 @@ Convention (PaLM appendix B, as in nanoGPT): FLOPs per token = 6 * N + 12 * L * 
 counts the parameters that take part in matmuls per token (embeddings included once when tied,
 position embeddings excluded; of a mixture of experts, the experts a token is routed to), L
 layers, d = n_head * head_dim, T the sequence length. The
-attention term counts the full T x T score matrix (non-causal), as PaLM does. Vocab padding is not
-counted: padded rows are wasted work, so padding must not raise MFU by itself.
+attention term counts the full T x T score matrix (non-causal), as PaLM does; a layer whose
+sliding window is shorter than T counts T x window (each query's keys, as many as the window
+lets it see, under the same non-causal reading), as the trial finds its layers' windows.
+Vocab padding is not counted: padded rows are wasted work, so padding must not raise MFU by
+itself.
 
 Peak rates are dense bf16 tensor-core FLOP/s (no sparsity). fp8 runs are also measured against
 the bf16 peak, so MFU stays comparable across precisions (stated with each result).
@@ -15,7 +18,10 @@ from __future__ import annotations
 
 from autotuner.spec import ModelFamily, ModelSpec
 
-FLOPS_CONVENTION = "6N+12LdT (PaLM/nanoGPT; non-causal attention; bf16 dense peak, also for fp8)"
+FLOPS_CONVENTION = (
+    "6N+12LdT (PaLM/nanoGPT; non-causal attention, a sliding-window layer's window for T; "
+    "bf16 dense peak, also for fp8)"
+)
 
 # Substrings of torch.cuda.get_device_name(), most specific first.
 PEAK_BF16_FLOPS: list[tuple[str, float]] = [
@@ -130,12 +136,17 @@ def mlp_params(model: ModelSpec, *, active: bool) -> int:
     return mlps
 
 
-def flops_per_token(model: ModelSpec, params: int | None = None) -> float:
+def flops_per_token(
+    model: ModelSpec, params: int | None = None, attention_spans: list[int] | None = None
+) -> float:
     """Training FLOPs per token (forward + backward) under FLOPS_CONVENTION: N the parameters
     a token is multiplied by (a mixture of experts' active ones). `params`: N counted on the
-    built module (a user's factory model, whose shapes the spec only estimates)."""
+    built module (a user's factory model, whose shapes the spec only estimates).
+    `attention_spans`: how many keys each attention layer's queries span, where a sliding
+    window makes that fewer than T for some (what the trial's model reports); else T each."""
     n = active_param_count(model) if params is None else params
-    return 6.0 * n + 12.0 * model.n_layer * model.q_dim * model.seq_len
+    spans = sum(attention_spans) if attention_spans else model.n_layer * model.seq_len
+    return 6.0 * n + 12.0 * model.q_dim * spans
 
 
 def mfu(tokens_per_s_per_gpu: float, flops_per_tok: float, peak: float) -> float:

@@ -219,6 +219,8 @@ def build_step(config: TrialConfig, device, info: dict[str, Any], group=None):
         info["param_count"] = sum(p.numel() for p in model.parameters())
         if isinstance(model, FactoryLM):  # the user's shapes: N for the FLOPs counted, not guessed
             info["_flops_params"] = model.flops_params()
+        # A Hugging Face model's sliding windows, as its attention calls asked for them.
+        info["_attention_spans"] = getattr(model, "attention_spans", None)
         if k.precision.is_fp8:
             n = precision.convert_fp8(model, k.precision)
             info["notes"].append(f"{k.precision.value}: {n} Linear layers run in float8 (torchao)")
@@ -422,7 +424,9 @@ def _run(config: TrialConfig, device, info: dict[str, Any]) -> TrialResult | Non
         )
     per_repeat = sorted(real_tokens_per_step * S / t for t in timing.repeat_s)
     median = statistics.median(per_repeat)
-    flops_per_token = flops.flops_per_token(spec, params=info.get("_flops_params"))
+    flops_per_token = flops.flops_per_token(
+        spec, params=info.get("_flops_params"), attention_spans=info.get("_attention_spans")
+    )
     if m.peak_flops is not None:
         peak, peak_source = m.peak_flops, "measure.peak_flops (user)"
     elif device.type == "cuda":

@@ -379,3 +379,24 @@ def test_selective_checkpointing_keeps_flex_attentions_output_as_it_keeps_sdpas(
     assert _policy(None, torch.ops.aten._scaled_dot_product_flash_attention.default) == keep
     assert _policy(None, torch.ops.aten.mm.default) == keep
     assert _policy(None, torch.ops.aten.silu.default) == CheckpointPolicy.PREFER_RECOMPUTE
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers")
+def test_a_windowed_layer_counts_its_window_in_the_flops_mfu_is_computed_from():
+    """FLOPs per token count each query's keys (the non-causal convention): T for a global
+    layer, the window for a layer that sees fewer. Gemma 2 at a 6-token window over 16
+    tokens: its first layer slides, its second sees all 16, so 12 x (4 heads x 16) x (16 - 6)
+    FLOPs less a token than the same model with a window longer than the sequence."""
+    from autotuner.spec import TrialConfig, TrialStatus
+    from workers.trial import run_trial
+
+    from .conftest import CPU_KNOBS, FAST
+
+    def flops(window: int) -> float:
+        spec = ModelSpec.resolve({"hf_config": {**GEMMA2, "sliding_window": window}, "seq_len": 16})
+        knobs = Knobs(**{**CPU_KNOBS, "attention": "math", "micro_batch_size": 2})
+        result = run_trial(TrialConfig(model=spec, knobs=knobs, measure=FAST))
+        assert result.status == TrialStatus.OK, result.error_message
+        return result.flops_per_token
+
+    assert flops(64) - flops(6) == pytest.approx(12 * 64 * (16 - 6))

@@ -163,9 +163,18 @@ _LOGIT_SCALES = ("logit_scale", "logits_scaling", "output_multiplier_scale")
 class HFCausalLM(nn.Module):
     """Wraps a transformers model so it has the built-in families' forward(idx, targets) -> loss."""
 
-    def __init__(self, inner: nn.Module, kernels: Kernels = Kernels.NONE):
+    def __init__(
+        self,
+        inner: nn.Module,
+        kernels: Kernels = Kernels.NONE,
+        attention_spans: list[int] | None = None,
+    ):
         super().__init__()
         self.inner, self.kernels = inner, kernels
+        # The keys each attention layer's queries span, where a sliding window makes that
+        # fewer than the sequence for some (None: the whole sequence each): the FLOPs MFU
+        # counts (autotuner/flops.py).
+        self.attention_spans = attention_spans
         self.softcap = getattr(inner.config, "final_logit_softcapping", None)
         # A model that scales its logits some other way keeps transformers' own output layer
         # (only with kernels 'none': build_hf refuses the fused kernels for it).
@@ -238,7 +247,9 @@ def build_hf(
         _patch_liger(model_type)
     inner = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=ATTN_NAME)
     inner = inner.float()
-    cap, windows = _check_attention(_probe_attention(inner), attention, model_type, spec.seq_len)
+    calls = _probe_attention(inner)
+    cap, windows = _check_attention(calls, attention, model_type, spec.seq_len)
+    spans = [min(c["sliding_window"] or spec.seq_len, spec.seq_len) for c in calls]
     for window in windows or {None}:  # flex's block masks and score function for what it asks
         prepare(attention, spec.seq_len, torch.get_default_device(), cap, window)
     head = inner.get_output_embeddings()
@@ -263,7 +274,7 @@ def build_hf(
             )
         checkpoint_blocks(inner, layers, checkpointing, random=_has_dropout(config))
     inner.train()
-    return HFCausalLM(inner, kernels)
+    return HFCausalLM(inner, kernels, attention_spans=spans if windows else None)
 
 
 def _has_dropout(config) -> bool:
