@@ -309,33 +309,57 @@ def _kernels(knobs: Knobs) -> Iterator[Verdict]:
 SCORE_MOD_ATTENTION = (Attention.FLEX, Attention.MATH)
 
 
-def _model(knobs: Knobs, model: ModelSpec | None) -> Iterator[Verdict]:
-    if model is None:
-        return
-    cap, window = model.attention_softcap, model.attention_window
-    if window is not None and knobs.attention not in SCORE_MOD_ATTENTION:
-        yield _cannot(
-            f"attention={knobs.attention.value} cannot keep a sliding window, and this model's "
-            f"local layers attend {window} tokens back, fewer than seq_len {model.seq_len} "
+def attention_verdict(
+    attention: Attention,
+    *,
+    cap: float | None,
+    window: int | None,
+    dropout: float,
+    seq_len: int,
+) -> Verdict | None:
+    """Why this attention cannot run a model's attention as transformers does, or None: the
+    model caps its logits (`cap`), attends `window` tokens back where that is fewer than
+    `seq_len`, or drops attention weights out (`dropout`). The search judges what the model's
+    config says (`_model`); the worker what its attention calls ask for when the model is built
+    (workers/models/hf.py), in the same words."""
+    if window is not None and attention not in SCORE_MOD_ATTENTION:
+        return _cannot(
+            f"attention={attention.value} cannot keep a sliding window, and this model's "
+            f"local layers attend {window} tokens back, fewer than seq_len {seq_len} "
             "(SDPA's fused kernels would attend further, another model); use attention=flex "
             f"(a block mask, as transformers' flex_attention) or math, or seq_len <= {window}",
-            {"attention": knobs.attention.value},
+            {"attention": attention.value},
         )
-    elif model.attention_dropout and knobs.attention == Attention.FLEX:
-        yield _cannot(
+    if dropout and attention == Attention.FLEX:
+        return _cannot(
             f"attention=flex drops nothing out, and this model's attention dropout is "
-            f"{model.attention_dropout:g} (GPT-2's attn_pdrop is 0.1 unless set): use an SDPA "
+            f"{dropout:g} (GPT-2's attn_pdrop is 0.1 unless set): use an SDPA "
             "attention or math, or set it to 0 in hf_config",
-            {"attention": knobs.attention.value},
+            {"attention": attention.value},
         )
-    elif cap is not None and knobs.attention not in SCORE_MOD_ATTENTION:
-        yield _cannot(
-            f"attention={knobs.attention.value} cannot cap attention logits, and this model caps "
+    if cap is not None and attention not in SCORE_MOD_ATTENTION:
+        return _cannot(
+            f"attention={attention.value} cannot cap attention logits, and this model caps "
             f"them (attn_logit_softcapping {cap:g}: SDPA's fused kernels take no score "
             "function, so they would train another model); use attention=flex (transformers' "
             "flex_attention does the same) or math",
-            {"attention": knobs.attention.value},
+            {"attention": attention.value},
         )
+    return None
+
+
+def _model(knobs: Knobs, model: ModelSpec | None) -> Iterator[Verdict]:
+    if model is None:
+        return
+    verdict = attention_verdict(
+        knobs.attention,
+        cap=model.attention_softcap,
+        window=model.attention_window,
+        dropout=model.attention_dropout,
+        seq_len=model.seq_len,
+    )
+    if verdict is not None:
+        yield verdict
     if knobs.kernels == Kernels.NONE:
         return
     kernels = {"kernels": knobs.kernels.value}

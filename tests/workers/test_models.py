@@ -241,7 +241,7 @@ def test_attention_dropout_runs_where_the_kernel_has_it_and_flex_refuses_it():
     assert kept[0] == kept[1]
     spec = ModelSpec.resolve({"hf_config": {**GPT2_HF, "attn_pdrop": 0.5}, "seq_len": 16})
     assert spec.attention_dropout == 0.5
-    with pytest.raises(UnsupportedConfig, match="'flex' drops nothing out") as refused:
+    with pytest.raises(UnsupportedConfig, match="flex drops nothing out") as refused:
         build_model(spec, Knobs(attention="flex"))
     assert refused.value.knobs == {"attention": "flex"}
 

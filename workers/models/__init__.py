@@ -28,8 +28,9 @@ def build_model(spec: ModelSpec, knobs: Knobs) -> nn.Module:
 
     from workers.models.attention import prepare
 
-    device = torch.get_default_device()
-    prepare(knobs.attention, spec.seq_len, device, spec.attention_softcap, spec.attention_window)
+    # The causal mask; a Hugging Face model's cap and windows are prepared as its attention
+    # calls ask for them (workers/models/hf.py).
+    prepare(knobs.attention, spec.seq_len, torch.get_default_device())
     kwargs = dict(
         padded_vocab=padded_vocab_size(spec.vocab_size, knobs.vocab_pad_multiple),
         attention=knobs.attention,

@@ -11,9 +11,9 @@ sliding-window mask) runs only where that is applied: `flex` as a score function
 mask (as transformers' flex_attention does), `math` as explicit matmuls (as its eager
 attention does). SDPA takes neither a score function nor a window, so its fused kernels
 cannot: the support table refuses them for such a model (autotuner/spec/support_rules.py),
-and `attend` raises if asked. Attention dropout (`dropout_p`, what a Hugging Face model in
+before any model is built. Attention dropout (`dropout_p`, what a Hugging Face model in
 training passes) runs in SDPA's kernels and the explicit matmuls; FlexAttention has none, so
-`flex` refuses it.
+the table refuses `flex` for it.
 """
 
 from __future__ import annotations
@@ -118,15 +118,8 @@ def attend(
     if backend == Attention.FLEX:
         from torch.nn.attention.flex_attention import flex_attention
 
-        if dropout_p:
-            from workers.errors import UnsupportedConfig
-
-            raise UnsupportedConfig(
-                f"attention 'flex' drops nothing out, and this model's attention dropout is "
-                f"{dropout_p:g}: use an SDPA backend or 'math'",
-                {"attention": backend.value},
-            )
-
+        if dropout_p:  # refused before any model is built (support_rules.attention_verdict)
+            raise ValueError("flex attention has no dropout")
         mask = _BLOCK_MASKS[(q.shape[-2], str(q.device), window)]
         score_mod = None if softcap is None else _SCORE_MODS[softcap]
         # Inside a compiled model the plain op is traced and fused with the rest; eager models
@@ -136,15 +129,8 @@ def attend(
             kernel = flex_attention
         return kernel(q, k, v, score_mod=score_mod, block_mask=mask, scale=scale)
     if softcap is not None or window is not None:
-        if backend != Attention.MATH:
-            from workers.errors import UnsupportedConfig
-
-            what = "cap attention logits" if softcap is not None else "attend within a window"
-            raise UnsupportedConfig(
-                f"attention {backend.value!r} cannot {what} (softcap {softcap}, window "
-                f"{window}): SDPA's fused kernels take neither; use 'flex' or 'math'",
-                {"attention": backend.value},
-            )
+        if backend != Attention.MATH:  # refused before any model is built, as above
+            raise ValueError(f"attention {backend.value!r} takes no logit cap or window")
         return _explicit_math(q, k, v, scale, softcap, window, dropout_p)
     with sdpa_kernel(SDPA_BACKENDS[backend]):
         return F.scaled_dot_product_attention(

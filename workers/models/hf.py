@@ -18,6 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from autotuner.spec import Attention, Checkpointing, Kernels, ModelSpec
+from autotuner.spec.support_rules import attention_verdict
 from workers.errors import UnsupportedConfig, missing_package
 from workers.models import kernels as fused
 from workers.models.attention import attend, prepare
@@ -131,27 +132,22 @@ def _check_attention(
     calls: list[dict[str, Any]], attention: Attention, model_type: str, seq_len: int
 ) -> tuple[float | None, set[int]]:
     """The logit cap and the sliding windows shorter than `seq_len` the calls ask for, once the
-    `attention` knob is known to apply them (the same verdicts as the support table's, from
-    what transformers passes rather than from config fields)."""
+    `attention` knob is known to apply them: the support table's verdict, on what transformers
+    passes rather than on config fields."""
     refusal = _attention_refusal(calls, model_type)
     if refusal is not None:
         raise UnsupportedConfig(refusal, {})  # {}: the model's, whatever the knobs
     caps = {c["softcap"] for c in calls if c["softcap"] is not None}
     windows = {w for c in calls if (w := c["sliding_window"]) is not None and w < seq_len}
-    dropout = max((c["dropout"] or 0.0) for c in calls)
-    if (caps or windows) and attention not in (Attention.FLEX, Attention.MATH):
-        what = "caps its attention logits" if caps else f"keeps {min(windows)}-token windows"
-        raise UnsupportedConfig(
-            f"attention {attention.value!r}: {model_type} {what}, which SDPA's fused kernels "
-            "cannot; use 'flex' or 'math'",
-            {"attention": attention.value},
-        )
-    if dropout and attention == Attention.FLEX:
-        raise UnsupportedConfig(
-            f"attention 'flex' drops nothing out, and {model_type}'s attention dropout is "
-            f"{dropout:g}: use an SDPA backend or 'math'",
-            {"attention": attention.value},
-        )
+    verdict = attention_verdict(
+        attention,
+        cap=max(caps) if caps else None,
+        window=min(windows) if windows else None,
+        dropout=max((c["dropout"] or 0.0) for c in calls),
+        seq_len=seq_len,
+    )
+    if verdict is not None:
+        raise UnsupportedConfig(verdict.message, verdict.knobs)
     return (max(caps) if caps else None), windows
 
 
