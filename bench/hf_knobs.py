@@ -54,9 +54,10 @@ BASE = {"precision": "bf16", "attention": "flash", "vocab_pad_multiple": 64}
 
 
 def base_knobs(spec: Any) -> dict[str, Any]:
-    """BASE for this model: flex where it caps its attention logits (Gemma 2), which flash
-    cannot (autotuner/spec/support_rules.py)."""
-    return {**BASE, "attention": "flex"} if spec.attention_softcap else dict(BASE)
+    """BASE for this model: flex where it caps its attention logits (Gemma 2) or keeps a
+    window shorter than the sequence, which flash cannot (autotuner/spec/support_rules.py)."""
+    capped = spec.attention_softcap or spec.attention_window
+    return {**BASE, "attention": "flex"} if capped else dict(BASE)
 
 
 MEASURE = MeasureSettings(repeats=3, min_repeat_s=1.0, timeout_s=900)
