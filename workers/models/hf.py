@@ -17,8 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autotuner.spec import Attention, Checkpointing, Kernels, ModelSpec
-from autotuner.spec.support_rules import attention_verdict
+from autotuner.spec import Attention, Checkpointing, Kernels, ModelSpec, attention_verdict
 from workers.errors import UnsupportedConfig, missing_package
 from workers.models import kernels as fused
 from workers.models.attention import attend, prepare
