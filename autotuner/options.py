@@ -59,6 +59,14 @@ class StudyOptions(BaseModel):
     history_seeds: int = Field(
         default=3, ge=0, le=50, description="Earlier winners (same GPU and family) tried first."
     )
+    memory_history: int = Field(
+        default=200,
+        ge=0,
+        le=2_000,
+        description="Measured peaks and out-of-memory trials of earlier studies of the same "
+        "model on the same GPU that calibrate the memory model before the first trial, newest "
+        "first (0: none; the study learns from its own trials alone).",
+    )
     neighbour_seeds: bool = Field(
         default=True, description="Also seed the expert default's nearest alternatives."
     )
@@ -119,6 +127,7 @@ PLAIN_SAMPLER = StudyOptions(
     expert_seed=False,
     guided=False,
     history_seeds=0,
+    memory_history=0,
     remeasure_top=0,
     early_stop_patience=0,
 )

@@ -52,6 +52,9 @@ def report(
             "memory_limit_gib": cost.limit_gib,
             "calibration": {
                 "measured": cal.measured,
+                # Of them, and of the OOMs, those of earlier studies (search/memory_history.py).
+                "carried": len(cost.carried),
+                "carried_from": sorted({c.study_id for c in cost.carried}),
                 "fragmentation": round(cal.fragmentation(), 3),
                 "fragmentation_by_allocator": {
                     mode: round(cal.fragmentation(mode), 3)

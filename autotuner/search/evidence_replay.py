@@ -34,6 +34,7 @@ from autotuner.purpose import END_CHECKS
 from autotuner.search.costmodel import CostModel
 from autotuner.search.costmodel.memory import MemoryEstimate
 from autotuner.search.costmodel.throughput import ThroughputModel
+from autotuner.search.memory_history import Carried
 from autotuner.spec import FailureClass, Knobs, ModelSpec, TrialResult, TrialStatus
 from autotuner.storage.models import Trial, TrialState
 
@@ -69,7 +70,10 @@ class Replay:
         self.settings = settings(model, cost, throughput)
         self.rebuild = _one_per_config(knobs)
         self.memory = MemoryReplay(
-            CostModel(model, num_gpus=cost.num_gpus, on_cuda=cost.on_cuda, limit_gib=cost.limit_gib)
+            CostModel(
+                model, num_gpus=cost.num_gpus, on_cuda=cost.on_cuda, limit_gib=cost.limit_gib
+            ),
+            carried=cost.carried,
         )
         self.speed = ThroughputReplay(
             ThroughputModel(throughput.model, throughput.target, throughput.num_gpus)
@@ -107,6 +111,7 @@ def settings(model: ModelSpec, cost: CostModel, throughput: ThroughputModel) -> 
         cost.num_gpus,
         cost.on_cuda,
         cost.limit_gib,
+        tuple((c.study_id, c.number) for c in cost.carried),
         throughput.target,
         throughput.num_gpus,
     )
@@ -190,9 +195,15 @@ class _Refits:
 class MemoryReplay:
     """Each measured trial's memory as predicted before it ran (see the module docstring)."""
 
-    def __init__(self, cm: CostModel) -> None:
+    def __init__(self, cm: CostModel, carried: Sequence[Carried] = ()) -> None:
+        """`carried`: the earlier studies' evidence the search's model started from
+        (search/memory_history.py), learnt first, as the search did before its first trial."""
         self.cm = cm
-        self.refits = _Refits(lambda: len(cm.calibration.points), cm.calibration.refit)
+        cm.carry(carried)
+        # Counted from the study's own trials: the search refitted after each of its first
+        # EXACT_REPLAY, whatever it had carried.
+        start = len(cm.calibration.points)
+        self.refits = _Refits(lambda: len(cm.calibration.points) - start, cm.calibration.refit)
         self.out: list[dict] = []
         # By id(knobs), per config: for the prediction and for the calibration. Each holds its
         # knobs, so no id is reused while the replay lives (a trial's knobs read from its
@@ -214,16 +225,19 @@ class MemoryReplay:
         # fragmentation and sd: that takes a median over every trial seen, per call
         # (quadratic over a replay), and the error is of the allocated peak.
         predicted = float(x @ cm.calibration.beta)
+        # The peak the model is fitted on: a CUDA graph's pool is not in the allocated peak.
+        peak = cm.fitted_peak_gib(knobs, result)
         self.out.append(
             {
                 "trial_number": number,
                 "predicted_gib": round(predicted, 3),
-                "measured_gib": round(result.peak_mem_gib, 3),
-                "rel_error": round(predicted / result.peak_mem_gib - 1.0, 4),
+                "measured_gib": round(peak, 3),
+                "rel_error": round(predicted / peak - 1.0, 4),
             }
         )
-        # What CostModel.observe does with a measured peak, with the estimate made above.
-        cm.calibration.add_peak(est, result.peak_mem_gib, result.peak_reserved_gib, fit=False)
+        # As the search learnt it (a CUDA-graph trial's peak is its reserved one), with the
+        # estimate made above.
+        cm.observe(knobs, result, fit=False, est=est)
         self.refits.after_observe()
 
     def result(self) -> tuple[list[dict], int]:

@@ -213,7 +213,7 @@ class Screen:
         return Prune(
             FailureClass.OOM.value,
             f"predicted out of memory: needs {pred.need_gib:.1f} ± {pred.sd_gib:.1f} GiB, over "
-            f"{what} (cost model calibrated on {self.cost.calibration.measured} measured trials)",
+            f"{what} (cost model calibrated on {self.cost.calibrated_on()})",
             max(violation, 0.01),
             _predicted_result(pred, "cost model"),
         )
@@ -231,7 +231,7 @@ class Screen:
             f"predicted to break the {self.headroom:.0%} memory headroom: needs "
             f"{pred.need_gib:.1f} ± {pred.sd_gib:.1f} GiB, over {usable:.1f} GiB "
             f"({1 - self.headroom:.0%} of the {pred.limit_gib:.1f} GiB limit; cost model "
-            f"calibrated on {self.cost.calibration.measured} measured trials)",
+            f"calibrated on {self.cost.calibrated_on()})",
             max(pred.need_gib / usable - 1.0, 0.01),
             _predicted_result(pred, "cost model, headroom"),
         )

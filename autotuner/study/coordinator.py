@@ -27,6 +27,7 @@ from optuna.trial import TrialState as OptunaState
 
 from autotuner.executors.base import Completed, Executor
 from autotuner.purpose import END_CHECKS, SEARCH_TRIALS, Purpose
+from autotuner.search.memory_history import Carried, earlier_memory
 from autotuner.search.policy import Prune, SearchPolicy
 from autotuner.search.sampler import Observation, distributions, grid_exhausted, new_study, tell
 from autotuner.search.seeding import SeedPlan
@@ -133,6 +134,7 @@ class StudyRunner:
         # Seeds that wait until the throughput model has no proposal (search/seeding.py).
         self._later_seeds: list[Params] = []
         self._seed_plan: SeedPlan | None = None  # the stored plan (None: a study from before it)
+        self._carried: list[Carried] | None = None  # earlier studies' memory evidence, once read
         self._exhausted = False
         self._search_exhausted = False
 
@@ -153,7 +155,7 @@ class StudyRunner:
         if study.over:
             self.done = True
             return
-        self.started_at = study.started_at
+        self.started_at, self.created_at = study.started_at, study.created_at
         # Waited before a restart: still not spent; a wait it stopped in goes on until the
         # first check says otherwise (and clears the stored reason then).
         self.pause.resume(study.waiting, study.paused_s)
@@ -189,7 +191,7 @@ class StudyRunner:
         restore.restore(self, study.seeds)
 
     def _policy(self, space: SearchSpace) -> SearchPolicy:
-        return SearchPolicy(
+        policy = SearchPolicy(
             space=space,
             model=self.model,
             target=self.target,
@@ -197,6 +199,22 @@ class StudyRunner:
             objective=self.objective,
             options=self.options,
         )
+        policy.cost.carry(self._earlier_memory())
+        return policy
+
+    def _earlier_memory(self) -> list[Carried]:
+        """Earlier studies' memory evidence for this model and GPU, read once: every policy
+        of the study (a restart's too) starts from the same."""
+        if self._carried is None:
+            self._carried = earlier_memory(
+                self.db,
+                self.model,
+                self.target,
+                gpus_per_trial=self.gpus_per_trial,
+                before=self.created_at,
+                limit=self.options.memory_history if self.options.cost_model else 0,
+            )
+        return self._carried
 
     # ------------------------------------------------------------------ loop
 

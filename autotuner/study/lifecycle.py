@@ -62,6 +62,7 @@ class StudySettings:
     seed: int
     over: bool  # completed, cancelled or failed: nothing left to run
     started_at: dt.datetime
+    created_at: dt.datetime  # what "earlier" means for earlier studies' evidence
     device_type: str | None  # what the trials were last known to run on: cuda, cpu
     seeds: dict[str, Any] | None = None  # the seed plan stored at the start (hold_seeds)
     paused_s: float = 0.0  # seconds waited for the cluster or GPUs so far (study/pause.py)
@@ -119,6 +120,7 @@ class StudyLease:
                 seed=study.seed,
                 over=over,
                 started_at=study.started_at or dt.datetime.now(dt.UTC),
+                created_at=study.created_at,
                 device_type=study.device_type,
                 seeds=study.seeds,
                 paused_s=study.paused_s or 0.0,

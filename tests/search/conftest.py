@@ -66,6 +66,13 @@ def db(sqlite_url: str) -> Database:
     return Database(sqlite_url)
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def any_db(request: pytest.FixtureRequest) -> Database:
+    """Each test once on SQLite and once on Postgres."""
+    url = request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
+    return Database(url)
+
+
 Run = Callable[..., tuple[StudyRunner, ReplayExecutor, list[Trial], dict[str, Any] | None]]
 
 

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from autotuner.search.costmodel.calibration import Calibration, Prediction
 from autotuner.search.costmodel.memory import MemoryEstimate, estimate
 from autotuner.spec import CompileMode, FailureClass, Knobs, ModelSpec, TrialResult
+
+if TYPE_CHECKING:
+    from autotuner.search.memory_history import Carried
 
 
 class CostModel:
@@ -23,6 +29,19 @@ class CostModel:
         self.on_cuda = on_cuda
         self.limit_gib = limit_gib
         self.calibration = Calibration(on_cuda)
+        # Earlier studies' evidence it was calibrated on before the study's own trials.
+        self.carried: tuple[Carried, ...] = ()
+
+    def carry(self, carried: Sequence[Carried]) -> None:
+        """Calibrate on earlier studies' trials (search/memory_history.py) before the study's
+        own: once, on a model that has learnt nothing yet."""
+        if self.calibration.points:
+            raise RuntimeError("earlier studies' evidence comes before the study's own trials")
+        for c in carried:
+            self.observe(c.knobs, c.result, fit=False)
+        if carried:
+            self.calibration.refit()
+        self.carried = tuple(carried)
 
     def estimate(self, knobs: Knobs, model: ModelSpec | None = None) -> MemoryEstimate:
         return estimate(model or self.model, knobs, num_gpus=self.num_gpus, on_cuda=self.on_cuda)
@@ -37,21 +56,40 @@ class CostModel:
         *,
         fit: bool = True,
         model: ModelSpec | None = None,
+        est: MemoryEstimate | None = None,
     ) -> None:
         """Learn from a finished trial: a measured peak, or an OOM (a lower bound). `model`:
-        the one it ran, when not the study's (a proxy: its components scale with depth).
+        the one it ran, when not the study's (a proxy: its components scale with depth);
+        `est`: its estimate, where the caller made it already (the evidence replay).
 
         fit=False only records it (for batches: call `calibration.refit()` after the last)."""
-        est = self.estimate(knobs, model)
+        est = est or self.estimate(knobs, model)
         if result.peak_mem_gib and result.tokens_per_s:
-            peak = fitted_peak_gib(knobs, result, self.calibration.fragmentation(knobs.allocator))
+            peak = self.fitted_peak_gib(knobs, result)
             # A CUDA-graph trial's reserved peak is its need: no fragmentation ratio to learn.
-            reserved = None if _graph_pool_hidden(knobs, result) else result.peak_reserved_gib
+            reserved = None if graph_pool_hidden(knobs, result) else result.peak_reserved_gib
             self.calibration.add_peak(est, peak, reserved, fit=fit)
         elif result.failure_class == FailureClass.OOM and "predicted" not in result.notes:
             limit = result.memory_limit_gib or self.limit_gib
             if limit:
                 self.calibration.add_oom(est, oom_need_gib(result, limit), fit=fit)
+
+    def calibrated_on(self) -> str:
+        """What the calibration learnt from, in words: "9 measured trials (4 of earlier
+        studies of this model on this GPU)"."""
+        n = self.calibration.measured
+        text = f"{n} measured trial{'' if n == 1 else 's'}"
+        earlier = sum(1 for c in self.carried if c.result.tokens_per_s)
+        if earlier:
+            text += f" ({earlier} of earlier studies of this model on this GPU)"
+        return text
+
+    def fitted_peak_gib(self, knobs: Knobs, result: TrialResult) -> float:
+        """The peak a measured trial is fitted on (fitted_peak_gib below), asking for the
+        fragmentation ratio (a median over every measured trial) only where it is needed."""
+        if not graph_pool_hidden(knobs, result):
+            return float(result.peak_mem_gib or 0.0)
+        return fitted_peak_gib(knobs, result, self.calibration.fragmentation(knobs.allocator))
 
     def oom_violation(self, knobs: Knobs, result: TrialResult) -> float:
         """How far over the limit a measured OOM was (need / limit - 1, at least 0.01)."""
@@ -67,12 +105,12 @@ def fitted_peak_gib(knobs: Knobs, result: TrialResult, fragmentation: float) -> 
     """The allocator peak a measured trial is fitted on. CUDA graphs replay into a private
     pool: reserved, but never counted as allocated while the graph replays (GPT-2 on the H200:
     1.4 GiB allocated, 8.6 reserved), so theirs is the reserved peak over the fragmentation."""
-    if _graph_pool_hidden(knobs, result):
+    if graph_pool_hidden(knobs, result):
         return float(result.peak_reserved_gib) / fragmentation  # type: ignore[arg-type]
     return float(result.peak_mem_gib or 0.0)
 
 
-def _graph_pool_hidden(knobs: Knobs, result: TrialResult) -> bool:
+def graph_pool_hidden(knobs: Knobs, result: TrialResult) -> bool:
     """Whether the trial's allocated peak leaves out a CUDA graph pool (reduce-overhead on a
     GPU, which reports its reserved peak too)."""
     return knobs.compile_mode == CompileMode.REDUCE_OVERHEAD and bool(result.peak_reserved_gib)
