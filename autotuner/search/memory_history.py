@@ -27,18 +27,16 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sqlalchemy import select
-
-from autotuner.purpose import END_CHECKS
 from autotuner.search.seed_history import same_gpu
 from autotuner.spec import FailureClass, Knobs, ModelSpec, TrialResult
-from autotuner.storage.models import Study, Trial, TrialState
+from autotuner.storage.earlier_reads import EarlierReads
 
 if TYPE_CHECKING:
     from autotuner.executors.base import Target
     from autotuner.storage.session import Database
 
 STUDIES_READ = 200  # the newest earlier studies looked at
+ROWS_READ_PER_TRIAL = 4  # trial rows read for each one carried, at most
 
 
 @dataclass(frozen=True)
@@ -64,25 +62,11 @@ def earlier_memory(
     if limit <= 0 or target.device_type != "cuda":
         return []  # a CPU's peaks are the host's, and its studies keep no headroom
     with db.session() as s:
-        studies = s.execute(
-            select(Study.id, Study.model_spec)
-            .where(Study.created_at < before, Study.gpus_per_trial == gpus_per_trial)
-            .order_by(Study.created_at.desc())
-            .limit(STUDIES_READ)
-        ).all()
+        reads = EarlierReads(s)
+        studies = reads.studies(before=before, gpus_per_trial=gpus_per_trial, limit=STUDIES_READ)
         same = [sid for sid, spec in studies if _same_model(spec, model)]
-        if not same:
-            return []
-        rows = s.execute(
-            select(Trial.study_id, Trial.number, Trial.config, Trial.result)
-            .where(
-                Trial.study_id.in_(same),
-                Trial.state.in_((TrialState.COMPLETE.value, TrialState.INFEASIBLE.value)),
-                Trial.purpose.not_in([p.value for p in END_CHECKS]),
-                Trial.finished_at < before,
-            )
-            .order_by(Trial.finished_at.desc())
-        ).all()
+        # Read with their JSON, so bounded: a trial on another GPU is passed over below.
+        rows = reads.ended_measurements(same, before=before, limit=ROWS_READ_PER_TRIAL * limit)
     found: list[Carried] = []
     for study_id, number, config, stored in rows:
         carried = _evidence(study_id, number, config, stored, target)

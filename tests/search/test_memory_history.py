@@ -80,7 +80,7 @@ def test_a_config_an_earlier_study_ran_out_of_memory_on_is_screened_before_it_ru
         assert fresh.screen(t.params, fresh.knobs(t.params)) is None
         prune = warm.screen(t.params, warm.knobs(t.params))
         assert prune is not None and prune.error_class in ("oom", "headroom"), prune
-        assert "of earlier studies of this model on this GPU" in prune.message
+        assert "of them from earlier studies of this model on this GPU" in prune.message
 
 
 def test_a_later_studys_expert_default_takes_the_micro_batch_the_earlier_trials_show_fits(

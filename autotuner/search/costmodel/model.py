@@ -75,13 +75,13 @@ class CostModel:
                 self.calibration.add_oom(est, oom_need_gib(result, limit), fit=fit)
 
     def calibrated_on(self) -> str:
-        """What the calibration learnt from, in words: "9 measured trials (4 of earlier
-        studies of this model on this GPU)"."""
+        """What the calibration learnt from, in words: "9 measured trials, 4 of them from
+        earlier studies of this model on this GPU"."""
         n = self.calibration.measured
         text = f"{n} measured trial{'' if n == 1 else 's'}"
         earlier = sum(1 for c in self.carried if c.result.tokens_per_s)
         if earlier:
-            text += f" ({earlier} of earlier studies of this model on this GPU)"
+            text += f", {earlier} of them from earlier studies of this model on this GPU"
         return text
 
     def fitted_peak_gib(self, knobs: Knobs, result: TrialResult) -> float:
