@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from autotuner.executors.base import Target
 from autotuner.options import StudyOptions
 from autotuner.search.costmodel import CostModel
@@ -144,3 +146,16 @@ def test_the_evidence_replays_the_memory_model_the_search_started_from(db, run_s
     assert shown["trial_number"] == first_measured.number
     assert shown["predicted_gib"] == predicted(started)
     assert shown["predicted_gib"] != predicted(model())  # not what a fresh model says
+
+
+def test_earlier_evidence_comes_before_the_studys_own_or_not_at_all(db, run_study) -> None:
+    run_study(db, trials=6, seed=5)
+    h200 = Target.from_fingerprint(FAKE_H200)
+    found = earlier_memory(db, GPT2, h200, gpus_per_trial=1, before=_created_now(db), limit=200)
+    policy = make_policy(SPACE, target=h200)
+    policy.cost.carry(())  # nothing carried: nothing changes, and the study's own may follow
+    assert policy.cost.carried == () and not policy.cost.calibration.points
+    own = found[0]
+    policy.cost.observe(own.knobs, own.result)
+    with pytest.raises(RuntimeError, match="before the study's own trials"):
+        policy.cost.carry(found)

@@ -34,13 +34,14 @@ class CostModel:
 
     def carry(self, carried: Sequence[Carried]) -> None:
         """Calibrate on earlier studies' trials (search/memory_history.py) before the study's
-        own: once, on a model that has learnt nothing yet."""
+        own: once, on a model that has learnt nothing yet (none: nothing changes)."""
+        if not carried:
+            return
         if self.calibration.points:
             raise RuntimeError("earlier studies' evidence comes before the study's own trials")
         for c in carried:
             self.observe(c.knobs, c.result, fit=False)
-        if carried:
-            self.calibration.refit()
+        self.calibration.refit()
         self.carried = tuple(carried)
 
     def estimate(self, knobs: Knobs, model: ModelSpec | None = None) -> MemoryEstimate:
