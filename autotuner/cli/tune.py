@@ -360,6 +360,8 @@ class _TuneProgress:
             self.progress.console.print(
                 f"trial #{event.trial_number} was lost (not its config's failure); it runs again"
             )
+        elif event.kind == "carried":
+            self.progress.console.print(f"[dim]{safe(event.message)}[/]", highlight=False)
         elif event.kind in ("search_over", "remeasure_cut", "checks_cut", "waiting"):
             # The time budget's end is kept for the end checks, or they did not fit in it
             # (search/end_time.py); or the study waits for its cluster (study/pause.py).

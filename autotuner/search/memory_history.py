@@ -77,6 +77,21 @@ def earlier_memory(
     return found[::-1]
 
 
+def carried_words(carried: list[Carried]) -> str:
+    """What a study starts from, for its watcher: "the memory model starts calibrated on 27
+    measured and 10 out-of-memory trials of 4 earlier studies of this model on this GPU"."""
+    measured = sum(1 for c in carried if c.result.tokens_per_s)
+    ooms = len(carried) - measured
+    studies = len({c.study_id for c in carried})
+    parts = [f"{measured} measured"] if measured else []
+    parts += [f"{ooms} out-of-memory"] if ooms else []
+    return (
+        f"the memory model starts calibrated on {' and '.join(parts)} "
+        f"trial{'' if len(carried) == 1 else 's'} of {studies} earlier "
+        f"stud{'y' if studies == 1 else 'ies'} of this model on this GPU (memory_history)"
+    )
+
+
 def _evidence(
     study_id: str, number: int, config: dict, stored: dict | None, target: Target
 ) -> Carried | None:

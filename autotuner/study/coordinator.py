@@ -27,7 +27,7 @@ from optuna.trial import TrialState as OptunaState
 
 from autotuner.executors.base import Completed, Executor
 from autotuner.purpose import END_CHECKS, SEARCH_TRIALS, Purpose
-from autotuner.search.memory_history import Carried, earlier_memory
+from autotuner.search.memory_history import Carried, carried_words, earlier_memory
 from autotuner.search.policy import Prune, SearchPolicy
 from autotuner.search.sampler import Observation, distributions, grid_exhausted, new_study, tell
 from autotuner.search.seeding import SeedPlan
@@ -214,6 +214,8 @@ class StudyRunner:
                 before=self.created_at,
                 limit=self.options.memory_history if self.options.cost_model else 0,
             )
+            if self._carried:
+                self.on_event(Event("carried", message=carried_words(self._carried)))
         return self._carried
 
     # ------------------------------------------------------------------ loop

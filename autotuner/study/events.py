@@ -14,7 +14,8 @@ class Event:
     # launched | finished | pruned | retry | lost | done; search_over and remeasure_cut (the
     # search or the re-measurements stopped to leave the end checks their time: `message`);
     # checks_cut (the end checks would end past the time budget and did not start); waiting
-    # (the study launches nothing: its cluster is down or its GPUs left, `message`), resumed
+    # (the study launches nothing: its cluster is down or its GPUs left, `message`), resumed;
+    # carried (its memory model starts from earlier studies' trials, `message`)
     kind: str
     trial_number: int | None = None
     params: dict[str, Any] | None = None

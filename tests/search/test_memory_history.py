@@ -10,14 +10,18 @@ from typing import Any
 import pytest
 
 from autotuner.executors.base import Target
+from autotuner.executors.replay import ReplayExecutor
 from autotuner.options import StudyOptions
+from autotuner.purpose import END_CHECKS
 from autotuner.search.costmodel import CostModel
 from autotuner.search.memory_history import earlier_memory
 from autotuner.search.space import parse_space
 from autotuner.storage.study_repo import StudyRepo
-from autotuner.study.coordinator import create_study
+from autotuner.study.coordinator import StudyRunner, create_study
+from autotuner.study.events import Event
 from tests.fakes import FAKE_H200, physical_landscape
-from tests.search.conftest import GPT2, make_policy
+from tests.search.conftest import GPT2, gpt2_space, make_policy
+from tests.search.conftest import KNOBS as KNOBS_H200
 
 # A 40 GiB fake GPU, where the larger micro-batches run out of memory.
 SMALL = FAKE_H200.model_copy(update={"memory_total_gib": 40.0})
@@ -159,3 +163,20 @@ def test_earlier_evidence_comes_before_the_studys_own_or_not_at_all(db, run_stud
     policy.cost.observe(own.knobs, own.result)
     with pytest.raises(RuntimeError, match="before the study's own trials"):
         policy.cost.carry(found)
+
+
+def test_the_watcher_is_told_what_the_memory_model_starts_from(db, run_study) -> None:
+    _, _, trials, _ = run_study(db, trials=6, seed=5)
+    events: list[Event] = []
+    study_id = create_study(db, model=GPT2, space=gpt2_space(), max_trials=2, seed=6)
+    landscape = physical_landscape(GPT2, KNOBS_H200, fixed={"vocab_pad_multiple": 64})
+    executor = ReplayExecutor(
+        landscape, list(KNOBS_H200), target=Target.from_fingerprint(FAKE_H200)
+    )
+    StudyRunner(db, study_id, executor, poll_s=0.0, on_event=events.append).run()
+    said = [e.message for e in events if e.kind == "carried"]
+    measured = sum(1 for t in trials if t.state == "complete" and t.purpose not in END_CHECKS)
+    assert said == [
+        f"the memory model starts calibrated on {measured} measured trials of 1 earlier study "
+        "of this model on this GPU (memory_history)"
+    ]
