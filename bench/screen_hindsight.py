@@ -10,6 +10,11 @@ would have been worth it (measured, inside the headroom).
 
     python bench/screen_hindsight.py bench/results/landscape_recording/qwen2.5-1.5b-instruct.db \
         --headroom 0.1
+
+With `--carry` each study's cost model is first calibrated on the earlier studies' trials of
+the same model and GPU (autotuner/search/memory_history.py), as a study now starts: run with
+and without it at the headroom a recording ran with, the difference is what that evidence
+saves (bench/results/memory_carry/).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from autotuner.executors.base import Target  # noqa: E402
 from autotuner.option_defaults import DEFAULT_HEADROOM  # noqa: E402
 from autotuner.purpose import SEARCH_TRIALS  # noqa: E402
 from autotuner.search.headroom import StoredHeadroom, violation  # noqa: E402
+from autotuner.search.memory_history import earlier_memory  # noqa: E402
 from autotuner.search.objective import Objective  # noqa: E402
 from autotuner.search.policy import SearchPolicy  # noqa: E402
 from autotuner.search.space import parse_space  # noqa: E402
@@ -50,9 +56,10 @@ class Kept:
     why: str
 
 
-def hindsight(db_url: str, headroom: float) -> tuple[list[Kept], float]:
+def hindsight(db_url: str, headroom: float, *, carry: bool = False) -> tuple[list[Kept], float]:
     """The trials the screen would now keep from running, and every trial's seconds in all
-    (`db_url` at this code's schema: `main` reads a copy brought up to it)."""
+    (`db_url` at this code's schema: `main` reads a copy brought up to it). `carry`: each
+    study's cost model starts from the earlier studies' evidence (its `memory_history`)."""
     db = Database(db_url)
     kept: list[Kept] = []
     total_s = 0.0
@@ -66,14 +73,26 @@ def hindsight(db_url: str, headroom: float) -> tuple[list[Kept], float]:
         if fingerprint is None:
             continue  # nothing ran on a known device
         options = study.options.model_copy(update={"headroom": headroom})
+        model = ModelSpec.model_validate(study.model_spec)
+        target = Target.from_fingerprint(Fingerprint.model_validate(fingerprint))
         policy = SearchPolicy(
             space=parse_space(study.space),
-            model=ModelSpec.model_validate(study.model_spec),
-            target=Target.from_fingerprint(Fingerprint.model_validate(fingerprint)),
+            model=model,
+            target=target,
             gpus_per_trial=study.gpus_per_trial,
             objective=Objective(study.objective),
             options=options,
         )
+        if carry:
+            earlier = earlier_memory(
+                db,
+                model,
+                target,
+                gpus_per_trial=study.gpus_per_trial,
+                before=study.created_at,
+                limit=options.memory_history,
+            )
+            policy.cost.carry(earlier)
         for trial, result in zip(trials, results, strict=True):
             total_s += result.wall_s or 0.0
             # Only what the search proposed is screened: an end check re-runs a measured config.
@@ -101,15 +120,22 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("db", type=Path, help="a study database (SQLite file)")
     ap.add_argument("--headroom", type=float, default=DEFAULT_HEADROOM, help="default: %(default)s")
+    ap.add_argument(
+        "--carry",
+        action="store_true",
+        help="calibrate each study's cost model first on the earlier studies' trials of the "
+        "same model and GPU, as a study now starts",
+    )
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / args.db.name  # a committed recording stays as it was recorded
         shutil.copyfile(args.db, copy)
         upgrade_database(f"sqlite:///{copy}")
-        kept, total_s = hindsight(f"sqlite:///{copy}", args.headroom)
+        kept, total_s = hindsight(f"sqlite:///{copy}", args.headroom, carry=args.carry)
     spent = sum(k.wall_s for k in kept)
+    carried = " with earlier studies' memory evidence" if args.carry else ""
     print(
-        f"{args.db}: at a {args.headroom:.0%} headroom the screen would keep {len(kept)} "
+        f"{args.db}: at a {args.headroom:.0%} headroom{carried} the screen would keep {len(kept)} "
         f"trial(s) from running, {spent:.0f} of {total_s:.0f} s"
     )
     for k in kept:

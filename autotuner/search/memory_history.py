@@ -9,7 +9,7 @@ re-tune, the next session of a landscape recording) would otherwise pay again fo
 first learned. On the H100 recording of Llama-3.2-1B's landscape, two sessions ran ten configs
 out of memory (388 of their 1,188 s of trial wall, three of them CUDA-graph compiles of 88-140
 s); calibrated on the earlier sessions' trials, the model would have screened all ten and none
-of the seven that ran (bench/memory_carry_replay.py).
+of the seven that ran (`bench/screen_hindsight.py --carry`).
 
 What counts as the same: a study whose model spec is equal to this one's (the sequence length,
 the vocabulary and the layers all change the memory), with as many GPUs a trial, and a trial
@@ -48,6 +48,11 @@ class Carried:
     knobs: Knobs
     result: TrialResult
 
+    @property
+    def measured(self) -> bool:
+        """A measured peak (else an out-of-memory failure's lower bound)."""
+        return bool(self.result.peak_mem_gib and self.result.tokens_per_s)
+
 
 def earlier_memory(
     db: Database,
@@ -80,7 +85,7 @@ def earlier_memory(
 def carried_words(carried: list[Carried]) -> str:
     """What a study starts from, for its watcher: "the memory model starts calibrated on 27
     measured and 10 out-of-memory trials of 4 earlier studies of this model on this GPU"."""
-    measured = sum(1 for c in carried if c.result.tokens_per_s)
+    measured = sum(1 for c in carried if c.measured)
     ooms = len(carried) - measured
     studies = len({c.study_id for c in carried})
     parts = [f"{measured} measured"] if measured else []
@@ -106,9 +111,9 @@ def _evidence(
     fingerprint = result.fingerprint.model_dump() if result.fingerprint else {}
     if not same_gpu(fingerprint, target):
         return None
-    measured = bool(result.peak_mem_gib and result.tokens_per_s)
+    found = Carried(study_id, number, knobs, result)
     real_oom = result.failure_class == FailureClass.OOM and "predicted" not in result.notes
-    return Carried(study_id, number, knobs, result) if measured or real_oom else None
+    return found if found.measured or real_oom else None
 
 
 def _same_model(spec: dict | None, model: ModelSpec) -> bool:

@@ -34,3 +34,19 @@ def test_at_the_tunes_headroom_the_screen_keeps_the_recordings_ooms_from_running
 
     assert main([str(RECORDING)]) == 0  # reads a copy: the committed file is not migrated
     assert "would keep 3 trial(s) from running, 291 of 480 s" in capsys.readouterr().out
+
+
+def test_with_earlier_sessions_evidence_the_screen_keeps_the_later_sessions_ooms_from_running(
+    tmp_path: Path,
+) -> None:
+    recording = RECORDING.with_name("llama-3.2-1b.db")
+    copy = tmp_path / recording.name
+    shutil.copyfile(recording, copy)
+    upgrade_database(f"sqlite:///{copy}")
+    later = ("landscape-llama-3.2-1b-2", "landscape-llama-3.2-1b-3")
+    alone, _ = hindsight(f"sqlite:///{copy}", 0.1)
+    carried, _ = hindsight(f"sqlite:///{copy}", 0.1, carry=True)
+    assert not [k for k in alone if k.study in later]  # they ran at this headroom
+    kept = [k for k in carried if k.study in later]
+    assert [k.outcome for k in kept] == ["out of memory"] * 10
+    assert round(sum(k.wall_s for k in kept)) == 388

@@ -80,7 +80,7 @@ class CostModel:
         earlier studies of this model on this GPU"."""
         n = self.calibration.measured
         text = f"{n} measured trial{'' if n == 1 else 's'}"
-        earlier = sum(1 for c in self.carried if c.result.tokens_per_s)
+        earlier = sum(1 for c in self.carried if c.measured)
         if earlier:
             text += f", {earlier} of them from earlier studies of this model on this GPU"
         return text
